@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian 12 machine, builds the
+# tools and fetches the pinned engine sources. Idempotent: on a machine that
+# already has everything it only runs an incremental build and a cache check.
+#
+#   scripts/setup.sh            install, build, fetch
+#   BUILD_DIR=build-asan CMAKE_ARGS=-DKVTIER_SANITIZE=ON scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libfmt-dev libcli11-dev libgtest-dev libgmock-dev googletest
+  libtomlplusplus-dev nlohmann-json3-dev libisal-dev
+  clang libclang-rt-14-dev shellcheck
+  python3 python3-pip unzip
+)
+PIP_PACKAGES=(pytest)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+for p in "${PIP_PACKAGES[@]}"; do
+  "$PYTHON" -c "import $p" 2>/dev/null || "$PYTHON" -m pip install -q "$p"
+done
+
+BUILD_DIR=${BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # shellcheck disable=SC2086
+  cmake -S . -B "$BUILD_DIR" -G Ninja ${CMAKE_ARGS:-} >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# Fetch and verify the pinned engine sources for every pinned version.
+for pins in fixtures/*/PINS; do
+  [ -f "$pins" ] || continue
+  "$PYTHON" fixtures/fetch.py --pins "$pins" >/dev/null
+done

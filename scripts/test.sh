@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh), then runs every test: the C++ suites through ctest
+# and the Python harness through pytest. Exits non-zero if any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+PYTHON=${PYTHON:-python3}
+
+status=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" || status=1
+if [ -d tests/python ] && compgen -G "tests/python/test_*.py" >/dev/null; then
+  KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q tests/python || status=1
+fi
+exit $status
