@@ -1,0 +1,154 @@
+#include "plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace kvstore {
+
+const char* reason_name(DeleteReason r) {
+  switch (r) {
+    case DeleteReason::kStaleTemp: return "stale-temp";
+    case DeleteReason::kOrphan: return "orphan";
+    case DeleteReason::kCorrupt: return "corrupt";
+    case DeleteReason::kBadManifest: return "bad-manifest";
+    case DeleteReason::kSuperseded: return "superseded";
+    case DeleteReason::kSupersededPayload: return "superseded-payload";
+  }
+  return "?";
+}
+
+std::vector<bool> keep_set(const std::vector<ManifestRec>& ms, uint32_t keep) {
+  std::vector<bool> kept(ms.size(), false);
+  std::unordered_map<std::string, size_t> by_id;
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (ms[i].parsed && !ms[i].id.empty()) by_id.emplace(ms[i].id, i);
+  std::vector<long> parent(ms.size(), -1);
+  std::vector<bool> has_child(ms.size(), false);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (!ms[i].parsed || !ms[i].parent) continue;
+    auto it = by_id.find(*ms[i].parent);
+    if (it == by_id.end() || it->second == i) continue;
+    parent[i] = static_cast<long>(it->second);
+    has_child[it->second] = true;
+  }
+  for (size_t leaf = 0; leaf < ms.size(); ++leaf) {
+    if (!ms[leaf].parsed || has_child[leaf]) continue;
+    uint32_t left = keep;
+    // Bounded by ms.size() steps: a malformed parent cycle cannot loop forever.
+    long cur = static_cast<long>(leaf);
+    for (size_t steps = 0; cur >= 0 && left > 0 && steps < ms.size(); ++steps) {
+      if (!ms[cur].broken) {
+        kept[cur] = true;
+        --left;
+      }
+      cur = parent[cur];
+    }
+  }
+  return kept;
+}
+
+namespace {
+
+std::string ref_key(uint32_t group, const std::string& key) {
+  return fmt::format("{}/{}", group, key);
+}
+
+bool older_than_grace(const FileStat& st, const PlanOptions& opt) {
+  return st.mtime_ns + opt.grace_ns <= opt.now_ns;
+}
+
+}  // namespace
+
+Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
+  Plan plan;
+  std::vector<PlanItem> manifests, rest;
+  plan.manifests_total = inv.manifests.size();
+
+  auto kept = keep_set(inv.manifests, opt.keep);
+  std::unordered_set<std::string> named_by_kept, named_by_any;
+  for (size_t i = 0; i < inv.manifests.size(); ++i) {
+    const auto& m = inv.manifests[i];
+    for (const auto& r : m.refs) {
+      auto k = ref_key(r.group, r.key);
+      named_by_any.insert(k);
+      if (kept[i]) named_by_kept.insert(k);
+    }
+  }
+
+  for (size_t i = 0; i < inv.manifests.size(); ++i) {
+    const auto& m = inv.manifests[i];
+    if (!m.readable) {
+      plan.refusals.push_back(fmt::format("{}: manifest could not be read", m.rel));
+      continue;
+    }
+    if (!m.parsed) {
+      plan.refusals.push_back(fmt::format("{}: manifest could not be parsed", m.rel));
+      manifests.push_back({m.rel, DeleteReason::kBadManifest, "invalid manifest", m.st, true});
+    } else if (m.broken) {
+      manifests.push_back({m.rel, DeleteReason::kBadManifest,
+                           "names a missing or damaged chunk", m.st, true});
+    } else if (!kept[i]) {
+      manifests.push_back({m.rel, DeleteReason::kSuperseded,
+                           fmt::format("beyond keep {} on every chain", opt.keep), m.st, true});
+    }
+  }
+
+  for (const auto& c : inv.chunks) {
+    auto k = ref_key(c.group, c.key);
+    if (named_by_kept.count(k)) continue;  // never plan what a kept manifest names
+    if (c.damaged) {
+      rest.push_back({c.rel, DeleteReason::kCorrupt, "damaged chunk", c.st, false});
+    } else if (!c.state_group) {
+      continue;  // full-attention chunks are the dense tier: only damage removes them
+    } else if (named_by_any.count(k)) {
+      rest.push_back({c.rel, DeleteReason::kSupersededPayload,
+                      "named only by manifests this plan deletes", c.st, false});
+    } else if (older_than_grace(c.st, opt)) {
+      rest.push_back({c.rel, DeleteReason::kOrphan, "named by no manifest", c.st, false});
+    }
+  }
+  for (const auto& t : inv.temps)
+    if (older_than_grace(t.st, opt))
+      rest.push_back({t.rel, DeleteReason::kStaleTemp, "older than the grace period", t.st, false});
+
+  auto by_rel = [](const PlanItem& a, const PlanItem& b) { return a.rel < b.rel; };
+  std::sort(manifests.begin(), manifests.end(), by_rel);
+  std::sort(rest.begin(), rest.end(), by_rel);
+  plan.manifests_planned = manifests.size();
+  if (plan.manifests_total > 0 && plan.manifests_planned == plan.manifests_total)
+    plan.refusals.push_back(fmt::format(
+        "{}: the plan would delete every manifest ({})", inv.rel.empty() ? "." : inv.rel,
+        plan.manifests_total));
+  if (!inv.namespace_ok)
+    plan.refusals.push_back(fmt::format("{}: namespace record missing or invalid",
+                                        inv.rel.empty() ? "." : inv.rel));
+  for (const auto& f : inv.findings)
+    if (f.kind == FindingKind::kUnreadable)
+      plan.refusals.push_back(fmt::format("{}: could not be read ({})", f.rel, f.detail));
+
+  for (auto& it : manifests) {
+    plan.bytes += it.st.size;
+    plan.items.push_back(std::move(it));
+  }
+  for (auto& it : rest) {
+    plan.bytes += it.st.size;
+    plan.items.push_back(std::move(it));
+  }
+  return plan;
+}
+
+void merge_plan(Plan& into, Plan&& more) {
+  // Keep the global "manifests first" order: a merged plan is swept per rank anyway.
+  for (auto& it : more.items) into.items.push_back(std::move(it));
+  into.bytes += more.bytes;
+  into.manifests_total += more.manifests_total;
+  into.manifests_planned += more.manifests_planned;
+  for (auto& r : more.refusals) into.refusals.push_back(std::move(r));
+}
+
+}  // namespace kvstore

@@ -1,0 +1,99 @@
+// Safe tree walking for kvstore: every open is relative to a directory fd
+// (openat-style), no symlink is ever followed, the walk never leaves its
+// root, and an entry that cannot be read becomes a reported problem rather
+// than an abort.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outcome.h"
+
+namespace kvstore {
+
+// An owned file descriptor; closes on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+  int get() const { return fd_; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+struct FileStat {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t mode = 0;
+  bool operator==(const FileStat&) const = default;
+};
+
+enum class EntryType { kFile, kDir, kSymlink, kOther };
+
+struct WalkEntry {
+  std::string rel;  // path relative to the walk root, '/'-separated
+  EntryType type = EntryType::kFile;
+  FileStat st;      // filled when WalkOptions::stat_files (always for non-files)
+};
+
+// Something the walk could not look at, e.g. a root-owned directory.
+struct WalkProblem {
+  std::string rel;
+  int err = 0;
+  std::string what;
+};
+
+struct WalkOptions {
+  bool stat_files = true;  // fstatat every regular file (size, mtime, inode)
+  int max_depth = 16;      // deeper directories are reported, not entered
+};
+
+struct WalkResult {
+  std::vector<WalkEntry> files;    // regular files
+  std::vector<WalkEntry> dirs;     // directories (not the root itself)
+  std::vector<WalkEntry> links;    // symlinks: reported, never followed
+  std::vector<WalkEntry> others;   // fifos, sockets, devices
+  std::vector<WalkProblem> problems;
+};
+
+// Opens `path` as a walk root: a directory, not itself a symlink.
+Outcome<Fd> open_root(const std::string& path);
+
+// Walks everything under `root_fd` (which stays open and owned by the caller).
+// `prefix` is prepended to every rel path (for walking a subdirectory).
+WalkResult walk(int root_fd, const WalkOptions& options = {});
+
+// Opens `rel` below `root_fd` without following any symlink and without
+// leaving the root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS).
+Outcome<Fd> open_beneath(int root_fd, std::string_view rel, int flags);
+
+// Opens a regular file below the root for reading; refuses anything else.
+Outcome<Fd> open_file_beneath(int root_fd, std::string_view rel);
+
+// lstat-like information for `rel` below the root.
+Outcome<FileStat> stat_beneath(int root_fd, std::string_view rel);
+
+FileStat to_file_stat(const struct stat& st);
+
+// Splits "a/b/c" into ("a/b", "c"); ("", "c") for a bare name.
+std::pair<std::string_view, std::string_view> split_parent(std::string_view rel);
+
+}  // namespace kvstore
