@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Bakes the pinned overlays into an engine tree. The Dockerfile's bake step is
+# exactly one call of this script; CI calls it directly on a copy of the
+# pinned tree, so the image and CI run the same logic.
+#
+#   bake.sh [--prefix DIR] [--engine NAME-VERSION] [--overlay BIN]
+#           [--root TREE | --python PY] [--artifacts FILE]
+#
+#   --prefix     holds anchors/, overlays/ (and bin/overlay); default: the
+#                folder above this script (the repo, or /opt/kvtier in the image)
+#   --engine     anchors/<engine>-<version> to use; default: the only one
+#   --root       the engine's site-packages tree to patch
+#   --python     interpreter of the installed engine: finds the tree when
+#                --root is absent (and checks the installed version), and
+#                compiles the injected sources (--check-injected)
+#   --artifacts  where to record the checksummed artifact list the gate
+#                verifies later; default: <prefix>/ARTIFACTS.sha256
+#
+# Exit: 0 baked and checked; 2 bad usage, artifact or engine version (nothing
+# written); otherwise the `overlay` CLI's code (1 wrong state, 3 drift,
+# 4 tampered/half-applied, 5 compile failure, 6 I/O error).
+set -euo pipefail
+KVTIER_TOOL=bake
+# shellcheck source=docker/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+prefix=$(cd "$(dirname "$0")/.." && pwd)
+engine="" overlay_bin="" root="" python="" artifacts=""
+while (($#)); do
+  case $1 in
+  --prefix | --engine | --overlay | --root | --python | --artifacts)
+    (($# >= 2)) || die "$1 needs a value"
+    case $1 in
+    --prefix) prefix=$2 ;;
+    --engine) engine=$2 ;;
+    --overlay) overlay_bin=$2 ;;
+    --root) root=$2 ;;
+    --python) python=$2 ;;
+    --artifacts) artifacts=$2 ;;
+    esac
+    shift 2
+    ;;
+  -h | --help)
+    sed -n '2,22p' "$0"
+    exit 0
+    ;;
+  *) die "unknown argument $(q "$1") (see --help)" ;;
+  esac
+done
+[[ -d $prefix ]] || die "--prefix $(q "$prefix"): not a folder"
+prefix=$(cd "$prefix" && pwd)
+artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
+
+# 1. The artifacts: the pinned order, and each overlay it names, complete.
+resolve_engine "$prefix" "$engine"
+read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
+for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
+mapfile -t files < <(list_artifacts "$prefix")
+resolve_overlay_bin "$prefix" "$overlay_bin"
+log "engine $KVTIER_ENGINE_DIR, order: ${KVTIER_ORDER[*]}"
+
+# 2. The tree: given, or the installed engine's, whose version must match.
+if [[ -z $root ]]; then
+  [[ -n $python ]] || die "pass --root TREE or --python PY"
+  root=$(discover_root "$python" "$KVTIER_ENGINE")
+  installed=$("$python" -c "import importlib.metadata as m, sys
+print(m.version(sys.argv[1]))" "$KVTIER_ENGINE" 2>/dev/null) ||
+    die "$python: cannot read the installed $KVTIER_ENGINE version"
+  [[ $installed == "$KVTIER_ENGINE_VERSION" ]] ||
+    die "$root: installed $KVTIER_ENGINE is $installed, the anchors are for $KVTIER_ENGINE_VERSION"
+fi
+[[ -d $root ]] || die "--root $(q "$root"): not a folder"
+log "tree $root"
+
+# The list is computed now, from the artifacts that get applied, and
+# recorded only once the tree checks out.
+list_tmp=$(mktemp "${TMPDIR:-/tmp}/kvtier-artifacts.XXXXXX")
+trap 'rm -f "$list_tmp"' EXIT
+(cd "$prefix" && sha256sum -- "${files[@]}") >"$list_tmp"
+
+# 3. Apply in the pinned order, compiling every injected source, then check
+# the result independently. Any drift fails the bake (and the image build).
+overlay_common_args "$prefix" "$root"
+inject=(--check-injected)
+[[ -z $python ]] || inject+=(--python "$python")
+run_overlay() {
+  local rc=0
+  "$KVTIER_OVERLAY" "$@" || rc=$?
+  ((rc == 0)) || {
+    log "overlay $1 failed with exit $rc; the tree is not baked"
+    exit "$rc"
+  }
+}
+run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}"
+run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
+
+mkdir -p "$(dirname "$artifacts")"
+cp "$list_tmp" "$artifacts.tmp"
+mv "$artifacts.tmp" "$artifacts"
+log "baked ${#KVTIER_ORDER[@]} overlays; artifact list ($((${#files[@]})) files) at $artifacts"

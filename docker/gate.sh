@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The pre-stop gate. A launcher runs it before it stops or starts anything
+# (before any docker or ssh call); any refusal exits 2, so a bad knob or a
+# broken overlay artifact never takes down a healthy deployment.
+#
+#   gate.sh [--prefix DIR] [--engine NAME-VERSION] [--overlay BIN]
+#           [--root TREE | --python PY] [--artifacts FILE]
+#
+# Checks, in this order, stopping at the first failure:
+#   1. every GLM53_KV_OFFLOAD* knob in the environment (docker/lib.sh rules);
+#   2. the artifacts: the pinned ORDER, each manifest it names (and only
+#      those, with matching overlay/engine fields), every fragment present,
+#      and every file matching the checksummed list bake.sh recorded (missing,
+#      truncated, edited, extra or re-pointed files all fail);
+#   3. the tree: `overlay check` says the state is what the knobs need
+#      (knob 1: every overlay applied, injected sources compile; knob 0:
+#      applied or pristine, never half-applied, tampered or drifted).
+#
+# Options as in bake.sh; --root or --python names the tree to check.
+# Exit: 0 go; 2 refused.
+set -euo pipefail
+KVTIER_TOOL=gate
+# shellcheck source=docker/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+prefix=$(cd "$(dirname "$0")/.." && pwd)
+engine="" overlay_bin="" root="" python="" artifacts=""
+while (($#)); do
+  case $1 in
+  --prefix | --engine | --overlay | --root | --python | --artifacts)
+    (($# >= 2)) || die "$1 needs a value"
+    case $1 in
+    --prefix) prefix=$2 ;;
+    --engine) engine=$2 ;;
+    --overlay) overlay_bin=$2 ;;
+    --root) root=$2 ;;
+    --python) python=$2 ;;
+    --artifacts) artifacts=$2 ;;
+    esac
+    shift 2
+    ;;
+  -h | --help)
+    sed -n '2,20p' "$0"
+    exit 0
+    ;;
+  *) die "unknown argument $(q "$1") (see --help)" ;;
+  esac
+done
+
+# 1. Knobs: pure checks of the environment, before touching any file.
+validate_knobs
+
+# 2. Artifacts.
+[[ -d $prefix ]] || die "--prefix $(q "$prefix"): not a folder"
+prefix=$(cd "$prefix" && pwd)
+artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
+resolve_engine "$prefix" "$engine"
+read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
+for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
+
+[[ -f $artifacts ]] || die "$artifacts: missing; run docker/bake.sh to record the artifact list"
+artifacts=$(cd "$(dirname "$artifacts")" && pwd)/$(basename "$artifacts")
+mapfile -t want < <(list_artifacts "$prefix")
+mapfile -t listed < <(sed -nE 's/^[0-9a-f]{64}  (.+)$/\1/p' "$artifacts")
+lines=$(wc -l <"$artifacts")
+((lines == ${#listed[@]})) || die "$artifacts: malformed (expected '<sha256>  <path>' lines)"
+if [[ "${want[*]}" != "${listed[*]}" ]]; then
+  extra=$(comm -23 <(printf '%s\n' "${want[@]}" | LC_ALL=C sort) <(printf '%s\n' "${listed[@]}" | LC_ALL=C sort) | head -n1)
+  gone=$(comm -13 <(printf '%s\n' "${want[@]}" | LC_ALL=C sort) <(printf '%s\n' "${listed[@]}" | LC_ALL=C sort) | head -n1)
+  [[ -z $extra ]] || die "$prefix/$extra: not in the baked artifact list $artifacts"
+  [[ -z $gone ]] || die "$prefix/$gone: listed in $artifacts but missing"
+  die "$artifacts: lists the artifacts in another order than ORDER"
+fi
+if ! bad=$(cd "$prefix" && sha256sum --check --strict --quiet "$artifacts" 2>&1); then
+  die "artifact does not match the baked list: $(head -n1 <<<"$bad")"
+fi
+
+# 3. The tree's overlay state.
+resolve_overlay_bin "$prefix" "$overlay_bin"
+if [[ -z $root ]]; then
+  [[ -n $python ]] || die "pass --root TREE or --python PY"
+  root=$(discover_root "$python" "$KVTIER_ENGINE")
+fi
+[[ -d $root ]] || die "--root $(q "$root"): not a folder"
+overlay_common_args "$prefix" "$root"
+
+overlay_says() {
+  case $1 in
+  1) echo "not in the expected state" ;;
+  2) echo "usage or manifest error" ;;
+  3) echo "drift" ;;
+  4) echo "tampered or half-applied" ;;
+  5) echo "injected source does not compile" ;;
+  6) echo "I/O error" ;;
+  *) echo "exit $1" ;;
+  esac
+}
+check() {
+  local rc=0
+  "$KVTIER_OVERLAY" check "${KVTIER_OVERLAY_ARGS[@]}" "$@" >&2 || rc=$?
+  return "$rc"
+}
+if ((KVTIER_KNOB)); then
+  inject=(--check-injected)
+  [[ -z $python ]] || inject+=(--python "$python")
+  rc=0
+  check --expect applied "${inject[@]}" || rc=$?
+  ((rc == 0)) || die "$root: GLM53_KV_OFFLOAD=1 needs every overlay applied: $(overlay_says "$rc")"
+  state=applied
+else
+  # The overlays are inert with the knob at 0, so a baked tree and a pristine
+  # one both serve as before; anything in between does not.
+  rc=0
+  check --expect applied || rc=$?
+  state=applied
+  if ((rc == 1)); then
+    rc=0
+    check --expect pristine || rc=$?
+    state=pristine
+  fi
+  ((rc == 0)) || die "$root: overlay state is neither applied nor pristine: $(overlay_says "$rc")"
+fi
+log "ok: knob $KVTIER_KNOB, overlays ${KVTIER_ORDER[*]} $state on $root"

@@ -1,0 +1,233 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # sets KVTIER_* globals for the scripts that source it
+# Shared by bake.sh, gate.sh and launch.sh. Sourced, never run.
+#
+# One place for: the knob rules, where the pinned overlay order lives
+# (anchors/<engine>-<version>/ORDER), what counts as an overlay artifact, and
+# how the `overlay` CLI is called. The scripts differ only in what they do
+# with the answers.
+
+# Every knob we know. Any other exported GLM53_KV_OFFLOAD* name is a typo
+# and is refused rather than silently ignored.
+KVTIER_KNOBS=(
+  GLM53_KV_OFFLOAD
+  GLM53_KV_OFFLOAD_DIR
+  GLM53_KV_OFFLOAD_CPU_GB
+  GLM53_KV_OFFLOAD_RESTORE
+  GLM53_KV_OFFLOAD_DRAFTER
+  GLM53_KV_OFFLOAD_KEEP_BOUNDARIES
+  GLM53_KV_OFFLOAD_BUILD_ID
+)
+
+# Exit code for every refusal of the gate, the launch plan and bake's own
+# checks: "bad input, nothing was touched".
+KVTIER_EXIT_REFUSED=2
+
+log() { printf '%s: %s\n' "${KVTIER_TOOL:-kvtier}" "$*" >&2; }
+die() {
+  log "$*"
+  exit "$KVTIER_EXIT_REFUSED"
+}
+
+# A value quoted for an error message, so control characters stay visible.
+q() { printf '%q' "$1"; }
+
+# ---------------------------------------------------------------- knobs
+
+# Is the knob in the caller's exported environment? Set-but-empty counts as
+# set (and is then refused by the value rules).
+knob_set() { [[ -n ${!1+x} ]]; }
+
+# Canonical decimal integer in [lo, hi]: no sign, no leading zeros, no spaces.
+int_in_range() {
+  local v=$1 lo=$2 hi=$3
+  [[ $v =~ ^(0|[1-9][0-9]{0,5})$ ]] || return 1
+  ((10#$v >= lo && 10#$v <= hi))
+}
+
+# Absolute store path that is safe in a docker -v spec and in a shell line:
+# a fixed character set (no whitespace, quotes, ':' or ','), no '.' or '..'
+# components, and not the root itself.
+safe_abs_dir() {
+  local v=$1
+  [[ $v =~ ^/[A-Za-z0-9._/@+-]+$ ]] || return 1
+  [[ "$v/" != */./* && "$v/" != */../* ]] || return 1
+  [[ ${v//\//} != "" ]]
+}
+
+safe_token() { [[ $1 =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ ]]; }
+
+# Validates every GLM53_KV_OFFLOAD* knob in the environment; dies (exit 2)
+# on the first bad one. On success sets KVTIER_KNOB to the effective 0|1.
+validate_knobs() {
+  local name v known
+  while IFS= read -r name; do
+    known=0
+    for v in "${KVTIER_KNOBS[@]}"; do [[ $name == "$v" ]] && known=1; done
+    ((known)) || die "unknown knob $name (known: ${KVTIER_KNOBS[*]})"
+  done < <(compgen -e | grep '^GLM53_KV_OFFLOAD' || true)
+
+  KVTIER_KNOB=0
+  if knob_set GLM53_KV_OFFLOAD; then
+    v=$GLM53_KV_OFFLOAD
+    [[ $v == 0 || $v == 1 ]] || die "GLM53_KV_OFFLOAD=$(q "$v"): must be 0 or 1"
+    KVTIER_KNOB=$v
+  fi
+  if knob_set GLM53_KV_OFFLOAD_DIR; then
+    safe_abs_dir "$GLM53_KV_OFFLOAD_DIR" ||
+      die "GLM53_KV_OFFLOAD_DIR=$(q "$GLM53_KV_OFFLOAD_DIR"): must be an absolute path of [A-Za-z0-9._/@+-] without '.' or '..' components"
+  elif ((KVTIER_KNOB)); then
+    die "GLM53_KV_OFFLOAD_DIR is required when GLM53_KV_OFFLOAD=1"
+  fi
+  if knob_set GLM53_KV_OFFLOAD_CPU_GB; then
+    int_in_range "$GLM53_KV_OFFLOAD_CPU_GB" 1 64 ||
+      die "GLM53_KV_OFFLOAD_CPU_GB=$(q "$GLM53_KV_OFFLOAD_CPU_GB"): must be an integer 1..64"
+  elif ((KVTIER_KNOB)); then
+    die "GLM53_KV_OFFLOAD_CPU_GB is required when GLM53_KV_OFFLOAD=1"
+  fi
+  if knob_set GLM53_KV_OFFLOAD_RESTORE; then
+    v=$GLM53_KV_OFFLOAD_RESTORE
+    [[ $v != 1 ]] || die "GLM53_KV_OFFLOAD_RESTORE=1 is refused: this stage stores only, nothing reads the tier back"
+    [[ $v == 0 ]] || die "GLM53_KV_OFFLOAD_RESTORE=$(q "$v"): must be 0"
+  fi
+  if knob_set GLM53_KV_OFFLOAD_DRAFTER; then
+    v=$GLM53_KV_OFFLOAD_DRAFTER
+    [[ $v == 0 || $v == 1 ]] || die "GLM53_KV_OFFLOAD_DRAFTER=$(q "$v"): must be 0 or 1"
+  fi
+  if knob_set GLM53_KV_OFFLOAD_KEEP_BOUNDARIES; then
+    int_in_range "$GLM53_KV_OFFLOAD_KEEP_BOUNDARIES" 0 1024 ||
+      die "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES=$(q "$GLM53_KV_OFFLOAD_KEEP_BOUNDARIES"): must be an integer 0..1024"
+  fi
+  if knob_set GLM53_KV_OFFLOAD_BUILD_ID; then
+    safe_token "$GLM53_KV_OFFLOAD_BUILD_ID" ||
+      die "GLM53_KV_OFFLOAD_BUILD_ID=$(q "$GLM53_KV_OFFLOAD_BUILD_ID"): must be 1-64 of [A-Za-z0-9._-], starting alphanumeric"
+  fi
+}
+
+# ------------------------------------------------- engine, order, artifacts
+
+# Picks anchors/<engine>-<version> under PREFIX: the one named, or the only
+# one present. Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
+# (vllm) and KVTIER_ENGINE_VERSION (0.33.0).
+resolve_engine() {
+  local prefix=$1 named=${2:-} found=() d
+  if [[ -n $named ]]; then
+    [[ $named =~ ^[a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*$ ]] ||
+      die "--engine $(q "$named"): expected <engine>-<version>, e.g. vllm-1.2.3"
+    [[ -f $prefix/anchors/$named/ORDER ]] || die "$prefix/anchors/$named/ORDER: missing"
+    found=("$named")
+  else
+    for d in "$prefix"/anchors/*/ORDER; do
+      [[ -f $d ]] && found+=("$(basename "$(dirname "$d")")")
+    done
+    ((${#found[@]} == 1)) ||
+      die "$prefix/anchors: expected exactly one <engine>-<version>/ORDER, found ${#found[@]}; pass --engine"
+  fi
+  KVTIER_ENGINE_DIR=${found[0]}
+  KVTIER_ENGINE=${KVTIER_ENGINE_DIR%%-[0-9]*}
+  KVTIER_ENGINE_VERSION=${KVTIER_ENGINE_DIR#"$KVTIER_ENGINE"-}
+}
+
+# Reads the pinned apply order into KVTIER_ORDER (array). Strict: one overlay
+# name per line, no blanks, no duplicates, at least one.
+read_order() {
+  local file=$1 line n=0 seen=" "
+  KVTIER_ORDER=()
+  [[ -f $file && ! -L $file ]] || die "$file: missing (or a symlink)"
+  while IFS= read -r line || [[ -n $line ]]; do
+    n=$((n + 1))
+    [[ $line =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "$file:$n: $(q "$line") is not an overlay name"
+    [[ $seen != *" $line "* ]] || die "$file:$n: $line listed twice"
+    seen+="$line "
+    KVTIER_ORDER+=("$line")
+  done <"$file"
+  ((${#KVTIER_ORDER[@]})) || die "$file: empty"
+}
+
+order_csv() {
+  local IFS=,
+  printf '%s' "${KVTIER_ORDER[*]}"
+}
+
+# The value of a top-level `key = "value"` line in a manifest; empty if the
+# key is absent or appears more than once.
+manifest_value() {
+  local file=$1 key=$2 hits
+  hits=$(grep -E "^${key}[[:space:]]*=" "$file" || true)
+  [[ -n $hits && $hits != *$'\n'* ]] || return 0
+  sed -E "s/^${key}[[:space:]]*=[[:space:]]*[\"']([^\"']*)[\"'][[:space:]]*(#.*)?$/\1/" <<<"$hits"
+}
+
+# The manifest is the one ORDER names: its overlay/engine/engine_version
+# fields agree with its file name and directory, and every fragment/source it
+# references is a regular file in overlays/<name>/. Dies otherwise.
+check_manifest() {
+  local prefix=$1 name=$2 m ref
+  m=$prefix/anchors/$KVTIER_ENGINE_DIR/$name.toml
+  [[ -f $m && ! -L $m ]] || die "$m: missing (or a symlink)"
+  [[ -d $prefix/overlays/$name && ! -L $prefix/overlays/$name ]] ||
+    die "$prefix/overlays/$name: missing (or a symlink)"
+  [[ $(manifest_value "$m" overlay) == "$name" ]] ||
+    die "$m: overlay = $(q "$(manifest_value "$m" overlay)"), but ORDER names $name"
+  [[ $(manifest_value "$m" engine) == "$KVTIER_ENGINE" ]] ||
+    die "$m: engine is not \"$KVTIER_ENGINE\""
+  [[ $(manifest_value "$m" engine_version) == "$KVTIER_ENGINE_VERSION" ]] ||
+    die "$m: engine_version is not \"$KVTIER_ENGINE_VERSION\""
+  while IFS= read -r ref; do
+    [[ $ref =~ ^[A-Za-z0-9_][A-Za-z0-9._/-]*$ && $ref != *..* ]] ||
+      die "$m: fragment/source $(q "$ref") is not a plain relative path"
+    [[ -f $prefix/overlays/$name/$ref && ! -L $prefix/overlays/$name/$ref ]] ||
+      die "$m: references $ref, but $prefix/overlays/$name/$ref is missing"
+  done < <(sed -nE "s/^[[:space:]]*(fragment|source)[[:space:]]*=[[:space:]]*[\"']([^\"']+)[\"'].*$/\2/p" "$m")
+}
+
+# Prints, relative to PREFIX and one per line, every artifact of the pinned
+# order: ORDER, each manifest, every file under each overlay's folder
+# (byte-code caches excepted). Dies on a symlink among them.
+list_artifacts() {
+  local prefix=$1 name links
+  printf '%s\n' "anchors/$KVTIER_ENGINE_DIR/ORDER"
+  for name in "${KVTIER_ORDER[@]}"; do
+    printf '%s\n' "anchors/$KVTIER_ENGINE_DIR/$name.toml"
+    links=$(cd "$prefix" && find "overlays/$name" -type l -print -quit)
+    [[ -z $links ]] || die "$prefix/$links: symlinks are not allowed among overlay artifacts"
+    (cd "$prefix" && find "overlays/$name" -name __pycache__ -prune -o -type f ! -name '*.pyc' -print) |
+      LC_ALL=C sort
+  done
+}
+
+# ----------------------------------------------------------- overlay CLI
+
+# Arguments every `overlay` call shares: the tree, the manifests of this
+# engine and the pinned order.
+overlay_common_args() {
+  local prefix=$1 root=$2
+  KVTIER_OVERLAY_ARGS=(--root "$root" --manifests "$prefix/anchors/$KVTIER_ENGINE_DIR"
+    --overlays "$(order_csv)")
+}
+
+# Picks the overlay binary: the one named, <prefix>/bin/overlay, or PATH.
+resolve_overlay_bin() {
+  local prefix=$1 named=${2:-}
+  if [[ -n $named ]]; then
+    KVTIER_OVERLAY=$named
+  elif [[ -x $prefix/bin/overlay ]]; then
+    KVTIER_OVERLAY=$prefix/bin/overlay
+  else
+    KVTIER_OVERLAY=$(command -v overlay || true)
+  fi
+  [[ -n $KVTIER_OVERLAY && -x $KVTIER_OVERLAY ]] ||
+    die "overlay tool not found (pass --overlay PATH or install it as $prefix/bin/overlay)"
+}
+
+# The site-packages folder that holds `vllm` for the given python, found
+# without importing vLLM (that would pull in torch).
+discover_root() {
+  local python=$1 pkg=$2 root
+  root=$("$python" -c "import importlib.util, os, sys
+s = importlib.util.find_spec(sys.argv[1])
+print(os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else '')" "$pkg" 2>/dev/null) ||
+    die "$python: cannot run it to find the installed $pkg"
+  [[ -n $root && -d $root/$pkg ]] || die "$python: $pkg is not installed"
+  printf '%s' "$root"
+}
