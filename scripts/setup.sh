@@ -15,7 +15,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev shellcheck
   python3 python3-pip unzip
 )
-PIP_PACKAGES=(pytest)
+PIP_PACKAGES=(pytest numpy typing_extensions)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,0 +1,136 @@
+"""Shared fixtures: built tools, the pinned engine tree, and the harness.
+
+The engine version is never written here: every pin set fixtures/<engine>-<version>/
+is a parameter of `pin_dir` (KVTIER_ENGINE=<engine>-<version> picks one), and the
+fixtures below derive the tree, pins, manifests and ORDER from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
+
+def _pin_dirs() -> list[Path]:
+    dirs = sorted(p.parent for p in REPO_ROOT.glob("fixtures/*/PINS"))
+    wanted = os.environ.get("KVTIER_ENGINE")
+    if wanted:
+        dirs = [d for d in dirs if d.name == wanted]
+        if not dirs:
+            raise pytest.UsageError(f"KVTIER_ENGINE={wanted}: no fixtures/{wanted}/PINS")
+    return dirs
+
+
+PIN_DIRS = _pin_dirs()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def build_dir(repo_root) -> Path:
+    return Path(os.environ.get("KVTIER_BUILD_DIR", repo_root / "build")).resolve()
+
+
+def _tool(build_dir: Path, rel: str) -> Path:
+    path = build_dir / rel
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build it)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def overlay_bin(build_dir) -> Path:
+    return _tool(build_dir, "patcher/overlay")
+
+
+@pytest.fixture(scope="session")
+def kvstore_bin(build_dir) -> Path:
+    return _tool(build_dir, "gc/kvstore")
+
+
+@pytest.fixture(scope="session", params=PIN_DIRS, ids=[d.name for d in PIN_DIRS])
+def pin_dir(request) -> Path:
+    """fixtures/<engine>-<version>/: one pin set (a parameter when several exist)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def engine_name(pin_dir) -> str:
+    return harness.split_pin_dir(pin_dir)[0]
+
+
+@pytest.fixture(scope="session")
+def engine_version(pin_dir) -> str:
+    return harness.split_pin_dir(pin_dir)[1]
+
+
+@pytest.fixture(scope="session")
+def pins(pin_dir) -> list[harness.Pin]:
+    return harness.read_pins(pin_dir / "PINS")
+
+
+@functools.cache
+def fetch_tree(pin_dir: Path) -> Path:
+    """Runs fixtures/fetch.py for one pin set (once per session); its tree path."""
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "fixtures/fetch.py"), "--pins", str(pin_dir / "PINS")],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"fetch.py failed (exit {done.returncode}): {done.stderr.strip()}")
+    return Path(done.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def engine_tree(pin_dir) -> Path:
+    """The pristine pinned tree (fetched and verified by fixtures/fetch.py).
+
+    Shared by the whole session and by other checkouts: read it, never write it;
+    use `tree_copy` to change files.
+    """
+    return fetch_tree(pin_dir)
+
+
+@pytest.fixture
+def tree_copy(engine_tree, tmp_path) -> Path:
+    """A private, writable copy of the pristine tree (site-packages-like root)."""
+    dst = tmp_path / "site-packages"
+    shutil.copytree(engine_tree, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+@pytest.fixture(scope="session")
+def manifests_dir(repo_root, engine_name, engine_version) -> Path:
+    return repo_root / "anchors" / f"{engine_name}-{engine_version}"
+
+
+@pytest.fixture(scope="session")
+def order(manifests_dir) -> list[str]:
+    """The pinned overlay apply order (anchors/<engine>-<version>/ORDER)."""
+    path = manifests_dir / "ORDER"
+    if not path.is_file():
+        return []
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+@pytest.fixture
+def pristine(engine_tree, engine_name):
+    """An active harness namespace over the pristine tree: pristine.load("vllm...")."""
+    with harness.engine(engine_tree, package=engine_name) as ns:
+        yield ns
