@@ -69,7 +69,7 @@ if [[ "${want[*]}" != "${listed[*]}" ]]; then
   gone=$(comm -13 <(printf '%s\n' "${want[@]}" | LC_ALL=C sort) <(printf '%s\n' "${listed[@]}" | LC_ALL=C sort) | head -n1)
   [[ -z $extra ]] || die "$prefix/$extra: not in the baked artifact list $artifacts"
   [[ -z $gone ]] || die "$prefix/$gone: listed in $artifacts but missing"
-  die "$artifacts: lists the artifacts in another order than ORDER"
+  die "$artifacts: baked with another overlay order than ORDER names now"
 fi
 if ! bad=$(cd "$prefix" && sha256sum --check --strict --quiet "$artifacts" 2>&1); then
   die "artifact does not match the baked list: $(head -n1 <<<"$bad")"

@@ -114,28 +114,34 @@ resolve_engine() {
   if [[ -n $named ]]; then
     [[ $named =~ ^[a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*$ ]] ||
       die "--engine $(q "$named"): expected <engine>-<version>, e.g. vllm-1.2.3"
-    [[ -f $prefix/anchors/$named/ORDER ]] || die "$prefix/anchors/$named/ORDER: missing"
+    [[ -d $prefix/anchors/$named ]] || die "$prefix/anchors/$named/ORDER: missing"
     found=("$named")
   else
-    for d in "$prefix"/anchors/*/ORDER; do
-      [[ -f $d ]] && found+=("$(basename "$(dirname "$d")")")
+    for d in "$prefix"/anchors/*/; do
+      [[ -d $d ]] && found+=("$(basename "$d")")
     done
     ((${#found[@]} == 1)) ||
-      die "$prefix/anchors: expected exactly one <engine>-<version>/ORDER, found ${#found[@]}; pass --engine"
+      die "$prefix/anchors: expected exactly one <engine>-<version> folder, found ${#found[@]}; pass --engine"
+    [[ ${found[0]} =~ ^[a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*$ ]] ||
+      die "$prefix/anchors/${found[0]}: not an <engine>-<version> folder"
   fi
   KVTIER_ENGINE_DIR=${found[0]}
   KVTIER_ENGINE=${KVTIER_ENGINE_DIR%%-[0-9]*}
   KVTIER_ENGINE_VERSION=${KVTIER_ENGINE_DIR#"$KVTIER_ENGINE"-}
 }
 
-# Reads the pinned apply order into KVTIER_ORDER (array). Strict: one overlay
-# name per line, no blanks, no duplicates, at least one.
+# Reads the pinned apply order into KVTIER_ORDER (array): one overlay name a
+# line; blank and '#' lines are skipped (as the overlay CLI does); no
+# duplicates; at least one.
 read_order() {
   local file=$1 line n=0 seen=" "
   KVTIER_ORDER=()
   [[ -f $file && ! -L $file ]] || die "$file: missing (or a symlink)"
   while IFS= read -r line || [[ -n $line ]]; do
     n=$((n + 1))
+    line=${line#"${line%%[![:space:]]*}"}
+    line=${line%"${line##*[![:space:]]}"}
+    [[ -n $line && $line != \#* ]] || continue
     [[ $line =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "$file:$n: $(q "$line") is not an overlay name"
     [[ $seen != *" $line "* ]] || die "$file:$n: $line listed twice"
     seen+="$line "
