@@ -1,0 +1,199 @@
+"""Every overlay in ORDER (that has a manifest) on a copy of the REAL pinned tree,
+through the `overlay` CLI: anchors match, apply -> check -> revert round trip,
+idempotence, and the drift refusal. The patched files are then loaded by the
+harness, so the injected code is executed, not only compiled.
+
+Exit codes are the engine's documented contract (docs/OVERLAYS.md):
+0 ok, 1 not in the expected state, 2 usage/manifest, 3 drift,
+4 tampered/half-applied, 5 compile, 6 I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import harness
+from conftest import PIN_DIRS, REPO_ROOT, fetch_tree
+
+EXIT_OK = 0
+EXIT_DRIFT = 3
+
+
+def _order(pin_dir: Path) -> list[str]:
+    path = REPO_ROOT / "anchors" / pin_dir.name / "ORDER"
+    if not path.is_file():
+        return []
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _manifest_path(pin_dir: Path, overlay: str) -> Path:
+    return REPO_ROOT / "anchors" / pin_dir.name / f"{overlay}.toml"
+
+
+def pytest_generate_tests(metafunc):
+    if "overlay" in metafunc.fixturenames:
+        params = [
+            pytest.param(d, name, id=f"{d.name}:{name}")
+            for d in PIN_DIRS
+            for name in _order(d)
+            if _manifest_path(d, name).is_file()
+        ]
+        metafunc.parametrize(("overlay_pins", "overlay"), params)
+
+
+class Case:
+    """One overlay on a private copy of the pinned tree."""
+
+    def __init__(self, overlay_bin: Path, pin_dir: Path, overlay: str, tmp: Path):
+        self.bin = overlay_bin
+        self.pin_dir = pin_dir
+        self.overlay = overlay
+        self.manifests = REPO_ROOT / "anchors" / pin_dir.name
+        self.manifest = tomllib.loads(_manifest_path(pin_dir, overlay).read_text())
+        self.engine = harness.split_pin_dir(pin_dir)[0]
+        self.pins = {p.path: p.sha256 for p in harness.read_pins(pin_dir / "PINS")}
+        order = _order(pin_dir)
+        # Apply what the order puts before it, then it: stacked overlays anchor
+        # inside earlier overlays' regions.
+        present = [n for n in order if _manifest_path(pin_dir, n).is_file()]
+        self.stack = present[: present.index(overlay) + 1]
+        self.root = tmp / "site-packages"
+        shutil.copytree(
+            fetch_tree(pin_dir), self.root, ignore=shutil.ignore_patterns("__pycache__")
+        )
+
+    def run(self, command: str, overlays: list[str] | None = None):
+        args = [
+            str(self.bin), command,
+            "--root", str(self.root),
+            "--manifests", str(self.manifests),
+            "--overlays", ",".join(overlays or self.stack),
+        ]  # fmt: skip
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        done.output = done.stdout + done.stderr
+        return done
+
+    def expect(self, command: str, code: int, overlays: list[str] | None = None):
+        done = self.run(command, overlays)
+        assert done.returncode == code, (
+            f"overlay {command} {','.join(overlays or self.stack)}: exit"
+            f" {done.returncode}, expected {code}\n{done.output}"
+        )
+        return done
+
+    def snapshot(self) -> dict[str, tuple[bytes, int]]:
+        """Every file's bytes and mtime: 'wrote nothing' means this is unchanged."""
+        return {
+            p.relative_to(self.root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(self.root.rglob("*"))
+            if p.is_file()
+        }
+
+    def tree_hashes(self) -> dict[str, str]:
+        return {
+            p.relative_to(self.root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in self.root.rglob("*")
+            if p.is_file()
+        }
+
+
+@pytest.fixture
+def case(overlay_bin, overlay_pins, overlay, tmp_path) -> Case:
+    return Case(overlay_bin, overlay_pins, overlay, tmp_path)
+
+
+def test_manifest_targets_are_pinned(overlay_pins, overlay):
+    """Each file the overlay touches is pinned, with the manifest's pristine sha256."""
+    manifest = tomllib.loads(_manifest_path(overlay_pins, overlay).read_text())
+    pins = {p.path: p.sha256 for p in harness.read_pins(overlay_pins / "PINS")}
+    for target in manifest.get("files", []):
+        assert target["path"] in pins, f"{target['path']} is not in PINS"
+        assert target["sha256"] == pins[target["path"]], target["path"]
+
+
+def test_anchors_match_pinned_tree(case):
+    before = case.snapshot()
+    case.expect("plan", EXIT_OK)
+    assert case.snapshot() == before, "plan wrote to the tree"
+
+
+def test_apply_check_revert_round_trip(case):
+    case.expect("apply", EXIT_OK)
+    case.expect("check", EXIT_OK)
+
+    targets = [f["path"] for f in case.manifest.get("files", [])]
+    new_files = [f["path"] for f in case.manifest.get("new_files", [])]
+    hashes = case.tree_hashes()
+    changed = [t for t in targets if hashes[t] != case.pins[t]]
+    applies_edits = any(
+        "superseded_by" not in e
+        for f in case.manifest.get("files", [])
+        for e in f.get("edits", [])
+    )
+    assert changed or not applies_edits, "apply exited 0 but changed no target"
+    for path in new_files:
+        assert (case.root / path).is_file(), f"new file {path} missing after apply"
+
+    # The patched code runs: every patched file and new module loads for real.
+    with harness.engine(case.root, package=case.engine) as ns:
+        for path in targets + new_files:
+            module = harness.module_name(path)
+            if module:
+                mod = ns.load(module)
+                assert Path(mod.__file__) == case.root / path
+
+    for name in reversed(case.stack):
+        case.expect("revert", EXIT_OK, [name])
+    assert case.tree_hashes() == case.pins, "revert did not restore the pinned bytes"
+
+
+def test_second_apply_writes_nothing(case):
+    case.expect("apply", EXIT_OK)
+    after_first = case.snapshot()
+    case.expect("apply", EXIT_OK)
+    assert case.snapshot() == after_first, "second apply changed bytes or mtimes"
+    case.expect("check", EXIT_OK)
+
+
+def _drift_target(case: Case) -> tuple[str, str, str] | None:
+    """(file, edit id, anchor's first line) of an edit anchored in pristine text."""
+    for target in case.manifest.get("files", []):
+        text = (case.root / target["path"]).read_text()
+        lines = text.splitlines()
+        for edit in target.get("edits", []):
+            anchor = edit.get("anchor")
+            if not anchor or "superseded_by" in edit:
+                continue
+            first = anchor.splitlines()[0]
+            if first.strip() and first in lines:
+                return target["path"], edit["id"], first
+    return None
+
+
+def test_drift_is_refused_without_writing(case):
+    found = _drift_target(case)
+    if found is None:
+        pytest.skip(f"{case.overlay}: no edit anchored in pristine text to drift")
+    path, edit_id, first = found
+    target = case.root / path
+    drifted = first + "  # drifted upstream"
+    lines = target.read_text().split("\n")
+    target.write_text("\n".join(drifted if line == first else line for line in lines))
+    before = case.snapshot()
+
+    done = case.expect("apply", EXIT_DRIFT)
+
+    assert case.snapshot() == before, "apply wrote despite drift"
+    assert edit_id in done.output or first.strip() in done.output, (
+        f"drift report does not name the anchor ({edit_id}):\n{done.output}"
+    )
+    assert "# drifted upstream" in done.output, (
+        f"drift report does not show the changed line:\n{done.output}"
+    )
