@@ -1,0 +1,329 @@
+"""Launch configuration (docker/launch.sh): knob 0 adds nothing, knob 1 gives
+every rank the same connector JSON, mount and env, and `compare` catches a
+rank that differs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from docker_support import REPO, baked_rig
+
+SERVE = ["vllm", "serve", "org/model", "--tensor-parallel-size", "2", "--port", "8000"]
+BASE_ENV = (
+    "HF_HOME=/models\n"
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:512\n"
+    "VLLM_LOGGING_LEVEL=INFO\n"
+)
+KNOB1 = {
+    "GLM53_KV_OFFLOAD": "1",
+    "GLM53_KV_OFFLOAD_DIR": "/data/glm53-kv-offload",
+    "GLM53_KV_OFFLOAD_CPU_GB": "16",
+}
+
+
+@pytest.fixture
+def rig(tmp_path):
+    return baked_rig(tmp_path)
+
+
+def plan(rig, out: Path, knobs: dict, ranks="0,1", base_env=BASE_ENV, argv=SERVE):
+    args = ["plan", "--ranks", ranks, "--out", str(out), "--prefix", str(rig.prefix)]
+    if base_env is not None:
+        env_file = out.parent / f"{out.name}.base-env"
+        env_file.write_text(base_env)
+        args += ["--base-env", str(env_file)]
+    return rig.run("launch.sh", *args, "--", *argv, **knobs)
+
+
+def read_rank(out: Path, rank: int) -> dict[str, bytes]:
+    d = out / f"rank{rank}"
+    return {f: (d / f).read_bytes() for f in ("argv", "env", "mounts", "order")}
+
+
+def connector(out: Path, rank: int) -> dict:
+    argv = (out / f"rank{rank}" / "argv").read_text().splitlines()
+    i = argv.index("--kv-transfer-config")
+    return json.loads(argv[i + 1])
+
+
+# ---------------------------------------------------------------- knob 0
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"GLM53_KV_OFFLOAD": "0"}, {"GLM53_KV_OFFLOAD": "0", "GLM53_KV_OFFLOAD_DRAFTER": "1",
+                                      "GLM53_KV_OFFLOAD_CPU_GB": "8"}],
+    ids=["unset", "zero", "zero-with-other-knobs"],
+)
+def test_knob_0_is_byte_identical_to_no_tier(rig, tmp_path, knobs):
+    out = tmp_path / "plan"
+    res = plan(rig, out, knobs)
+    assert res.returncode == 0, res.stderr
+    for rank in (0, 1):
+        files = read_rank(out, rank)
+        assert files["argv"] == "".join(a + "\n" for a in SERVE).encode()
+        assert files["env"] == BASE_ENV.encode()  # expandable_segments kept
+        assert files["mounts"] == b""
+    assert "expandable_segments" not in res.stderr
+
+
+@pytest.mark.parametrize("knob", ["0", "1"])
+def test_planning_creates_no_store_folder(rig, tmp_path, knob):
+    store = tmp_path / "store"
+    out = tmp_path / "plan"
+    res = plan(rig, out, dict(KNOB1, GLM53_KV_OFFLOAD=knob, GLM53_KV_OFFLOAD_DIR=str(store)))
+    assert res.returncode == 0, res.stderr
+    assert not store.exists()  # the launcher makes it per node, knob 1 only
+    mounts = (out / "rank0" / "mounts").read_text()
+    assert mounts == ("" if knob == "0" else f"{store}:{store}:rw\n")
+
+
+def test_knob_0_output_equals_a_run_without_any_knob(rig, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert plan(rig, a, {}).returncode == 0
+    assert plan(rig, b, {"GLM53_KV_OFFLOAD": "0", "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES": "5"}).returncode == 0
+    for rank in (0, 1):
+        assert read_rank(a, rank) == read_rank(b, rank)
+
+
+def test_knob_0_keeps_base_env_bytes_without_trailing_newline(rig, tmp_path):
+    out = tmp_path / "plan"
+    assert plan(rig, out, {}, base_env="A=1\nB=two words").returncode == 0
+    assert (out / "rank0" / "env").read_bytes() == b"A=1\nB=two words"
+
+
+def test_knob_0_without_base_env_gives_empty_env(rig, tmp_path):
+    out = tmp_path / "plan"
+    assert plan(rig, out, {}, base_env=None).returncode == 0
+    assert (out / "rank1" / "env").read_bytes() == b""
+
+
+# ---------------------------------------------------------------- knob 1
+
+
+def test_knob_1_connector_json(rig, tmp_path):
+    out = tmp_path / "plan"
+    res = plan(rig, out, KNOB1, ranks="0,1,2,3")
+    assert res.returncode == 0, res.stderr
+    cfg = connector(out, 0)
+    assert cfg == {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "spec_name": "TieringOffloadingSpec",
+            "cpu_bytes_to_use": 16 * 2**30,
+            "blocks_per_chunk": 1,
+            "offload_prompt_only": False,
+            "secondary_tiers": [],
+        },
+    }
+    for rank in (1, 2, 3):
+        assert connector(out, rank) == cfg
+        assert read_rank(out, rank) == read_rank(out, 0)
+    argv = (out / "rank0" / "argv").read_text().splitlines()
+    assert argv[: len(SERVE)] == SERVE and argv.count("--kv-transfer-config") == 1
+    assert rig.run("launch.sh", "compare", str(out)).returncode == 0
+
+
+@pytest.mark.parametrize("gb", ["1", "64"])
+def test_cpu_bytes_follow_cpu_gb(rig, tmp_path, gb):
+    out = tmp_path / "plan"
+    assert plan(rig, out, dict(KNOB1, GLM53_KV_OFFLOAD_CPU_GB=gb)).returncode == 0
+    extra = connector(out, 1)["kv_connector_extra_config"]
+    assert extra["cpu_bytes_to_use"] == int(gb) << 30
+
+
+def test_knob_1_env_mount_and_expandable_segments(rig, tmp_path):
+    out = tmp_path / "plan"
+    res = plan(rig, out, dict(KNOB1, GLM53_KV_OFFLOAD_BUILD_ID="b1"))
+    assert res.returncode == 0, res.stderr
+    env = (out / "rank0" / "env").read_text().splitlines()
+    assert env == [
+        "HF_HOME=/models",
+        "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
+        "VLLM_LOGGING_LEVEL=INFO",
+        "GLM53_KV_OFFLOAD=1",
+        "GLM53_KV_OFFLOAD_DIR=/data/glm53-kv-offload",
+        "GLM53_KV_OFFLOAD_CPU_GB=16",
+        "GLM53_KV_OFFLOAD_BUILD_ID=b1",
+    ]
+    assert (out / "rank1" / "mounts").read_text() == (
+        "/data/glm53-kv-offload:/data/glm53-kv-offload:rw\n"
+    )
+    assert "dropping expandable_segments:True" in res.stderr
+    assert "CuMem" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "conf,after",
+    [
+        ("expandable_segments:True", None),
+        (" expandable_segments:True ,garbage_collection_threshold:0.6",
+         "garbage_collection_threshold:0.6"),
+        ("expandable_segments:False", "expandable_segments:False"),
+        ("max_split_size_mb:128", "max_split_size_mb:128"),
+    ],
+)
+def test_expandable_segments_removed_only_with_knob_1(rig, tmp_path, conf, after):
+    base = f"A=1\nPYTORCH_CUDA_ALLOC_CONF={conf}\n"
+    k0, k1 = tmp_path / "k0", tmp_path / "k1"
+    assert plan(rig, k0, {}, base_env=base).returncode == 0
+    res = plan(rig, k1, KNOB1, base_env=base)
+    assert res.returncode == 0, res.stderr
+    assert (k0 / "rank0" / "env").read_text() == base
+    got = [ln for ln in (k1 / "rank0" / "env").read_text().splitlines()
+           if ln.startswith("PYTORCH_CUDA_ALLOC_CONF=")]
+    assert got == ([] if after is None else [f"PYTORCH_CUDA_ALLOC_CONF={after}"])
+    assert ("dropping expandable_segments" in res.stderr) == (after != conf)
+
+
+def test_build_id_derived_from_baked_artifacts(rig, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert plan(rig, a, KNOB1).returncode == 0
+    ids = {(a / f"rank{r}" / "env").read_text().splitlines()[-1] for r in (0, 1)}
+    assert len(ids) == 1
+    (build_id,) = ids
+    assert re.fullmatch(r"GLM53_KV_OFFLOAD_BUILD_ID=kvtier-[0-9a-f]{16}", build_id)
+    # Another overlay content -> another namespace fence.
+    f = rig.prefix / "overlays/kv-offload-store-local/kv_store_local.py"
+    f.write_text(f.read_text() + "# changed\n")
+    assert rig.bake().returncode == 0
+    assert plan(rig, b, KNOB1).returncode == 0
+    assert (b / "rank0" / "env").read_text().splitlines()[-1] != build_id
+
+
+def test_order_is_emitted_identically_from_the_one_order_file(rig, tmp_path):
+    out = tmp_path / "plan"
+    assert plan(rig, out, KNOB1, ranks="0,1,5").returncode == 0
+    order = (rig.prefix / "anchors").glob("*/ORDER")
+    want = next(order).read_bytes()
+    for r in (0, 1, 5):
+        assert (out / f"rank{r}" / "order").read_bytes() == want
+
+
+# ---------------------------------------------------------------- compare
+
+
+@pytest.mark.parametrize(
+    "file,mutate,needle",
+    [
+        ("argv", lambda t: t.replace('"cpu_bytes_to_use":17179869184',
+                                     '"cpu_bytes_to_use":17179869185'), "connector JSON"),
+        ("argv", lambda t: t.replace('"offload_prompt_only":false',
+                                     '"offload_prompt_only":true'), "connector JSON"),
+        ("argv", lambda t: t.replace("8000", "8001"), "argv differs"),
+        ("env", lambda t: t.replace("GLM53_KV_OFFLOAD_CPU_GB=16", "GLM53_KV_OFFLOAD_CPU_GB=8"),
+         "env differs"),
+        ("mounts", lambda t: "", "mounts differs"),
+        ("order", lambda t: "".join(reversed(t.splitlines(keepends=True))), "order differs"),
+    ],
+)
+def test_compare_detects_a_one_rank_mismatch(rig, tmp_path, file, mutate, needle):
+    out = tmp_path / "plan"
+    assert plan(rig, out, KNOB1, ranks="0,1,2").returncode == 0
+    assert rig.run("launch.sh", "compare", str(out)).returncode == 0
+    p = out / "rank2" / file
+    text = p.read_text()
+    assert mutate(text) != text
+    p.write_text(mutate(text))
+    res = rig.run("launch.sh", "compare", str(out))
+    assert res.returncode == 2
+    assert f"rank2: {needle}" in res.stderr
+
+
+def test_compare_detects_a_missing_file(rig, tmp_path):
+    out = tmp_path / "plan"
+    assert plan(rig, out, KNOB1).returncode == 0
+    (out / "rank1" / "mounts").unlink()
+    res = rig.run("launch.sh", "compare", str(out))
+    assert res.returncode == 2 and "rank1/mounts: missing" in res.stderr
+
+
+# ---------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    "knobs,kwargs,needle",
+    [
+        (dict(KNOB1, GLM53_KV_OFFLOAD_RESTORE="1"), {}, "RESTORE=1 is refused"),
+        (dict(KNOB1, GLM53_KV_OFFLOAD="2"), {}, "GLM53_KV_OFFLOAD=2"),
+        (KNOB1, {"argv": SERVE + ["--kv-transfer-config", "{}"]}, "owns the connector"),
+        (KNOB1, {"argv": SERVE + ["--kv-transfer-config={}"]}, "owns the connector"),
+        (KNOB1, {"argv": SERVE + ["--kv-offloading-size", "8"]}, "owns the connector"),
+        (KNOB1, {"base_env": "GLM53_KV_OFFLOAD=1\n"}, "caller's environment"),
+        ({}, {"base_env": "not an assignment\n"}, "expected KEY=VALUE"),
+        ({}, {"ranks": "0,0"}, "listed twice"),
+        ({}, {"ranks": "0;1"}, "expected e.g. 0,1"),
+        ({}, {"argv": ["vllm", "serve", "two\nlines"]}, "contains a newline"),
+        ({}, {"argv": []}, "no serve argv"),
+    ],
+)
+def test_plan_refuses_and_writes_nothing(rig, tmp_path, knobs, kwargs, needle):
+    out = tmp_path / "plan"
+    res = plan(rig, out, knobs, **kwargs)
+    assert res.returncode == 2, res.stderr
+    assert needle in res.stderr
+    assert not out.exists()
+    assert not list(tmp_path.glob(".launch.*"))
+
+
+def test_plan_never_overwrites(rig, tmp_path):
+    out = tmp_path / "plan"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    res = plan(rig, out, {})
+    assert res.returncode == 2 and "already exists" in res.stderr
+    assert os.listdir(out) == ["keep"]
+
+
+def test_knob_1_without_baked_list_needs_a_build_id(rig, tmp_path):
+    rig.artifacts.unlink()
+    res = plan(rig, tmp_path / "a", KNOB1)
+    assert res.returncode == 2 and "set GLM53_KV_OFFLOAD_BUILD_ID" in res.stderr
+    res = plan(rig, tmp_path / "b", dict(KNOB1, GLM53_KV_OFFLOAD_BUILD_ID="x1"))
+    assert res.returncode == 0, res.stderr
+
+
+# ------------------------------------------------- against the pinned engine
+
+
+def _pinned_wheel() -> Path | None:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvtier/wheels"
+    for wheel_file in REPO.glob("fixtures/*/WHEEL"):
+        engine, version = wheel_file.parent.name.split("-", 1)
+        for whl in cache.glob(f"{engine}-{version}-*.whl"):
+            return whl
+    return None
+
+
+def test_connector_keys_are_the_pinned_engines(rig, tmp_path):
+    """Every key we emit is one the pinned engine reads, under that name."""
+    whl = _pinned_wheel()
+    if whl is None:
+        pytest.skip("pinned wheel not cached (run scripts/setup.sh)")
+    out = tmp_path / "plan"
+    assert plan(rig, out, KNOB1).returncode == 0
+    cfg = connector(out, 0)
+    with zipfile.ZipFile(whl) as z:
+        src = "\n".join(
+            z.read(n).decode()
+            for n in z.namelist()
+            if n.endswith(".py") and ("kv_offload/" in n or "/offloading" in n
+                                      or n.endswith("config/kv_transfer.py"))
+        )
+        registered = z.read("vllm/v1/kv_offload/factory.py").decode()
+        connector_factory = z.read(
+            "vllm/distributed/kv_transfer/kv_connector/factory.py").decode()
+    for key in cfg["kv_connector_extra_config"]:
+        assert re.search(rf'extra_config\.get\(\s*"{key}"', src), key
+    for key in ("kv_connector", "kv_role", "kv_connector_extra_config"):
+        assert re.search(rf"^    {key}: ", src, re.M), key
+    assert f'"{cfg["kv_connector_extra_config"]["spec_name"]}"' in registered
+    assert f'"{cfg["kv_connector"]}"' in connector_factory
+    assert "kv_both" in src
