@@ -1,0 +1,184 @@
+"""docker/bake.sh: the image's bake step, run here as CI runs it.
+
+First against the stub overlay CLI (exit-code relay, the artifact list, the
+installed-version check), then with the real `overlay` on a copy of the
+pinned engine tree and the real manifests and overlays: bake succeeds, the
+gate then passes, and a drifted tree fails the bake.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from docker_support import DOCKER, ENGINE_DIR, REPO, make_rig, write_exec
+
+
+@pytest.fixture
+def rig(tmp_path):
+    return make_rig(tmp_path)
+
+
+def test_bake_applies_checks_and_records_the_list(rig):
+    pyc = rig.prefix / "overlays/kv-offload-scope/__pycache__"
+    pyc.mkdir()
+    (pyc / "kv_offload_scope.cpython-311.pyc").write_bytes(b"\0")
+    res = rig.bake()
+    assert res.returncode == 0, res.stderr
+    calls = rig.overlay_calls()
+    assert [c.split()[1] for c in calls] == ["apply", "check"]
+    assert all("--check-injected" in c for c in calls)
+    assert "--overlays kv-offload-scope,kv-offload-store-local" in calls[0]
+    assert calls[1].endswith("--expect applied")
+    listed = [ln.split("  ", 1)[1] for ln in rig.artifacts.read_text().splitlines()]
+    assert listed[0] == f"anchors/{ENGINE_DIR}/ORDER"
+    assert listed[1] == f"anchors/{ENGINE_DIR}/kv-offload-scope.toml"
+    assert "overlays/kv-offload-store-local/kv_store_format.py" in listed
+    assert not any("__pycache__" in p for p in listed)
+    # Baking an already baked tree converges: same list, exit 0.
+    before = rig.artifacts.read_bytes()
+    assert rig.bake().returncode == 0
+    assert rig.artifacts.read_bytes() == before
+
+
+@pytest.mark.parametrize("state,code", [("drift", 3), ("tampered", 4)])
+def test_bake_relays_overlay_failure_and_records_nothing(rig, state, code):
+    rig.set_state(state)
+    res = rig.bake()
+    assert res.returncode == code
+    assert "the tree is not baked" in res.stderr
+    assert not rig.artifacts.exists()
+
+
+def test_bake_fails_when_injected_code_does_not_compile(rig):
+    (rig.tree / ".fake-bad-inject").write_text("")
+    res = rig.bake()
+    assert res.returncode == 5 and not rig.artifacts.exists()
+
+
+def test_bake_refuses_a_bad_artifact_before_touching_the_tree(rig):
+    m = rig.anchors / "kv-offload-store-local.toml"
+    m.write_text(m.read_text().replace('overlay = "kv-offload-store-local"',
+                                       'overlay = "kv-offload-scope"'))
+    res = rig.bake()
+    assert res.returncode == 2 and "ORDER names kv-offload-store-local" in res.stderr
+    assert rig.overlay_calls() == [] and not rig.artifacts.exists()
+
+
+def _fake_install(tmp: Path, version: str) -> Path:
+    """A python whose import path holds a `vllm` package of `version`."""
+    site = tmp / f"site-{version}"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    info = site / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    py = tmp / f"python-{version}"
+    write_exec(py, f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    return py
+
+
+def test_bake_finds_the_installed_tree_with_the_image_python(rig, tmp_path):
+    py = _fake_install(tmp_path, "9.9.9")
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py))
+    assert res.returncode == 0, res.stderr
+    site = tmp_path / "site-9.9.9"
+    assert f"--root {site} " in rig.overlay_calls()[0]
+    assert f"--python {py}" in rig.overlay_calls()[0]
+
+
+def test_bake_refuses_another_installed_version(rig, tmp_path):
+    py = _fake_install(tmp_path, "9.9.8")
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py))
+    assert res.returncode == 2
+    assert "installed vllm is 9.9.8, the anchors are for 9.9.9" in res.stderr
+    assert rig.overlay_calls() == []
+
+
+def test_bake_usage_errors(rig):
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix))
+    assert res.returncode == 2 and "--root TREE or --python PY" in res.stderr
+    res = rig.run("bake.sh", "--bogus")
+    assert res.returncode == 2 and "unknown argument" in res.stderr
+
+
+# --------------------------------------- real overlay CLI, real pinned tree
+
+
+@pytest.fixture
+def real_prefix(tmp_path, manifests_dir, order, overlay_bin) -> Path:
+    """A snapshot of the real anchors and overlays of the pinned order (the
+    shared checkout keeps changing), laid out like /opt/kvtier."""
+    if not order or not all((manifests_dir / f"{n}.toml").is_file() for n in order):
+        pytest.skip(f"not every overlay of {manifests_dir}/ORDER has a manifest yet")
+    prefix = tmp_path / "kvtier"
+    shutil.copytree(manifests_dir, prefix / "anchors" / manifests_dir.name)
+    for name in order:
+        shutil.copytree(REPO / "overlays" / name, prefix / "overlays" / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "overlay").symlink_to(overlay_bin)
+    return prefix
+
+
+def _script(name: str, prefix: Path, root: Path, *extra: str, env=None):
+    return subprocess.run(
+        [str(DOCKER / name), "--prefix", str(prefix), "--root", str(root),
+         "--python", sys.executable, *extra],
+        capture_output=True, text=True, check=False, env=env, timeout=300,
+    )
+
+
+def _knob1_env(tmp: Path) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "GLM53_KV_OFFLOAD": "1",
+            "GLM53_KV_OFFLOAD_DIR": str(tmp / "store"), "GLM53_KV_OFFLOAD_CPU_GB": "4"}
+
+
+def test_bake_on_the_pinned_tree_then_gate_passes(real_prefix, tree_copy, tmp_path):
+    res = _script("bake.sh", real_prefix, tree_copy)
+    assert res.returncode == 0, res.stderr
+    assert (real_prefix / "ARTIFACTS.sha256").is_file()
+    res = _script("gate.sh", real_prefix, tree_copy, env=_knob1_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    # Idempotent: a second bake converges on the same applied tree.
+    res = _script("bake.sh", real_prefix, tree_copy)
+    assert res.returncode == 0, res.stderr
+
+
+def test_bake_fails_on_a_drifted_tree(real_prefix, tree_copy, manifests_dir, order, tmp_path):
+    import tomllib
+
+    # A good bake elsewhere records the artifact list the gate needs below.
+    scratch = tmp_path / "baked"
+    shutil.copytree(tree_copy, scratch)
+    assert _script("bake.sh", real_prefix, scratch).returncode == 0
+    listed = (real_prefix / "ARTIFACTS.sha256").read_bytes()
+
+    manifest = tomllib.loads((manifests_dir / f"{order[0]}.toml").read_text())
+    target = tree_copy / manifest["files"][0]["path"]
+    target.write_text(target.read_text() + "\n# a local edit nobody pinned\n")
+    before = target.read_bytes()
+    res = _script("bake.sh", real_prefix, tree_copy)
+    assert res.returncode == 3, res.stderr
+    assert target.read_bytes() == before, "a failed bake leaves the tree alone"
+    assert (real_prefix / "ARTIFACTS.sha256").read_bytes() == listed
+    # The gate refuses such a tree whatever the knob.
+    res = _script("gate.sh", real_prefix, tree_copy, env={"PATH": "/usr/bin:/bin"})
+    assert res.returncode == 2 and "neither applied nor pristine: drift" in res.stderr
+    res = _script("gate.sh", real_prefix, tree_copy, env=_knob1_env(tmp_path))
+    assert res.returncode == 2 and "needs every overlay applied: drift" in res.stderr
+
+
+def test_gate_refuses_a_pristine_tree_for_knob_1(real_prefix, tree_copy, tmp_path):
+    scratch = tmp_path / "baked"
+    shutil.copytree(tree_copy, scratch)
+    assert _script("bake.sh", real_prefix, scratch).returncode == 0
+    # Same artifacts, but the tree the launcher points at was never baked.
+    res = _script("gate.sh", real_prefix, tree_copy, env=_knob1_env(tmp_path))
+    assert res.returncode == 2 and "needs every overlay applied" in res.stderr
+    res = _script("gate.sh", real_prefix, tree_copy, env={"PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr  # knob 0: pristine is fine
