@@ -28,7 +28,9 @@ def _pin_dirs() -> list[Path]:
     if wanted:
         dirs = [d for d in dirs if d.name == wanted]
         if not dirs:
-            raise pytest.UsageError(f"KVTIER_ENGINE={wanted}: no fixtures/{wanted}/PINS")
+            raise pytest.UsageError(
+                f"KVTIER_ENGINE={wanted}: no fixtures/{wanted}/PINS"
+            )
     return dirs
 
 
@@ -87,7 +89,12 @@ def pins(pin_dir) -> list[harness.Pin]:
 def fetch_tree(pin_dir: Path) -> Path:
     """Runs fixtures/fetch.py for one pin set (once per session); its tree path."""
     done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "fixtures/fetch.py"), "--pins", str(pin_dir / "PINS")],
+        [
+            sys.executable,
+            str(REPO_ROOT / "fixtures/fetch.py"),
+            "--pins",
+            str(pin_dir / "PINS"),
+        ],
         capture_output=True,
         text=True,
     )

@@ -62,9 +62,9 @@ def test_cold_extracts_exactly_the_pins(cache, pin_dir, pins, engine_tree):
     assert done.returncode == 0, done.stderr
     tree = Path(done.stdout.strip())
     assert tree == tree_of(cache, pin_dir)
-    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()) == sorted(
-        pin.path for pin in pins
-    )
+    assert sorted(
+        p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()
+    ) == sorted(pin.path for pin in pins)
     for pin in pins:
         assert (tree / pin.path).read_bytes() == (engine_tree / pin.path).read_bytes()
 
@@ -153,7 +153,9 @@ def test_engine_and_version_come_from_the_pin_dir(cache, tmp_path, pin_dir):
     shutil.copytree(pin_dir, other)
     done = fetch(cache, "--pins", str(other / "PINS"), "--tree-only")
     assert done.stdout.strip().endswith("engines/vllm-9.9.9")
-    done = fetch(cache, "--pins", str(other / "PINS"), "--tree-only", "--version", "1.2.3")
+    done = fetch(
+        cache, "--pins", str(other / "PINS"), "--tree-only", "--version", "1.2.3"
+    )
     assert done.stdout.strip().endswith("engines/vllm-1.2.3")
 
 

@@ -131,7 +131,9 @@ def test_sys_modules_restored(engine_tree):
 
 def test_new_module_in_a_tree_loads(tree_copy):
     """A module an overlay adds is a file of the tree like any other."""
-    probe = tree_copy / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/probe.py"
+    probe = (
+        tree_copy / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/probe.py"
+    )
     probe.write_text(
         "from vllm.utils.math_utils import cdiv\n\n\ndef chunks(n: int) -> int:\n"
         "    return cdiv(n, 16)\n"

@@ -98,7 +98,9 @@ class Case:
 
     def tree_hashes(self) -> dict[str, str]:
         return {
-            p.relative_to(self.root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            p.relative_to(self.root).as_posix(): hashlib.sha256(
+                p.read_bytes()
+            ).hexdigest()
             for p in self.root.rglob("*")
             if p.is_file()
         }

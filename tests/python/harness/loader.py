@@ -46,7 +46,9 @@ class _SourceLoader(importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         if self.path is None:
             return  # an empty package: nothing to run
-        code = compile(self.path.read_bytes(), str(self.path), "exec", dont_inherit=True)
+        code = compile(
+            self.path.read_bytes(), str(self.path), "exec", dont_inherit=True
+        )
         exec(code, module.__dict__)
 
 
@@ -106,7 +108,11 @@ class Engine:
         self.managed_tops = frozenset(
             {package}
             | {p.stem for p in self.stubs.glob("*.py")}
-            | {p.name for p in self.stubs.iterdir() if p.is_dir() and p.name.isidentifier()}
+            | {
+                p.name
+                for p in self.stubs.iterdir()
+                if p.is_dir() and p.name.isidentifier()
+            }
         )
         self._modules: dict[str, types.ModuleType] = {}
         self._saved: dict[str, types.ModuleType] | None = None

@@ -16,7 +16,10 @@ class KVCacheBlocks:
 
     def __add__(self, other: "KVCacheBlocks") -> "KVCacheBlocks":
         return KVCacheBlocks(
-            tuple(list(chain(a, b)) for a, b in zip(self.blocks, other.blocks))
+            tuple(
+                list(chain(a, b))
+                for a, b in zip(self.blocks, other.blocks, strict=False)
+            )
         )
 
     def get_block_ids(

@@ -16,5 +16,7 @@ def yield_req_data(
     for new_req in scheduler_output.scheduled_new_reqs:
         yield new_req.req_id, new_req.block_ids, True
     cached = scheduler_output.scheduled_cached_reqs
-    for req_id, new_block_ids in zip(cached.req_ids, cached.new_block_ids):
+    for req_id, new_block_ids in zip(
+        cached.req_ids, cached.new_block_ids, strict=False
+    ):
         yield req_id, new_block_ids, req_id in cached.resumed_req_ids
