@@ -1,0 +1,836 @@
+"""kv-offload-scope: the real 0.33.0 offloading modules, pristine and patched.
+
+The patched tree is made by the real `overlay apply` on a copy of the pinned
+tree; the harness then runs its config/scheduler/worker modules in-process.
+Each requirement is checked on the patched tree, and where the overlay leaves
+upstream alone (superseded edits, unaffected layouts) against pristine too.
+
+Layout vocabulary (GLM-5.3-like, see hybrid_layout): g0 full attention, g1 a
+scratch ring (not prefix-cacheable), g2-g5 mamba state groups in "align" mode,
+g6 the drafter's attention group.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+import harness
+import pytest
+
+OVERLAY = "kv-offload-scope"
+OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+DRAFTER_ENV = "GLM53_KV_OFFLOAD_DRAFTER"
+SUPERSEDED = {
+    "divisibility-eligible-only",
+    "group-config-original-index",
+    "offload-keys-original-index",
+    "block-ids-original-index",
+    "transfer-spec-config-order",
+}
+BLOCK = 256  # tokens per block of the prefix-cacheable groups
+HASH = 64  # tokens per block hash (prefix_match_unit)
+NUM_BLOCKS = 64
+
+
+# --------------------------------------------------------------------------
+# Trees
+
+
+def run_overlay(overlay_bin, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(overlay_bin), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def apply_args(root, manifests_dir) -> list[str]:
+    return [
+        "--root",
+        str(root),
+        "--manifests",
+        str(manifests_dir),
+        "--overlays",
+        OVERLAY,
+    ]
+
+
+@pytest.fixture(scope="module")
+def patched_tree(overlay_bin, engine_tree, manifests_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("scope") / "site-packages"
+    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
+    done = run_overlay(overlay_bin, "apply", *apply_args(root, manifests_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.fixture
+def patched(patched_tree, engine_name):
+    with harness.engine(patched_tree, package=engine_name) as ns:
+        yield ns
+
+
+@pytest.fixture(autouse=True)
+def drafter_unset(monkeypatch):
+    monkeypatch.delenv(DRAFTER_ENV, raising=False)
+
+
+# --------------------------------------------------------------------------
+# Building vLLM inputs inside one engine namespace
+
+
+class Vllm:
+    """The modules of one tree plus builders for the inputs they read."""
+
+    def __init__(self, ns) -> None:
+        self.ns = ns
+        self.kci = ns.load("vllm.v1.kv_cache_interface")
+        self.torch = ns.load("torch")
+        self.config = ns.load(f"{OFFLOADING}.config")
+        self.scheduler = ns.load(f"{OFFLOADING}.scheduler")
+        self.worker = ns.load(f"{OFFLOADING}.worker")
+        self.base = ns.load("vllm.v1.kv_offload.base")
+        self._register_managers()
+
+    def _register_managers(self) -> None:
+        # The stub leaves vLLM's spec -> manager table to the test. The
+        # scheduler reads two things from a manager class; both managers here
+        # follow vLLM's dense base policy (every block reachable), the same on
+        # pristine and patched trees.
+        registry = self.ns.load("vllm.v1.kv_cache_spec_registry").KVCacheSpecRegistry
+        base = self.ns.load(
+            "vllm.v1.core.single_type_kv_cache_manager"
+        ).SingleTypeKVCacheManager
+        kci = self.kci
+        for spec_cls in (
+            kci.FullAttentionSpec,
+            kci.SlidingWindowSpec,
+            kci.MambaSpec,
+            kci.CircularBufferSpec,
+        ):
+            manager = type(
+                f"{spec_cls.__name__}Manager",
+                (base,),
+                {
+                    "supports_fine_grained_hash_lookup": True,
+                    "reachable_block_mask": classmethod(lambda cls, **kw: None),
+                },
+            )
+            registry.register(spec_cls, manager)
+
+    # Specs -----------------------------------------------------------------
+
+    def full(self, block: int = BLOCK):
+        return self.kci.FullAttentionSpec(
+            block_size=block, num_kv_heads=2, head_size=16, dtype=self.torch.bfloat16
+        )
+
+    def mla(self, block: int = BLOCK):
+        return self.kci.MLAAttentionSpec(
+            block_size=block, num_kv_heads=1, head_size=32, dtype=self.torch.bfloat16
+        )
+
+    def scratch(self):
+        return self.kci.CircularBufferSpec(
+            block_size=4, num_kv_heads=1, head_size=16, dtype=self.torch.bfloat16
+        )
+
+    def mamba(self, block: int = BLOCK, mode: str = "align"):
+        return self.kci.MambaSpec(
+            block_size=block,
+            shapes=((4, 16),),
+            dtypes=(self.torch.bfloat16,),
+            mamba_cache_mode=mode,
+        )
+
+    def swa(self, block: int = BLOCK):
+        return self.kci.SlidingWindowSpec(
+            block_size=block,
+            num_kv_heads=2,
+            head_size=16,
+            dtype=self.torch.bfloat16,
+            sliding_window=2 * BLOCK,
+        )
+
+    def swa_mla(self, block: int = BLOCK):
+        return self.kci.SlidingWindowMLASpec(
+            block_size=block,
+            num_kv_heads=1,
+            head_size=32,
+            dtype=self.torch.bfloat16,
+            sliding_window=2 * BLOCK,
+        )
+
+    def wrap(self, *specs):
+        return self.kci.UniformTypeKVCacheSpecs(
+            block_size=specs[0].block_size,
+            kv_cache_specs={f"w{i}": spec for i, spec in enumerate(specs)},
+        )
+
+    # Configs ---------------------------------------------------------------
+
+    def kv_cache_config(self, *groups: tuple):
+        """groups: (spec, is_eagle_group) or (spec, is_eagle_group, layers)."""
+        group_specs = []
+        for index, (spec, is_eagle, *layers) in enumerate(groups):
+            names = layers[0] if layers else [f"g{index}.l0"]
+            group_specs.append(
+                self.kci.KVCacheGroupSpec(
+                    layer_names=list(names), kv_cache_spec=spec, is_eagle_group=is_eagle
+                )
+            )
+        return self.kci.KVCacheConfig(
+            num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=group_specs
+        )
+
+    def hybrid_layout(self, *, scratch: bool = True, drafter: str | None = "eagle"):
+        """g0 full, [g1 scratch], four mamba groups, [drafter].
+
+        drafter: "eagle" (an is_eagle_group SWA group), "swa" (an exact
+        SlidingWindowSpec group not flagged EAGLE), "eagle-full" (an
+        is_eagle_group full-attention group) or None.
+        """
+        groups: list[tuple] = [(self.full(), False)]
+        if scratch:
+            groups.append((self.scratch(), False))
+        groups += [(self.mamba(), False) for _ in range(4)]
+        if drafter == "eagle":
+            groups.append((self.swa(), True))
+        elif drafter == "swa":
+            groups.append((self.swa(), False))
+        elif drafter == "eagle-full":
+            groups.append((self.full(), True))
+        return self.kv_cache_config(*groups)
+
+    def vllm_config(
+        self,
+        *,
+        speculative: str | None = "eagle",
+        world_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        prefix_match_unit: int | None = HASH,
+        layout=None,
+    ):
+        if layout is not None and len(layout.kv_cache_groups) == 1:
+            # One group hashes at its block size; vLLM refuses anything else.
+            prefix_match_unit = None
+        VllmConfig = self.ns.load("vllm.config").VllmConfig
+        speculative_config = None
+        if speculative is not None:
+            speculative_config = SimpleNamespace(
+                method=speculative,
+                use_eagle=lambda: speculative in ("eagle", "eagle3", "mtp"),
+                use_eagle_block_drop=lambda: False,
+            )
+        return VllmConfig(
+            kv_transfer_config=SimpleNamespace(
+                kv_connector_extra_config={}, engine_id="engine-0"
+            ),
+            parallel_config=SimpleNamespace(
+                decode_context_parallel_size=1,
+                prefill_context_parallel_size=1,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=pipeline_parallel_size,
+                world_size=world_size,
+                distributed_executor_backend="mp",
+                nnodes_within_dp=1,
+                rank=0,
+                data_parallel_index=0,
+                data_parallel_size=1,
+                data_parallel_rank_local=None,
+                cp_kv_cache_interleave_size=1,
+            ),
+            model_config=SimpleNamespace(
+                use_mla=False,
+                get_total_num_kv_heads=lambda: 2,
+                model="test/model",
+                dtype=self.torch.bfloat16,
+                max_model_len=16 * BLOCK,
+            ),
+            cache_config=SimpleNamespace(
+                block_size=BLOCK,
+                prefix_match_unit=prefix_match_unit,
+                enable_prefix_caching=True,
+                cache_dtype="auto",
+                kv_cache_layout=None,
+                prefix_cache_retention_interval=None,
+            ),
+            speculative_config=speculative_config,
+            use_v2_model_runner=False,
+            kv_events_config=None,
+        )
+
+    # Connector pieces ------------------------------------------------------
+
+    def offloading_config(self, vllm_config, kv_cache_config):
+        return self.config.build_offloading_config(vllm_config, kv_cache_config)
+
+    def spec(self, offloading_config):
+        return make_spec(self, offloading_config)
+
+    def scheduler_config(self, vllm_config, kv_cache_config):
+        spec = self.spec(self.offloading_config(vllm_config, kv_cache_config))
+        return self.scheduler.SchedulerOffloadConfig.from_spec(
+            spec, vllm_config, kv_cache_config
+        )
+
+
+def make_spec(vllm: Vllm, offloading_config):
+    """A real OffloadingSpec subclass whose manager records what is stored."""
+    base = vllm.base
+
+    class RecordingManager(base.OffloadingManager):
+        def __init__(self) -> None:
+            self.stored: list[list[bytes]] = []
+
+        def lookup(self, key, req_context):
+            return base.LookupResult.MISS
+
+        def prepare_load(self, keys, req_context):
+            raise AssertionError("no load is expected")
+
+        def prepare_store(self, keys, req_context):
+            keys = list(keys)
+            self.stored.append(keys)
+            return base.PrepareStoreOutput(
+                keys_to_store=keys, store_spec=base.LoadStoreSpec(), evicted_keys=[]
+            )
+
+        def on_new_request(self, req_context):
+            return base.RequestOffloadingContext()
+
+    class RecordingSpec(base.OffloadingSpec):
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            self.manager = RecordingManager()
+            self.worker_caches = None
+
+        def get_manager(self):
+            return self.manager
+
+        def get_worker(self, kv_caches):
+            self.worker_caches = kv_caches
+            return SimpleNamespace(kv_caches=kv_caches)
+
+    return RecordingSpec(offloading_config)
+
+
+def group_ids(offloading_config) -> list[int]:
+    return [group.group_id for group in offloading_config.groups]
+
+
+# --------------------------------------------------------------------------
+# Engine level
+
+
+def test_apply_check_injected_on_pinned_tree(overlay_bin, tree_copy, manifests_dir):
+    done = run_overlay(
+        overlay_bin, "apply", "--check-injected", *apply_args(tree_copy, manifests_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    module = tree_copy / "vllm/distributed/kv_transfer/kv_connector/v1/offloading"
+    assert (module / "kv_offload_scope.py").is_file()
+    check = run_overlay(overlay_bin, "check", *apply_args(tree_copy, manifests_dir))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_hooks_call_the_scope_module(patched_tree):
+    offloading = (
+        patched_tree / "vllm/distributed/kv_transfer/kv_connector/v1/offloading"
+    )
+    assert (
+        "kv_offload_scope.select_eligible_groups("
+        in (offloading / "config.py").read_text()
+    )
+    assert (
+        "kv_offload_scope.all_groups_offloaded("
+        in (offloading / "scheduler.py").read_text()
+    )
+    assert (
+        "kv_offload_scope.offloaded_group_ids("
+        in (offloading / "worker.py").read_text()
+    )
+
+
+def test_superseded_edits_are_upstream_text(engine_tree, manifests_dir):
+    """Each superseded edit names text the pristine file really holds, once."""
+    import tomllib
+
+    manifest = tomllib.loads((manifests_dir / f"{OVERLAY}.toml").read_text())
+    seen = set()
+    for file in manifest["files"]:
+        text = (engine_tree / file["path"]).read_text()
+        for edit in file["edits"]:
+            if "superseded_by" in edit:
+                assert text.count(edit["superseded_by"]) == 1, edit["id"]
+                seen.add(edit["id"])
+    assert seen == SUPERSEDED
+
+
+# --------------------------------------------------------------------------
+# Eligibility
+
+
+def test_seven_group_layout_eligible_set_and_boot_line(patched, caplog):
+    vllm = Vllm(patched)
+    caplog.set_level(logging.INFO)
+    config = vllm.offloading_config(vllm.vllm_config(), vllm.hybrid_layout())
+    assert group_ids(config) == [0, 2, 3, 4, 5]
+    lines = [
+        r.getMessage() for r in caplog.records if "eligible groups" in r.getMessage()
+    ]
+    assert len(lines) == 1
+    assert "eligible groups: [0, 2, 3, 4, 5] of 7" in lines[0]
+
+
+def test_pristine_offloads_the_drafter_group(pristine):
+    """The gap the overlay closes: 0.33.0 offloads g6."""
+    vllm = Vllm(pristine)
+    config = vllm.offloading_config(vllm.vllm_config(), vllm.hybrid_layout())
+    assert group_ids(config) == [0, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("drafter", ["eagle", "swa", "eagle-full"])
+@pytest.mark.parametrize(
+    ("knob", "offloaded"), [(None, False), ("0", False), ("1", True)]
+)
+def test_drafter_only_with_the_knob(patched, monkeypatch, drafter, knob, offloaded):
+    if knob is not None:
+        monkeypatch.setenv(DRAFTER_ENV, knob)
+    vllm = Vllm(patched)
+    config = vllm.offloading_config(
+        vllm.vllm_config(), vllm.hybrid_layout(drafter=drafter)
+    )
+    expected = [0, 2, 3, 4, 5] + ([6] if offloaded else [])
+    assert group_ids(config) == expected
+
+
+@pytest.mark.parametrize("knob", [None, "1"])
+def test_scratch_group_never_offloaded(patched, monkeypatch, knob):
+    if knob is not None:
+        monkeypatch.setenv(DRAFTER_ENV, knob)
+    vllm = Vllm(patched)
+    layout = vllm.hybrid_layout(drafter=None)
+    assert not layout.kv_cache_groups[1].kv_cache_spec.prefix_cacheable
+    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [
+        0,
+        2,
+        3,
+        4,
+        5,
+    ]
+
+
+@pytest.mark.parametrize("speculative", [None, "ngram"])
+def test_plain_swa_group_is_target_without_eagle(patched, speculative):
+    vllm = Vllm(patched)
+    config = vllm.offloading_config(
+        vllm.vllm_config(speculative=speculative), vllm.hybrid_layout(drafter="swa")
+    )
+    assert group_ids(config) == [0, 2, 3, 4, 5, 6]
+
+
+def test_swa_subclass_is_not_a_drafter(patched):
+    """Only an exact SlidingWindowSpec counts (SlidingWindowMLASpec is target)."""
+    vllm = Vllm(patched)
+    layout = vllm.kv_cache_config((vllm.mla(), False), (vllm.swa_mla(), False))
+    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "value", ["", "true", "yes", "on", "2", "-1", "01", " 1", "1 "]
+)
+def test_drafter_knob_is_parsed_strictly(patched, monkeypatch, value):
+    monkeypatch.setenv(DRAFTER_ENV, value)
+    vllm = Vllm(patched)
+    # Even a layout without any drafter group refuses to boot.
+    layout = vllm.kv_cache_config((vllm.full(), False))
+    with pytest.raises(ValueError) as failure:
+        vllm.offloading_config(vllm.vllm_config(), layout)
+    assert DRAFTER_ENV in str(failure.value)
+    assert repr(value) in str(failure.value)
+
+
+# --------------------------------------------------------------------------
+# Divisibility
+
+
+def misaligned_layout(vllm: Vllm, drafter_block: int):
+    # Mamba outside "align" mode makes tokens_per_hash the LCM of all block
+    # sizes (768 here), so 256-token groups no longer divide it.
+    return vllm.kv_cache_config(
+        (vllm.full(3 * BLOCK), False),
+        (vllm.mamba(3 * BLOCK, mode="none"), False),
+        (vllm.swa(drafter_block), True),
+    )
+
+
+def test_misaligned_eligible_group_still_fails(patched):
+    vllm = Vllm(patched)
+    layout = vllm.kv_cache_config(
+        (vllm.full(BLOCK), False), (vllm.mamba(3 * BLOCK, mode="none"), False)
+    )
+    with pytest.raises(AssertionError, match="not divisible by tokens_per_hash=768"):
+        vllm.offloading_config(vllm.vllm_config(prefix_match_unit=None), layout)
+
+
+def test_divisibility_guards_only_eligible_groups(patched, monkeypatch):
+    """A misaligned drafter left out of the offload set no longer stops the boot."""
+    vllm = Vllm(patched)
+    config = vllm.vllm_config(prefix_match_unit=None)
+    assert group_ids(
+        vllm.offloading_config(config, misaligned_layout(vllm, BLOCK))
+    ) == [
+        0,
+        1,
+    ]
+    monkeypatch.setenv(DRAFTER_ENV, "1")
+    with pytest.raises(AssertionError, match="tokens_per_block=256 not divisible"):
+        vllm.offloading_config(config, misaligned_layout(vllm, BLOCK))
+
+
+def test_pristine_asserts_on_the_misaligned_drafter(pristine):
+    vllm = Vllm(pristine)
+    with pytest.raises(AssertionError, match="tokens_per_block=256 not divisible"):
+        vllm.offloading_config(
+            vllm.vllm_config(prefix_match_unit=None), misaligned_layout(vllm, BLOCK)
+        )
+
+
+# --------------------------------------------------------------------------
+# Wrapper specs
+
+
+def test_wrapper_with_two_member_types_is_a_startup_error(patched):
+    vllm = Vllm(patched)
+    layout = vllm.kv_cache_config((vllm.wrap(vllm.full(), vllm.mla()), False))
+    with pytest.raises(ValueError, match="cannot classify KV cache group 0") as failure:
+        vllm.offloading_config(vllm.vllm_config(), layout)
+    assert "FullAttentionSpec" in str(failure.value)
+    assert "MLAAttentionSpec" in str(failure.value)
+
+
+def test_pristine_classifies_a_mixed_wrapper_by_its_first_member(pristine):
+    """What the overlay refuses: upstream boots and guesses."""
+    vllm = Vllm(pristine)
+    layout = vllm.kv_cache_config((vllm.wrap(vllm.full(), vllm.mla()), False))
+    config = vllm.vllm_config(layout=layout)
+    assert group_ids(vllm.offloading_config(config, layout)) == [0]
+
+
+def test_single_type_wrapper_is_classified_by_its_member(patched):
+    vllm = Vllm(patched)
+    layout = vllm.kv_cache_config(
+        (vllm.wrap(vllm.mla(), vllm.mla()), False),
+        (vllm.wrap(vllm.swa(), vllm.swa()), False),
+    )
+    # Under EAGLE the wrapped exact-SWA group is the drafter.
+    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [0]
+    config = vllm.vllm_config(speculative=None)
+    assert group_ids(vllm.offloading_config(config, layout)) == [0, 1]
+
+
+# --------------------------------------------------------------------------
+# Scheduler: pairing, keys, partial tails
+
+
+def test_partial_tail_only_when_every_group_is_offloaded(patched):
+    vllm = Vllm(patched)
+    config = vllm.vllm_config()
+    # Upstream's own conditions hold on all three layouts (one block size,
+    # aligned mamba groups, no window); only the offload set differs.
+    all_offloaded = vllm.hybrid_layout(scratch=False, drafter=None)
+    assert vllm.scheduler_config(config, all_offloaded).supports_partial_tail
+    with_scratch = vllm.hybrid_layout(drafter=None)
+    assert not vllm.scheduler_config(config, with_scratch).supports_partial_tail
+    drafter_left_out = vllm.hybrid_layout(scratch=False, drafter="eagle-full")
+    assert not vllm.scheduler_config(config, drafter_left_out).supports_partial_tail
+
+
+def test_pristine_claims_partial_tail_past_a_scratch_group(pristine):
+    vllm = Vllm(pristine)
+    layout = vllm.hybrid_layout(drafter=None)
+    assert vllm.scheduler_config(vllm.vllm_config(), layout).supports_partial_tail
+
+
+def new_request(vllm: Vllm, num_tokens: int, req_id: str = "r0"):
+    request_mod = vllm.ns.load("vllm.v1.request")
+    hashes = [i.to_bytes(4, "big") * 8 for i in range(num_tokens // HASH)]
+    return request_mod.Request(
+        request_id=req_id,
+        block_hashes=hashes,
+        num_tokens=num_tokens,
+        num_prompt_tokens=num_tokens,
+        num_computed_tokens=0,
+        status=request_mod.RequestStatus.RUNNING,
+        kv_transfer_params=None,
+        kv_hints=None,
+        shared_prefix_boundary=None,
+    )
+
+
+def test_offload_keys_and_block_ids_by_original_index(patched):
+    vllm = Vllm(patched)
+    kv_cache_config = vllm.hybrid_layout()
+    config = vllm.scheduler_config(vllm.vllm_config(), kv_cache_config)
+    state = vllm.scheduler.RequestOffloadState(
+        config=config,
+        req=new_request(vllm, 4 * BLOCK),
+        req_context=vllm.base.ReqContext(req_id="r0"),
+        offloading_context=vllm.base.RequestOffloadingContext(),
+    )
+    assert len(state.group_states) == len(config.kv_group_configs) == 5
+    state.update_offload_keys()
+    # Every group's table holds its own index, so a mix-up shows.
+    state.update_block_id_groups(tuple([100 + g] * 4 for g in range(7)))
+    for group_config, group_state in zip(
+        config.kv_group_configs, state.group_states, strict=True
+    ):
+        original = group_config.group_idx
+        assert {
+            vllm.base.get_offload_group_idx(k) for k in group_state.offload_keys
+        } == {original}
+        assert group_state.block_ids == [100 + original] * 4
+    assert [c.group_idx for c in config.kv_group_configs] == [0, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------
+# Transfer-spec shape: scheduler store jobs and the worker's layout
+
+
+def scheduler_output(vllm: Vllm, request, block_ids, handoffs=None):
+    block_state = None
+    if handoffs is not None:
+        block_state = SimpleNamespace(boundary_state_offloads=handoffs)
+    return SimpleNamespace(
+        scheduled_new_reqs=[
+            SimpleNamespace(req_id=request.request_id, block_ids=block_ids)
+        ],
+        scheduled_cached_reqs=SimpleNamespace(
+            req_ids=[], new_block_ids=[], resumed_req_ids=set()
+        ),
+        kv_cache_block_copies=None,
+        num_scheduled_tokens={request.request_id: request.num_tokens},
+        finished_req_ids=set(),
+        preempted_req_ids=set(),
+        kv_connector_block_state=block_state,
+    )
+
+
+@dataclass
+class StepResult:
+    offloaded: list[int]
+    jobs: list  # TransferJob
+    stored_keys: list[list[bytes]]
+
+
+def store_step(
+    vllm: Vllm,
+    kv_cache_config,
+    *,
+    handoff_group: int | None = None,
+    speculative: str | None = "eagle",
+):
+    """One scheduler step storing a 4-block prompt; returns its store jobs."""
+    vllm_config = vllm.vllm_config(layout=kv_cache_config, speculative=speculative)
+    spec = vllm.spec(vllm.offloading_config(vllm_config, kv_cache_config))
+    scheduler = vllm.scheduler.OffloadingConnectorScheduler(
+        spec, vllm_config, kv_cache_config
+    )
+    request = new_request(vllm, 4 * BLOCK)
+    scheduler.on_new_request(request)
+    num_groups = len(kv_cache_config.kv_cache_groups)
+    block_ids = tuple([1000 * g + b + 1 for b in range(4)] for g in range(num_groups))
+    handoffs = None
+    if handoff_group is not None:
+        handoffs = {request.request_id: [(handoff_group, 7777, 2 * BLOCK)]}
+    meta = scheduler.build_connector_meta(
+        scheduler_output(vllm, request, block_ids, handoffs)
+    )
+    jobs = [meta.store_jobs[job_id] for job_id in sorted(meta.store_jobs)]
+    return StepResult(group_ids(spec.config), jobs, spec.manager.stored)
+
+
+def test_store_specs_are_compact_in_config_order(patched):
+    vllm = Vllm(patched)
+    step = store_step(vllm, vllm.hybrid_layout(), handoff_group=3)
+    assert step.offloaded == [0, 2, 3, 4, 5]
+    assert len(step.jobs) == 2
+    boundary, chunks = step.jobs  # the CoW hand-off job is built first
+    # One entry per offloaded group, no slot for g1 or g6.
+    assert list(boundary.src_spec.group_sizes) == [0, 0, 1, 0, 0]
+    assert list(boundary.src_spec.block_ids) == [7777]
+    assert list(chunks.src_spec.group_sizes) == [4, 0, 0, 0, 0]
+    assert list(chunks.src_spec.block_ids) == [1, 2, 3, 4]
+    keys = step.stored_keys
+    assert {vllm.base.get_offload_group_idx(k) for k in keys[0]} == {3}
+    assert {vllm.base.get_offload_group_idx(k) for k in keys[1]} == {0}
+
+
+def test_pristine_store_specs_carry_the_drafter_slot(pristine):
+    vllm = Vllm(pristine)
+    step = store_step(vllm, vllm.hybrid_layout(), handoff_group=3)
+    assert step.offloaded == [0, 2, 3, 4, 5, 6]
+    assert [len(job.src_spec.group_sizes) for job in step.jobs] == [6, 6]
+
+
+class FakeTensor:
+    """Just enough tensor for OffloadingConnectorWorker.register_kv_caches.
+
+    Carries the layer it stands for so the layout can be read back.
+    """
+
+    def __init__(self, layer: str, shape: tuple[int, ...], strides: tuple[int, ...]):
+        self.layer = layer
+        self.shape = shape
+        self._strides = strides
+        self.device = "cpu"
+
+    def element_size(self) -> int:
+        return 1
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def stride(self, dim: int | None = None):
+        return self._strides if dim is None else self._strides[dim]
+
+    def untyped_storage(self):
+        return self.layer
+
+    def data_ptr(self) -> int:
+        return id(self)
+
+    def set_(self, storage, offset, size, stride):
+        return FakeTensor(storage, tuple(size), tuple(stride))
+
+
+def worker_layout(vllm: Vllm, kv_cache_config, offloading_config) -> list[set[str]]:
+    """Runs the real register_kv_caches; returns each layout group's layers."""
+    # PP=2 makes derive_canonical_mappings return {} (no canonical layout),
+    # which is the direct-layout path the store uses.
+    vllm_config = vllm.vllm_config(
+        world_size=2, pipeline_parallel_size=2, layout=kv_cache_config
+    )
+    spec = vllm.spec(offloading_config)
+    worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
+    # One unpacked cache per layer: block stride == page size.
+    kv_caches = {
+        name: FakeTensor(name, (NUM_BLOCKS, page), (page, 1))
+        for group in kv_cache_config.kv_cache_groups
+        for name in group.layer_names
+        for page in [group.kv_cache_spec.page_size_bytes]
+    }
+    torch = vllm.worker.torch
+    fake_torch = SimpleNamespace(
+        int8=torch.int8,
+        tensor=lambda *a, **k: FakeTensor("", (0,), (1,)),
+    )
+    vllm.worker.torch = fake_torch
+    try:
+        worker.register_kv_caches(kv_caches)
+    finally:
+        vllm.worker.torch = torch
+    caches = spec.worker_caches
+    return [
+        {caches.tensors[ref.tensor_idx].tensor.layer for ref in refs}
+        for refs in caches.group_data_refs
+    ]
+
+
+def test_worker_lays_out_exactly_the_offloaded_groups(patched):
+    vllm = Vllm(patched)
+    layout = vllm.hybrid_layout()
+    offloading_config = vllm.offloading_config(vllm.vllm_config(), layout)
+    groups = worker_layout(vllm, layout, offloading_config)
+    # Position i of a transfer spec and of the worker layout is config group i.
+    assert groups == [{f"g{g}.l0"} for g in (0, 2, 3, 4, 5)]
+
+
+def test_pristine_worker_would_misalign_a_scoped_config(pristine):
+    """Why worker-group-ids exists: 0.33.0's worker re-derives its groups.
+
+    Given a config scoped to [0, 2, 3, 4, 5], the pristine worker still lays
+    out six groups, so every store spec (five entries) would be misread.
+    """
+    vllm = Vllm(pristine)
+    layout = vllm.hybrid_layout()
+    full = vllm.offloading_config(vllm.vllm_config(), layout)
+    scoped = replace(full, groups=tuple(g for g in full.groups if g.group_id != 6))
+    assert len(worker_layout(vllm, layout, scoped)) == 6 != len(scoped.groups)
+
+
+# --------------------------------------------------------------------------
+# Knob unset: identical to pristine where upstream already works
+
+
+def scheduler_view(vllm: Vllm, kv_cache_config, speculative: str | None):
+    """What the connector's two sides decide, in plain values."""
+    vllm_config = vllm.vllm_config(layout=kv_cache_config, speculative=speculative)
+    offloading_config = vllm.offloading_config(vllm_config, kv_cache_config)
+    config = vllm.scheduler_config(vllm_config, kv_cache_config)
+    step = store_step(vllm, kv_cache_config, speculative=speculative)
+    return {
+        "offloading_config": repr(offloading_config),
+        "group_configs": [
+            (
+                c.group_idx,
+                c.tokens_per_block,
+                c.tokens_per_chunk,
+                c.hashes_per_chunk,
+                c.sliding_window_size_in_chunks,
+                c.requires_cow_source,
+                c.is_eagle_group,
+                type(c.kv_cache_spec).__name__,
+            )
+            for c in config.kv_group_configs
+        ],
+        "supports_partial_tail": config.supports_partial_tail,
+        "alignment_tokens": config.alignment_tokens,
+        "kv_bytes_per_token": config.kv_bytes_per_token,
+        "jobs": [
+            (
+                list(j.src_spec.group_sizes),
+                list(j.src_spec.block_indices),
+                [int(b) for b in j.src_spec.block_ids],
+            )
+            for j in step.jobs
+        ],
+        "stored_keys": step.stored_keys,
+        "worker": worker_layout(vllm, kv_cache_config, offloading_config),
+    }
+
+
+# (layout, speculative method): layouts without a draft-model group, where
+# every hook must hand back upstream's own values. A target SWA group counts as
+# a drafter under EAGLE (the fork's rule), so it is compared without EAGLE.
+LAYOUTS_UPSTREAM_SERVES = {
+    "uniform-single-group": (lambda v: v.kv_cache_config((v.full(), False)), "eagle"),
+    "uniform-no-speculation": (lambda v: v.kv_cache_config((v.full(), False)), None),
+    "full-plus-mamba": (
+        lambda v: v.hybrid_layout(scratch=False, drafter=None),
+        "eagle",
+    ),
+    "full-plus-target-swa": (
+        lambda v: v.kv_cache_config((v.full(), False), (v.swa(), False)),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS_UPSTREAM_SERVES))
+@pytest.mark.parametrize("knob", [None, "0", "1"])
+def test_identical_to_pristine(patched_tree, engine_tree, monkeypatch, layout, knob):
+    if knob is not None:
+        monkeypatch.setenv(DRAFTER_ENV, knob)
+    build, speculative = LAYOUTS_UPSTREAM_SERVES[layout]
+    views = []
+    for tree in (engine_tree, patched_tree):
+        with harness.engine(tree) as ns:
+            vllm = Vllm(ns)
+            views.append(scheduler_view(vllm, build(vllm), speculative))
+    pristine_view, patched_view = views
+    assert patched_view == pristine_view
+    assert patched_view["jobs"], "the scenario must store something"
