@@ -10,6 +10,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 import harness
+from harness.imports import Import, runtime_imports
 
 CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
 MATH = "vllm.utils.math_utils"
@@ -198,3 +199,27 @@ def test_stubs_refuse_device_work(pristine):
     hashing = pristine.load("vllm.utils.hashing")
     with pytest.raises(NotImplementedError):
         hashing.xxhash(b"x")
+
+
+def test_runtime_imports_resolve_and_skip_what_never_runs():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import sibling\n"
+        "from ..up import name\n"
+        "if TYPE_CHECKING:\n"
+        "    import never_at_runtime\n"
+        "try:\n"
+        "    import fast\n"
+        "except ImportError:\n"
+        "    import fallback\n"
+        "def f():\n"
+        "    import lazy.mod\n"
+    )
+    got = runtime_imports(source, "pkg.sub.mod", is_package=False)
+    assert got == [
+        Import("typing", "TYPE_CHECKING", 1),
+        Import("pkg.sub", "sibling", 2),
+        Import("pkg.up", "name", 3),
+        Import("fast", None, 7),
+        Import("lazy.mod", None, 11),
+    ]

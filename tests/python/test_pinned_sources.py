@@ -78,40 +78,61 @@ def test_harness_loads_pinned_file(pinned_dir, pinned_path):
     assert module not in sys.modules, "the engine left its modules behind"
 
 
-def _scanned_sources(engine_tree: Path, pins) -> list[tuple[str, Path, str, bool]]:
-    """(label, file, module name, is_package) for pinned files and overlay code."""
+def _manifests(engine_name: str, engine_version: str) -> list[dict]:
     out = []
-    for pin in pins:
-        if pin.module is not None:
-            out.append(
-                (
-                    pin.path,
-                    engine_tree / pin.path,
-                    pin.module,
-                    pin.path.endswith("__init__.py"),
-                )
-            )
-    # Overlay fragments and new modules run inside the engine too; their imports
-    # must be met the same way. Their module name does not matter for absolute
-    # imports, which is all vLLM-style code uses.
-    for path in sorted(REPO_ROOT.glob("overlays/*/*.py")):
-        out.append((str(path.relative_to(REPO_ROOT)), path, "overlay_fragment", False))
+    for manifest in sorted(
+        REPO_ROOT.glob(f"anchors/{engine_name}-{engine_version}/*.toml")
+    ):
+        try:
+            out.append(tomllib.loads(manifest.read_text()))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            continue  # the engine's manifest tests report a broken manifest
     return out
+
+
+def _overlay_sources(engine_name: str, engine_version: str) -> dict[Path, str]:
+    """Overlay file -> the module it runs as once applied: a new module runs as
+    its target path, a fragment as the file it is injected into. Files no
+    manifest names yet are not wired in, so they are not scanned."""
+    out: dict[Path, str] = {}
+    for data in _manifests(engine_name, engine_version):
+        folder = REPO_ROOT / "overlays" / str(data.get("overlay", ""))
+        for new_file in data.get("new_files", []):
+            module = harness.module_name(str(new_file.get("path", "")))
+            if module and new_file.get("source"):
+                out[folder / new_file["source"]] = module
+        for target in data.get("files", []):
+            module = harness.module_name(str(target.get("path", "")))
+            for edit in target.get("edits", []):
+                if module and edit.get("fragment"):
+                    out.setdefault(folder / edit["fragment"], module)
+    return {path: module for path, module in out.items() if path.is_file()}
 
 
 def _overlay_new_modules(engine_name: str, engine_version: str) -> set[str]:
     """Modules the overlays add to a patched tree (their manifests' new_files)."""
-    names = set()
-    for manifest in REPO_ROOT.glob(f"anchors/{engine_name}-{engine_version}/*.toml"):
-        try:
-            data = tomllib.loads(manifest.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            continue  # the engine's manifest tests report a broken manifest
-        for new_file in data.get("new_files", []):
-            name = harness.module_name(str(new_file.get("path", "")))
-            if name:
-                names.add(name)
-    return names
+    return {
+        name
+        for data in _manifests(engine_name, engine_version)
+        for new_file in data.get("new_files", [])
+        if (name := harness.module_name(str(new_file.get("path", ""))))
+    }
+
+
+def _scanned_sources(
+    engine_tree: Path, engine_name: str, engine_version: str, pins
+) -> list[tuple[str, Path, str, bool]]:
+    """(label, file, module name, is_package) for pinned files and overlay code."""
+    out = [
+        (pin.path, engine_tree / pin.path, pin.module, pin.path.endswith("__init__.py"))
+        for pin in pins
+        if pin.module is not None
+    ]
+    # Overlay fragments and new modules run inside the engine too; their imports
+    # must be met the same way.
+    for path, module in sorted(_overlay_sources(engine_name, engine_version).items()):
+        out.append((str(path.relative_to(REPO_ROOT)), path, module, False))
+    return out
 
 
 def _installed(top: str) -> bool:
@@ -127,7 +148,9 @@ def test_every_import_is_pinned_or_stubbed(
     problems = []
     added = _overlay_new_modules(engine_name, engine_version)
     with harness.engine(engine_tree, package=engine_name) as ns:
-        for label, path, module, is_pkg in _scanned_sources(engine_tree, pins):
+        for label, path, module, is_pkg in _scanned_sources(
+            engine_tree, engine_name, engine_version, pins
+        ):
             try:
                 imports = runtime_imports(path.read_text(), module, is_pkg)
             except SyntaxError:
@@ -135,6 +158,9 @@ def test_every_import_is_pinned_or_stubbed(
             for imp in imports:
                 top = imp.module.partition(".")[0]
                 where = f"{label}:{imp.line}: {imp.module}"
+                if not top:
+                    problems.append(f"{where}: relative import above the package")
+                    continue
                 if imp.module in added or f"{imp.module}.{imp.name}" in added:
                     continue  # an overlay's own new module: exists once applied
                 if top not in ns.managed_tops:
@@ -169,11 +195,13 @@ def test_no_module_is_both_pinned_and_stubbed(pins):
     assert not both, f"pinned and stubbed: {sorted(both)}"
 
 
-def test_every_stub_is_used(engine_tree, pins):
+def test_every_stub_is_used(engine_tree, engine_name, engine_version, pins):
     """Stubs stay minimal: each one stands for a module some pinned or overlay
     file imports (or is a package holding such stubs)."""
     imported: set[str] = set()
-    for _, path, module, is_pkg in _scanned_sources(engine_tree, pins):
+    for _, path, module, is_pkg in _scanned_sources(
+        engine_tree, engine_name, engine_version, pins
+    ):
         try:
             for imp in runtime_imports(path.read_text(), module, is_pkg):
                 imported.add(imp.module)

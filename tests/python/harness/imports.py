@@ -1,6 +1,7 @@
 """Lists what a Python file imports at run time (for the stub coverage test).
 
-Imports inside ``if TYPE_CHECKING:`` never run, so they are left out; imports
+Imports inside ``if TYPE_CHECKING:`` never run, so they are left out; so are
+fallbacks in an ``except ImportError:`` handler (optional by design). Imports
 inside functions do run (lazily), so they are kept.
 """
 
@@ -23,6 +24,14 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(
+        isinstance(t, ast.Name) and t.id in ("ImportError", "ModuleNotFoundError")
+        for t in types
+    )
+
+
 def runtime_imports(source: str, module: str, is_package: bool) -> list[Import]:
     """Imports of one module's source; relative imports made absolute."""
     found: list[Import] = []
@@ -31,6 +40,8 @@ def runtime_imports(source: str, module: str, is_package: bool) -> list[Import]:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.orelse:
                 visit(child)
+            return
+        if isinstance(node, ast.ExceptHandler) and _catches_import_error(node):
             return
         if isinstance(node, ast.Import):
             for alias in node.names:
