@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from docker_support import DOCKER, ENGINE_DIR, REPO, make_rig, write_exec
 
 
@@ -62,8 +61,11 @@ def test_bake_fails_when_injected_code_does_not_compile(rig):
 
 def test_bake_refuses_a_bad_artifact_before_touching_the_tree(rig):
     m = rig.anchors / "kv-offload-store-local.toml"
-    m.write_text(m.read_text().replace('overlay = "kv-offload-store-local"',
-                                       'overlay = "kv-offload-scope"'))
+    m.write_text(
+        m.read_text().replace(
+            'overlay = "kv-offload-store-local"', 'overlay = "kv-offload-scope"'
+        )
+    )
     res = rig.bake()
     assert res.returncode == 2 and "ORDER names kv-offload-store-local" in res.stderr
     assert rig.overlay_calls() == [] and not rig.artifacts.exists()
@@ -76,7 +78,9 @@ def _fake_install(tmp: Path, version: str) -> Path:
     (site / "vllm" / "__init__.py").write_text("raise ImportError('never imported')\n")
     info = site / f"vllm-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+    )
     py = tmp / f"python-{version}"
     write_exec(py, f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     return py
@@ -118,8 +122,11 @@ def real_prefix(tmp_path, manifests_dir, order, overlay_bin) -> Path:
     prefix = tmp_path / "kvtier"
     shutil.copytree(manifests_dir, prefix / "anchors" / manifests_dir.name)
     for name in order:
-        shutil.copytree(REPO / "overlays" / name, prefix / "overlays" / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / "overlays" / name,
+            prefix / "overlays" / name,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     (prefix / "bin").mkdir()
     (prefix / "bin" / "overlay").symlink_to(overlay_bin)
     return prefix
@@ -127,15 +134,31 @@ def real_prefix(tmp_path, manifests_dir, order, overlay_bin) -> Path:
 
 def _script(name: str, prefix: Path, root: Path, *extra: str, env=None):
     return subprocess.run(
-        [str(DOCKER / name), "--prefix", str(prefix), "--root", str(root),
-         "--python", sys.executable, *extra],
-        capture_output=True, text=True, check=False, env=env, timeout=300,
+        [
+            str(DOCKER / name),
+            "--prefix",
+            str(prefix),
+            "--root",
+            str(root),
+            "--python",
+            sys.executable,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=300,
     )
 
 
 def _knob1_env(tmp: Path) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "GLM53_KV_OFFLOAD": "1",
-            "GLM53_KV_OFFLOAD_DIR": str(tmp / "store"), "GLM53_KV_OFFLOAD_CPU_GB": "4"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "GLM53_KV_OFFLOAD": "1",
+        "GLM53_KV_OFFLOAD_DIR": str(tmp / "store"),
+        "GLM53_KV_OFFLOAD_CPU_GB": "4",
+    }
 
 
 def test_bake_on_the_pinned_tree_then_gate_passes(real_prefix, tree_copy, tmp_path):
@@ -149,7 +172,9 @@ def test_bake_on_the_pinned_tree_then_gate_passes(real_prefix, tree_copy, tmp_pa
     assert res.returncode == 0, res.stderr
 
 
-def test_bake_fails_on_a_drifted_tree(real_prefix, tree_copy, manifests_dir, order, tmp_path):
+def test_bake_fails_on_a_drifted_tree(
+    real_prefix, tree_copy, manifests_dir, order, tmp_path
+):
     import tomllib
 
     # A good bake elsewhere records the artifact list the gate needs below.

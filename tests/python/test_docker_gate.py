@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from docker_support import ENGINE_DIR, baked_rig
 
 GOOD = {
@@ -22,46 +21,73 @@ GOOD = {
 }
 
 # Every invalid value of every knob.
-INVALID = [
-    ("GLM53_KV_OFFLOAD", v)
-    for v in ["", "2", "01", "true", "yes", "-1", " 1", "1 ", "1\n", "on"]
-] + [
-    ("GLM53_KV_OFFLOAD_DIR", v)
-    for v in [
-        "",
-        "relative/dir",
-        "./x",
-        "~/kv",
-        "/",
-        "//",
-        "/data/with space",
-        "/data/tab\there",
-        "/data/new\nline",
-        "/data/'quoted'",
-        '/data/"quoted"',
-        "/data/back`tick`",
-        "/data:/etc",
-        "/data,ro",
-        "/data/../etc",
-        "/data/./kv",
-        "/data/$HOME",
-        "/data/é",
+INVALID = (
+    [
+        ("GLM53_KV_OFFLOAD", v)
+        for v in ["", "2", "01", "true", "yes", "-1", " 1", "1 ", "1\n", "on"]
     ]
-] + [
-    ("GLM53_KV_OFFLOAD_CPU_GB", v)
-    for v in ["", "0", "65", "-1", "08", "1.5", "4GB", "abc", " 4", "4 ", "+4", "1e1",
-              "99999999999999999999"]
-] + [
-    ("GLM53_KV_OFFLOAD_RESTORE", v) for v in ["1", "2", "", "yes", "00", "true"]
-] + [
-    ("GLM53_KV_OFFLOAD_DRAFTER", v) for v in ["", "2", "true", "01", "-0"]
-] + [
-    ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", v)
-    for v in ["", "-1", "1025", "2.0", "02", "x", " 2", "100000"]
-] + [
-    ("GLM53_KV_OFFLOAD_BUILD_ID", v)
-    for v in ["", "has space", "a/b", "-lead", ".hidden", "x" * 65, "a;b", "a$b", "ä"]
-]
+    + [
+        ("GLM53_KV_OFFLOAD_DIR", v)
+        for v in [
+            "",
+            "relative/dir",
+            "./x",
+            "~/kv",
+            "/",
+            "//",
+            "/data/with space",
+            "/data/tab\there",
+            "/data/new\nline",
+            "/data/'quoted'",
+            '/data/"quoted"',
+            "/data/back`tick`",
+            "/data:/etc",
+            "/data,ro",
+            "/data/../etc",
+            "/data/./kv",
+            "/data/$HOME",
+            "/data/é",
+        ]
+    ]
+    + [
+        ("GLM53_KV_OFFLOAD_CPU_GB", v)
+        for v in [
+            "",
+            "0",
+            "65",
+            "-1",
+            "08",
+            "1.5",
+            "4GB",
+            "abc",
+            " 4",
+            "4 ",
+            "+4",
+            "1e1",
+            "99999999999999999999",
+        ]
+    ]
+    + [("GLM53_KV_OFFLOAD_RESTORE", v) for v in ["1", "2", "", "yes", "00", "true"]]
+    + [("GLM53_KV_OFFLOAD_DRAFTER", v) for v in ["", "2", "true", "01", "-0"]]
+    + [
+        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", v)
+        for v in ["", "-1", "1025", "2.0", "02", "x", " 2", "100000"]
+    ]
+    + [
+        ("GLM53_KV_OFFLOAD_BUILD_ID", v)
+        for v in [
+            "",
+            "has space",
+            "a/b",
+            "-lead",
+            ".hidden",
+            "x" * 65,
+            "a;b",
+            "a$b",
+            "ä",
+        ]
+    ]
+)
 
 
 @pytest.fixture
@@ -76,10 +102,14 @@ def launch(rig, knobs, *serve):
     argv = serve or ("vllm", "serve", "org/model", "--tensor-parallel-size", "2")
     return rig.run(
         "launch-example.sh",
-        "--hosts", "h0,h1",
-        "--image", "img:tag",
-        "--tree", str(rig.tree),
-        "--prefix", str(rig.prefix),
+        "--hosts",
+        "h0,h1",
+        "--image",
+        "img:tag",
+        "--tree",
+        str(rig.tree),
+        "--prefix",
+        str(rig.prefix),
         "--",
         *argv,
         **knobs,
@@ -112,8 +142,11 @@ def test_knob_1_requires_dir_and_cpu_gb(rig, missing):
 
 
 def test_unknown_knob_name_refused(rig):
-    assert_refused(rig, launch(rig, dict(GOOD, GLM53_KV_OFFLOAD_CPUGB="8")),
-                   "unknown knob GLM53_KV_OFFLOAD_CPUGB")
+    assert_refused(
+        rig,
+        launch(rig, dict(GOOD, GLM53_KV_OFFLOAD_CPUGB="8")),
+        "unknown knob GLM53_KV_OFFLOAD_CPUGB",
+    )
 
 
 def test_restore_1_refused_with_reason(rig):
@@ -161,8 +194,11 @@ def _swap_order(rig) -> None:
 def _repoint_manifest(rig) -> None:
     # The scope manifest now claims to be the store-local overlay.
     m = rig.anchors / "kv-offload-scope.toml"
-    m.write_text(m.read_text().replace('overlay = "kv-offload-scope"',
-                                       'overlay = "kv-offload-store-local"'))
+    m.write_text(
+        m.read_text().replace(
+            'overlay = "kv-offload-scope"', 'overlay = "kv-offload-store-local"'
+        )
+    )
 
 
 def _repoint_symlink(rig) -> None:
@@ -175,7 +211,9 @@ def _repoint_symlink(rig) -> None:
 
 def _other_version(rig) -> None:
     m = rig.anchors / "kv-offload-store-local.toml"
-    m.write_text(m.read_text().replace('engine_version = "9.9.9"', 'engine_version = "9.9.8"'))
+    m.write_text(
+        m.read_text().replace('engine_version = "9.9.9"', 'engine_version = "9.9.8"')
+    )
 
 
 def _drop_list_tail(rig) -> None:
@@ -205,18 +243,26 @@ def _edit_same_size(rig) -> None:
 
 
 ARTIFACT_BREAKS = {
-    "manifest-missing": (lambda r: (r.anchors / "kv-offload-store-local.toml").unlink(),
-                         "kv-offload-store-local.toml: missing"),
+    "manifest-missing": (
+        lambda r: (r.anchors / "kv-offload-store-local.toml").unlink(),
+        "kv-offload-store-local.toml: missing",
+    ),
     "order-missing": (lambda r: (r.anchors / "ORDER").unlink(), "ORDER: missing"),
     "overlay-folder-missing": (
         lambda r: __import__("shutil").rmtree(r.prefix / "overlays/kv-offload-scope"),
-        "overlays/kv-offload-scope: missing"),
+        "overlays/kv-offload-scope: missing",
+    ),
     "fragment-missing": (_fragment_reference_dangles, "references config_eligible.py"),
     "fragment-truncated": (
-        lambda r: _truncate(r.prefix / "overlays/kv-offload-store-local/kv_store_local.py"),
-        "kv_store_local.py: FAILED"),
-    "manifest-truncated": (lambda r: _truncate(r.anchors / "kv-offload-scope.toml"),
-                           "kv-offload-scope.toml"),
+        lambda r: _truncate(
+            r.prefix / "overlays/kv-offload-store-local/kv_store_local.py"
+        ),
+        "kv_store_local.py: FAILED",
+    ),
+    "manifest-truncated": (
+        lambda r: _truncate(r.anchors / "kv-offload-scope.toml"),
+        "kv-offload-scope.toml",
+    ),
     "module-edited": (_edit_same_size, "kv_store_format.py: FAILED"),
     "list-missing": (lambda r: r.artifacts.unlink(), "ARTIFACTS.sha256: missing"),
     "list-truncated": (_drop_list_tail, "not in the baked artifact list"),
@@ -249,8 +295,15 @@ def test_symlinked_overlay_file_refused(rig):
 
 def test_engine_is_taken_from_the_anchors_folder(rig):
     assert rig.anchors.name == ENGINE_DIR
-    res = rig.run("gate.sh", "--prefix", str(rig.prefix), "--root", str(rig.tree),
-                  "--engine", "vllm-9.9.8")
+    res = rig.run(
+        "gate.sh",
+        "--prefix",
+        str(rig.prefix),
+        "--root",
+        str(rig.tree),
+        "--engine",
+        "vllm-9.9.8",
+    )
     assert res.returncode == 2 and "anchors/vllm-9.9.8/ORDER: missing" in res.stderr
 
 
@@ -321,7 +374,7 @@ def test_knob_0_wiring_adds_nothing(rig):
     cmds = _ssh_commands(rig)
     assert len(cmds) == 4
     assert not any(c.startswith("mkdir") for _, c in cmds)
-    run = [c for _, c in cmds if c.startswith("docker run")][0]
+    run = next(c for _, c in cmds if c.startswith("docker run"))
     assert run.endswith("img:tag vllm serve org/model --tensor-parallel-size 2 ")
     assert " -v " not in run and " -e " not in run
     assert "GLM53" not in run and "kv-transfer" not in run

@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from docker_support import REPO, baked_rig
 
 SERVE = ["vllm", "serve", "org/model", "--tensor-parallel-size", "2", "--port", "8000"]
@@ -57,8 +56,15 @@ def connector(out: Path, rank: int) -> dict:
 
 @pytest.mark.parametrize(
     "knobs",
-    [{}, {"GLM53_KV_OFFLOAD": "0"}, {"GLM53_KV_OFFLOAD": "0", "GLM53_KV_OFFLOAD_DRAFTER": "1",
-                                      "GLM53_KV_OFFLOAD_CPU_GB": "8"}],
+    [
+        {},
+        {"GLM53_KV_OFFLOAD": "0"},
+        {
+            "GLM53_KV_OFFLOAD": "0",
+            "GLM53_KV_OFFLOAD_DRAFTER": "1",
+            "GLM53_KV_OFFLOAD_CPU_GB": "8",
+        },
+    ],
     ids=["unset", "zero", "zero-with-other-knobs"],
 )
 def test_knob_0_is_byte_identical_to_no_tier(rig, tmp_path, knobs):
@@ -77,7 +83,9 @@ def test_knob_0_is_byte_identical_to_no_tier(rig, tmp_path, knobs):
 def test_planning_creates_no_store_folder(rig, tmp_path, knob):
     store = tmp_path / "store"
     out = tmp_path / "plan"
-    res = plan(rig, out, dict(KNOB1, GLM53_KV_OFFLOAD=knob, GLM53_KV_OFFLOAD_DIR=str(store)))
+    res = plan(
+        rig, out, dict(KNOB1, GLM53_KV_OFFLOAD=knob, GLM53_KV_OFFLOAD_DIR=str(store))
+    )
     assert res.returncode == 0, res.stderr
     assert not store.exists()  # the launcher makes it per node, knob 1 only
     mounts = (out / "rank0" / "mounts").read_text()
@@ -87,7 +95,12 @@ def test_planning_creates_no_store_folder(rig, tmp_path, knob):
 def test_knob_0_output_equals_a_run_without_any_knob(rig, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     assert plan(rig, a, {}).returncode == 0
-    assert plan(rig, b, {"GLM53_KV_OFFLOAD": "0", "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES": "5"}).returncode == 0
+    assert (
+        plan(
+            rig, b, {"GLM53_KV_OFFLOAD": "0", "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES": "5"}
+        ).returncode
+        == 0
+    )
     for rank in (0, 1):
         assert read_rank(a, rank) == read_rank(b, rank)
 
@@ -164,8 +177,10 @@ def test_knob_1_env_mount_and_expandable_segments(rig, tmp_path):
     "conf,after",
     [
         ("expandable_segments:True", None),
-        (" expandable_segments:True ,garbage_collection_threshold:0.6",
-         "garbage_collection_threshold:0.6"),
+        (
+            " expandable_segments:True ,garbage_collection_threshold:0.6",
+            "garbage_collection_threshold:0.6",
+        ),
         ("expandable_segments:False", "expandable_segments:False"),
         ("max_split_size_mb:128", "max_split_size_mb:128"),
     ],
@@ -177,8 +192,11 @@ def test_expandable_segments_removed_only_with_knob_1(rig, tmp_path, conf, after
     res = plan(rig, k1, KNOB1, base_env=base)
     assert res.returncode == 0, res.stderr
     assert (k0 / "rank0" / "env").read_text() == base
-    got = [ln for ln in (k1 / "rank0" / "env").read_text().splitlines()
-           if ln.startswith("PYTORCH_CUDA_ALLOC_CONF=")]
+    got = [
+        ln
+        for ln in (k1 / "rank0" / "env").read_text().splitlines()
+        if ln.startswith("PYTORCH_CUDA_ALLOC_CONF=")
+    ]
     assert got == ([] if after is None else [f"PYTORCH_CUDA_ALLOC_CONF={after}"])
     assert ("dropping expandable_segments" in res.stderr) == (after != conf)
 
@@ -213,15 +231,34 @@ def test_order_is_emitted_identically_from_the_one_order_file(rig, tmp_path):
 @pytest.mark.parametrize(
     "file,mutate,needle",
     [
-        ("argv", lambda t: t.replace('"cpu_bytes_to_use":17179869184',
-                                     '"cpu_bytes_to_use":17179869185'), "connector JSON"),
-        ("argv", lambda t: t.replace('"offload_prompt_only":false',
-                                     '"offload_prompt_only":true'), "connector JSON"),
+        (
+            "argv",
+            lambda t: t.replace(
+                '"cpu_bytes_to_use":17179869184', '"cpu_bytes_to_use":17179869185'
+            ),
+            "connector JSON",
+        ),
+        (
+            "argv",
+            lambda t: t.replace(
+                '"offload_prompt_only":false', '"offload_prompt_only":true'
+            ),
+            "connector JSON",
+        ),
         ("argv", lambda t: t.replace("8000", "8001"), "argv differs"),
-        ("env", lambda t: t.replace("GLM53_KV_OFFLOAD_CPU_GB=16", "GLM53_KV_OFFLOAD_CPU_GB=8"),
-         "env differs"),
+        (
+            "env",
+            lambda t: t.replace(
+                "GLM53_KV_OFFLOAD_CPU_GB=16", "GLM53_KV_OFFLOAD_CPU_GB=8"
+            ),
+            "env differs",
+        ),
         ("mounts", lambda t: "", "mounts differs"),
-        ("order", lambda t: "".join(reversed(t.splitlines(keepends=True))), "order differs"),
+        (
+            "order",
+            lambda t: "".join(reversed(t.splitlines(keepends=True))),
+            "order differs",
+        ),
     ],
 )
 def test_compare_detects_a_one_rank_mismatch(rig, tmp_path, file, mutate, needle):
@@ -294,7 +331,9 @@ def test_knob_1_without_baked_list_needs_a_build_id(rig, tmp_path):
 
 
 def _pinned_wheel() -> Path | None:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvtier/wheels"
+    cache = (
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvtier/wheels"
+    )
     for wheel_file in REPO.glob("fixtures/*/WHEEL"):
         engine, version = wheel_file.parent.name.split("-", 1)
         for whl in cache.glob(f"{engine}-{version}-*.whl"):
@@ -314,16 +353,21 @@ def test_connector_keys_are_the_pinned_engines(rig, tmp_path):
         src = "\n".join(
             z.read(n).decode()
             for n in z.namelist()
-            if n.endswith(".py") and ("kv_offload/" in n or "/offloading" in n
-                                      or n.endswith("config/kv_transfer.py"))
+            if n.endswith(".py")
+            and (
+                "kv_offload/" in n
+                or "/offloading" in n
+                or n.endswith("config/kv_transfer.py")
+            )
         )
         registered = z.read("vllm/v1/kv_offload/factory.py").decode()
         connector_factory = z.read(
-            "vllm/distributed/kv_transfer/kv_connector/factory.py").decode()
+            "vllm/distributed/kv_transfer/kv_connector/factory.py"
+        ).decode()
     for key in cfg["kv_connector_extra_config"]:
         assert re.search(rf'extra_config\.get\(\s*"{key}"', src), key
     for key in ("kv_connector", "kv_role", "kv_connector_extra_config"):
-        assert re.search(rf"^    {key}: ", src, re.M), key
+        assert re.search(rf"^    {key}: ", src, re.MULTILINE), key
     assert f'"{cfg["kv_connector_extra_config"]["spec_name"]}"' in registered
     assert f'"{cfg["kv_connector"]}"' in connector_factory
     assert "kv_both" in src

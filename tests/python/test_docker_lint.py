@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from docker_support import REPO
 
 SCRIPTS = sorted(
@@ -20,13 +19,18 @@ SCRIPTS = sorted(
 )
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(REPO)) for p in SCRIPTS])
+@pytest.mark.parametrize(
+    "script", SCRIPTS, ids=[str(p.relative_to(REPO)) for p in SCRIPTS]
+)
 def test_shellcheck_clean(script):
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is not installed (scripts/setup.sh installs it)")
     res = subprocess.run(
         ["shellcheck", "-x", str(script.relative_to(REPO))],
-        cwd=REPO, capture_output=True, text=True, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -47,7 +51,7 @@ def parse_dockerfile(path: Path) -> tuple[dict[str, str], list[dict]]:
         op = op.upper()
         rest = re.sub(r"\s+", " ", rest.strip())
         if op == "FROM":
-            m = re.fullmatch(r"(\S+)(?: AS (\S+))?", rest, re.I)
+            m = re.fullmatch(r"(\S+)(?: AS (\S+))?", rest, re.IGNORECASE)
             assert m, f"FROM line: {line}"
             stages.append({"from": m[1], "name": m[2], "args": [], "instrs": []})
         elif op == "ARG" and not stages:
@@ -82,10 +86,12 @@ def test_two_stages_builder_then_serving(dockerfile):
     assert [s["name"] for s in stages] == ["builder", "serving"]
     assert stages[0]["from"] == "debian:bookworm"
     assert stages[1]["from"] == "${SERVING_IMAGE}"
-    engine = f'{args["ENGINE"]}-{args["ENGINE_VERSION"]}'
-    assert engine in anchors_engines(), "ENGINE/ENGINE_VERSION defaults name an anchors folder"
+    engine = f"{args['ENGINE']}-{args['ENGINE_VERSION']}"
+    assert engine in anchors_engines(), (
+        "ENGINE/ENGINE_VERSION defaults name an anchors folder"
+    )
     assert expand(args["SERVING_IMAGE"], args) == (
-        f'vllm/vllm-openai:v{args["ENGINE_VERSION"]}'
+        f"vllm/vllm-openai:v{args['ENGINE_VERSION']}"
     )
     for stage in stages:  # every ${X} a stage uses is declared in it
         for op, rest in stage["instrs"]:
@@ -105,9 +111,15 @@ def test_builder_uses_setup_sh_package_list(dockerfile):
     # build-tools.sh's list is setup.sh's list, read from there.
     listed = subprocess.run(
         [str(REPO / "docker/build-tools.sh"), "packages"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
-    m = re.search(r"^APT_PACKAGES=\((.*?)\)", (REPO / "scripts/setup.sh").read_text(), re.S | re.M)
+    m = re.search(
+        r"^APT_PACKAGES=\((.*?)\)",
+        (REPO / "scripts/setup.sh").read_text(),
+        re.DOTALL | re.MULTILINE,
+    )
     assert m and listed == m[1].split()
 
 
@@ -126,7 +138,7 @@ def test_serving_stage_copies_under_one_prefix_and_bakes(dockerfile):
         assert (REPO / src).exists(), f"COPY source missing in the repo: {src}"
         dests[dst.rstrip("/")] = src.rstrip("/")
     assert any(w[0] == "--from=builder" for w in copies)
-    engine = f'{args["ENGINE"]}-{args["ENGINE_VERSION"]}'
+    engine = f"{args['ENGINE']}-{args['ENGINE_VERSION']}"
     assert dests[f"{prefix}/anchors/{engine}"] == f"anchors/{engine}"
     assert dests[f"{prefix}/overlays"] == "overlays"
     assert dests[f"{prefix}/docker"] == "docker"
@@ -137,16 +149,29 @@ def test_serving_stage_copies_under_one_prefix_and_bakes(dockerfile):
     # The image runs the very bake.sh CI runs: it is the copy of docker/.
     rel = Path(script).relative_to(prefix)
     assert dests[f"{prefix}/{rel.parent}"] == "docker" and rel.name == "bake.sh"
-    assert words[1:] == ["--prefix", f'"{prefix}"', "--engine", f'"{engine}"',
-                         "--python", "python3"]
+    assert words[1:] == [
+        "--prefix",
+        f'"{prefix}"',
+        "--engine",
+        f'"{engine}"',
+        "--python",
+        "python3",
+    ]
     # And the last instruction: nothing after the bake can undo it.
     assert serving["instrs"][-1] == ("RUN", re.sub(r"\s+", " ", _runs(serving)[0]))
 
 
 def test_dockerignore_keeps_what_the_build_copies():
     ignore = (REPO / "docker/Dockerfile.dockerignore").read_text().split()
-    needed = ["CMakeLists.txt", "patcher", "gc", "anchors", "overlays", "docker",
-              "scripts/setup.sh"]
+    needed = [
+        "CMakeLists.txt",
+        "patcher",
+        "gc",
+        "anchors",
+        "overlays",
+        "docker",
+        "scripts/setup.sh",
+    ]
     for pattern in ignore:
         if pattern.startswith("#"):
             continue
