@@ -55,7 +55,8 @@ artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
 resolve_engine "$prefix" "$engine"
 read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
 for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
-mapfile -t files < <(list_artifacts "$prefix")
+listing=$(list_artifacts "$prefix") # a refusal inside exits here, with 2
+mapfile -t files <<<"$listing"
 resolve_overlay_bin "$prefix" "$overlay_bin"
 log "engine $KVTIER_ENGINE_DIR, order: ${KVTIER_ORDER[*]}"
 

@@ -60,9 +60,10 @@ for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
 
 [[ -f $artifacts ]] || die "$artifacts: missing; run docker/bake.sh to record the artifact list"
 artifacts=$(cd "$(dirname "$artifacts")" && pwd)/$(basename "$artifacts")
-mapfile -t want < <(list_artifacts "$prefix")
+listing=$(list_artifacts "$prefix") # a refusal inside exits here, with 2
+mapfile -t want <<<"$listing"
 mapfile -t listed < <(sed -nE 's/^[0-9a-f]{64}  (.+)$/\1/p' "$artifacts")
-lines=$(wc -l <"$artifacts")
+lines=$(grep -c '' "$artifacts" || true)
 ((lines == ${#listed[@]})) || die "$artifacts: malformed (expected '<sha256>  <path>' lines)"
 if [[ "${want[*]}" != "${listed[*]}" ]]; then
   extra=$(comm -23 <(printf '%s\n' "${want[@]}" | LC_ALL=C sort) <(printf '%s\n' "${listed[@]}" | LC_ALL=C sort) | head -n1)
