@@ -1,0 +1,56 @@
+// The operations behind the CLI subcommands. Each returns what it found and
+// did; nothing here prints. Apply and revert resolve every anchor of every
+// file, and run the compile check if asked, before the first byte is written.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compile_check.h"
+#include "manifest.h"
+#include "paths.h"
+#include "result.h"
+#include "state.h"
+
+namespace patcher {
+
+struct Request {
+  std::vector<std::string> overlays;  // empty = every overlay of the set
+  bool check_injected = false;
+  std::string python = "python3";
+  bool expect_pristine = false;  // check --expect pristine
+};
+
+struct FileChangeReport {
+  std::string path;
+  std::string action;  // patch | create | delete
+  std::vector<std::string> notes;  // e.g. "+ kv-offload-scope/eligible-groups after line 12"
+  std::string old_text, new_text;
+};
+
+struct Outcome {
+  TreeState state;  // the state found (after completing any interrupted transaction)
+  std::vector<std::string> selected;  // overlays acted on, stacking order
+  std::vector<std::string> skipped;   // already in the wanted state
+  std::vector<FileChangeReport> changes;
+  bool recovered = false;  // an interrupted transaction was completed first
+  int compiled = 0;        // units compiled by --check-injected
+};
+
+struct Session {
+  Tree tree;
+  ManifestSet set;
+};
+
+// Validates names; empty = all. Returned in stacking order.
+Result<std::vector<std::string>> select_overlays(const ManifestSet& set, const std::vector<std::string>& names);
+
+Result<Outcome> status(const Session& s);
+Result<Outcome> plan_apply(const Session& s, const Request& r);
+Result<Outcome> apply(const Session& s, const Request& r);
+Result<Outcome> plan_revert(const Session& s, const Request& r);
+Result<Outcome> revert(const Session& s, const Request& r);
+// Read-only; Ok only when every selected overlay is in the expected state.
+Result<Outcome> check(const Session& s, const Request& r);
+
+}  // namespace patcher

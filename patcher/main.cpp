@@ -1,0 +1,148 @@
+// The `overlay` CLI: wires CLI11 to the engine, prints, picks exit codes.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "engine.h"
+#include "locate.h"
+#include "render.h"
+
+using namespace patcher;
+
+namespace {
+
+constexpr const char* kExitCodes = R"(Exit codes:
+  0  ok (check: every selected overlay is in the expected state)
+  1  check: the tree is consistent but not in the expected state
+  2  usage, manifest or bad-input error (bad TOML, unknown key, bad path, symlink,
+     CRLF or non-UTF-8 text, overlapping edits, revert refused by stacking)
+  3  drift: a pin or anchor does not match the tree (report shows nearest lines)
+  4  tampered or half-applied (or an interrupted transaction is pending for check)
+  5  --check-injected found a syntax error
+  6  I/O error (read-only tree, disk full, unreadable file)
+)";
+
+struct Args {
+  std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
+  std::vector<std::string> overlays;
+  bool json = false, check_injected = false, revert = false;
+};
+
+std::string self_exe(const char* argv0) {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) return std::string(buf, static_cast<size_t>(n));
+  return argv0;
+}
+
+int fail(const Args& a, const Error& e) {
+  if (a.json) std::cout << error_json(e).dump(2) << "\n";
+  std::cerr << "overlay: " << kind_name(e.kind) << ": " << e.line() << "\n";
+  if (!a.json)
+    for (const auto& d : e.details) std::cerr << "  " << d << "\n";
+  return static_cast<int>(e.kind);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  Args a;
+  CLI::App app{"overlay: carry source overlays into a pinned engine tree, failing closed.", "overlay"};
+  app.footer(kExitCodes);
+  app.fallthrough();
+  app.require_subcommand(1, 1);
+  app.add_option("--root", a.root, "engine tree to act on (e.g. a site-packages folder)")->required();
+  app.add_option("--overlays", a.overlays, "overlays to act on, comma-separated (default: all)")->delimiter(',');
+  app.add_option("--manifests", a.manifests,
+                 "manifest folder (default: <anchors>/<engine>-<version> next to the executable)");
+  app.add_option("--fragments", a.fragments, "overlays folder holding <overlay>/ fragments (default: <manifests>/../../overlays)");
+  app.add_option("--engine", a.engine, "engine name for the default manifest folder")->capture_default_str();
+  app.add_option("--engine-version", a.engine_version, "engine version (default: detected from the tree)");
+  app.add_flag("--json", a.json, "print a JSON document on stdout");
+  app.add_flag("--check-injected", a.check_injected, "apply/check: compile patched files and fragments first");
+  app.add_option("--python", a.python, "interpreter for --check-injected")->capture_default_str();
+  app.add_subcommand("status", "report the state of every overlay and file");
+  auto* plan = app.add_subcommand("plan", "show what apply (or revert) would change; writes nothing");
+  plan->add_flag("--revert", a.revert, "plan a revert instead of an apply");
+  app.add_subcommand("apply", "apply overlays (all anchors resolved before any write)");
+  auto* check_cmd = app.add_subcommand("check", "read-only: exit 0 only if overlays are in the expected state");
+  check_cmd->add_option("--expect", a.expect, "applied or pristine")
+      ->check(CLI::IsMember({"applied", "pristine"}))
+      ->capture_default_str();
+  app.add_subcommand("revert", "remove overlays, restoring pristine bytes");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "overlay: usage: " << e.what() << " (see overlay --help)\n";
+    return 2;
+  }
+  std::string cmd = app.get_subcommands().front()->get_name();
+
+  if (a.manifests.empty()) {
+    auto anchors = find_anchors_root(self_exe(argv[0]));
+    if (!anchors) return fail(a, anchors.error());
+    std::string version = a.engine_version;
+    if (version.empty()) {
+      auto v = detect_engine_version(a.root, a.engine);
+      if (!v) return fail(a, v.error());
+      version = *v;
+    }
+    a.manifests = *anchors + "/" + a.engine + "-" + version;
+    if (::access(a.manifests.c_str(), F_OK) != 0)
+      return fail(a, make_error(ErrorKind::Usage, a.manifests, "no manifests for " + a.engine + " " + version));
+  }
+  if (a.fragments.empty()) a.fragments = a.manifests + "/../../overlays";
+  for (std::string* p : {&a.manifests, &a.fragments})
+    if (char* real = ::realpath(p->c_str(), nullptr)) {
+      *p = real;
+      std::free(real);
+    }
+  auto set = load_manifests(a.manifests, a.fragments);
+  if (!set) return fail(a, set.error());
+  auto tree = Tree::open(a.root);
+  if (!tree) return fail(a, tree.error());
+  Session s{std::move(*tree), std::move(*set)};
+  Request r;
+  r.overlays = a.overlays;
+  r.check_injected = a.check_injected;
+  r.python = a.python;
+  r.expect_pristine = a.expect == "pristine";
+
+  Result<Outcome> out = Error{};
+  std::string label = cmd;
+  if (cmd == "status") {
+    out = status(s);
+  } else if (cmd == "plan") {
+    label = a.revert ? "plan-revert" : "plan";
+    out = a.revert ? plan_revert(s, r) : plan_apply(s, r);
+  } else if (cmd == "apply") {
+    out = apply(s, r);
+  } else if (cmd == "revert") {
+    out = revert(s, r);
+  } else {
+    out = check(s, r);
+  }
+  if (!out) return fail(a, out.error());
+  if (a.json) {
+    std::cout << (cmd == "status" ? state_json(out->state) : outcome_json(label, *out)).dump(2) << "\n";
+  } else if (cmd == "status") {
+    std::cout << state_text(out->state);
+  } else if (cmd == "check") {
+    std::cout << "ok: " << (r.expect_pristine ? "pristine" : "applied");
+    for (const auto& n : out->selected) std::cout << " " << n;
+    std::cout << "\n";
+    if (out->compiled) std::cout << "compiled " << out->compiled << " files and fragments: ok\n";
+  } else {
+    std::cout << outcome_text(label, *out);
+  }
+  return 0;
+}

@@ -1,0 +1,71 @@
+// Overlay manifests: anchors/<engine>-<version>/<overlay>.toml, parsed and
+// validated completely (fragments loaded too) before anything looks at a tree.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "result.h"
+
+namespace patcher {
+
+enum class Action { InsertBefore, InsertAfter, Replace };
+const char* action_name(Action a);
+
+struct Edit {
+  std::string id;
+  std::string scope;                      // "" = whole file; "class X/def f" nests
+  std::vector<std::string> anchor_lines;  // exact lines, indentation included
+  int occurrences = 1;                    // the edit applies at every occurrence
+  Action action = Action::InsertAfter;
+  int indent = 0;                         // extra spaces on top of the anchor's indentation
+  std::string fragment;                   // path under the overlay's fragment folder
+  std::vector<std::string> fragment_lines;  // loaded fragment, column 0
+  std::optional<std::string> superseded_by;
+  std::string why;
+  bool compile_standalone = true;  // optional: false skips the standalone fragment compile
+};
+
+struct FileSpec {
+  std::string path;
+  std::string sha256;
+  std::vector<Edit> edits;
+};
+
+struct NewFile {
+  std::string path;
+  std::string source;  // path under the overlay's fragment folder
+  std::string text;    // loaded source
+};
+
+struct Manifest {
+  std::string file;           // manifest path, for messages
+  std::string fragments_dir;  // overlays/<overlay>/
+  int format = 1;
+  std::string overlay, engine, engine_version, summary;
+  std::vector<std::string> after;
+  std::vector<FileSpec> files;
+  std::vector<NewFile> new_files;
+
+  const FileSpec* find_file(const std::string& path) const;
+  const Edit* find_edit(const std::string& id) const;
+};
+
+// Overlays of one engine version, in stacking (apply) order.
+struct ManifestSet {
+  std::string dir;
+  std::vector<Manifest> overlays;
+  int index_of(const std::string& name) const;  // -1 when unknown
+};
+
+// Parses one manifest text; fragments are read from fragments_dir.
+Result<Manifest> parse_manifest(const std::string& toml_text, const std::string& display_path,
+                                const std::string& fragments_dir);
+
+// Loads every *.toml in dir. Fragments come from <fragments_root>/<overlay>/.
+// The order follows dir/ORDER when present (checked against `after`),
+// otherwise a topological sort of `after` with ties broken by name.
+Result<ManifestSet> load_manifests(const std::string& dir, const std::string& fragments_root);
+
+}  // namespace patcher

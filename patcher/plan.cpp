@@ -1,0 +1,178 @@
+#include "plan.h"
+
+#include <algorithm>
+
+#include "anchor.h"
+#include "fmt/format.h"
+#include "region.h"
+#include "scope.h"
+
+namespace patcher {
+
+std::string Build::text() const { return join_lines(texts(), trailing_newline); }
+
+std::vector<std::string> Build::texts() const {
+  std::vector<std::string> out;
+  out.reserve(lines.size());
+  for (const auto& l : lines) out.push_back(l.text);
+  return out;
+}
+
+std::string Build::region_at(size_t line) const {
+  if (line == 0 || line > lines.size()) return "";
+  int r = lines[line - 1].region;
+  return r < 0 ? "" : regions[static_cast<size_t>(r)].overlay + "/" + regions[static_cast<size_t>(r)].edit;
+}
+
+Build base_build(const Text& projection) {
+  Build b;
+  b.trailing_newline = projection.trailing_newline;
+  for (size_t i = 0; i < projection.lines.size(); ++i) b.lines.push_back(BuildLine{projection.lines[i], -1, i + 1, ""});
+  return b;
+}
+
+bool is_superseded(const Edit& e, const std::string& pristine_text) {
+  return e.superseded_by && pristine_text.find(*e.superseded_by) != std::string::npos;
+}
+
+namespace {
+
+struct Op {
+  size_t start = 0, count = 0;  // matched anchor lines
+  const Edit* edit = nullptr;
+  size_t order = 0;
+};
+
+std::string where(const BuildLine& l, size_t index) {
+  if (l.origin) return fmt::format("line {}", l.origin);
+  return fmt::format("line {} (inside an injected region)", index + 1);
+}
+
+void drift_report(std::vector<std::string>& out, const std::vector<std::string>& texts, const Build& b,
+                  const Manifest& m, const Edit& e, const std::string& file, LineRange range,
+                  const std::vector<size_t>& found) {
+  std::string scope = e.scope.empty() ? "" : " in scope \"" + e.scope + "\"";
+  out.push_back(fmt::format("{}: edit {}/{}: anchor{} found {} times, expected {}", file, m.overlay, e.id, scope,
+                            found.size(), e.occurrences));
+  if (!found.empty()) {
+    std::string at;
+    for (size_t f : found) at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+    out.push_back("  found at " + at);
+    return;
+  }
+  auto near = nearest(texts, range.begin, range.end, e.anchor_lines);
+  if (near.empty()) {
+    out.push_back("  no candidate lines in the searched range");
+    return;
+  }
+  out.push_back("  nearest lines (similarity):");
+  for (const auto& n : near)
+    out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[n.line], n.line), n.score, texts[n.line]));
+  const NearMatch& best = near.front();
+  size_t len = std::min(e.anchor_lines.size(), range.end - best.line);
+  std::vector<std::string> cand(texts.begin() + static_cast<long>(best.line),
+                                texts.begin() + static_cast<long>(best.line + len));
+  auto diff = unified_diff(e.anchor_lines, cand, "anchor " + m.overlay + "/" + e.id + " (" + m.file + ")",
+                           fmt::format("{} line {}", file, b.lines[best.line].origin ? b.lines[best.line].origin : best.line + 1),
+                           1, b.lines[best.line].origin ? b.lines[best.line].origin : best.line + 1);
+  for (auto& d : diff) out.push_back("    " + d);
+}
+
+void scope_report(std::vector<std::string>& out, const std::vector<std::string>& texts, const Build& b,
+                  const Manifest& m, const Edit& e, const std::string& file, const ScopeMatch& sm) {
+  out.push_back(fmt::format("{}: edit {}/{}: scope \"{}\": \"{}\" found {} times, expected 1", file, m.overlay, e.id,
+                            e.scope, sm.segment, sm.found.size()));
+  if (!sm.found.empty()) {
+    std::string at;
+    for (size_t f : sm.found) at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+    out.push_back("  found at " + at);
+    return;
+  }
+  std::vector<NearMatch> scored;
+  for (size_t h : sm.headers) scored.push_back({h, similarity(sm.segment, trim(texts[h]).substr(0, sm.segment.size() + 8))});
+  std::stable_sort(scored.begin(), scored.end(), [](auto& x, auto& y) { return x.score > y.score; });
+  if (scored.size() > 3) scored.resize(3);
+  if (scored.empty()) out.push_back("  no def/class headers in the searched range");
+  else out.push_back("  nearest headers (similarity):");
+  for (const auto& s : scored)
+    out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[s.line], s.line), s.score, texts[s.line]));
+}
+
+}  // namespace
+
+Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const std::string& pristine_text,
+                     const std::string& file) {
+  std::vector<std::string> texts = b.texts();
+  std::vector<Op> ops;
+  std::vector<std::string> report;
+  std::vector<std::string> failed;
+  for (const Edit& e : spec.edits) {
+    if (is_superseded(e, pristine_text)) continue;
+    LineRange range{0, texts.size()};
+    if (!e.scope.empty()) {
+      ScopeMatch sm = find_scope(texts, e.scope);
+      if (!sm.ok) {
+        scope_report(report, texts, b, m, e, file, sm);
+        failed.push_back(e.id + " (scope)");
+        continue;
+      }
+      range = sm.range;
+    }
+    auto found = find_anchor(texts, range.begin, range.end, e.anchor_lines);
+    if (found.size() != static_cast<size_t>(e.occurrences)) {
+      drift_report(report, texts, b, m, e, file, range, found);
+      failed.push_back(fmt::format("{} (anchor found {} times, expected {})", e.id, found.size(), e.occurrences));
+      continue;
+    }
+    for (size_t f : found) {
+      for (size_t j = f; j < f + e.anchor_lines.size(); ++j) {
+        if (!b.lines[j].claim.empty())
+          return make_error(ErrorKind::Usage, file,
+                            fmt::format("edits {} and {}/{} both anchor on {}; overlapping edits are not allowed",
+                                        b.lines[j].claim, m.overlay, e.id, where(b.lines[j], j)));
+      }
+      for (size_t j = f; j < f + e.anchor_lines.size(); ++j) b.lines[j].claim = m.overlay + "/" + e.id;
+      ops.push_back(Op{f, e.anchor_lines.size(), &e, ops.size()});
+    }
+  }
+  if (!failed.empty()) {
+    std::string list;
+    for (auto& f : failed) list += (list.empty() ? "" : ", ") + f;
+    Error err = make_error(ErrorKind::Drift, file, "overlay " + m.overlay + ": anchors do not match: " + list);
+    err.details = std::move(report);
+    return err;
+  }
+  std::string prefix = comment_prefix(file);
+  std::vector<BuildLine> out;
+  auto emit_region = [&](const Op& op, const BuildLine& anchor_first) {
+    std::string indent = leading_ws(anchor_first.text) + std::string(static_cast<size_t>(op.edit->indent), ' ');
+    std::vector<std::string> body = reindent(op.edit->fragment_lines, indent);
+    int r = static_cast<int>(b.regions.size());
+    b.regions.push_back(BuildRegion{m.overlay, op.edit->id});
+    out.push_back(BuildLine{begin_sentinel(prefix, indent, m.overlay, op.edit->id, region_hash(body)), r, 0, ""});
+    for (auto& l : body) out.push_back(BuildLine{l, r, 0, ""});
+    out.push_back(BuildLine{end_sentinel(prefix, indent, m.overlay, op.edit->id), r, 0, ""});
+  };
+  std::sort(ops.begin(), ops.end(), [](const Op& x, const Op& y) { return x.order < y.order; });
+  for (size_t i = 0; i < b.lines.size();) {
+    for (const Op& op : ops)
+      if (op.start == i && op.edit->action == Action::InsertBefore) emit_region(op, b.lines[i]);
+    const Op* rep = nullptr;
+    for (const Op& op : ops)
+      if (op.start == i && op.edit->action == Action::Replace) rep = &op;
+    size_t last = i;
+    if (rep) {
+      emit_region(*rep, b.lines[i]);
+      last = i + rep->count - 1;
+    } else {
+      out.push_back(b.lines[i]);
+    }
+    for (const Op& op : ops)
+      if (op.start + op.count - 1 == last && op.edit->action == Action::InsertAfter) emit_region(op, b.lines[op.start]);
+    i = last + 1;
+  }
+  b.lines = std::move(out);
+  return ok_status();
+}
+
+}  // namespace patcher

@@ -1,0 +1,102 @@
+#include "render.h"
+
+#include "fmt/format.h"
+
+namespace patcher {
+
+nlohmann::json state_json(const TreeState& ts) {
+  nlohmann::json j;
+  j["journal"] = ts.journal;
+  j["stray_temps"] = ts.stray_temps;
+  j["overlays"] = nlohmann::json::array();
+  for (const auto& o : ts.overlays)
+    j["overlays"].push_back({{"name", o.name},
+                             {"state", o.state},
+                             {"summary", o.summary},
+                             {"after", o.after},
+                             {"problems", o.problems},
+                             {"superseded", o.superseded}});
+  j["files"] = nlohmann::json::array();
+  for (const auto& f : ts.files) {
+    nlohmann::json fj = {{"path", f.path}, {"new_file", f.is_new}, {"state", f.state}, {"message", f.message},
+                         {"details", f.details}, {"pin", f.pin}, {"sha256", f.sha}};
+    fj["overlays"] = nlohmann::json::array();
+    for (const auto& fo : f.overlays) {
+      nlohmann::json oj = {{"overlay", fo.overlay}, {"state", fo.state}};
+      oj["edits"] = nlohmann::json::array();
+      for (const auto& e : fo.edits)
+        oj["edits"].push_back({{"id", e.id}, {"state", e.state}, {"present", e.present}, {"expected", e.expected}});
+      fj["overlays"].push_back(oj);
+    }
+    j["files"].push_back(fj);
+  }
+  return j;
+}
+
+nlohmann::json outcome_json(const std::string& command, const Outcome& o) {
+  nlohmann::json j;
+  j["ok"] = true;
+  j["command"] = command;
+  j["selected"] = o.selected;
+  j["skipped"] = o.skipped;
+  j["recovered"] = o.recovered;
+  j["compiled"] = o.compiled;
+  j["changes"] = nlohmann::json::array();
+  for (const auto& c : o.changes) j["changes"].push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
+  j["state"] = state_json(o.state);
+  return j;
+}
+
+nlohmann::json error_json(const Error& e) {
+  return {{"ok", false},
+          {"error",
+           {{"code", static_cast<int>(e.kind)},
+            {"kind", kind_name(e.kind)},
+            {"file", e.file},
+            {"message", e.message},
+            {"line", e.line()},
+            {"details", e.details}}}};
+}
+
+std::string state_text(const TreeState& ts) {
+  std::string out;
+  for (const auto& o : ts.overlays) {
+    out += fmt::format("overlay {}: {}", o.name, o.state);
+    if (!o.summary.empty()) out += "  (" + o.summary + ")";
+    out += "\n";
+    for (const auto& p : o.problems) out += "  problem: " + p + "\n";
+    for (const auto& s : o.superseded) out += "  superseded upstream: " + s + "\n";
+  }
+  for (const auto& f : ts.files) {
+    out += fmt::format("{} {}: {}", f.is_new ? "new file" : "file", f.path, f.state);
+    if (!f.message.empty()) out += " - " + f.message;
+    out += "\n";
+    for (const auto& fo : f.overlays) {
+      if (f.is_new) continue;
+      std::string edits;
+      for (const auto& e : fo.edits) edits += (edits.empty() ? "" : ", ") + e.id + " " + e.state;
+      out += fmt::format("  {}: {} ({})\n", fo.overlay, fo.state, edits);
+    }
+    for (const auto& d : f.details) out += "  " + d + "\n";
+  }
+  if (ts.journal) out += "journal: an interrupted transaction is pending; apply or revert completes it\n";
+  for (const auto& t : ts.stray_temps) out += "stray temp file (removed by the next apply or revert): " + t + "\n";
+  return out;
+}
+
+std::string outcome_text(const std::string& command, const Outcome& o) {
+  std::string out;
+  if (o.recovered) out += "completed an interrupted transaction first\n";
+  for (const auto& s : o.skipped)
+    out += fmt::format("{}: already {}\n", s, command == "revert" || command == "plan-revert" ? "pristine" : "applied");
+  bool dry = command.rfind("plan", 0) == 0;
+  for (const auto& c : o.changes) {
+    out += fmt::format("{} {} {}\n", dry ? "would" : "did", c.action, c.path);
+    for (const auto& n : c.notes) out += "  " + n + "\n";
+  }
+  if (o.compiled) out += fmt::format("compiled {} files and fragments: ok\n", o.compiled);
+  if (o.changes.empty()) out += "nothing to do\n";
+  return out;
+}
+
+}  // namespace patcher

@@ -1,0 +1,18 @@
+// CLI output: human text and --json documents for outcomes and errors.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine.h"
+
+namespace patcher {
+
+nlohmann::json state_json(const TreeState& ts);
+nlohmann::json outcome_json(const std::string& command, const Outcome& o);
+nlohmann::json error_json(const Error& e);
+
+std::string state_text(const TreeState& ts);
+std::string outcome_text(const std::string& command, const Outcome& o);
+
+}  // namespace patcher

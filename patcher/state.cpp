@@ -1,0 +1,360 @@
+#include "state.h"
+
+#include <algorithm>
+#include <set>
+
+#include "plan.h"
+#include "region.h"
+#include "sha256.h"
+
+namespace patcher {
+
+std::string temp_name_for(const std::string& rel) {
+  std::string dir = dir_name(rel);
+  return (dir.empty() ? "" : dir + "/") + "." + base_name(rel) + ".overlay-tmp";
+}
+
+const OverlayState* TreeState::overlay(const std::string& name) const {
+  for (const auto& o : overlays)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+const FileState* TreeState::file(const std::string& path) const {
+  for (const auto& f : files)
+    if (f.path == path) return &f;
+  return nullptr;
+}
+
+namespace {
+
+Status check_target_text(const std::string& bytes, const std::string& path) {
+  if (auto off = find_invalid_utf8(bytes))
+    return make_error(ErrorKind::Usage, path,
+                      "target is not valid UTF-8 (line " + std::to_string(line_of_offset(bytes, *off)) + ")");
+  if (auto l = find_cr_line(bytes))
+    return make_error(ErrorKind::Usage, path,
+                      "target has CRLF/CR line endings (line " + std::to_string(*l) +
+                          "); the engine edits LF text only");
+  return ok_status();
+}
+
+// Edit bookkeeping of one overlay in one file, from region counts.
+FileOverlay count_edits(const Manifest& m, const FileSpec& spec, const std::string& pristine_text,
+                        const std::map<std::string, int>& counts, bool* duplicate) {
+  FileOverlay fo;
+  fo.overlay = m.overlay;
+  int expected_total = 0, present_total = 0, full = 0, with_expect = 0;
+  for (const Edit& e : spec.edits) {
+    EditState es;
+    es.id = e.id;
+    bool sup = is_superseded(e, pristine_text);
+    es.expected = sup ? 0 : e.occurrences;
+    auto it = counts.find(e.id);
+    es.present = it == counts.end() ? 0 : it->second;
+    if (es.present > es.expected) *duplicate = true;
+    es.state = sup ? "superseded" : (es.present == es.expected ? "applied" : "missing");
+    expected_total += es.expected;
+    present_total += es.present;
+    if (es.expected > 0) {
+      ++with_expect;
+      if (es.present == es.expected) ++full;
+    }
+    fo.edits.push_back(es);
+  }
+  if (expected_total == 0)
+    fo.state = "neutral";
+  else if (present_total == 0)
+    fo.state = "pristine";
+  else if (full == with_expect)
+    fo.state = "applied";
+  else
+    fo.state = "partial";
+  return fo;
+}
+
+// Tries every overlay on a drifted text, collecting each failing anchor.
+std::vector<std::string> trial_report(const ManifestSet& set, const Text& text, const std::string& path) {
+  std::vector<std::string> out;
+  Build b = base_build(text);
+  std::string raw = join_lines(text);
+  for (const Manifest& m : set.overlays) {
+    const FileSpec* spec = m.find_file(path);
+    if (!spec) continue;
+    Build trial = b;
+    auto s = apply_overlay(trial, m, *spec, raw, path);
+    if (s) {
+      b = std::move(trial);
+      continue;
+    }
+    out.push_back(s.error().line());
+    for (auto& d : s.error().details) out.push_back("  " + d);
+  }
+  if (out.empty()) out.push_back("every anchor still matches; update the sha256 pin after reviewing the change");
+  return out;
+}
+
+void analyze_target(const Tree& tree, const ManifestSet& set, const std::string& path, FileState& fs,
+                    Error* fatal) {
+  std::vector<const Manifest*> touching;
+  for (const auto& m : set.overlays)
+    if (const FileSpec* f = m.find_file(path)) {
+      touching.push_back(&m);
+      fs.pin = f->sha256;
+    }
+  auto data = tree.read(path);
+  if (!data) {
+    *fatal = data.error();
+    return;
+  }
+  if (!data->has_value()) {
+    fs.state = "missing";
+    fs.message = "target file does not exist";
+    return;
+  }
+  fs.exists = true;
+  fs.data = std::move(**data);
+  if (auto s = check_target_text(fs.data.bytes, path); !s) {
+    *fatal = s.error();
+    return;
+  }
+  fs.sha = sha256_hex(fs.data.bytes);
+  Text text = split_lines(fs.data.bytes);
+  if (fs.sha == fs.pin) {
+    for (size_t i = 0; i < text.lines.size(); ++i)
+      if (looks_like_sentinel(text.lines[i])) {
+        *fatal = make_error(ErrorKind::Usage, path,
+                            "pristine file has a sentinel-looking line " + std::to_string(i + 1) +
+                                "; the engine could not tell its regions from upstream text");
+        return;
+      }
+  }
+  auto regions = parse_regions(text.lines, path);
+  if (!regions) {
+    fs.state = "tampered";
+    fs.message = regions.error().message;
+    return;
+  }
+  if (regions->empty() && fs.sha != fs.pin) {
+    fs.state = "drift";
+    fs.message = "sha256 " + fs.sha.substr(0, 16) + "... differs from the pin " + fs.pin.substr(0, 16) +
+                 "... and the file has no overlay regions (engine changed?)";
+    fs.details = trial_report(set, text, path);
+    return;
+  }
+  for (const Region& r : *regions) {
+    int idx = set.index_of(r.overlay);
+    if (idx < 0 || !set.overlays[static_cast<size_t>(idx)].find_file(path)) {
+      fs.state = "tampered";
+      fs.message = "line " + std::to_string(r.begin + 1) + ": region of overlay \"" + r.overlay +
+                   "\", which has no edits for this file";
+      return;
+    }
+  }
+  // Strip in reverse stacking order: later overlays may sit inside earlier ones.
+  std::vector<std::string> lines = text.lines;
+  std::vector<std::map<std::string, int>> counts(touching.size());
+  for (size_t k = touching.size(); k-- > 0;) {
+    const Manifest& m = *touching[k];
+    auto stripped = strip_overlay(lines, m, *m.find_file(path), path, &counts[k]);
+    if (!stripped) {
+      fs.state = "tampered";
+      fs.message = stripped.error().message;
+      return;
+    }
+    lines = std::move(*stripped);
+  }
+  fs.projection = Text{lines, text.trailing_newline};
+  std::string proj = join_lines(fs.projection);
+  if (sha256_hex(proj) != fs.pin) {
+    fs.state = "tampered";
+    fs.message = "text outside the overlay regions differs from the pristine pin (edited by hand?)";
+    return;
+  }
+  bool duplicate = false, partial = false;
+  int applied = 0, pristine = 0;
+  for (size_t k = 0; k < touching.size(); ++k) {
+    FileOverlay fo = count_edits(*touching[k], *touching[k]->find_file(path), proj, counts[k], &duplicate);
+    if (fo.state == "partial") partial = true;
+    if (fo.state == "applied") {
+      ++applied;
+      fs.applied.push_back(fo.overlay);
+    }
+    if (fo.state == "pristine") ++pristine;
+    fs.overlays.push_back(std::move(fo));
+  }
+  if (duplicate) {
+    fs.state = "tampered";
+    fs.message = "an edit's region appears more often than the manifest allows (duplicated region)";
+    return;
+  }
+  if (partial) {
+    fs.state = "partial";
+    fs.message = "some regions of an overlay are present and some are missing (half-applied)";
+    return;
+  }
+  // The regions must be exactly what the manifests produce from the pristine text.
+  Build b = base_build(fs.projection);
+  for (const Manifest* m : touching) {
+    if (std::find(fs.applied.begin(), fs.applied.end(), m->overlay) == fs.applied.end()) continue;
+    auto s = apply_overlay(b, *m, *m->find_file(path), proj, path);
+    if (!s) {
+      fs.state = s.error().kind == ErrorKind::Drift ? "drift" : "tampered";
+      fs.message = s.error().message;
+      fs.details = s.error().details;
+      return;
+    }
+  }
+  if (b.text() != fs.data.bytes) {
+    fs.state = "tampered";
+    fs.message = "regions differ from what the manifests and fragments produce now (stale fragment or moved region)";
+    return;
+  }
+  fs.state = applied == 0 ? "pristine" : (pristine == 0 ? "applied" : "partial-stack");
+  if (fs.state == "partial-stack") fs.state = "applied";  // some overlays applied, others not: per-overlay states tell
+}
+
+void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileState& fs, Error* fatal) {
+  fs.is_new = true;
+  auto data = tree.read(nf.path);
+  if (!data) {
+    *fatal = data.error();
+    return;
+  }
+  FileOverlay fo;
+  fo.overlay = m.overlay;
+  if (!data->has_value()) {
+    fs.state = "absent";
+    fo.state = "pristine";
+    fs.overlays.push_back(fo);
+    return;
+  }
+  fs.exists = true;
+  fs.data = std::move(**data);
+  fs.sha = sha256_hex(fs.data.bytes);
+  const std::string& bytes = fs.data.bytes;
+  size_t nl = bytes.find('\n');
+  std::string first = bytes.substr(0, nl);
+  std::string rest = nl == std::string::npos ? std::string() : bytes.substr(nl + 1);
+  Sentinel s = parse_sentinel(first);
+  if (s.kind != SentinelKind::NewFile || s.overlay != m.overlay) {
+    fs.state = "tampered";
+    fs.message = "file exists but was not created by overlay " + m.overlay + " (no sentinel header)";
+    return;
+  }
+  if (text_hash(rest) != s.hash) {
+    fs.state = "tampered";
+    fs.message = "file was edited by hand (header hash " + s.hash + ", text hash " + text_hash(rest) + ")";
+    return;
+  }
+  if (rest != nf.text) {
+    fs.state = "tampered";
+    fs.message = "file differs from its current source " + nf.source + " (stale; revert and apply again)";
+    return;
+  }
+  fs.state = "present";
+  fo.state = "applied";
+  fs.overlays.push_back(fo);
+}
+
+}  // namespace
+
+Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
+  TreeState ts;
+  std::vector<std::string> targets;
+  for (const auto& m : set.overlays)
+    for (const auto& f : m.files)
+      if (std::find(targets.begin(), targets.end(), f.path) == targets.end()) targets.push_back(f.path);
+  Error fatal;
+  fatal.kind = ErrorKind::NotExpected;
+  for (const auto& p : targets) {
+    FileState fs;
+    fs.path = p;
+    analyze_target(tree, set, p, fs, &fatal);
+    if (fatal.kind != ErrorKind::NotExpected) return fatal;
+    ts.files.push_back(std::move(fs));
+  }
+  for (const auto& m : set.overlays)
+    for (const auto& nf : m.new_files) {
+      FileState fs;
+      fs.path = nf.path;
+      analyze_new(tree, m, nf, fs, &fatal);
+      if (fatal.kind != ErrorKind::NotExpected) return fatal;
+      ts.files.push_back(std::move(fs));
+    }
+  auto j = tree.exists(kJournalName);
+  if (!j) return j.error();
+  ts.journal = *j;
+  for (const auto& f : ts.files) {
+    auto t = tree.exists(temp_name_for(f.path));
+    if (!t) return t.error();
+    if (*t) ts.stray_temps.push_back(temp_name_for(f.path));
+  }
+  // Per overlay.
+  for (const auto& m : set.overlays) {
+    OverlayState os;
+    os.name = m.overlay;
+    os.summary = m.summary;
+    os.after = m.after;
+    int applied = 0, pristine = 0, neutral = 0;
+    bool drift = false, tampered = false, half = false;
+    auto visit = [&](const FileState& fs) {
+      bool mine = false;
+      if (fs.is_new) {
+        for (const auto& nf : m.new_files) mine |= nf.path == fs.path;
+      } else {
+        mine = m.find_file(fs.path) != nullptr;
+      }
+      if (!mine) return;
+      if (fs.state == "drift" || fs.state == "missing") {
+        drift = true;
+        os.problems.push_back(fs.path + ": " + fs.message);
+        return;
+      }
+      if (fs.state == "tampered") {
+        tampered = true;
+        os.problems.push_back(fs.path + ": " + fs.message);
+        return;
+      }
+      if (fs.state == "partial") os.problems.push_back(fs.path + ": " + fs.message);
+      for (const auto& fo : fs.overlays) {
+        if (fo.overlay != m.overlay) continue;
+        if (fo.state == "applied") ++applied;
+        if (fo.state == "pristine") ++pristine;
+        if (fo.state == "neutral") ++neutral;
+        if (fo.state == "partial") half = true;
+        for (const auto& e : fo.edits)
+          if (e.state == "superseded") os.superseded.push_back(fs.path + ": " + e.id);
+      }
+    };
+    for (const auto& fs : ts.files) visit(fs);
+    if (drift)
+      os.state = "drift";
+    else if (tampered)
+      os.state = "tampered";
+    else if (half || (applied && pristine)) {
+      os.state = "half-applied";
+      if (!half) os.problems.push_back("some files carry this overlay and some do not");
+    } else if (applied)
+      os.state = "applied";
+    else if (pristine)
+      os.state = "pristine";
+    else
+      os.state = "superseded";
+    ts.overlays.push_back(std::move(os));
+  }
+  // An applied overlay whose `after` dependency is not applied is inconsistent.
+  for (auto& os : ts.overlays) {
+    if (os.state != "applied") continue;
+    for (const auto& a : os.after) {
+      const OverlayState* dep = ts.overlay(a);
+      if (dep && dep->state == "pristine") {
+        os.problems.push_back("applied, but overlay " + a + " it stacks on (after) is not");
+        os.state = "tampered";
+      }
+    }
+  }
+  return ts;
+}
+
+}  // namespace patcher

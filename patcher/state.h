@@ -1,0 +1,70 @@
+// The state of a tree against a manifest set, per file and per overlay,
+// following the invariant: pristine, applied, half-applied, tampered, drift,
+// superseded. Read-only; apply and revert plan from it.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "manifest.h"
+#include "paths.h"
+#include "result.h"
+#include "text.h"
+
+namespace patcher {
+
+inline constexpr const char* kJournalName = ".overlay-journal";
+std::string temp_name_for(const std::string& rel);  // ".<name>.overlay-tmp" beside rel
+
+struct EditState {
+  std::string id;
+  std::string state;  // applied | missing | superseded
+  int present = 0, expected = 0;
+};
+
+struct FileOverlay {
+  std::string overlay;
+  std::string state;  // pristine | applied | partial | neutral (all superseded)
+  std::vector<EditState> edits;
+};
+
+struct FileState {
+  std::string path;
+  bool is_new = false;  // a [[new_files]] entry
+  std::string state;    // pristine | applied | partial | tampered | drift | missing | absent | present
+  std::string message;  // why, for tampered / drift
+  std::vector<std::string> details;  // drift report
+  std::string pin, sha;
+  std::vector<FileOverlay> overlays;
+  // Kept for planning.
+  bool exists = false;
+  FileData data;
+  Text projection;
+  std::vector<std::string> applied;  // overlays whose regions are all present, in order
+};
+
+struct OverlayState {
+  std::string name, summary;
+  std::string state;  // pristine | applied | half-applied | tampered | drift | superseded
+  std::vector<std::string> after;
+  std::vector<std::string> problems;
+  std::vector<std::string> superseded;  // "path: edit id"
+};
+
+struct TreeState {
+  std::vector<FileState> files;
+  std::vector<OverlayState> overlays;  // every overlay in the set, stacking order
+  bool journal = false;
+  std::vector<std::string> stray_temps;
+  const OverlayState* overlay(const std::string& name) const;
+  const FileState* file(const std::string& path) const;
+};
+
+// Fatal errors only for bad input (symlinks, CRLF, non-UTF-8, a sentinel in a
+// pristine file) and I/O; everything else is a state.
+Result<TreeState> analyze(const Tree& tree, const ManifestSet& set);
+
+}  // namespace patcher
