@@ -12,6 +12,7 @@ g6 the drafter's attention group.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -46,22 +47,34 @@ def run_overlay(overlay_bin, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def apply_args(root, manifests_dir) -> list[str]:
+def apply_args(root, manifests, fragments) -> list[str]:
     return [
         "--root",
         str(root),
         "--manifests",
-        str(manifests_dir),
+        str(manifests),
+        "--fragments",
+        str(fragments),
         "--overlays",
         OVERLAY,
     ]
 
 
 @pytest.fixture(scope="module")
-def patched_tree(overlay_bin, engine_tree, manifests_dir, tmp_path_factory):
+def scope_only(manifests_dir, repo_root, tmp_path_factory) -> list[str]:
+    """Manifest folder holding this overlay alone, so these tests do not
+    depend on the state of the overlays stacked after it."""
+    folder = tmp_path_factory.mktemp("manifests")
+    shutil.copy(manifests_dir / f"{OVERLAY}.toml", folder)
+    (folder / "ORDER").write_text(f"{OVERLAY}\n")
+    return [str(folder), str(repo_root / "overlays")]
+
+
+@pytest.fixture(scope="module")
+def patched_tree(overlay_bin, engine_tree, scope_only, tmp_path_factory):
     root = tmp_path_factory.mktemp("scope") / "site-packages"
     shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
-    done = run_overlay(overlay_bin, "apply", *apply_args(root, manifests_dir))
+    done = run_overlay(overlay_bin, "apply", *apply_args(root, *scope_only))
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 
@@ -325,15 +338,52 @@ def group_ids(offloading_config) -> list[int]:
 # Engine level
 
 
-def test_apply_check_injected_on_pinned_tree(overlay_bin, tree_copy, manifests_dir):
-    done = run_overlay(
-        overlay_bin, "apply", "--check-injected", *apply_args(tree_copy, manifests_dir)
-    )
+def test_apply_check_injected_on_pinned_tree(overlay_bin, tree_copy, scope_only):
+    args = apply_args(tree_copy, *scope_only)
+    done = run_overlay(overlay_bin, "apply", "--check-injected", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     module = tree_copy / "vllm/distributed/kv_transfer/kv_connector/v1/offloading"
     assert (module / "kv_offload_scope.py").is_file()
-    check = run_overlay(overlay_bin, "check", *apply_args(tree_copy, manifests_dir))
+    check = run_overlay(overlay_bin, "check", "--check-injected", *args)
     assert check.returncode == 0, check.stdout + check.stderr
+    again = run_overlay(overlay_bin, "apply", *args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already applied" in again.stdout
+
+
+def test_apply_with_the_pinned_order(overlay_bin, tree_copy, manifests_dir, repo_root):
+    """The real manifest folder (ORDER and every overlay of this version)."""
+    args = apply_args(tree_copy, manifests_dir, repo_root / "overlays")
+    done = run_overlay(overlay_bin, "apply", "--check-injected", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def edit_states(overlay_bin, root, scope_only) -> dict[str, str]:
+    done = run_overlay(overlay_bin, "status", "--json", *apply_args(root, *scope_only))
+    assert done.returncode == 0, done.stdout + done.stderr
+    states = {}
+    for file in json.loads(done.stdout)["files"]:
+        for overlay in file.get("overlays", []):
+            if overlay["overlay"] == OVERLAY:
+                states.update({e["id"]: e["state"] for e in overlay["edits"]})
+    return states
+
+
+def test_status_reports_superseded_edits(
+    overlay_bin, engine_tree, patched_tree, scope_only
+):
+    for root in (engine_tree, patched_tree):
+        states = edit_states(overlay_bin, root, scope_only)
+        assert {i for i, state in states.items() if state == "superseded"} == SUPERSEDED
+    applied = edit_states(overlay_bin, patched_tree, scope_only)
+    assert {i for i, state in applied.items() if state == "applied"} == {
+        "config-import",
+        "eligible-groups",
+        "scheduler-import",
+        "partial-tail-all-eligible",
+        "worker-import",
+        "worker-group-ids",
+    }
 
 
 def test_hooks_call_the_scope_module(patched_tree):
