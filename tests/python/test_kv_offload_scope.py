@@ -12,6 +12,7 @@ g6 the drafter's attention group.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -349,6 +350,29 @@ def test_apply_check_injected_on_pinned_tree(overlay_bin, tree_copy, scope_only)
     again = run_overlay(overlay_bin, "apply", *args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already applied" in again.stdout
+
+
+def tree_digests(root) -> dict[str, str]:
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_round_trip_and_idempotence(overlay_bin, tree_copy, engine_tree, scope_only):
+    args = apply_args(tree_copy, *scope_only)
+    pristine = tree_digests(engine_tree)
+    assert run_overlay(overlay_bin, "apply", *args).returncode == 0
+    applied = tree_digests(tree_copy)
+    assert applied != pristine
+    assert run_overlay(overlay_bin, "apply", *args).returncode == 0
+    assert tree_digests(tree_copy) == applied
+    done = run_overlay(overlay_bin, "revert", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert tree_digests(tree_copy) == pristine
+    check = run_overlay(overlay_bin, "check", "--expect", "pristine", *args)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_apply_with_the_pinned_order(overlay_bin, tree_copy, manifests_dir, repo_root):
