@@ -521,6 +521,7 @@ def _check_segment_table(segments: Sequence[Segment], payload_length: int) -> No
 
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
+MAX_JSON_DEPTH = 64
 
 
 def canonical_json(value: Any) -> bytes:
@@ -531,7 +532,9 @@ def canonical_json(value: Any) -> bytes:
     ).encode("ascii")
 
 
-def _check_canonical(value: Any) -> None:
+def _check_canonical(value: Any, depth: int = 1) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise FormatError(Reason.BAD_JSON, f"nesting deeper than {MAX_JSON_DEPTH}")
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -543,14 +546,14 @@ def _check_canonical(value: Any) -> None:
         return
     if isinstance(value, (list, tuple)):
         for item in value:
-            _check_canonical(item)
+            _check_canonical(item, depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise FormatError(Reason.BAD_JSON, "object keys must be strings")
             _check_text(key)
-            _check_canonical(item)
+            _check_canonical(item, depth + 1)
         return
     raise FormatError(Reason.BAD_JSON, f"{type(value).__name__} is not allowed")
 
@@ -657,7 +660,7 @@ def check_fenced(fenced: Mapping[str, Any]) -> None:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
     for name in _FENCED_STR:
         value = fenced.get(name)
-        if not isinstance(value, str) or len(value) > 256:
+        if not isinstance(value, str) or len(value.encode("utf-8")) > 256:
             raise FormatError(Reason.BAD_FIELD, f"fenced.{name} must be a string")
         if name != "build_id" and not value:
             raise FormatError(Reason.BAD_FIELD, f"fenced.{name} is empty")
@@ -928,7 +931,9 @@ _RANK_BASE = re.compile(
 _MANIFEST_NAME = re.compile(
     r"b(?P<boundary>[1-9][0-9]{0,12})_(?P<tip>(?:[0-9a-f]{2}){8,64})\.json"
 )
-_TEMP = re.compile(r"(?P<final>.+)\.tmp\.(?P<pid>[1-9][0-9]*)\.(?P<tid>[1-9][0-9]*)")
+_TEMP = re.compile(
+    r"(?P<final>.+)\.tmp\.(?P<pid>[1-9][0-9]{0,18})\.(?P<tid>[1-9][0-9]{0,18})"
+)
 MANIFEST_DIR = "manifests"
 LOCK_FILE = ".lock"
 
@@ -1088,21 +1093,29 @@ def kept_manifests(chains: Mapping[str, Sequence[str]], keep: int) -> set[str]:
         raise FormatError(Reason.FIELD_OUT_OF_RANGE, f"keep {keep}")
     if keep == 0:
         return set(chains)
-    by_chain: dict[tuple[str, ...], list[str]] = {}
+    # A trie over the chains: one node per distinct prefix, so ancestry costs
+    # one dict lookup per chain element even for thousands of long chains.
+    nodes: dict[tuple[int, str], int] = {}
+    paths: dict[str, list[int]] = {}
+    names_at: dict[int, list[str]] = {}
     for name in sorted(chains):
-        by_chain.setdefault(tuple(chains[name]), []).append(name)
-    ancestors: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
-    not_leaf: set[tuple[str, ...]] = set()
-    for chain in by_chain:
-        found = []
-        for n in range(len(chain) - 1, 0, -1):
-            if chain[:n] in by_chain:
-                found.append(chain[:n])
-                not_leaf.add(chain[:n])
-        ancestors[chain] = found  # deepest first
+        node = 0
+        path = []
+        for key in chains[name]:
+            node = nodes.setdefault((node, key), len(nodes) + 1)
+            path.append(node)
+        paths[name] = path
+        names_at.setdefault(node, []).append(name)
+    not_leaf = {
+        node for path in paths.values() for node in path[:-1] if node in names_at
+    }
     kept: set[str] = set()
-    for chain, found in ancestors.items():
-        if chain not in not_leaf:
-            for c in [chain, *found[: keep - 1]]:
-                kept.update(by_chain[c])
+    for name, path in paths.items():
+        end = path[-1] if path else 0
+        if end in not_leaf:
+            continue
+        kept.add(name)
+        ancestors = [node for node in reversed(path[:-1]) if node in names_at]
+        for node in ancestors[: keep - 1]:
+            kept.update(names_at[node])
     return kept

@@ -1,0 +1,37 @@
+#include "sha256.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "layout.h"
+
+namespace kvformat {
+namespace {
+
+std::string hex_sha(const std::string& s) {
+  return to_hex(sha256({reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}));
+}
+
+TEST(Sha256, KnownAnswers) {
+  EXPECT_EQ(hex_sha(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex_sha("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex_sha("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(hex_sha(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256, PaddingBoundaries) {
+  // 55, 56 and 64 bytes straddle the one-block/two-block padding split;
+  // values from Python hashlib.sha256(b"a" * n).
+  EXPECT_EQ(hex_sha(std::string(55, 'a')),
+            "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+  EXPECT_EQ(hex_sha(std::string(56, 'a')),
+            "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+  EXPECT_EQ(hex_sha(std::string(64, 'a')),
+            "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+}  // namespace
+}  // namespace kvformat
