@@ -48,6 +48,7 @@ struct ChunkRec {
   uint32_t group = 0;        // from the path (_g<g>)
   std::string key;           // from the file name
   bool header_ok = false;    // header parsed and its checksum holds
+  bool named = false;        // some parsed manifest names it (set by the scan)
   bool payload_ok = false;   // payload checksum verified (verify only)
   bool damaged = false;      // any damage finding on this file
   bool state_group = false;  // header says this group carries state payloads
@@ -69,9 +70,8 @@ struct ManifestRec {
   bool readable = true;          // false: could not be opened or read
   bool parsed = false;           // false: unreadable or invalid (a refusal reason)
   bool broken = false;           // parsed, but names a missing/corrupt/mismatched chunk
-  std::string chain;             // chain identity
-  std::string id;                // this boundary's identity within the store
-  std::optional<std::string> parent;  // id of the previous boundary of the chain
+  std::string name;              // file name, b<boundary>_<tip>.json
+  std::vector<std::string> chain;  // chunk keys from token 0 to the boundary
   uint64_t boundary = 0;         // boundary token index
   std::vector<ManifestRef> refs;
 };
@@ -93,6 +93,7 @@ struct RankInventory {
   std::vector<ManifestRec> manifests;
   std::vector<TempRec> temps;
   std::vector<Finding> findings;
+  int64_t manifest_dir_mtime_ns = 0;
   uint64_t bytes_total = 0;
 };
 

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "retention.h"
+
 namespace kvstore {
 
 const char* reason_name(DeleteReason r) {
@@ -23,31 +25,15 @@ const char* reason_name(DeleteReason r) {
 }
 
 std::vector<bool> keep_set(const std::vector<ManifestRec>& ms, uint32_t keep) {
+  std::map<std::string, std::vector<std::string>> chains;
+  for (const auto& m : ms)
+    if (m.parsed && !m.broken) chains.emplace(m.rel, m.chain);
   std::vector<bool> kept(ms.size(), false);
-  std::unordered_map<std::string, size_t> by_id;
-  for (size_t i = 0; i < ms.size(); ++i)
-    if (ms[i].parsed && !ms[i].id.empty()) by_id.emplace(ms[i].id, i);
-  std::vector<long> parent(ms.size(), -1);
-  std::vector<bool> has_child(ms.size(), false);
+  auto names = kvformat::kept_manifests(chains, keep);
   for (size_t i = 0; i < ms.size(); ++i) {
-    if (!ms[i].parsed || !ms[i].parent) continue;
-    auto it = by_id.find(*ms[i].parent);
-    if (it == by_id.end() || it->second == i) continue;
-    parent[i] = static_cast<long>(it->second);
-    has_child[it->second] = true;
-  }
-  for (size_t leaf = 0; leaf < ms.size(); ++leaf) {
-    if (!ms[leaf].parsed || has_child[leaf]) continue;
-    uint32_t left = keep;
-    // Bounded by ms.size() steps: a malformed parent cycle cannot loop forever.
-    long cur = static_cast<long>(leaf);
-    for (size_t steps = 0; cur >= 0 && left > 0 && steps < ms.size(); ++steps) {
-      if (!ms[cur].broken) {
-        kept[cur] = true;
-        --left;
-      }
-      cur = parent[cur];
-    }
+    if (!ms[i].parsed || ms[i].broken) continue;
+    // An out-of-range K keeps everything: deleting nothing is the safe failure.
+    kept[i] = !names || names->count(ms[i].rel) > 0;
   }
   return kept;
 }
@@ -103,9 +89,10 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     if (named_by_kept.count(k)) continue;  // never plan what a kept manifest names
     if (c.damaged) {
       rest.push_back({c.rel, DeleteReason::kCorrupt, "damaged chunk", c.st, false});
-    } else if (!c.state_group) {
-      continue;  // full-attention chunks are the dense tier: only damage removes them
-    } else if (named_by_any.count(k)) {
+      } else if (named_by_any.count(k)) {
+      // Named, but only by manifests this plan deletes. Under leaf-walk keep-K
+      // only state payloads get here (kept manifests name their whole
+      // cumulative prefix), except chunks named only by broken manifests.
       rest.push_back({c.rel, DeleteReason::kSupersededPayload,
                       "named only by manifests this plan deletes", c.st, false});
     } else if (older_than_grace(c.st, opt)) {
@@ -113,8 +100,10 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     }
   }
   for (const auto& t : inv.temps)
-    if (older_than_grace(t.st, opt))
-      rest.push_back({t.rel, DeleteReason::kStaleTemp, "older than the grace period", t.st, false});
+    if (opt.locked || older_than_grace(t.st, opt))
+      rest.push_back({t.rel, DeleteReason::kStaleTemp,
+                      opt.locked ? "writer temp, no writer active" : "older than the grace period",
+                      t.st, false});
 
   auto by_rel = [](const PlanItem& a, const PlanItem& b) { return a.rel < b.rel; };
   std::sort(manifests.begin(), manifests.end(), by_rel);

@@ -33,6 +33,9 @@ struct PlanOptions {
   uint32_t keep = 2;         // keep-K
   int64_t grace_ns = 600LL * 1000000000;
   int64_t now_ns = 0;
+  // Under the sweep's LOCK_EX no writer is mid-job, so every temp under a
+  // rank base is dead (FORMAT.md section 8.3); the dry run keeps the grace.
+  bool locked = false;
 };
 
 struct Plan {
@@ -44,11 +47,10 @@ struct Plan {
   std::vector<std::string> refusals;
 };
 
-// Keep-K by leaf walk: from every leaf (a boundary no other boundary extends)
-// walk towards the root of its chain and keep the first `keep` usable
-// manifests. kept[i] is true for manifests[i] within K of some leaf, so a
-// fork keeps the ancestors it shares with its siblings. Unparsed and broken
-// manifests are never kept but still link their chain together.
+// Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_manifests) over the
+// usable manifests: unparsed and broken ones are never kept, so the K most
+// recent boundaries counted are ones a restore could use. kept[i] is for
+// manifests[i]; keep == 0 keeps every usable manifest.
 std::vector<bool> keep_set(const std::vector<ManifestRec>& manifests, uint32_t keep);
 
 Plan make_plan(const RankInventory& inv, const PlanOptions& opt);

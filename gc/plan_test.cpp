@@ -26,17 +26,17 @@ ChunkRec chunk(uint32_t group, std::string key, bool state, uint64_t size = 100)
   return c;
 }
 
-// A boundary manifest: its own state payload plus the cumulative full chunks.
-ManifestRec manifest(std::string id, std::optional<std::string> parent, uint64_t boundary,
-                     std::vector<std::string> full, std::string state) {
+// A boundary manifest: the cumulative full chunks of its chain (group 0)
+// plus its own state payload (group 1).
+ManifestRec manifest(std::string id, std::vector<std::string> chain, std::string state) {
   ManifestRec m;
   m.rel = "r/manifests/" + id + ".json";
-  m.id = id;
-  m.parent = parent;
-  m.boundary = boundary;
+  m.name = id + ".json";
+  m.chain = chain;
+  m.boundary = 64 * chain.size();
   m.parsed = true;
   m.st = old_stat(10);
-  for (auto& f : full) m.refs.push_back({0, f, 100, 0});
+  for (auto& f : chain) m.refs.push_back({0, f, 100, 0});
   m.refs.push_back({1, state, 100, 0});
   return m;
 }
@@ -64,10 +64,7 @@ RankInventory linear_chain() {
     full.push_back("f" + std::to_string(i));
     inv.chunks.push_back(chunk(0, "f" + std::to_string(i), false));
     inv.chunks.push_back(chunk(1, "s" + std::to_string(i), true));
-    std::optional<std::string> parent;
-    if (i > 1) parent = "m" + std::to_string(i - 1);
-    inv.manifests.push_back(
-        manifest("m" + std::to_string(i), parent, 64 * i, full, "s" + std::to_string(i)));
+    inv.manifests.push_back(manifest("m" + std::to_string(i), full, "s" + std::to_string(i)));
   }
   return inv;
 }
@@ -75,34 +72,30 @@ RankInventory linear_chain() {
 TEST(KeepSet, LinearChainKeepsTheLastK) {
   auto inv = linear_chain();
   EXPECT_EQ(keep_set(inv.manifests, 2), (std::vector<bool>{false, false, false, true, true}));
-  EXPECT_EQ(keep_set(inv.manifests, 0), (std::vector<bool>(5, false)));
+  EXPECT_EQ(keep_set(inv.manifests, 0), (std::vector<bool>(5, true)));  // K=0: retention off
   EXPECT_EQ(keep_set(inv.manifests, 9), (std::vector<bool>(5, true)));
 }
 
+// FORMAT.md section 6's worked example.
 TEST(KeepSet, ForkKeepsSharedAncestors) {
   std::vector<ManifestRec> ms = {
-      manifest("m1", std::nullopt, 64, {"f1"}, "s1"),
-      manifest("m2", "m1", 128, {"f1", "f2"}, "s2"),
-      manifest("m3a", "m2", 192, {"f1", "f2", "f3a"}, "s3a"),
-      manifest("m3b", "m2", 192, {"f1", "f2", "f3b"}, "s3b"),
-      manifest("m4b", "m3b", 256, {"f1", "f2", "f3b", "f4b"}, "s4b"),
+      manifest("M1", {"a"}, "s1"),
+      manifest("M2", {"a", "b"}, "s2"),
+      manifest("M3", {"a", "b", "c"}, "s3"),
+      manifest("M4", {"a", "b", "c", "d"}, "s4"),
+      manifest("M3x", {"a", "b", "x"}, "s3x"),
+      manifest("M4x", {"a", "b", "x", "y"}, "s4x"),
+      manifest("M5x", {"a", "b", "x", "y", "z"}, "s5x"),
   };
-  // Leaf m3a keeps m3a, m2; leaf m4b keeps m4b, m3b.
-  EXPECT_EQ(keep_set(ms, 2), (std::vector<bool>{false, true, true, true, true}));
-  EXPECT_EQ(keep_set(ms, 1), (std::vector<bool>{false, false, true, false, true}));
-  EXPECT_EQ(keep_set(ms, 3), (std::vector<bool>{true, true, true, true, true}));
+  EXPECT_EQ(keep_set(ms, 2), (std::vector<bool>{false, false, true, true, false, true, true}));
+  EXPECT_EQ(keep_set(ms, 3), (std::vector<bool>{false, true, true, true, true, true, true}));
+  EXPECT_EQ(keep_set(ms, 1), (std::vector<bool>{false, false, false, true, false, false, true}));
 }
 
 TEST(KeepSet, BrokenManifestsDoNotCountTowardsK) {
   auto inv = linear_chain();
   inv.manifests[4].broken = true;
   EXPECT_EQ(keep_set(inv.manifests, 2), (std::vector<bool>{false, false, true, true, false}));
-}
-
-TEST(KeepSet, ParentCycleTerminates) {
-  std::vector<ManifestRec> ms = {manifest("a", "b", 1, {}, "sa"), manifest("b", "a", 2, {}, "sb")};
-  auto kept = keep_set(ms, 5);  // no leaf at all: nothing is kept, nothing hangs
-  EXPECT_EQ(kept, (std::vector<bool>{false, false}));
 }
 
 TEST(Plan, SupersededManifestsAndTheirStatePayloadsOnly) {
@@ -133,9 +126,13 @@ TEST(Plan, OrphansAndTempsRespectGrace) {
   TempRec fresh_tmp{"r/y.bin.tmp.1.2", old_stat(7)};
   fresh_tmp.st.mtime_ns = kNow;
   inv.temps.push_back(fresh_tmp);
+  auto locked = opts(2);
+  locked.locked = true;
+  EXPECT_EQ(make_plan(inv, locked).items.size(), 4u);  // under LOCK_EX every temp is dead
   auto p = make_plan(inv, opts(2));
   using R = DeleteReason;
   EXPECT_EQ(items(p), (std::vector<std::pair<std::string, R>>{
+                          {"r/full_unnamed_g0.bin", R::kOrphan},
                           {"r/old_state_g1.bin", R::kOrphan},
                           {"r/x.bin.tmp.1.2", R::kStaleTemp},
                       }));
@@ -152,6 +149,7 @@ TEST(Plan, BrokenManifestGoesFirstThenItsDamagedChunk) {
                           {"r/manifests/m1.json", R::kSuperseded},
                           {"r/manifests/m2.json", R::kSuperseded},
                           {"r/manifests/m5.json", R::kBadManifest},
+                          {"r/f5_g0.bin", R::kSupersededPayload},
                           {"r/s1_g1.bin", R::kSupersededPayload},
                           {"r/s2_g1.bin", R::kSupersededPayload},
                           {"r/s5_g1.bin", R::kCorrupt},
@@ -166,7 +164,10 @@ TEST(Plan, NeverPlansAFileAKeptManifestNames) {
 }
 
 TEST(Plan, RefusesWhenEveryManifestGoes) {
-  auto p = make_plan(linear_chain(), opts(0));
+  auto inv = linear_chain();
+  inv.chunks[0].damaged = true;  // f1: every manifest names it
+  for (auto& m : inv.manifests) m.broken = true;
+  auto p = make_plan(inv, opts(2));
   EXPECT_EQ(p.manifests_planned, 5u);
   ASSERT_EQ(p.refusals.size(), 1u);
   EXPECT_EQ(p.refusals[0], ".: the plan would delete every manifest (5)");

@@ -134,6 +134,12 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
     WalkEntry e;
     e.rel = sub_rel;
     e.type = EntryType::kDir;
+    if (!opt.recurse) {
+      struct stat st;
+      if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) e.st = to_file_stat(st);
+      out.dirs.push_back(std::move(e));
+      continue;
+    }
     if (depth + 1 > opt.max_depth) {
       out.problems.push_back({sub_rel, ELOOP, "directory nesting too deep, not entered"});
       continue;
@@ -166,6 +172,12 @@ WalkResult walk(int root_fd, const WalkOptions& options) {
   Fd guard(dfd);
   walk_dir(dfd, "", 0, options, out, buf);
   return out;
+}
+
+WalkResult list_dir(int dir_fd) {
+  WalkOptions opt;
+  opt.recurse = false;
+  return walk(dir_fd, opt);
 }
 
 namespace {

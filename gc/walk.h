@@ -64,6 +64,7 @@ struct WalkProblem {
 struct WalkOptions {
   bool stat_files = true;  // fstatat every regular file (size, mtime, inode)
   int max_depth = 16;      // deeper directories are reported, not entered
+  bool recurse = true;     // false: list one directory only
 };
 
 struct WalkResult {
@@ -80,6 +81,9 @@ Outcome<Fd> open_root(const std::string& path);
 // Walks everything under `root_fd` (which stays open and owned by the caller).
 // `prefix` is prepended to every rel path (for walking a subdirectory).
 WalkResult walk(int root_fd, const WalkOptions& options = {});
+
+// The entries of one directory, not recursing (the tier directory level).
+WalkResult list_dir(int dir_fd);
 
 // Opens `rel` below `root_fd` without following any symlink and without
 // leaving the root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS).
