@@ -1,0 +1,52 @@
+// Helpers for the engine's tests: a scratch copy of the example engine tree
+// and its manifests, running the `overlay` binary as a subprocess, and
+// snapshots (bytes + mtime + mode of every entry) to prove "nothing written".
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace patcher::testing {
+
+struct RunResult {
+  int code = -1;
+  std::string out, err;
+};
+
+struct Entry {
+  std::string bytes;  // file contents or link target; "" for directories
+  long long mtime_ns = 0;
+  unsigned mode = 0;
+  bool operator==(const Entry&) const = default;
+};
+using Snapshot = std::map<std::string, Entry>;
+
+Snapshot snapshot(const std::string& dir);
+// "" when equal, else the first difference. dir_mtimes=false ignores directory
+// mtimes (a failed write that created and removed a temp file moves them).
+std::string diff_snapshots(const Snapshot& a, const Snapshot& b, bool dir_mtimes = true);
+// Same file names and bytes (mtimes ignored).
+std::string diff_bytes(const Snapshot& a, const Snapshot& b);
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& text);
+std::string sha256_file(const std::string& path);
+
+// A scratch workspace: <dir>/tree (copy of fixtures/example), <dir>/anchors/example-1.0,
+// <dir>/overlays/<overlay>/ (copies of the example overlays).
+struct Workspace {
+  Workspace();
+  ~Workspace();
+  std::string dir, tree, manifests, overlays;
+  // Runs build/patcher/overlay with --root and --manifests filled in.
+  RunResult run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) const;
+  std::string tree_file(const std::string& rel) const { return tree + "/" + rel; }
+};
+
+RunResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+
+std::string overlay_bin();
+std::string source_dir();
+
+}  // namespace patcher::testing
