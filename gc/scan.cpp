@@ -86,6 +86,12 @@ void parallel_for(size_t n, unsigned threads, size_t buffer_bytes, Fn fn) {
   for (auto& t : pool) t.join();
 }
 
+std::string verdict(const kvformat::Error& e) {
+  std::string out(kvformat::reason_name(e.reason));
+  if (!e.message.empty()) out += ": " + e.message;
+  return out;
+}
+
 FindingKind kind_of(kvformat::Reason r) {
   switch (r) {
     case kvformat::Reason::Truncated: return FindingKind::kTruncated;
@@ -121,14 +127,12 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
   }
   auto rec = kvformat::parse_namespace_record(*bytes);
   if (!rec) {
-    inv.findings.push_back({record_rel, FindingKind::kBadNamespace,
-                            std::string(kvformat::reason_name(rec.error().reason))});
+    inv.findings.push_back({record_rel, FindingKind::kBadNamespace, verdict(rec.error())});
     return;
   }
   auto hash = kvformat::namespace_hash(rec->fenced);
   if (!hash) {
-    inv.findings.push_back({record_rel, FindingKind::kBadNamespace,
-                            std::string(kvformat::reason_name(hash.error().reason))});
+    inv.findings.push_back({record_rel, FindingKind::kBadNamespace, verdict(hash.error())});
     return;
   }
   std::string hex = kvformat::to_hex(*hash);
@@ -261,9 +265,7 @@ void check_chunks(int rank_fd, std::vector<std::pair<ChunkRec, std::string>>& ch
     if (opt.progress) opt.progress->add(1, opt.payloads ? c.st.size : 0);
     if (!hdr) {
       auto kind = kind_of(hdr.error().reason);
-      found[i].push_back({c.rel, kind, kind == FindingKind::kUnreadable
-                                           ? hdr.error().message
-                                           : std::string(kvformat::reason_name(hdr.error().reason))});
+      found[i].push_back({c.rel, kind, verdict(hdr.error())});
       c.damaged = kind != FindingKind::kUnreadable;
       return;
     }
@@ -324,8 +326,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
     }
     auto parsed = kvformat::parse_manifest(*bytes);
     if (!parsed) {
-      inv.findings.push_back({m.rel, FindingKind::kBadManifest,
-                              std::string(kvformat::reason_name(parsed.error().reason))});
+      inv.findings.push_back({m.rel, FindingKind::kBadManifest, verdict(parsed.error())});
       inv.manifests.push_back(std::move(m));
       continue;
     }

@@ -1,0 +1,646 @@
+"""The kvstore CLI against a catalogue of deliberately broken stores.
+
+Every store is generated here with the Python format codec; each case asserts
+the exit code, the exact report, and after a sweep the exact set of files left.
+Exit codes: 0 clean, 1 problems, 2 usage, 3 I/O error, 4 refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kvstore_support import (
+    FULL_GROUP,
+    STATE_GROUP,
+    Store,
+    age,
+    age_tree,
+    files_under,
+    flip_bit,
+    fmt,
+    key_of,
+    run,
+)
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def kv(kvstore_bin):
+    def call(*args: str, user: str | None = None):
+        return run(kvstore_bin, *args, user=user)
+
+    return call
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    return Store(tmp_path / "tier")
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(
+        p.stat().st_size
+        for p in root.rglob("*.bin")
+        if p.is_file() and not p.is_symlink() and ".tmp." not in p.name
+    )
+
+
+def summary(verb: str, store: Store, chunks: int, manifests: int, **kinds: int) -> str:
+    total = sum(kinds.values())
+    if total:
+        parts = ", ".join(
+            f"{n} {k.replace('_', '-')}" for k, n in sorted(kinds.items()) if n
+        )
+        tail = f"{total} finding(s): {parts}"
+    else:
+        tail = "no problems"
+    return (
+        f"{verb}: 1 rank(s), {chunks} chunk(s), {manifests} manifest(s), "
+        f"{tree_bytes(store.base)} bytes; {tail}\n"
+    )
+
+
+def in_rank(store: Store, rel: str) -> str:
+    """A path inside the rank base as the tier-level report shows it."""
+    return f"{store.name}/{rel}"
+
+
+def chunk_path(store: Store, name: str, group: int) -> Path:
+    return store.tier / store.chunk_rel(name, group)
+
+
+def manifest_path(store: Store, names: list[str]) -> Path:
+    return store.tier / store.manifest_rel(names)
+
+
+def chunk_in_rank(name: str, group: int) -> str:
+    return fmt.chunk_rel_path(key_of(name), group)
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def two_boundaries(store: Store) -> None:
+    store.boundary(["a"])
+    store.boundary(["a", "b"])
+    age_tree(store.tier)
+
+
+# --------------------------------------------------------------------------
+# Clean stores
+# --------------------------------------------------------------------------
+
+
+def test_clean_store_verifies(kv, store):
+    two_boundaries(store)
+    r = kv("verify", str(store.tier))
+    assert r.code == 0, r.err
+    assert r.out == summary("verify", store, 4, 2)
+    assert r.err == ""  # no progress line when piped
+
+
+def test_clean_rank_base_as_root(kv, store):
+    two_boundaries(store)
+    r = kv("verify", str(store.base))
+    assert r.code == 0, r.out
+    assert r.out == summary("verify", store, 4, 2)
+
+
+def test_clean_store_gc_plans_nothing(kv, store):
+    two_boundaries(store)
+    r = kv("gc", str(store.tier))
+    assert r.code == 0
+    assert lines(r.out)[0] == "plan: 0 file(s), 0 bytes would be freed (dry run; --sweep deletes)"
+
+
+def test_several_ranks(kv, tmp_path):
+    tier = tmp_path / "tier"
+    stores = [Store(tier, rank=0), Store(tier, rank=1)]
+    for s in stores:
+        s.boundary(["a"])
+    age_tree(tier)
+    r = kv("verify", str(tier))
+    assert r.code == 0, r.out
+    assert r.out.startswith("verify: 2 rank(s), 4 chunk(s), 2 manifest(s)")
+
+
+# --------------------------------------------------------------------------
+# Damaged chunks and manifests
+# --------------------------------------------------------------------------
+
+
+def test_missing_chunk(kv, store):
+    two_boundaries(store)
+    chunk_path(store, "b", STATE_GROUP).unlink()
+    m2 = store.manifest_rel(["a", "b"])
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [
+        f"{m2}: missing: names {chunk_in_rank('b', STATE_GROUP)}, which does not exist"
+    ]
+    assert r.out.endswith(summary("verify", store, 3, 2, missing=1))
+
+    r = kv("gc", str(store.tier))
+    assert r.code == 1  # damage found
+    assert lines(r.out)[:3] == [
+        f"would delete {m2}: bad-manifest: names a missing or damaged chunk "
+        f"({manifest_path(store, ['a', 'b']).stat().st_size} bytes)",
+        f"would delete {store.chunk_rel('b', FULL_GROUP)}: superseded-payload: "
+        f"named only by manifests this plan deletes "
+        f"({chunk_path(store, 'b', FULL_GROUP).stat().st_size} bytes)",
+        "plan: 2 file(s), "
+        f"{manifest_path(store, ['a', 'b']).stat().st_size + chunk_path(store, 'b', FULL_GROUP).stat().st_size}"
+        " bytes would be freed (dry run; --sweep deletes)",
+    ]
+
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 1, r.out
+    assert files_under(store.tier) == {
+        f"{store.name}.json",
+        in_rank(store, ".lock"),
+        store.manifest_rel(["a"]),
+        store.chunk_rel("a", FULL_GROUP),
+        store.chunk_rel("a", STATE_GROUP),
+    }
+    r = kv("verify", str(store.tier))
+    assert r.code == 0, r.out
+
+
+def test_truncated_chunk(kv, store):
+    two_boundaries(store)
+    p = chunk_path(store, "b", STATE_GROUP)
+    size = p.stat().st_size
+    os.truncate(p, size - 10)
+    age(p)
+    m2 = store.manifest_rel(["a", "b"])
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [
+        f"{store.chunk_rel('b', STATE_GROUP)}: truncated: truncated: "
+        f"{size - 10} bytes, chunk needs {size}",
+        f"{m2}: mismatch: names {chunk_in_rank('b', STATE_GROUP)}, "
+        "which is damaged or unreadable",
+    ]
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 1
+    assert files_under(store.tier) == {
+        f"{store.name}.json",
+        in_rank(store, ".lock"),
+        store.manifest_rel(["a"]),
+        store.chunk_rel("a", FULL_GROUP),
+        store.chunk_rel("a", STATE_GROUP),
+    }
+
+
+def test_flipped_header_bit_breaks_every_manifest_and_refuses(kv, store):
+    two_boundaries(store)
+    p = chunk_path(store, "a", FULL_GROUP)
+    flip_bit(p, 50)  # inside the namespace hash
+    age(p)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    out = lines(r.out)
+    assert out[0].startswith(
+        f"{store.chunk_rel('a', FULL_GROUP)}: corrupt: header_checksum_mismatch: "
+        "header checksum "
+    )
+    assert out[1:3] == [
+        f"{store.manifest_rel(['a', 'b'])}: mismatch: names "
+        f"{chunk_in_rank('a', FULL_GROUP)}, which is damaged or unreadable",
+        f"{store.manifest_rel(['a'])}: mismatch: names "
+        f"{chunk_in_rank('a', FULL_GROUP)}, which is damaged or unreadable",
+    ]
+    before = files_under(store.tier)
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 4
+    assert f"refused {store.name}: the plan would delete every manifest (2)" in lines(r.out)
+    assert files_under(store.tier) == before | {in_rank(store, ".lock")}
+
+
+def test_flipped_payload_bit(kv, store):
+    two_boundaries(store)
+    p = chunk_path(store, "b", STATE_GROUP)
+    flip_bit(p, p.stat().st_size - 1, 3)
+    age(p)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    out = lines(r.out)
+    assert out[0].startswith(
+        f"{store.chunk_rel('b', STATE_GROUP)}: corrupt: payload_checksum_mismatch: "
+    )
+    assert out[1] == (
+        f"{store.manifest_rel(['a', 'b'])}: mismatch: names "
+        f"{chunk_in_rank('b', STATE_GROUP)}, which is damaged or unreadable"
+    )
+    # gc reads headers only by default: a payload flip needs --verify-payloads.
+    r = kv("gc", str(store.tier))
+    assert r.code == 0
+    assert "plan: 0 file(s)" in r.out
+    r = kv("gc", "--verify-payloads", "--sweep", str(store.tier))
+    assert r.code == 1
+    assert files_under(store.tier) == {
+        f"{store.name}.json",
+        in_rank(store, ".lock"),
+        store.manifest_rel(["a"]),
+        store.chunk_rel("a", FULL_GROUP),
+        store.chunk_rel("a", STATE_GROUP),
+    }
+
+
+def test_wrong_namespace_chunk(kv, store):
+    store.boundary(["a"])
+    other = bytes(32)
+    store.chunk(key_of("a"), STATE_GROUP, 64, ns_hash=other)
+    age_tree(store.tier)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [
+        f"{store.chunk_rel('a', STATE_GROUP)}: wrong-namespace: header namespace "
+        f"0000000000000000 differs from the record's {store.ns_hash.hex()[:16]}",
+        f"{store.manifest_rel(['a'])}: mismatch: names "
+        f"{chunk_in_rank('a', STATE_GROUP)}, which is damaged or unreadable",
+    ]
+
+
+def test_manifest_naming_a_mismatched_chunk(kv, store):
+    two_boundaries(store)
+    m = store.manifest_for([key_of("a"), key_of("b")])
+    state = m.groups[1]
+    entry = state.entries[0]
+    bad = fmt.ManifestEntry(entry.key, entry.length, entry.checksum ^ 1)
+    m = fmt.BoundaryManifest(
+        m.namespace,
+        m.rank,
+        m.boundary,
+        m.chunk_tokens,
+        m.chain,
+        (m.groups[0], fmt.ManifestGroup(state.group, state.kind, (bad,))),
+    )
+    age(store.write_manifest(m))
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [
+        f"{store.manifest_rel(['a', 'b'])}: mismatch: names "
+        f"{chunk_in_rank('b', STATE_GROUP)} as length {entry.length} checksum "
+        f"{entry.checksum ^ 1:08x}; its header says length {entry.length} checksum "
+        f"{entry.checksum:08x}"
+    ]
+
+
+def test_manifest_entry_with_dotdot_refuses_sweep(kv, store):
+    two_boundaries(store)
+    path = manifest_path(store, ["a", "b"])
+    body = json.loads(path.read_bytes())
+    body["groups"][1]["entries"][0][0] = "../../../../etc/passwd"
+    del body["checksum"]
+    body["checksum"] = f"{fmt.crc32(fmt.canonical_json(body)):08x}"
+    path.write_bytes(fmt.canonical_json(body))
+    age(path)
+    m2 = store.manifest_rel(["a", "b"])
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    out = lines(r.out)[:-1]
+    # Unparsed, it names nothing: the b chunks look like orphans, which is why
+    # a sweep must refuse until someone looks.
+    assert out[:2] == [
+        f"{store.chunk_rel('b', FULL_GROUP)}: orphan: named by no manifest "
+        f"(full group {FULL_GROUP})",
+        f"{store.chunk_rel('b', STATE_GROUP)}: orphan: named by no manifest "
+        f"(state group {STATE_GROUP})",
+    ]
+    assert out[2].startswith(f"{m2}: bad-manifest: bad_field: ")
+    assert len(out) == 3
+
+    before = files_under(store.tier)
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 4
+    assert f"refused {m2}: manifest could not be parsed" in lines(r.out)
+    assert files_under(store.tier) == before | {in_rank(store, ".lock")}
+
+    # Forced: the bad manifest goes; the b payloads it named are now unnamed
+    # orphans (old enough), and nothing outside the root is touched.
+    r = kv("gc", "--sweep", "--force", str(store.tier))
+    assert r.code == 1, r.out
+    assert files_under(store.tier) == {
+        f"{store.name}.json",
+        in_rank(store, ".lock"),
+        store.manifest_rel(["a"]),
+        store.chunk_rel("a", FULL_GROUP),
+        store.chunk_rel("a", STATE_GROUP),
+    }
+
+
+# --------------------------------------------------------------------------
+# Retention, orphans, temps
+# --------------------------------------------------------------------------
+
+FORK = [
+    ["a"],
+    ["a", "b"],
+    ["a", "b", "c"],
+    ["a", "b", "c", "d"],
+    ["a", "b", "x"],
+    ["a", "b", "x", "y"],
+    ["a", "b", "x", "y", "z"],
+]
+
+
+def test_forked_chains_keep_k(kv, store):
+    for names in FORK:
+        store.boundary(names)
+    age_tree(store.tier)
+    r = kv("gc", "--keep", "3", str(store.tier))
+    assert r.code == 0
+    planned = [line.split(": ")[0] for line in lines(r.out) if line.startswith("would")]
+    assert planned == [
+        f"would delete {store.manifest_rel(['a'])}",
+        f"would delete {store.chunk_rel('a', STATE_GROUP)}",
+    ]
+    # keep 2 comes from the namespace record's info.keep_boundaries.
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 0, r.out
+    kept = [FORK[2], FORK[3], FORK[5], FORK[6]]
+    full = {"a", "b", "c", "d", "x", "y", "z"}
+    assert files_under(store.tier) == (
+        {f"{store.name}.json", in_rank(store, ".lock")}
+        | {store.manifest_rel(n) for n in kept}
+        | {store.chunk_rel(n[-1], STATE_GROUP) for n in kept}
+        | {store.chunk_rel(k, FULL_GROUP) for k in full}
+    )
+    assert kv("verify", str(store.tier)).code == 0
+
+
+def test_zero_manifests_with_orphans(kv, store):
+    store.chunk(key_of("s1"), STATE_GROUP, 64)
+    store.chunk(key_of("s2"), STATE_GROUP, 128)
+    store.chunk(key_of("f1"), FULL_GROUP, 64)
+    age_tree(store.tier)
+    store.chunk(key_of("fresh"), STATE_GROUP, 64)  # in flight: within grace
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    expected = sorted(
+        [
+            f"{store.chunk_rel('s1', STATE_GROUP)}: orphan: named by no manifest "
+            f"(state group {STATE_GROUP})",
+            f"{store.chunk_rel('s2', STATE_GROUP)}: orphan: named by no manifest "
+            f"(state group {STATE_GROUP})",
+            f"{store.chunk_rel('f1', FULL_GROUP)}: orphan: named by no manifest "
+            f"(full group {FULL_GROUP})",
+        ]
+    )
+    assert lines(r.out)[:-1] == expected
+    r = kv("gc", str(store.tier))
+    assert r.code == 0  # orphans are garbage, not damage
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 0, r.out
+    assert files_under(store.tier) == {
+        f"{store.name}.json",
+        in_rank(store, ".lock"),
+        store.chunk_rel("fresh", STATE_GROUP),
+    }
+
+
+def test_stale_and_fresh_temps(kv, store):
+    store.boundary(["a"])
+    age_tree(store.tier)
+    leaf = chunk_path(store, "a", FULL_GROUP).parent
+    stale = leaf / f"{key_of('t1')[:3]}x.bin.tmp.1.2"  # not a chunk name: foreign
+    stale.write_bytes(b"x")
+    chunk_tmp = leaf / f"{chunk_path(store, 'a', FULL_GROUP).name}.tmp.11.12"
+    chunk_tmp.write_bytes(b"partial")
+    age(chunk_tmp)
+    fresh_tmp = leaf / f"{chunk_path(store, 'a', FULL_GROUP).name}.tmp.13.14"
+    fresh_tmp.write_bytes(b"partial")
+    mtmp = store.base / "manifests" / f"{manifest_path(store, ['a']).name}.tmp.5.6"
+    mtmp.write_bytes(b"{")
+    age(mtmp)
+    rec_old = store.tier / f"{store.name}.json.tmp.7.8"
+    rec_old.write_bytes(b"{")
+    age(rec_old)
+    rec_new = store.tier / f"{store.name}.json.tmp.9.10"
+    rec_new.write_bytes(b"{")
+    age(stale)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == sorted(
+        [
+            f"{store.rel(rec_old)}: stale-temp: namespace record temp older than the "
+            "grace period",
+            f"{store.rel(stale)}: foreign: not part of the store format",
+            f"{store.rel(chunk_tmp)}: stale-temp: writer temp older than the grace period",
+            f"{store.rel(mtmp)}: stale-temp: writer temp older than the grace period",
+        ]
+    )
+    r = kv("gc", str(store.tier))
+    planned = sorted(line.split(": ")[0] for line in lines(r.out) if line.startswith("would"))
+    assert planned == sorted(
+        f"would delete {store.rel(p)}" for p in (rec_old, chunk_tmp, mtmp)
+    )
+    # Under LOCK_EX no writer is mid-job, so even the fresh chunk temp goes;
+    # the fresh record temp (written outside the lock) stays for its grace.
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 1, r.out  # the foreign file is damage, and is never deleted
+    assert files_under(store.tier) == {
+        f"{store.name}.json",
+        store.rel(rec_new),
+        in_rank(store, ".lock"),
+        store.rel(stale),
+        store.manifest_rel(["a"]),
+        store.chunk_rel("a", FULL_GROUP),
+        store.chunk_rel("a", STATE_GROUP),
+    }
+
+
+# --------------------------------------------------------------------------
+# Safety: symlinks, foreign files, unreadable files, namespace record
+# --------------------------------------------------------------------------
+
+
+def test_symlinks_are_reported_never_followed(kv, store, tmp_path):
+    two_boundaries(store)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.bin"
+    victim.write_bytes(b"precious")
+    age(victim)
+    leaf = chunk_path(store, "a", STATE_GROUP).parent
+    link = leaf / f"{key_of('zz')}.bin"
+    link.symlink_to(victim)
+    dir_link = store.tier / "elsewhere"
+    dir_link.symlink_to(outside)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == sorted(
+        [
+            f"{store.rel(link)}: symlink: symlink, not followed",
+            "elsewhere: symlink: symlink, not followed",
+        ]
+    )
+    r = kv("gc", "--sweep", "--keep", "1", str(store.tier))
+    assert r.code == 1, r.out
+    assert victim.read_bytes() == b"precious"
+    assert link.is_symlink() and dir_link.is_symlink()
+    assert kv("verify", str(dir_link)).code == 3  # a symlinked ROOT is refused
+
+
+def test_foreign_files_are_reported_never_deleted(kv, store):
+    two_boundaries(store)
+    (store.base / "notes.txt").write_text("ops notes")
+    (store.base / "junk").mkdir()
+    (store.base / "junk" / "x.bin").write_bytes(b"x")
+    age_tree(store.tier)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [
+        f"{in_rank(store, 'junk')}: foreign: directory not part of the store format",
+        f"{in_rank(store, 'notes.txt')}: foreign: not part of the store format",
+    ]
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 1
+    assert (store.base / "notes.txt").exists()
+    assert (store.base / "junk" / "x.bin").exists()
+
+
+def _unprivileged_store(tmp_root: Path) -> tuple[Store, str | None]:
+    """A store another user can read; returns it and the user to run as."""
+    if os.geteuid() != 0:
+        return Store(tmp_root / "tier"), None
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: cannot make a file unreadable")
+    tmp_root.chmod(0o755)
+    s = Store(tmp_root / "tier")
+    return s, "65534"
+
+
+def test_unreadable_file_is_reported_and_refuses_sweep(kv):
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        store, user = _unprivileged_store(Path(tmp))
+        two_boundaries(store)
+        target = chunk_path(store, "b", STATE_GROUP)
+        if user is not None:
+            for dirpath, dirs, files in os.walk(store.tier):
+                for n in dirs + files:
+                    os.chown(Path(dirpath) / n, 65534, 65534)
+            os.chown(store.tier, 65534, 65534)
+            os.chown(target, 0, 0)
+        target.chmod(0)
+        try:
+            r = kv("verify", str(store.tier), user=user)
+            assert r.code == 1, r.err
+            assert lines(r.out)[:-1] == [
+                f"{store.chunk_rel('b', STATE_GROUP)}: unreadable: cannot open: "
+                "Permission denied",
+                f"{store.manifest_rel(['a', 'b'])}: mismatch: names "
+                f"{chunk_in_rank('b', STATE_GROUP)}, which is damaged or unreadable",
+            ]
+            before = files_under(store.tier)
+            r = kv("gc", "--sweep", str(store.tier), user=user)
+            assert r.code == 4, r.out + r.err
+            assert files_under(store.tier) == before | {in_rank(store, ".lock")}
+        finally:
+            target.chmod(0o644)
+
+
+def test_missing_namespace_record_refuses_sweep(kv, store):
+    two_boundaries(store)
+    Path(store.layout.namespace_record).unlink()
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [
+        f"{store.name}.json: bad-namespace: namespace record missing"
+    ]
+    r = kv("gc", "--sweep", "--keep", "1", str(store.tier))
+    assert r.code == 4
+    assert f"refused {store.name}: namespace record missing or invalid" in lines(r.out)
+
+
+# --------------------------------------------------------------------------
+# stat, inspect, usage
+# --------------------------------------------------------------------------
+
+
+def test_stat_json_and_prometheus(kv, store, tmp_path):
+    for names in FORK:
+        store.boundary(names)
+    age_tree(store.tier)
+    prom = tmp_path / "kvstore.prom"
+    r = kv("stat", "--json", "--prometheus", str(prom), str(store.tier))
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    (rank,) = data["ranks"]
+    assert rank["rank"] == 0
+    assert rank["chunks"] == 14 and rank["manifests"] == 7
+    assert [(g["group"], g["kind"], g["chunks"]) for g in rank["groups"]] == [
+        (FULL_GROUP, "full", 7),
+        (STATE_GROUP, "state", 7),
+    ]
+    assert sorted((c["boundary"], c["manifests"]) for c in rank["chains"]) == [
+        (256, 4),
+        (320, 5),
+    ]
+    assert rank["newest_boundary_age_s"] >= 3599
+    text = prom.read_text()
+    labels = f'rank="0",base="{store.name}"'
+    assert f'kvstore_chunks{{{labels},group="2",kind="state"}} 7' in text.splitlines()
+    assert f"kvstore_manifests{{{labels}}} 7" in text.splitlines()
+    assert f"kvstore_chains{{{labels}}} 2" in text.splitlines()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kvstore")] == [
+        "kvstore.prom"
+    ]
+
+
+def test_inspect(kv, store):
+    store.boundary(["a"])
+    p = chunk_path(store, "a", STATE_GROUP)
+    r = kv("inspect", "--json", str(p))
+    assert r.code == 0, r.err
+    h = json.loads(r.out)
+    assert h["group"] == STATE_GROUP and h["key"] == key_of("a")
+    assert h["boundary"] == 64 and h["payload"] == "ok"
+    assert [(s["layer"], s["kind"]) for s in h["segments"]] == [
+        (0, "conv"),
+        (0, "temporal"),
+        (1, "conv"),
+        (1, "temporal"),
+    ]
+    r = kv("inspect", str(p))
+    assert r.code == 0
+    assert f"key                 {key_of('a')}" in lines(r.out)
+    flip_bit(p, 9)
+    r = kv("inspect", str(p))
+    assert r.code == 1
+    assert r.out.startswith(f"{p}: invalid chunk: unsupported_version: ")
+    link = p.parent / "link.bin"
+    link.symlink_to(p)
+    assert kv("inspect", str(link)).code == 3
+
+
+def test_usage_and_io_errors(kv, tmp_path):
+    assert kv().code == 2
+    assert kv("verify").code == 2
+    assert kv("gc", "--bogus", str(tmp_path)).code == 2
+    assert kv("gc", "--force", str(tmp_path)).code == 2
+    assert kv("gc", "--keep", "2000", str(tmp_path)).code == 2
+    r = kv("verify", str(tmp_path / "missing"))
+    assert r.code == 3
+    assert r.err == f"kvstore: {tmp_path / 'missing'}: cannot open: No such file or directory\n"
+    r = kv("--help")
+    assert r.code == 0 and "4 sweep refused" in r.out
+
+
+def test_empty_tier_is_clean(kv, tmp_path):
+    r = kv("verify", str(tmp_path))
+    assert r.code == 0
+    assert r.out == "verify: 0 rank(s), 0 chunk(s), 0 manifest(s), 0 bytes; no problems\n"
