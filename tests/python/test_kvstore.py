@@ -644,3 +644,43 @@ def test_empty_tier_is_clean(kv, tmp_path):
     r = kv("verify", str(tmp_path))
     assert r.code == 0
     assert r.out == "verify: 0 rank(s), 0 chunk(s), 0 manifest(s), 0 bytes; no problems\n"
+
+
+# --------------------------------------------------------------------------
+# A live writer
+# --------------------------------------------------------------------------
+
+
+def test_sweeps_beside_a_live_writer_never_break_a_manifest(kv, tmp_path):
+    """Sweeps with --grace 0 while a writer publishes: only the lock protects
+    the writer's in-flight chunks, so a manifest naming a missing file would
+    show that the lock failed."""
+    tier = tmp_path / "tier"
+    Store(tier)  # namespace record + rank base before the writer starts
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen(
+        [sys.executable, str(HERE / "kvstore_writer_loop.py"), str(tier), str(stop), "200"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deleted = 0
+    manifests = tier / Store(tier).name / "manifests"
+    try:
+        deadline = time.monotonic() + 30
+        while not (manifests.is_dir() and any(manifests.iterdir())):
+            assert time.monotonic() < deadline, "the writer published nothing"
+            time.sleep(0.01)
+        for _ in range(6):
+            r = kv("gc", "--sweep", "--json", "--grace", "0", "--keep", "2", str(tier))
+            assert r.code == 0, r.out + r.err
+            deleted += sum(s["deleted"] for s in json.loads(r.out)["sweeps"])
+    finally:
+        stop.touch()
+        out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 0
+    assert int(out) > 0
+    assert deleted > 0  # the sweeps did delete superseded manifests and payloads
+    r = kv("verify", "--json", str(tier))
+    findings = json.loads(r.out)["findings"]
+    assert [f for f in findings if f["kind"] not in ("orphan", "stale-temp")] == []
+    assert r.code == 0, r.out
