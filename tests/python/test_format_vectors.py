@@ -1,0 +1,432 @@
+"""Format v1: the Python codec against the shared vectors, and against the C++
+codec through build/gc/kvformat_vectors (both directions, byte for byte)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VECTORS = REPO / "tests" / "vectors"
+CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format.py"
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+f = _load("kvtier_kv_store_format", CODEC)
+INDEX = json.loads((VECTORS / "index.json").read_text())
+VECTOR_IDS = [v["name"] for v in INDEX["vectors"]]
+
+
+def verdict(kind: str, data: bytes) -> str:
+    decode = {
+        "chunk": f.verify_chunk,
+        "manifest": f.decode_manifest,
+        "record": f.decode_namespace_record,
+    }[kind]
+    try:
+        decode(data)
+    except f.FormatError as e:
+        return e.reason.value
+    return "ok"
+
+
+@pytest.fixture(scope="module")
+def vectors_bin() -> Path:
+    env = os.environ.get("KVFORMAT_VECTORS_BIN")
+    build = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build"))
+    path = Path(env) if env else build / "gc" / "kvformat_vectors"
+    if not path.is_file():
+        pytest.skip(
+            f"{path} is not built (set KVTIER_BUILD_DIR or KVFORMAT_VECTORS_BIN)"
+        )
+    return path
+
+
+# --- the committed vectors and the Python codec -------------------------------
+
+
+def test_generator_reproduces_every_committed_file() -> None:
+    generate = _load("kvtier_vectors_generate", VECTORS / "generate.py")
+    files = generate.build()
+    on_disk = {
+        str(p.relative_to(VECTORS))
+        for p in VECTORS.rglob("*")
+        if p.is_file() and p.name != "generate.py" and p.name != "README.md"
+    }
+    assert on_disk == set(files), "stray or missing vector files"
+    for rel, data in files.items():
+        assert (VECTORS / rel).read_bytes() == data, rel
+
+
+def test_vectors_stay_small() -> None:
+    total = sum(p.stat().st_size for p in VECTORS.rglob("*") if p.is_file())
+    assert total < 200 * 1024
+
+
+@pytest.mark.parametrize("vector", INDEX["vectors"], ids=VECTOR_IDS)
+def test_python_verdict(vector: dict, tmp_path: Path) -> None:
+    data = (VECTORS / vector["file"]).read_bytes()
+    assert verdict(vector["kind"], data) == vector["verdict"], vector["note"]
+    if vector["kind"] == "chunk":
+        # The file-based readers give the same verdict as the in-memory one.
+        path = tmp_path / "c.bin"
+        path.write_bytes(data)
+        for block in (1, 100, 1 << 20):
+            try:
+                f.verify_chunk_file(str(path), block_size=block)
+                got = "ok"
+            except f.FormatError as e:
+                got = e.reason.value
+            assert got == vector["verdict"]
+
+
+def test_every_reader_verdict_is_covered() -> None:
+    seen = {v["verdict"] for v in INDEX["vectors"]}
+    for reason in f.Reason:
+        if reason is not f.Reason.BAD_NAME:
+            assert reason.value in seen, reason
+
+
+def _encode_spec(kind: str, spec: dict) -> bytes:
+    if kind == "chunk":
+        segments = tuple(
+            f.Segment(
+                s["layer"],
+                f.SegmentKind[s["kind"].upper()],
+                f.DType[s["dtype"].upper()],
+                s["offset"],
+                s["length"],
+                tuple(s["shape"]),
+                tuple(s["stride"]),
+            )
+            for s in spec["segments"]
+        )
+        return f.encode_chunk(
+            bytes.fromhex(spec["namespace_hash"]),
+            spec["group"],
+            bytes.fromhex(spec["key_hash"]),
+            spec["boundary"],
+            segments,
+            bytes.fromhex(spec["payload"]),
+        )
+    if kind == "manifest":
+        return f.encode_manifest(
+            f.BoundaryManifest(
+                spec["namespace"],
+                spec["rank"],
+                spec["boundary"],
+                spec["chunk_tokens"],
+                tuple(spec["chain"]),
+                tuple(
+                    f.ManifestGroup(
+                        g["group"],
+                        g["kind"],
+                        tuple(f.ManifestEntry(*e) for e in g["entries"]),
+                    )
+                    for g in spec["groups"]
+                ),
+            )
+        )
+    return f.encode_namespace_record(f.NamespaceRecord(spec["fenced"], spec["info"]))
+
+
+VALID = [v for v in INDEX["vectors"] if "spec" in v]
+
+
+@pytest.mark.parametrize("vector", VALID, ids=[v["name"] for v in VALID])
+def test_valid_vectors_reencode_and_round_trip(vector: dict) -> None:
+    data = (VECTORS / vector["file"]).read_bytes()
+    assert _encode_spec(vector["kind"], vector["spec"]) == data
+    spec = vector["spec"]
+    if vector["kind"] == "manifest":
+        assert f.decode_manifest(data).file_name == spec["file_name"]
+    if vector["kind"] == "record":
+        rec = f.decode_namespace_record(data)
+        assert f.canonical_json(rec.fenced).decode() == spec["canonical_fenced"]
+        assert rec.namespace_hash.hex() == spec["namespace_hash"]
+        base = f.rank_base_name(
+            f.DEFAULT_PREFIX, rec.fenced["model"], rec.namespace_hash, spec["rank"]
+        )
+        assert base == spec["rank_base_name"]
+
+
+# --- the C++ codec through kvformat_vectors -----------------------------------
+
+
+def test_cpp_verdicts_equal_the_index(vectors_bin: Path) -> None:
+    out = subprocess.run(
+        [vectors_bin, "verdicts", VECTORS], check=True, capture_output=True, text=True
+    ).stdout
+    cpp = json.loads(out)
+    wrong = {
+        v["name"]: (v["verdict"], cpp.get(v["name"]))
+        for v in INDEX["vectors"]
+        if cpp.get(v["name"]) != v["verdict"]
+    }
+    assert wrong == {}
+
+
+def test_cpp_encodings_are_byte_identical_and_python_reads_them(
+    vectors_bin: Path, tmp_path: Path
+) -> None:
+    subprocess.run([vectors_bin, "encode", VECTORS, tmp_path], check=True)
+    written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert len(written) == len(VALID)
+    for vector in VALID:
+        cpp = (tmp_path / vector["file"]).read_bytes()
+        assert cpp == (VECTORS / vector["file"]).read_bytes(), vector["name"]
+        assert verdict(vector["kind"], cpp) == "ok"
+
+
+def _big_chunk(size: int) -> bytes:
+    rng = random.Random(27)
+    payload = rng.randbytes(size)
+    segments = f.make_segments(
+        [
+            (0, f.SegmentKind.KV, f.DType.BFLOAT16, (size // 4,), (1,)),
+            (1, f.SegmentKind.KV, f.DType.UINT8, (size // 2,), (1,)),
+        ]
+    )
+    ns = f.namespace_hash({"format_version": 1, "x": "big"})
+    return f.encode_chunk(ns, 0, rng.randbytes(32), 3584, segments, payload)
+
+
+def test_big_chunk_both_ways(vectors_bin: Path, tmp_path: Path) -> None:
+    data = _big_chunk(27 << 20)
+    path = tmp_path / "big.bin"
+    path.write_bytes(data)
+
+    def cpp_verdict() -> str:
+        return subprocess.run(
+            [vectors_bin, "verify", "chunk", path],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    assert cpp_verdict() == "ok"
+    assert f.verify_chunk_file(str(path)).payload_length == 27 << 20
+    bad = bytearray(data)
+    bad[len(bad) // 2] ^= 0x40
+    path.write_bytes(bad)
+    assert cpp_verdict() == "payload_checksum_mismatch"
+    with pytest.raises(f.FormatError) as err:
+        f.verify_chunk_file(str(path))
+    assert err.value.reason is f.Reason.PAYLOAD_CHECKSUM_MISMATCH
+
+
+# --- names and retention tables ------------------------------------------------
+
+NAMES = json.loads((VECTORS / "names.json").read_text())
+RETENTION = json.loads((VECTORS / "retention.json").read_text())["cases"]
+
+
+def _result(fn, arg) -> dict:
+    try:
+        value = fn(arg)
+    except f.FormatError as e:
+        return {"verdict": e.reason.value}
+    return {"verdict": "ok", "value": value}
+
+
+def test_name_table() -> None:
+    for raw, want in NAMES["sanitize_model"]:
+        assert f.sanitize_model(raw) == want
+    for key, group, rel in NAMES["chunk_rel_path"]:
+        assert f.chunk_rel_path(key, group) == rel
+        assert f.parse_chunk_rel_path(rel) == (key, group)
+    table = {
+        "parse_chunk_rel_path": lambda s: list(f.parse_chunk_rel_path(s)),
+        "parse_rank_base_name": lambda s: list(
+            vars(f.parse_rank_base_name(s)).values()
+        ),
+        "parse_manifest_file_name": lambda s: list(f.parse_manifest_file_name(s)),
+    }
+    for column, fn in table.items():
+        for row in NAMES[column]:
+            want = {k: v for k, v in row.items() if k != "input"}
+            assert _result(fn, row["input"]) == want, row["input"]
+    for row in NAMES["parse_temp_name"]:
+        parsed = f.parse_temp_name(row["input"])
+        got = (
+            {"verdict": "not_temp"}
+            if parsed is None
+            else {"verdict": "ok", "value": list(parsed)}
+        )
+        assert got == {k: v for k, v in row.items() if k != "input"}
+
+
+def _brute_force_kept(chains: dict[str, list[str]], keep: int) -> set[str]:
+    """FORMAT.md section 6 by its words: each leaf and its K-1 deepest ancestors."""
+
+    def proper_prefix(a: list[str], b: list[str]) -> bool:
+        return len(a) < len(b) and b[: len(a)] == a
+
+    kept: set[str] = set()
+    for chain in chains.values():
+        if any(proper_prefix(chain, other) for other in chains.values()):
+            continue
+        depths = sorted(
+            {len(c) for c in chains.values() if c == chain or proper_prefix(c, chain)},
+            reverse=True,
+        )[:keep]
+        kept |= {
+            n
+            for n, c in chains.items()
+            if (c == chain or proper_prefix(c, chain)) and len(c) in depths
+        }
+    return kept
+
+
+@pytest.mark.parametrize("case", RETENTION, ids=[c["name"] for c in RETENTION])
+def test_retention_table(case: dict) -> None:
+    got = f.kept_manifests(case["chains"], case["keep"])
+    assert sorted(got) == case["kept"]
+    if case["keep"]:
+        assert got == _brute_force_kept(case["chains"], case["keep"])
+    else:
+        assert got == set(case["chains"])
+
+
+def test_retention_worked_example() -> None:
+    a, b, c, d, x, y, z = "abcdxyz"
+    chains = {
+        "M1": [a],
+        "M2": [a, b],
+        "M3": [a, b, c],
+        "M4": [a, b, c, d],
+        "M3x": [a, b, x],
+        "M4x": [a, b, x, y],
+        "M5x": [a, b, x, y, z],
+    }
+    assert f.kept_manifests(chains, 1) == {"M4", "M5x"}
+    assert f.kept_manifests(chains, 2) == {"M4", "M3", "M5x", "M4x"}
+    assert f.kept_manifests(chains, 3) == {"M4", "M3", "M2", "M5x", "M4x", "M3x"}
+    with pytest.raises(f.FormatError):
+        f.kept_manifests(chains, 1025)
+
+
+def test_retention_random_forests_match_definition() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        chains = {
+            f"m{i}": [
+                rng.choice("ab" if j < 3 else "abcde") for j in range(rng.randint(1, 7))
+            ]
+            for i in range(rng.randint(1, 25))
+        }
+        keep = rng.randint(1, 4)
+        assert f.kept_manifests(chains, keep) == _brute_force_kept(chains, keep)
+
+
+# --- codec behaviour the vectors do not pin -------------------------------------
+
+
+def _state_chunk() -> tuple[bytes, int]:
+    segments = f.make_segments(
+        [
+            (3, f.SegmentKind.CONV, f.DType.BFLOAT16, (2, 3), (3, 1)),
+            (3, f.SegmentKind.TEMPORAL, f.DType.FLOAT32, (2, 2, 2), (4, 2, 1)),
+        ]
+    )
+    data = f.encode_chunk(
+        bytes(range(32)), 2, bytes(range(100, 132)), 3584, segments, bytes(44)
+    )
+    return data, f.header_length_for(2)
+
+
+def test_every_single_bit_flip_gets_the_predicted_verdict() -> None:
+    data, hl = _state_chunk()
+    for byte in range(len(data)):
+        if byte < 8:
+            want = "bad_magic"
+        elif byte < 10:
+            want = "unsupported_version"
+        elif 12 <= byte < 16:
+            want = "bad_header_length"
+        elif byte == 16:
+            want = "unsupported_checksum_algorithm"
+        elif byte >= hl:
+            want = "payload_checksum_mismatch"
+        else:
+            want = "header_checksum_mismatch"
+        for bit in range(8):
+            copy = bytearray(data)
+            copy[byte] ^= 1 << bit
+            assert verdict("chunk", bytes(copy)) == want, (byte, bit)
+
+
+def test_every_truncation_is_truncated() -> None:
+    data, _ = _state_chunk()
+    for n in range(len(data)):
+        assert verdict("chunk", data[:n]) == "truncated", n
+
+
+def test_encode_refuses_what_would_not_parse() -> None:
+    data, _ = _state_chunk()
+    header = f.verify_chunk(data)
+    cases = {
+        "bad_key_hash": {"key_hash": b"1234567"},
+        "field_out_of_range": {"group": 1024},
+        "bad_segment_table": {"payload_length": 45},
+        "unsupported_checksum_algorithm": {"checksum_algorithm": f.CHECKSUM_CRC32C},
+    }
+    for reason, change in cases.items():
+        with pytest.raises(f.FormatError) as err:
+            f.encode_header(f.ChunkHeader(**{**vars(header), **change}))
+        assert err.value.reason.value == reason
+
+
+def test_store_layout_paths() -> None:
+    fenced = f.make_fenced(
+        model="zai-org/GLM-5.3",
+        vllm_version="0.33.0",
+        build_id="b",
+        tp_size=2,
+        kv_dtype="auto",
+        hash_algorithm="sha256_cbor",
+        num_speculative_tokens=0,
+        page_sizes={0: 100},
+        state_abi={},
+    )
+    ns = f.namespace_hash(fenced)
+    layout = f.StoreLayout.create("/data/kv", "zai-org/GLM-5.3", ns, 1)
+    short = ns.hex()[:16]
+    assert layout.base == f"/data/kv/glm53kv_zai-org-GLM-5.3_{short}_r1"
+    assert layout.namespace_record == layout.base + ".json"
+    assert layout.lock == layout.base + "/.lock"
+    key = "ab" * 32
+    assert layout.chunk(key, 4) == f"{layout.base}/aba/ba_g4/{key}.bin"
+    assert layout.manifest(3584, key) == f"{layout.base}/manifests/b3584_{key}.json"
+    assert f.temp_name("x.bin", 10, 11) == "x.bin.tmp.10.11"
+    assert f.parse_temp_name("x.bin.tmp.10.11") == ("x.bin", 10, 11)
+    parsed = f.parse_rank_base_name(os.path.basename(layout.base))
+    assert (parsed.model, parsed.ns_short, parsed.rank) == ("zai-org-GLM-5.3", short, 1)
+
+
+def test_namespace_hash_ignores_info_and_key_order() -> None:
+    fenced = {"format_version": 1, "b": [1, 2], "a": {"y": 1, "x": "\u00e9"}}
+    reordered = {"a": {"x": "\u00e9", "y": 1}, "b": [1, 2], "format_version": 1}
+    assert f.namespace_hash(fenced) == f.namespace_hash(reordered)
+    assert (
+        f.canonical_json(fenced)
+        == b'{"a":{"x":"\\u00e9","y":1},"b":[1,2],"format_version":1}'
+    )
+    with pytest.raises(f.FormatError):
+        f.canonical_json({"x": 1.5})
