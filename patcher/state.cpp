@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "fault.h"
 #include "plan.h"
 #include "region.h"
 #include "sha256.h"
@@ -102,6 +103,10 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
       touching.push_back(&m);
       fs.pin = f->sha256;
     }
+  if (int e = fault("read-target")) {  // test hook: an unreadable target
+    *fatal = make_error(ErrorKind::Io, path, "cannot read: " + errno_text(e));
+    return;
+  }
   auto data = tree.read(path);
   if (!data) {
     *fatal = data.error();
