@@ -1,0 +1,672 @@
+"""kv-offload-store-local: the writer module on its own (no vLLM, no torch).
+
+The miniature 7-group layout of store_local_support stands in for the
+deployment's hybrid model; staging is a plain bytearray laid out like
+0.33.0's shared offload region.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import store_local_support as sls
+from store_local_support import fmt, ksl
+
+# --------------------------------------------------------------------------
+# Knobs
+
+
+def env(**values: str) -> dict[str, str]:
+    base = {"GLM53_KV_OFFLOAD": "1", "GLM53_KV_OFFLOAD_DIR": "/data/kv"}
+    base.update(
+        {
+            f"GLM53_KV_OFFLOAD_{k}" if k else "GLM53_KV_OFFLOAD": v
+            for k, v in values.items()
+        }
+    )
+    return base
+
+
+def test_knobs_defaults_and_values():
+    knobs = ksl.read_knobs(env())
+    assert knobs == ksl.StoreKnobs(
+        enabled=True,
+        root="/data/kv",
+        cpu_gb=None,
+        drafter=False,
+        keep_boundaries=2,
+        build_id="",
+    )
+    knobs = ksl.read_knobs(
+        env(
+            CPU_GB="64",
+            KEEP_BOUNDARIES="0",
+            DRAFTER="1",
+            BUILD_ID="abc.1-2",
+            RESTORE="0",
+        )
+    )
+    assert (knobs.cpu_gb, knobs.keep_boundaries, knobs.drafter, knobs.build_id) == (
+        64,
+        0,
+        True,
+        "abc.1-2",
+    )
+    assert not ksl.read_knobs({}).enabled
+    assert not ksl.read_knobs({"GLM53_KV_OFFLOAD": "0"}).enabled
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("GLM53_KV_OFFLOAD", "yes"),
+        ("GLM53_KV_OFFLOAD", ""),
+        ("GLM53_KV_OFFLOAD", " 1"),
+        ("GLM53_KV_OFFLOAD_DIR", "relative/dir"),
+        ("GLM53_KV_OFFLOAD_DIR", "/data/kv store"),
+        ("GLM53_KV_OFFLOAD_DIR", "'/data/kv'"),
+        ("GLM53_KV_OFFLOAD_DIR", '"/data/kv"'),
+        ("GLM53_KV_OFFLOAD_DIR", "/data/kv\t"),
+        ("GLM53_KV_OFFLOAD_DIR", ""),
+        ("GLM53_KV_OFFLOAD_CPU_GB", "0"),
+        ("GLM53_KV_OFFLOAD_CPU_GB", "65"),
+        ("GLM53_KV_OFFLOAD_CPU_GB", "8.5"),
+        ("GLM53_KV_OFFLOAD_CPU_GB", "+8"),
+        ("GLM53_KV_OFFLOAD_RESTORE", "1"),
+        ("GLM53_KV_OFFLOAD_RESTORE", "true"),
+        ("GLM53_KV_OFFLOAD_DRAFTER", "2"),
+        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "1025"),
+        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "-1"),
+        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "02"),
+        ("GLM53_KV_OFFLOAD_BUILD_ID", "has space"),
+        ("GLM53_KV_OFFLOAD_BUILD_ID", "quote'd"),
+    ],
+)
+def test_bad_knob_is_an_error_naming_it(name, value):
+    values = env()
+    values[name] = value
+    with pytest.raises(ksl.KnobError) as err:
+        ksl.read_knobs(values)
+    assert name in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_restore_one_is_refused_even_with_the_tier_off():
+    with pytest.raises(ksl.KnobError, match="GLM53_KV_OFFLOAD_RESTORE=1 is refused"):
+        ksl.read_knobs({"GLM53_KV_OFFLOAD_RESTORE": "1"})
+
+
+# --------------------------------------------------------------------------
+# Side channel
+
+
+@dataclass
+class TransferJob:
+    """The shape of vLLM's TransferJob; the side channel rides as an attribute."""
+
+    req_id: str
+    sync: bool = False
+
+
+def test_metadata_is_in_block_order_and_picklable():
+    maker = sls.JobMaker(sls.Staging())
+    state = sls.FakeReqState(0, 4)
+    keys = []
+    # Slot order (g0 first, then the state groups), chunk order inside.
+    for i in range(4):
+        keys.append(sls.offload_key(sls.block_hash(i), 0))
+    keys += [sls.offload_key(sls.block_hash(3), g) for g in sls.STATE_GROUPS]
+    for k in keys:
+        state.positions[k] = (sls.k_index(k) + 1) * sls.TOKENS_PER_CHUNK
+    shuffled = set(reversed(keys))
+    meta = maker.meta.build(shuffled, state)
+    assert meta["version"] == ksl.META_VERSION
+    assert meta["keys"] == keys
+    assert meta["groups"] == [0, 0, 0, 0, 2, 3, 4, 5]
+    assert meta["tokens"] == [16, 32, 48, 64, 64, 64, 64, 64]
+    (candidate,) = meta["candidates"]
+    assert candidate["boundary"] == 64
+    assert candidate["chain"] == [sls.block_hash(i) for i in range(4)]
+    assert candidate["full"] == [0] and candidate["state"] == list(sls.STATE_GROUPS)
+
+    job = TransferJob("r0")
+    job.kv_store_meta = meta
+    back = pickle.loads(pickle.dumps(job))
+    assert back.kv_store_meta == meta
+
+
+def test_metadata_without_state_groups_names_the_job_end():
+    meta = ksl.SchedulerStoreMeta([ksl.SchedulerGroup(0, 16, "full")], 16)
+    state = sls.FakeReqState(0, 3)
+    keys = {sls.offload_key(sls.block_hash(i), 0) for i in (1, 2)}
+    for k in keys:
+        state.positions[k] = (sls.k_index(k) + 1) * 16
+    built = meta.build(keys, state)
+    assert [c["boundary"] for c in built["candidates"]] == [48]
+    assert built["candidates"][0]["chain"] == [sls.block_hash(i) for i in range(3)]
+
+
+def test_metadata_with_an_unknown_position_names_nothing():
+    maker = sls.JobMaker(sls.Staging())
+    state = sls.FakeReqState(0, 1)
+    built = maker.meta.build({sls.offload_key(sls.block_hash(0), 0)}, state)
+    assert built["keys"] is None
+
+
+# --------------------------------------------------------------------------
+# Writer: bytes, headers, manifests
+
+
+def only_base(root: Path) -> Path:
+    (base,) = sls.rank_bases(root)
+    return base
+
+
+def write_boundary(store, maker, boundary_chunk: int, first: int = 0, branch: int = 0):
+    """Full chunks first..boundary_chunk, then the four state payloads."""
+    jobs = [maker.full_chunks(first, boundary_chunk - first + 1, branch)]
+    jobs += [maker.state(boundary_chunk, g, branch) for g in sls.STATE_GROUPS]
+    for job in jobs:
+        sls.run_job(store, job)
+    return jobs
+
+
+def test_payloads_are_the_real_bytes_with_verified_headers(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    jobs = write_boundary(store, maker, 2)
+    base = only_base(tmp_path)
+    assert base.name.startswith("glm53kv_test-Mini-7g_") and base.name.endswith("_r1")
+    record = fmt.decode_namespace_record(
+        (tmp_path / fmt.namespace_record_name(base.name)).read_bytes()
+    )
+    ns = record.namespace_hash
+    expected = {k: v for job in jobs for k, v in job.expected.items()}
+    assert len(expected) == 3 + 4
+    for (hash_, group), real in expected.items():
+        path = store.writer.layout.chunk(hash_.hex(), group)
+        header = fmt.verify_chunk_file(path)
+        data = Path(path).read_bytes()
+        assert data[header.header_length :] == real  # no padding on disk
+        assert b"\xee" * 16 not in real  # the padding pattern never lands
+        assert (header.namespace_hash, header.group, header.key_hash) == (
+            ns,
+            group,
+            hash_,
+        )
+        assert header.boundary == (sls.k_index(hash_ + b"\0" * 4) + 1) * 16
+    assert record.info["rank_source"] == "initialized TP group"
+    assert record.fenced["tp_size"] == sls.TP_SIZE
+    assert [g for g, _ in record.fenced["page_sizes"]] == list(sls.OFFLOADED)
+    assert sls.temp_files(tmp_path) == []
+
+
+def test_state_layers_split_into_conv_and_temporal_segments(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    job = maker.state(0, 3)
+    sls.run_job(store, job)
+    header = fmt.read_chunk_header(
+        store.writer.layout.chunk(sls.block_hash(0).hex(), 3)
+    )
+    kinds = [
+        (s.layer, s.kind, s.dtype, s.shape, s.offset, s.length) for s in header.segments
+    ]
+    assert kinds == [
+        (0, fmt.SegmentKind.CONV, fmt.DType.BFLOAT16, (4, 3), 0, 24),
+        (0, fmt.SegmentKind.TEMPORAL, fmt.DType.FLOAT32, (2, 4), 24, 32),
+        (1, fmt.SegmentKind.CONV, fmt.DType.BFLOAT16, (4, 3), 56, 24),
+        (1, fmt.SegmentKind.TEMPORAL, fmt.DType.FLOAT32, (2, 4), 80, 32),
+    ]
+    assert [s.stride for s in header.segments][:2] == [(3, 1), (4, 1)]
+    full = maker.full_chunks(0, 1)
+    sls.run_job(store, full)
+    header = fmt.read_chunk_header(
+        store.writer.layout.chunk(sls.block_hash(0).hex(), 0)
+    )
+    assert [(s.layer, s.kind, s.length) for s in header.segments] == [
+        (0, fmt.SegmentKind.KV, sls.FULL_REAL),
+        (1, fmt.SegmentKind.KV, sls.FULL_REAL),
+    ]
+
+
+def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeypatch):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    base = only_base(tmp_path)
+    published = []
+    real_write = ksl.write_file_durably
+
+    def checking_write(path, parts, sync_dir=True):
+        # At the moment a manifest is written, every file it names must
+        # already be durable and verify.
+        if os.path.basename(os.path.dirname(path)) == fmt.MANIFEST_DIR:
+            manifest = fmt.decode_manifest(b"".join(bytes(p) for p in parts))
+            for g in manifest.groups:
+                for e in g.entries:
+                    fmt.verify_chunk_file(store.writer.layout.chunk(e.key, g.group))
+            published.append(os.path.basename(path))
+        return real_write(path, parts, sync_dir)
+
+    monkeypatch.setattr(ksl, "write_file_durably", checking_write)
+    # State payloads first, then the full chunks the boundary needs.
+    for g in sls.STATE_GROUPS[:3]:
+        sls.run_job(store, maker.state(1, g))
+    sls.run_job(store, maker.full_chunks(0, 1))
+    assert sls.manifests(base) == {}
+    sls.run_job(store, maker.state(1, 5))
+    assert sls.manifests(base) == {}  # chunk 1 of g0 is still missing
+    sls.run_job(store, maker.full_chunks(1, 1))
+    (name,) = sls.manifests(base)
+    assert published == [name]
+    m = sls.manifests(base)[name]
+    assert m.boundary == 32 and m.rank == sls.RANK and m.chunk_tokens == 16
+    assert m.chain == (sls.block_hash(0).hex(), sls.block_hash(1).hex())
+    assert [(g.group, g.kind, len(g.entries)) for g in m.groups] == [
+        (0, "full", 2),
+        (2, "state", 1),
+        (3, "state", 1),
+        (4, "state", 1),
+        (5, "state", 1),
+    ]
+    assert sls.verify_store(tmp_path) == []
+
+
+def test_failed_key_is_never_manifested_this_boot(tmp_path, monkeypatch):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    bad = store.writer.layout.chunk(sls.block_hash(1).hex(), 4)
+    real = ksl.write_chunk_file
+
+    def failing(path, header, payload):
+        if path == bad:
+            raise OSError(errno.EIO, "injected I/O error")
+        return real(path, header, payload)
+
+    monkeypatch.setattr(ksl, "write_chunk_file", failing)
+    write_boundary(store, maker, 1)
+    assert not os.path.exists(bad)
+    assert (sls.block_hash(1), 4) in store.writer.failed
+    assert store.stats.keys_failed == 1
+    assert sls.manifests(only_base(tmp_path)) == {}
+    # The same key offered again this boot: still not written, not manifested.
+    monkeypatch.setattr(ksl, "write_chunk_file", real)
+    sls.run_job(store, maker.state(1, 4))
+    assert not os.path.exists(bad)
+    assert sls.manifests(only_base(tmp_path)) == {}
+    assert sls.temp_files(tmp_path) == []
+    # A new boot has a fresh ledger: the key is written and the boundary published.
+    store.shutdown()
+    store2, staging2 = sls.make_store(tmp_path)
+    maker2 = sls.JobMaker(staging2)
+    sls.run_job(store2, maker2.state(1, 4))
+    assert os.path.exists(bad)
+    assert len(sls.manifests(only_base(tmp_path))) == 1
+    assert sls.verify_store(tmp_path) == []
+
+
+def test_keep_k_retains_the_newest_boundaries_of_every_chain(tmp_path):
+    store, staging = sls.make_store(
+        tmp_path, knobs=sls.knobs(tmp_path, keep_boundaries=2)
+    )
+    maker = sls.JobMaker(staging)
+    base = only_base(tmp_path)
+    layout = store.writer.layout
+    write_boundary(store, maker, 0)
+    write_boundary(store, maker, 1, first=1)
+    write_boundary(store, maker, 2, first=2)
+    names = sorted(sls.manifests(base))
+    assert [fmt.parse_manifest_file_name(n)[0] for n in names] == [32, 48]
+    # B16's state payloads went with its manifest; full chunks stay.
+    assert not any(
+        os.path.exists(layout.chunk(sls.block_hash(0).hex(), g))
+        for g in sls.STATE_GROUPS
+    )
+    assert os.path.exists(layout.chunk(sls.block_hash(0).hex(), 0))
+    assert store.stats.manifests_superseded == 1
+    # A fork off chunk 1: branch 1 shares chunks 0..1 of branch 0's prefix.
+    fork = sls.JobMaker(staging)
+    fork.next_chunk = 40
+    fork.next_job = 100
+
+    def fork_hash(i: int) -> bytes:
+        return sls.block_hash(i) if i <= 1 else sls.block_hash(i, 1)
+
+    for i in (2, 3):
+        k = sls.offload_key(fork_hash(i), 0)
+        state = sls.FakeReqState(0, i + 1)
+        state.req.block_hashes = [fork_hash(j) for j in range(i + 1)]
+        state.positions[k] = (i + 1) * 16
+        meta = fork.meta.build({k}, state)
+        job = sls.Job(200 + i, [50 + i], [1, 0, 0, 0, 0], [i, 0, 0, 0, 0], meta)
+        staging.dma(50 + i, fork.layouts[0], k)
+        sls.run_job(store, job)
+        for g in sls.STATE_GROUPS:
+            ks = sls.offload_key(fork_hash(i), g)
+            state.positions[ks] = (i + 1) * 16
+            meta = fork.meta.build({ks}, state)
+            sizes = [0] * 5
+            sizes[fork.layouts[g].slot] = 1
+            indices = [0] * 5
+            indices[fork.layouts[g].slot] = i
+            job = sls.Job(300 + 10 * i + g, [55 + g], sizes, indices, meta)
+            staging.dma(55 + g, fork.layouts[g], ks)
+            sls.run_job(store, job)
+    boundaries = sorted(
+        (fmt.parse_manifest_file_name(n)[0], m.tip)
+        for n, m in sls.manifests(base).items()
+    )
+    # Branch 0 keeps B32 (its ancestor) and B48; branch 1 keeps B48' and B64'.
+    assert boundaries == sorted(
+        [
+            (32, sls.block_hash(1).hex()),
+            (48, sls.block_hash(2).hex()),
+            (48, fork_hash(2).hex()),
+            (64, fork_hash(3).hex()),
+        ]
+    )
+    assert sls.verify_store(tmp_path) == []
+
+
+def test_keep_zero_keeps_every_manifest(tmp_path):
+    store, staging = sls.make_store(
+        tmp_path, knobs=sls.knobs(tmp_path, keep_boundaries=0)
+    )
+    maker = sls.JobMaker(staging)
+    for b in range(3):
+        write_boundary(store, maker, b, first=b)
+    assert len(sls.manifests(only_base(tmp_path))) == 3
+
+
+def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    store, staging = sls.make_store(tmp_path)
+    store.writer.pause_seconds = 0.0
+    space = {"ok": False}
+    store.writer.resume_probe = lambda: space["ok"]
+    maker = sls.JobMaker(staging)
+    real = ksl._write_all
+    calls = {"n": 0}
+
+    def disk_full(fd, data):
+        calls["n"] += 1
+        view = memoryview(data).cast("B")
+        if calls["n"] == 3:  # header of the 2nd file, then payload: fail midway
+            os.write(fd, view[: len(view) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(ksl, "_write_all", disk_full)
+    job = maker.full_chunks(0, 3)
+    sls.run_job(store, job)
+    assert store.stats.enospc_pauses == 1
+    assert not store.writer.accepting
+    assert sls.temp_files(tmp_path) == []
+    written = sls.chunk_files(tmp_path)
+    assert len(written) == 1  # chunk 0 only; chunk 1 failed, chunk 2 dropped
+    fmt.verify_chunk_file(str(written[0]))
+    assert store.stats.keys_dropped_paused == 1
+    # While paused, captures are dropped without copying or writing.
+    sls.run_job(store, maker.full_chunks(3, 1))
+    assert store.stats.keys_dropped_paused == 2
+    assert len(sls.chunk_files(tmp_path)) == 1
+    # Space is back: the writer resumes on its next job.
+    space["ok"] = True
+    assert store.writer.maybe_resume()
+    sls.run_job(store, maker.full_chunks(4, 1))
+    assert len(sls.chunk_files(tmp_path)) == 2
+    assert store.writer.pool.used == 0
+
+
+def test_tp_rank_disagreement_disables_the_writer(tmp_path):
+    store, _ = sls.make_store(tmp_path, tp=lambda: (0, sls.TP_SIZE))
+    assert not store.active and "disagrees" in store.disabled_reason
+    store, _ = sls.make_store(tmp_path, tp=lambda: (sls.RANK, 4))
+    assert not store.active
+    assert list(tmp_path.iterdir()) == []
+    # Capturing on a disabled store is a no-op, never an error.
+    job = sls.JobMaker(sls.Staging()).full_chunks(0, 1)
+    sls.run_job(store, job)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tp_group_unavailable_falls_back_to_the_config_rank(tmp_path):
+    def no_group():
+        raise AssertionError("tensor model parallel group is not initialized")
+
+    store, _ = sls.make_store(tmp_path, tp=no_group)
+    assert store.active
+    record = fmt.decode_namespace_record(
+        (tmp_path / fmt.namespace_record_name(only_base(tmp_path).name)).read_bytes()
+    )
+    assert record.info["rank_source"].startswith("connector config")
+
+
+def test_namespace_record_fences_exactly_and_ignores_info(tmp_path):
+    store, _ = sls.make_store(tmp_path)
+    store.shutdown()
+    base = only_base(tmp_path)
+    record_path = tmp_path / fmt.namespace_record_name(base.name)
+    first = record_path.read_bytes()
+    # A later boot with another keep-K reuses the store; the record stays.
+    store, _ = sls.make_store(tmp_path, knobs=sls.knobs(tmp_path, keep_boundaries=7))
+    assert store.active and store.writer.layout.base == str(base)
+    assert record_path.read_bytes() == first
+    store.shutdown()
+    # A record whose fenced part differs disables the writer.
+    value = json.loads(first)
+    value["fenced"]["model"] = "someone/else"
+    record_path.write_bytes(
+        fmt.encode_namespace_record(fmt.NamespaceRecord(value["fenced"], value["info"]))
+    )
+    store, _ = sls.make_store(tmp_path)
+    assert not store.active and "different namespace" in store.disabled_reason
+    # So does an unreadable one.
+    record_path.write_bytes(b"{not json")
+    store, _ = sls.make_store(tmp_path)
+    assert not store.active and "unreadable" in store.disabled_reason
+
+
+def test_other_build_gets_its_own_namespace(tmp_path):
+    a, _ = sls.make_store(tmp_path)
+    b, _ = sls.make_store(tmp_path, knobs=sls.knobs(tmp_path, build_id="other"))
+    assert a.active and b.active
+    assert a.writer.namespace != b.writer.namespace
+    assert len(sls.rank_bases(tmp_path)) == 2
+
+
+def test_capture_regression_zeroed_staging_leaves_disk_bytes(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    store.writer.submit = store.writer._queue.append  # capture now, write later
+    maker = sls.JobMaker(staging)
+    job = maker.full_chunks(0, 2)
+    store.remember(job.job_id, job.entry())
+    store.capture(job.job_id)
+    assert store.writer._queue and sls.chunk_files(tmp_path) == []
+    staging.zero()  # the rows are freed and reused right after the ack
+    store.writer.drain()
+    for (hash_, group), real in job.expected.items():
+        data = Path(store.writer.layout.chunk(hash_.hex(), group)).read_bytes()
+        assert data.endswith(real) and any(real)
+
+
+def test_flush_path_captures_after_wait(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    jobs = [maker.full_chunks(0, 1), maker.full_chunks(1, 1)]
+    for job in jobs:
+        store.remember(job.job_id, job.entry())
+    store.capture_jobs({j.job_id for j in jobs} | {999})  # 999: a load, unknown
+    assert len(sls.chunk_files(tmp_path)) == 2
+    store.capture(jobs[0].job_id)  # get_finished reports it later: no double work
+    assert store.stats.jobs_captured == 2
+
+
+def test_full_budget_drops_stores_and_never_blocks(tmp_path):
+    per_key = sls.FULL_REAL * sls.NUM_LAYERS
+    store, staging = sls.make_store(tmp_path, budget=3 * per_key)
+    store.writer.submit = store.writer._queue.append  # nothing drains yet
+    maker = sls.JobMaker(staging)
+    sls.run_job(store, maker.full_chunks(0, 5))
+    assert store.stats.keys_captured == 3
+    assert store.stats.keys_dropped_budget == 2
+    assert store.writer.pool.used == 3 * per_key
+    store.writer.drain()
+    assert store.writer.pool.used == 0
+    sls.run_job(store, maker.full_chunks(5, 3))
+    store.writer.drain()
+    assert store.stats.keys_captured == 6 and len(sls.chunk_files(tmp_path)) == 6
+
+
+def test_dedup_only_on_a_header_that_verifies(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    sls.run_job(store, maker.full_chunks(0, 2))
+    layout = store.writer.layout
+    good = Path(layout.chunk(sls.block_hash(0).hex(), 0))
+    bad = Path(layout.chunk(sls.block_hash(1).hex(), 0))
+    good_inode = good.stat().st_ino
+    data = bytearray(bad.read_bytes())
+    data[20] ^= 0x01  # a header bit: the header checksum no longer matches
+    bad.write_bytes(bytes(data))
+    sls.run_job(store, maker.full_chunks(0, 2))
+    assert good.stat().st_ino == good_inode
+    assert store.stats.keys_deduplicated == 1
+    fmt.verify_chunk_file(str(bad))
+    assert store.stats.keys_written == 3
+
+
+def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    lock_path = store.writer.layout.lock
+    seen = []
+    real = ksl.write_chunk_file
+
+    def probe(path, header, payload):
+        fd = os.open(lock_path, os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("exclusive granted")
+            except BlockingIOError:
+                seen.append("exclusive refused")
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            seen.append("shared granted")
+        finally:
+            os.close(fd)
+        return real(path, header, payload)
+
+    monkeypatch.setattr(ksl, "write_chunk_file", probe)
+    sls.run_job(store, maker.full_chunks(0, 1))
+    assert seen == ["exclusive refused", "shared granted"]
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released between jobs
+    finally:
+        os.close(fd)
+
+
+def test_background_thread_writes_and_shuts_down(tmp_path):
+    store, staging = sls.make_store(tmp_path, background=True)
+    maker = sls.JobMaker(staging)
+    for b in range(3):
+        write_boundary(store, maker, b, first=b)
+    assert store.writer.wait_idle()
+    assert len(sls.manifests(only_base(tmp_path))) == 2
+    store.shutdown()
+    assert not store.writer._thread.is_alive()
+    assert sls.verify_store(tmp_path) == []
+
+
+def test_job_that_does_not_match_its_spec_is_dropped(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    job = maker.full_chunks(0, 2)
+    job.group_sizes = [1, 0, 0, 0, 0]  # two keys, one chunk in the spec
+    sls.run_job(store, job)
+    job = maker.full_chunks(2, 1)
+    job.meta = None
+    sls.run_job(store, job)
+    assert store.stats.jobs_without_meta == 1
+    assert sls.chunk_files(tmp_path) == []
+
+
+def test_partial_chunk_is_not_written(tmp_path):
+    groups = [
+        ksl.GroupLayout(0, 0, "full", (ksl.LayerLayout(0, 32), ksl.LayerLayout(1, 32)))
+    ]
+    settings = sls.settings(groups=groups, blocks_per_chunk=2, mamba_types={})
+    store, staging = sls.make_store(tmp_path, settings=settings)
+    state = sls.FakeReqState(0, 2)
+    keys = [sls.offload_key(sls.block_hash(i), 0) for i in range(2)]
+    meta_builder = ksl.SchedulerStoreMeta([ksl.SchedulerGroup(0, 32, "full")], 16)
+    for i, k in enumerate(keys):
+        state.positions[k] = (i + 1) * 32
+    state.req.block_hashes = [sls.block_hash(j // 2) for j in range(4)]
+    meta = meta_builder.build(set(keys), state)
+    # 3 GPU blocks starting at block 1: chunk 0 only half filled, chunk 1 full.
+    job = sls.Job(1, [7, 8], [3], [1], meta)
+    sls.run_job(store, job)
+    assert store.stats.keys_dropped_incomplete == 1
+    (only,) = sls.chunk_files(tmp_path)
+    assert only.name == sls.block_hash(1).hex() + ".bin"
+    header = fmt.verify_chunk_file(str(only))
+    assert header.payload_length == 2 * 32 * 2
+
+
+# --------------------------------------------------------------------------
+# Pieces
+
+
+def test_capture_pool_is_a_fifo_ring():
+    pool = ksl.CapturePool(100)
+    a = pool.alloc(40)
+    b = pool.alloc(40)
+    assert (a, b) == (0, 40)
+    assert pool.alloc(30) is None  # 20 left at the end, nothing free in front
+    pool.free(a)
+    c = pool.alloc(30)  # does not fit the end: wraps to the front
+    assert c == 0
+    assert pool.alloc(20) is None  # wrapped: only [30, 40) is free
+    d = pool.alloc(10)
+    assert d == 30
+    pool.free(c)  # out of order: held until b goes
+    assert pool.used == 80
+    pool.free(b)
+    assert pool.used == 10
+    assert pool.alloc(101) is None and pool.alloc(0) is None
+
+
+def test_coalesce_merges_runs_that_continue_on_both_sides():
+    src = bytearray(10)
+    other = bytearray(10)
+    runs = [(src, 0, 0, 4), (src, 4, 4, 4), (src, 9, 8, 1), (other, 0, 9, 1)]
+    assert ksl.coalesce(runs) == [(src, 0, 0, 8), (src, 9, 8, 1), (other, 0, 9, 1)]
+
+
+def test_parallel_memmove_copies_every_byte():
+    pool = ksl.CapturePool(24 << 20)
+    src = bytearray(sls.pattern(b"x", 20 << 20))
+    copier = ksl.Copier(pool, "memmove", threads=4)
+    copier.copy([(src, 1000, 0, (20 << 20) - 1000)])
+    assert pool.view(0, (20 << 20) - 1000) == src[1000:]
+    copier.close()
+
+
+def test_bind_layers_refuses_a_layout_it_cannot_read():
+    groups = sls.group_layouts()
+    refs = [[(i, g.layers[i].real_bytes) for i in range(2)] for g in groups]
+    bound = ksl.bind_layers(groups, refs)
+    assert [layer.tensor for layer in bound[0].layers] == [0, 1]
+    with pytest.raises(ksl.WriterDisabled, match="packed"):
+        ksl.bind_layers(groups, [[(0, 4096)] for _ in groups])
+    refs[0][1] = (1, 128)  # padded size: the DMA would copy padding
+    with pytest.raises(ksl.WriterDisabled, match="copies 128 bytes"):
+        ksl.bind_layers(groups, refs)
