@@ -18,7 +18,9 @@ namespace kvstore {
 struct ScanOptions {
   bool payloads = false;     // checksum every payload (verify); else headers only (gc, stat)
   unsigned threads = 0;      // chunk readers; 0 = min(4, cores)
-  size_t buffer_bytes = 8 << 20;
+  // Read block: cache-sized beats big when the data is in the page cache
+  // (the checksum then reads L2, not memory); readahead covers disks.
+  size_t buffer_bytes = 512 << 10;
   int64_t now_ns = 0;
   int64_t grace_ns = 600LL * 1000000000;
   Progress* progress = nullptr;
