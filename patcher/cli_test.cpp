@@ -378,3 +378,36 @@ TEST(Cli, HelpListsExitCodes) {
 
 }  // namespace
 }  // namespace patcher::testing
+
+namespace patcher::testing {
+namespace {
+
+// A fragment edited after apply: regions are intact but stale. Apply refuses
+// (it would change injected code silently); revert still restores the pins.
+TEST(States, StaleFragmentRefusesApplyButRevertWorks) {
+  Workspace w;
+  auto pristine = snapshot(w.tree);
+  ASSERT_EQ(w.run({"apply"}).code, 0);
+  write_file(w.overlays + "/example-cache/worker_remember.py",
+             "tokens = [hash(word) % self.vocab_size for word in prompt.split()]\n"
+             "cache_hooks.remember(prompt, list(tokens))\n");
+  write_file(w.overlays + "/example-cache-stats/cache_stats.py", "HITS = {}\n");
+  auto st = status_json(w);
+  EXPECT_EQ(file_state(st, kWorker), "stale");
+  EXPECT_EQ(file_state(st, "example/cache_stats.py"), "stale");
+  EXPECT_EQ(overlay_state(st, "example-cache"), "stale");
+  auto before = snapshot(w.tree);
+  auto r = w.run({"apply"});
+  EXPECT_EQ(r.code, 4);
+  EXPECT_THAT(r.err, HasSubstr("revert, then apply again"));
+  EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "");
+  EXPECT_EQ(w.run({"check"}).code, 4);
+  r = w.run({"revert"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(diff_bytes(pristine, snapshot(w.tree)), "");
+  ASSERT_EQ(w.run({"apply"}).code, 0);
+  EXPECT_THAT(read_file(w.tree_file(kWorker)), HasSubstr("list(tokens)"));
+}
+
+}  // namespace
+}  // namespace patcher::testing

@@ -38,7 +38,8 @@ std::vector<std::string> all_paths(const ManifestSet& set) {
 }
 
 // Turns bad overlay states into the error apply/revert/check must stop on.
-Status require_consistent(const TreeState& ts, const std::vector<std::string>& selected, const ManifestSet& set) {
+Status require_consistent(const TreeState& ts, const std::vector<std::string>& selected, const ManifestSet& set,
+                          bool allow_stale = false) {
   if (ts.journal)
     return make_error(ErrorKind::Tampered, kJournalName,
                       "an interrupted transaction is pending; run apply or revert to complete it");
@@ -61,7 +62,7 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
   if (!drift.message.empty()) return drift;
   for (const auto& name : selected) {
     const OverlayState* os = ts.overlay(name);
-    if (os->state == "tampered" || os->state == "half-applied") {
+    if (os->state == "tampered" || os->state == "half-applied" || (os->state == "stale" && !allow_stale)) {
       std::string first = os->problems.empty() ? "" : os->problems.front();
       size_t colon = first.find(": ");
       std::string file = colon == std::string::npos ? "" : first.substr(0, colon);
@@ -276,32 +277,48 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
                             " and stacks on it (after = [\"" + name + "\"]); revert " + os.name +
                             " first or both together");
     }
-  if (auto st = require_consistent(ts, *sel, s.set); !st) return st.error();
-  std::vector<std::string> wanted;
-  for (const auto& os : ts.overlays) {
-    if (contains(*sel, os.name)) {
-      if (os.state == "pristine" || os.state == "superseded") p.out.skipped.push_back(os.name);
-      continue;
+  if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/true); !st) return st.error();
+  for (const auto& os : ts.overlays)
+    if (contains(*sel, os.name) && (os.state == "pristine" || os.state == "superseded"))
+      p.out.skipped.push_back(os.name);
+  // Revert strips the selected overlays' verified regions (later overlays
+  // first), so it also works when fragments changed since the apply.
+  for (const auto& fs : ts.files) {
+    if (fs.is_new || !fs.exists) continue;
+    Text text = split_lines(fs.data.bytes);
+    std::vector<std::string> lines = text.lines;
+    std::vector<std::string> notes;
+    auto regions = parse_regions(lines, fs.path);
+    if (!regions) return regions.error();
+    for (const auto& rg : *regions)
+      if (contains(*sel, rg.overlay)) notes.push_back(fmt::format("- {}/{} at line {}", rg.overlay, rg.edit, rg.begin + 1));
+    if (notes.empty()) continue;
+    for (size_t k = s.set.overlays.size(); k-- > 0;) {
+      const Manifest& m = s.set.overlays[k];
+      const FileSpec* spec = m.find_file(fs.path);
+      if (!spec || !contains(*sel, m.overlay)) continue;
+      auto stripped = strip_overlay(lines, m, *spec, fs.path, nullptr);
+      if (!stripped) return stripped.error();
+      lines = std::move(*stripped);
     }
-    if (os.state == "applied" || os.state == "superseded") wanted.push_back(os.name);
-  }
-  auto changes = rebuild(s, ts, wanted, *sel, &p.changes, nullptr);
-  if (!changes) return changes.error();
-  p.out.changes = *changes;
-  for (auto& ch : p.out.changes) {
-    ch.notes.clear();
-    for (const auto& name : *sel) {
-      auto regions = parse_regions(split_lines(ch.old_text).lines, ch.path);
-      if (!regions) continue;
-      for (const auto& rg : *regions)
-        if (rg.overlay == name) ch.notes.push_back(fmt::format("- {}/{} at line {}", rg.overlay, rg.edit, rg.begin + 1));
-    }
+    std::string new_text = join_lines(lines, text.trailing_newline);
+    p.out.changes.push_back(FileChangeReport{fs.path, "patch", notes, fs.data.bytes, new_text});
+    Change c;
+    c.path = fs.path;
+    c.kind = Change::Write;
+    c.old_sha = fs.sha;
+    c.new_bytes = new_text;
+    c.mode = fs.data.st.st_mode;
+    c.keep_owner = true;
+    c.uid = fs.data.st.st_uid;
+    c.gid = fs.data.st.st_gid;
+    p.changes.push_back(std::move(c));
   }
   for (const auto& name : *sel) {
     const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
-      if (fs->state != "present") continue;
+      if (fs->state != "present" && fs->state != "stale") continue;
       p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
       Change c;
       c.path = nf.path;

@@ -204,15 +204,18 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     if (std::find(fs.applied.begin(), fs.applied.end(), m->overlay) == fs.applied.end()) continue;
     auto s = apply_overlay(b, *m, *m->find_file(path), proj, path);
     if (!s) {
-      fs.state = s.error().kind == ErrorKind::Drift ? "drift" : "tampered";
-      fs.message = s.error().message;
+      fs.state = "stale";
+      fs.message = "the regions are intact, but the manifest no longer produces them (" + s.error().message +
+                   "); revert, then apply again";
       fs.details = s.error().details;
       return;
     }
   }
   if (b.text() != fs.data.bytes) {
-    fs.state = "tampered";
-    fs.message = "regions differ from what the manifests and fragments produce now (stale fragment or moved region)";
+    fs.state = "stale";
+    fs.message =
+        "the regions are intact, but differ from what the manifests and fragments produce now (fragment changed "
+        "or region moved); revert, then apply again";
     return;
   }
   fs.state = applied == 0 ? "pristine" : (pristine == 0 ? "applied" : "partial-stack");
@@ -253,8 +256,8 @@ void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileSta
     return;
   }
   if (rest != nf.text) {
-    fs.state = "tampered";
-    fs.message = "file differs from its current source " + nf.source + " (stale; revert and apply again)";
+    fs.state = "stale";
+    fs.message = "file is intact but differs from its current source " + nf.source + "; revert, then apply again";
     return;
   }
   fs.state = "present";
@@ -302,7 +305,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
     os.summary = m.summary;
     os.after = m.after;
     int applied = 0, pristine = 0, neutral = 0;
-    bool drift = false, tampered = false, half = false;
+    bool drift = false, tampered = false, half = false, stale = false;
     auto visit = [&](const FileState& fs) {
       bool mine = false;
       if (fs.is_new) {
@@ -322,6 +325,11 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
         return;
       }
       if (fs.state == "partial") os.problems.push_back(fs.path + ": " + fs.message);
+      if (fs.state == "stale") {
+        stale = true;
+        os.problems.push_back(fs.path + ": " + fs.message);
+        return;
+      }
       for (const auto& fo : fs.overlays) {
         if (fo.overlay != m.overlay) continue;
         if (fo.state == "applied") ++applied;
@@ -337,6 +345,8 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
       os.state = "drift";
     else if (tampered)
       os.state = "tampered";
+    else if (stale)
+      os.state = "stale";
     else if (half || (applied && pristine)) {
       os.state = "half-applied";
       if (!half) os.problems.push_back("some files carry this overlay and some do not");

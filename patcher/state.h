@@ -34,7 +34,10 @@ struct FileOverlay {
 struct FileState {
   std::string path;
   bool is_new = false;  // a [[new_files]] entry
-  std::string state;    // pristine | applied | partial | tampered | drift | missing | absent | present
+  // pristine | applied | partial | tampered | stale | drift | missing | absent | present
+  // (stale: regions intact and verified, projection == pin, but the current
+  // manifests/fragments would inject something else; revert works, apply refuses)
+  std::string state;
   std::string message;  // why, for tampered / drift
   std::vector<std::string> details;  // drift report
   std::string pin, sha;
@@ -48,7 +51,7 @@ struct FileState {
 
 struct OverlayState {
   std::string name, summary;
-  std::string state;  // pristine | applied | half-applied | tampered | drift | superseded
+  std::string state;  // pristine | applied | half-applied | tampered | stale | drift | superseded
   std::vector<std::string> after;
   std::vector<std::string> problems;
   std::vector<std::string> superseded;  // "path: edit id"
