@@ -197,6 +197,18 @@ class SchedulerStoreMeta:
             )
 
     @classmethod
+    def from_vllm(cls, config: Any) -> "SchedulerStoreMeta":
+        """Scheduler-side entry point: validate the knobs, then build."""
+        knobs = read_knobs()
+        meta = cls.from_config(config)
+        logger.info(
+            "KV store: scheduler attaches store metadata; restore is off (no "
+            "external hits); disk tier under %s",
+            knobs.root,
+        )
+        return meta
+
+    @classmethod
     def from_config(cls, config: Any) -> "SchedulerStoreMeta":
         """Build from vLLM's SchedulerOffloadConfig."""
         return cls(
@@ -1250,7 +1262,7 @@ def resolve_rank(
         return config_rank, "connector config (no TP group handle)"
     try:
         tp_rank, tp_size = tp()
-    except Exception as e:  # TP group not initialized
+    except (AssertionError, RuntimeError, ImportError) as e:  # no TP group yet
         reason = f"connector config (TP group unavailable: {e})"
         logger.info("KV store: rank from %s", reason)
         return config_rank, reason
@@ -1618,12 +1630,10 @@ def _state_abi(s: WorkerSettings) -> dict[str, Any]:
 
 
 def _initialized_tp() -> tuple[int, int]:
-    from vllm.distributed.parallel_state import (
-        get_tensor_model_parallel_rank,
-        get_tensor_model_parallel_world_size,
-    )
+    from vllm.distributed.parallel_state import get_tp_group
 
-    return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+    group = get_tp_group()
+    return group.rank_in_group, group.world_size
 
 
 def _vllm_version() -> str:

@@ -12,12 +12,37 @@ import fcntl
 import json
 import os
 import pickle
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import store_local_support as sls
 from store_local_support import fmt, ksl
+
+# Tests that break their store on purpose; kvstore verify rightly fails there.
+DAMAGED = {"test_namespace_record_fences_exactly_and_ignores_info"}
+
+
+@pytest.fixture(autouse=True)
+def kvstore_verifies_what_the_writer_leaves(request, tmp_path, build_dir):
+    """`kvstore verify` must pass on every store these tests leave behind."""
+    yield
+    kvstore = build_dir / "gc" / "kvstore"
+    if request.node.originalname in DAMAGED or not (
+        kvstore.is_file() and os.access(kvstore, os.X_OK)
+    ):
+        return
+    if not any(p.is_dir() for p in tmp_path.iterdir()):
+        return
+    done = subprocess.run(
+        [str(kvstore), "verify", "-q", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
 
 # --------------------------------------------------------------------------
 # Knobs

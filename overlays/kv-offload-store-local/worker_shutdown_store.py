@@ -1,0 +1,2 @@
+if self._kv_store is not None:
+    self._kv_store.shutdown()

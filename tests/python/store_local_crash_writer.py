@@ -1,0 +1,37 @@
+"""Writes boundaries into a store forever; the crash test SIGKILLs it.
+
+Usage: store_local_crash_writer.py ROOT SEED
+
+Each run reopens the same store (a new boot), writes conversations that share
+prefixes with earlier runs (dedup, keep-K deletions) and new ones, and prints
+"ready" once the store is open so the parent kills it mid-work.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import store_local_support as sls
+
+
+def main() -> None:
+    root = Path(sys.argv[1])
+    rng = random.Random(int(sys.argv[2]))
+    store, staging = sls.make_store(root, background=True)
+    assert store.active, store.disabled_reason
+    maker = sls.JobMaker(staging)
+    print("ready", flush=True)
+    while True:
+        branch = rng.randrange(3)
+        end = rng.randrange(1, 12)
+        start = rng.randrange(0, end)
+        sls.run_job(store, maker.full_chunks(start, end - start + 1, branch))
+        for g in sls.STATE_GROUPS:
+            sls.run_job(store, maker.state(end, g, branch))
+        store.writer.wait_idle()
+
+
+if __name__ == "__main__":
+    main()

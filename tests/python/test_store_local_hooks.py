@@ -1,0 +1,580 @@
+"""kv-offload-store-local hooks in the real 0.33.0 modules, patched by `overlay apply`.
+
+Both overlays are applied in ORDER (scope, then store-local) to a copy of the
+pinned tree; the harness then runs the patched scheduler and worker modules.
+The writer itself runs for real; only the staging tensors (torch, a GPU) are
+replaced by a bytearray laid out the same way.
+"""
+
+from __future__ import annotations
+
+import ast
+import pickle
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import harness
+import pytest
+
+OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+OVERLAYS = "kv-offload-scope,kv-offload-store-local"
+BLOCK = 256
+HASH = 64
+NUM_BLOCKS = 64
+
+
+def run_overlay(overlay_bin, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(overlay_bin), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def apply_args(root, manifests_dir) -> list[str]:
+    return [
+        "--root",
+        str(root),
+        "--manifests",
+        str(manifests_dir),
+        "--overlays",
+        OVERLAYS,
+    ]
+
+
+@pytest.fixture(scope="module")
+def patched_tree(overlay_bin, engine_tree, manifests_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("store-local") / "site-packages"
+    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
+    done = run_overlay(
+        overlay_bin, "apply", "--check-injected", *apply_args(root, manifests_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.fixture
+def patched(patched_tree, engine_name):
+    with harness.engine(patched_tree, package=engine_name) as ns:
+        yield ns
+
+
+@pytest.fixture(autouse=True)
+def knobs_unset(monkeypatch):
+    for name in (
+        "GLM53_KV_OFFLOAD",
+        "GLM53_KV_OFFLOAD_DIR",
+        "GLM53_KV_OFFLOAD_RESTORE",
+        "GLM53_KV_OFFLOAD_DRAFTER",
+        "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES",
+        "GLM53_KV_OFFLOAD_BUILD_ID",
+        "GLM53_KV_OFFLOAD_CPU_GB",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def knob_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("GLM53_KV_OFFLOAD", "1")
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_DIR", str(tmp_path / "store"))
+    return tmp_path / "store"
+
+
+class Vllm:
+    """The patched modules plus builders for the 7-group hybrid layout."""
+
+    def __init__(self, ns) -> None:
+        self.ns = ns
+        self.kci = ns.load("vllm.v1.kv_cache_interface")
+        self.torch = ns.load("torch")
+        self.config = ns.load(f"{OFFLOADING}.config")
+        self.scheduler = ns.load(f"{OFFLOADING}.scheduler")
+        self.worker = ns.load(f"{OFFLOADING}.worker")
+        self.common = ns.load(f"{OFFLOADING}.common")
+        self.base = ns.load("vllm.v1.kv_offload.base")
+        self.cpu = ns.load("vllm.v1.kv_offload.cpu.common")
+        registry = ns.load("vllm.v1.kv_cache_spec_registry").KVCacheSpecRegistry
+        manager = ns.load("vllm.v1.core.single_type_kv_cache_manager")
+        for spec_cls in (
+            self.kci.FullAttentionSpec,
+            self.kci.SlidingWindowSpec,
+            self.kci.MambaSpec,
+            self.kci.CircularBufferSpec,
+        ):
+            registry.register(
+                spec_cls,
+                type(
+                    f"{spec_cls.__name__}Manager",
+                    (manager.SingleTypeKVCacheManager,),
+                    {
+                        "supports_fine_grained_hash_lookup": True,
+                        # Every block is reachable: no window, no retention.
+                        "reachable_block_mask": classmethod(lambda cls, **kw: None),
+                    },
+                ),
+            )
+
+    def layout(self):
+        """g0 full, g1 scratch, g2-g5 mamba ("align"), g6 EAGLE drafter."""
+        kci, bf16 = self.kci, self.torch.bfloat16
+        specs = [
+            (
+                kci.FullAttentionSpec(
+                    block_size=BLOCK, num_kv_heads=2, head_size=16, dtype=bf16
+                ),
+                False,
+            ),
+            (
+                kci.CircularBufferSpec(
+                    block_size=4, num_kv_heads=1, head_size=16, dtype=bf16
+                ),
+                False,
+            ),
+        ]
+        specs += [
+            (
+                kci.MambaSpec(
+                    block_size=BLOCK,
+                    shapes=((2, 8), (4, 16)),
+                    dtypes=(bf16, self.torch.float32),
+                    mamba_cache_mode="align",
+                ),
+                False,
+            )
+            for _ in range(4)
+        ]
+        specs.append(
+            (
+                kci.SlidingWindowSpec(
+                    block_size=BLOCK,
+                    num_kv_heads=2,
+                    head_size=16,
+                    dtype=bf16,
+                    sliding_window=2 * BLOCK,
+                ),
+                True,
+            )
+        )
+        groups = [
+            kci.KVCacheGroupSpec(
+                layer_names=[f"g{i}.l0"], kv_cache_spec=spec, is_eagle_group=eagle
+            )
+            for i, (spec, eagle) in enumerate(specs)
+        ]
+        return kci.KVCacheConfig(
+            num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups
+        )
+
+    def vllm_config(self):
+        VllmConfig = self.ns.load("vllm.config").VllmConfig
+        return VllmConfig(
+            kv_transfer_config=SimpleNamespace(
+                kv_connector_extra_config={}, engine_id="engine-0"
+            ),
+            parallel_config=SimpleNamespace(
+                decode_context_parallel_size=1,
+                prefill_context_parallel_size=1,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=1,
+                world_size=1,
+                distributed_executor_backend="mp",
+                nnodes_within_dp=1,
+                rank=0,
+                data_parallel_index=0,
+                data_parallel_size=1,
+                data_parallel_rank_local=None,
+                cp_kv_cache_interleave_size=1,
+            ),
+            model_config=SimpleNamespace(
+                use_mla=False,
+                get_total_num_kv_heads=lambda: 2,
+                model="test/hybrid-7g",
+                dtype=self.torch.bfloat16,
+                max_model_len=16 * BLOCK,
+            ),
+            cache_config=SimpleNamespace(
+                block_size=BLOCK,
+                prefix_match_unit=HASH,
+                enable_prefix_caching=True,
+                cache_dtype="auto",
+                kv_cache_layout=None,
+                prefix_cache_retention_interval=None,
+                prefix_caching_hash_algo="sha256",
+            ),
+            speculative_config=SimpleNamespace(
+                method="eagle",
+                num_speculative_tokens=1,
+                use_eagle=lambda: True,
+                use_eagle_block_drop=lambda: False,
+            ),
+            use_v2_model_runner=False,
+            kv_events_config=None,
+        )
+
+    def spec(self, vllm_config, kv_cache_config):
+        offloading_config = self.config.build_offloading_config(
+            vllm_config, kv_cache_config
+        )
+        return make_spec(self, offloading_config)
+
+    def request(self, num_tokens: int, req_id: str = "r0"):
+        request_mod = self.ns.load("vllm.v1.request")
+        hashes = [i.to_bytes(4, "big") * 8 for i in range(num_tokens // HASH)]
+        return request_mod.Request(
+            request_id=req_id,
+            block_hashes=hashes,
+            num_tokens=num_tokens,
+            num_prompt_tokens=num_tokens,
+            num_computed_tokens=0,
+            status=request_mod.RequestStatus.RUNNING,
+            kv_transfer_params=None,
+            kv_hints=None,
+            shared_prefix_boundary=None,
+            skip_reading_prefix_cache=False,
+        )
+
+
+def make_spec(vllm: Vllm, offloading_config, worker=None):
+    base = vllm.base
+    cpu_spec = vllm.cpu.CPULoadStoreSpec
+
+    class Manager(base.OffloadingManager):
+        def __init__(self) -> None:
+            self.lookups = 0
+            self.stored: list[list[bytes]] = []
+            self.next_chunk = 0
+
+        def lookup(self, key, req_context):
+            self.lookups += 1
+            return base.LookupResult.MISS
+
+        def prepare_load(self, keys, req_context):
+            raise AssertionError("no load is expected")
+
+        def prepare_store(self, keys, req_context):
+            keys = list(keys)
+            self.stored.append(keys)
+            chunks = list(range(self.next_chunk, self.next_chunk + len(keys)))
+            self.next_chunk += len(keys)
+            return base.PrepareStoreOutput(
+                keys_to_store=keys, store_spec=cpu_spec(chunks), evicted_keys=[]
+            )
+
+        def on_new_request(self, req_context):
+            return base.RequestOffloadingContext()
+
+    class Spec(base.OffloadingSpec):
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            self.manager = Manager()
+
+        def get_manager(self):
+            return self.manager
+
+        def get_worker(self, kv_caches):
+            return worker
+
+    return Spec(offloading_config)
+
+
+def scheduler_output(request, block_ids, handoffs=None):
+    block_state = None
+    if handoffs is not None:
+        block_state = SimpleNamespace(boundary_state_offloads=handoffs)
+    return SimpleNamespace(
+        scheduled_new_reqs=[
+            SimpleNamespace(req_id=request.request_id, block_ids=block_ids)
+        ],
+        scheduled_cached_reqs=SimpleNamespace(
+            req_ids=[], new_block_ids=[], resumed_req_ids=set()
+        ),
+        kv_cache_block_copies=None,
+        num_scheduled_tokens={request.request_id: request.num_tokens},
+        finished_req_ids=set(),
+        preempted_req_ids=set(),
+        kv_connector_block_state=block_state,
+    )
+
+
+def store_step(vllm: Vllm):
+    """One scheduler step: a 4-block prompt plus one state hand-off (g3 at 2 blocks)."""
+    kv_cache_config = vllm.layout()
+    vllm_config = vllm.vllm_config()
+    spec = vllm.spec(vllm_config, kv_cache_config)
+    scheduler = vllm.scheduler.OffloadingConnectorScheduler(
+        spec, vllm_config, kv_cache_config
+    )
+    request = vllm.request(4 * BLOCK)
+    scheduler.on_new_request(request)
+    hits = scheduler.get_num_new_matched_tokens(request, 0)
+    block_ids = tuple([1000 * g + b + 1 for b in range(4)] for g in range(7))
+    handoffs = {request.request_id: [(3, 7777, 2 * BLOCK)]}
+    meta = scheduler.build_connector_meta(
+        scheduler_output(request, block_ids, handoffs)
+    )
+    return SimpleNamespace(
+        scheduler=scheduler, spec=spec, request=request, meta=meta, hits=hits
+    )
+
+
+def writer_loaded() -> bool:
+    return any(name.endswith("kv_store_local") for name in sys.modules)
+
+
+# --------------------------------------------------------------------------
+# Engine level
+
+
+def test_both_overlays_apply_and_check_on_the_pinned_tree(
+    overlay_bin, tree_copy, manifests_dir
+):
+    done = run_overlay(
+        overlay_bin, "apply", "--check-injected", *apply_args(tree_copy, manifests_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    module = tree_copy / OFFLOADING.replace(".", "/")
+    assert (module / "kv_store_local.py").is_file()
+    assert (module / "kv_store_format.py").is_file()
+    check = run_overlay(
+        overlay_bin, "check", "--check-injected", *apply_args(tree_copy, manifests_dir)
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    # Reverting store-local alone leaves the scoped tree.
+    done = run_overlay(
+        overlay_bin,
+        "revert",
+        "--root",
+        str(tree_copy),
+        "--manifests",
+        str(manifests_dir),
+        "--overlays",
+        "kv-offload-store-local",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (module / "kv_store_local.py").exists()
+    assert "kv_store" not in (module / "worker.py").read_text()
+
+
+def test_hooks_are_behind_the_knob(patched_tree):
+    """Every import of the writer sits inside `if os.environ.get("GLM53_KV_OFFLOAD"...)`."""
+    module = patched_tree / OFFLOADING.replace(".", "/")
+    for name in ("scheduler.py", "worker.py"):
+        tree = ast.parse((module / name).read_text())
+        guarded = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "GLM53_KV_OFFLOAD" in ast.unparse(
+                node.test
+            ):
+                guarded.update(id(n) for n in ast.walk(node))
+        imports = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            and "kv_store_local" in ast.unparse(node)
+        ]
+        assert imports, name
+        assert all(id(node) in guarded for node in imports), name
+
+
+# --------------------------------------------------------------------------
+# Knob unset: the scoped tree's behaviour, writer never imported
+
+
+def test_knob_unset_never_imports_the_writer(patched):
+    vllm = Vllm(patched)
+    step = store_step(vllm)
+    assert not writer_loaded()
+    assert step.spec.manager.lookups > 0  # lookups run as upstream's do
+    assert step.scheduler._kv_store_meta is None
+    for job in step.meta.store_jobs.values():
+        assert not hasattr(job, "kv_store_meta")
+
+
+@pytest.mark.parametrize("value", ["yes", "", "2"])
+def test_bad_knob_fails_the_boot(patched, monkeypatch, value):
+    monkeypatch.setenv("GLM53_KV_OFFLOAD", value)
+    vllm = Vllm(patched)
+    with pytest.raises(ValueError, match="GLM53_KV_OFFLOAD must be"):
+        store_step(vllm)
+
+
+def test_restore_one_fails_the_boot(patched, knob_on, monkeypatch):
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_RESTORE", "1")
+    with pytest.raises(ValueError, match="RESTORE=1 is refused"):
+        store_step(Vllm(patched))
+
+
+# --------------------------------------------------------------------------
+# Knob on: scheduler side
+
+
+def test_restore_disabled_reports_no_hits_without_lookup(patched, knob_on):
+    vllm = Vllm(patched)
+    step = store_step(vllm)
+    assert step.hits == (0, False)
+    assert step.spec.manager.lookups == 0
+    assert writer_loaded()
+
+
+def test_scheduler_attaches_metadata_aligned_with_block_order(patched, knob_on):
+    vllm = Vllm(patched)
+    step = store_step(vllm)
+    jobs = [step.meta.store_jobs[j] for j in sorted(step.meta.store_jobs)]
+    assert len(jobs) == 2
+    stored = step.spec.manager.stored  # prepare_store's keys, in its order
+    for job, keys in zip(jobs, stored, strict=True):
+        meta = job.kv_store_meta
+        assert meta["version"] == 1
+        # One key per CPU chunk, in the chunk order of the dst spec.
+        assert meta["keys"] == keys
+        assert len(meta["keys"]) == len(job.dst_spec.block_ids)
+        assert meta["groups"] == [vllm.base.get_offload_group_idx(k) for k in keys]
+        back = pickle.loads(pickle.dumps(job))
+        assert back.kv_store_meta == meta
+    boundary, chunks = jobs
+    assert boundary.kv_store_meta["groups"] == [3]
+    assert boundary.kv_store_meta["tokens"] == [2 * BLOCK]
+    (candidate,) = boundary.kv_store_meta["candidates"]
+    assert candidate["boundary"] == 2 * BLOCK
+    assert candidate["full"] == [0] and candidate["state"] == [2, 3, 4, 5]
+    hashes = step.request.block_hashes
+    per_chunk = BLOCK // HASH
+    assert candidate["chain"] == [hashes[per_chunk - 1], hashes[2 * per_chunk - 1]]
+    assert chunks.kv_store_meta["groups"] == [0, 0, 0, 0]
+    assert chunks.kv_store_meta["tokens"] == [BLOCK, 2 * BLOCK, 3 * BLOCK, 4 * BLOCK]
+    assert chunks.kv_store_meta["candidates"] == []  # state groups name boundaries
+
+
+# --------------------------------------------------------------------------
+# Knob on: worker side
+
+
+class FakeOffloadingWorker:
+    """The CPU offloading worker's surface: transfers complete when told."""
+
+    def __init__(self, base) -> None:
+        self.base = base
+        self.submitted: list[int] = []
+        self.done: list[int] = []
+        self.waited: list[set[int]] = []
+
+    def submit_store(self, job_id, src_spec, dst_spec):
+        self.submitted.append(job_id)
+        return True
+
+    def get_finished(self):
+        done, self.done = self.done, []
+        return [self.base.TransferResult(job_id, True, 1, 0.001) for job_id in done]
+
+    def wait(self, job_ids):
+        self.waited.append(set(job_ids))
+
+    def shutdown(self):
+        return
+
+
+ROW = 64 << 10  # one staging row: the full-attention page (32 KiB) + room
+
+
+def worker_with_store(vllm: Vllm, monkeypatch):
+    kv_cache_config = vllm.layout()
+    vllm_config = vllm.vllm_config()
+    fake = FakeOffloadingWorker(vllm.base)
+    spec = make_spec(
+        vllm, vllm.config.build_offloading_config(vllm_config, kv_cache_config), fake
+    )
+    worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
+    store = worker._kv_store
+    ksl = sys.modules[type(store).__module__]
+    region = bytearray(8 * ROW)
+    staging = [ksl.StagingTensor(region, 0, ROW, ROW)]
+    monkeypatch.setattr(ksl, "_staging_from_worker", lambda w, caches: staging)
+    pages = [
+        kv_cache_config.kv_cache_groups[g.group_id].kv_cache_spec
+        for g in spec.config.groups
+    ]
+    refs = [[vllm.base.CanonicalKVCacheRef(0, p.page_size_bytes)] for p in pages]
+    caches = vllm.base.CanonicalKVCaches(
+        [vllm.base.CanonicalKVCacheTensor(None, ROW)], refs
+    )
+    worker._init_worker(caches)
+    assert store.active, store.disabled_reason
+    return SimpleNamespace(
+        worker=worker, fake=fake, store=store, region=region, spec=spec, ksl=ksl
+    )
+
+
+def full_chunk_job(vllm: Vllm, env, chunk: int, fill: int):
+    key = (chunk + 1).to_bytes(4, "big") * 8 + (0).to_bytes(4, "big")
+    page = 2 * BLOCK * 2 * 16 * 2
+    env.region[chunk * ROW : chunk * ROW + page] = bytes([fill]) * page
+    job = vllm.common.TransferJob(
+        req_id="r0",
+        src_spec=vllm.base.GPULoadStoreSpec(
+            [chunk + 10], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]
+        ),
+        dst_spec=vllm.cpu.CPULoadStoreSpec([chunk]),
+    )
+    job.kv_store_meta = {
+        "version": 1,
+        "keys": [key],
+        "groups": [0],
+        "tokens": [BLOCK],
+        "candidates": [],
+    }
+    return job, key, page
+
+
+def test_worker_captures_before_this_rank_acks(patched, knob_on, monkeypatch):
+    vllm = Vllm(patched)
+    env = worker_with_store(vllm, monkeypatch)
+    job, key, page = full_chunk_job(vllm, env, 1, 0x5A)
+    metadata = vllm.common.OffloadingConnectorMetadata(
+        load_jobs={}, store_jobs={7: job}
+    )
+    env.worker.prepare_store_kv(metadata)
+    env.worker.start_kv_transfers(
+        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
+    )
+    assert env.fake.submitted == [7]
+    order = []
+    meta = env.worker._connector_worker_meta
+    real_mark = meta.mark_completed
+
+    def mark(job_id):
+        order.append(("ack", job_id, env.store.stats.jobs_captured))
+        real_mark(job_id)
+
+    meta.mark_completed = mark
+    env.fake.done = [7]
+    assert env.worker.get_finished(set()) == (set(), set())
+    assert order == [("ack", 7, 1)]  # captured before the ack, ack not deferred
+    assert env.worker.build_connector_worker_meta().completed_jobs == {7: 1}
+    env.region[ROW : 2 * ROW] = bytes(ROW)  # the row is reused after the ack
+    assert env.store.writer.wait_idle()
+    path = env.store.writer.layout.chunk(key[:-4].hex(), 0)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data.endswith(bytes([0x5A]) * page)
+    env.worker.shutdown()
+
+
+def test_flush_path_captures_right_after_the_wait(patched, knob_on, monkeypatch):
+    vllm = Vllm(patched)
+    env = worker_with_store(vllm, monkeypatch)
+    job, key, page = full_chunk_job(vllm, env, 2, 0xA5)
+    metadata = vllm.common.OffloadingConnectorMetadata(
+        load_jobs={}, store_jobs={9: job}, jobs_to_flush={9}
+    )
+    env.worker.handle_preemptions(metadata)
+    assert env.fake.waited == [{9}]
+    assert env.store.stats.jobs_captured == 1
+    env.region[2 * ROW : 3 * ROW] = bytes(ROW)  # a reset hands the row on
+    env.fake.done = [9]
+    env.worker.get_finished(set())  # reported later: acked, not captured twice
+    assert env.store.stats.jobs_captured == 1
+    assert env.store.writer.wait_idle()
+    with open(env.store.writer.layout.chunk(key[:-4].hex(), 0), "rb") as f:
+        assert f.read().endswith(bytes([0xA5]) * page)
+    env.worker.shutdown()
+    assert not env.store.writer._thread.is_alive()
