@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The Dockerfile's builder stage: builds `overlay` and `kvstore` on Debian and
-# lays them out under one prefix so they run on the serving image's (older or
-# different) userland.
+# lays them out under one prefix so they run on the serving image whatever
+# its userland.
 #
 #   build-tools.sh packages
 #       prints the Debian packages scripts/setup.sh installs (one list, kept
 #       there; the image build reuses it)
 #   build-tools.sh install-packages
 #       apt-get installs exactly those
-#   build-tools.sh build --src DIR --build DIR --out PREFIX [--glibc-max X.Y]
-#       builds the two tools into PREFIX/bin, copies every shared library they
-#       need except glibc's into PREFIX/lib (found through DT_RPATH), and fails
-#       if anything needs a glibc newer than X.Y (the serving image's)
+#   build-tools.sh build --src DIR --build DIR --out PREFIX
+#       builds the two tools into PREFIX/libexec, copies every shared library
+#       they load, glibc and its loader included, into PREFIX/lib, and writes
+#       PREFIX/bin/{overlay,kvstore} launchers that run them on that loader.
+#       Debian's libstdc++ needs a newer glibc than the serving image may have
+#       (bookworm's wants 2.36, Ubuntu 22.04 has 2.35), so none of the image's
+#       C runtime is used.
 set -euo pipefail
 KVTIER_TOOL=build-tools
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,17 +31,28 @@ setup_packages() {
   printf '%s\n' "${APT_PACKAGES[@]}"
 }
 
+# The launcher of one bundled tool. Python started by the tool (for
+# --check-injected) is exec'd normally and sees none of this.
+wrapper() {
+  local tool=$1 loader=$2
+  # shellcheck disable=SC2016 # $0 and $here expand when the launcher runs
+  printf '%s\n' \
+    '#!/bin/sh' \
+    "# Runs $tool on the glibc and libraries it was built against (../lib)." \
+    'here=$(dirname "$(readlink -f "$0")")' \
+    "exec \"\$here/../lib/$loader\" --library-path \"\$here/../lib\" --argv0 \"\$0\" \"\$here/../libexec/$tool\" \"\$@\""
+}
+
 build() {
-  local src="" bdir="" out="" glibc_max=2.35
+  local src="" bdir="" out=""
   while (($#)); do
     case $1 in
-    --src | --build | --out | --glibc-max)
+    --src | --build | --out)
       (($# >= 2)) || die "$1 needs a value"
       case $1 in
       --src) src=$2 ;;
       --build) bdir=$2 ;;
       --out) out=$2 ;;
-      --glibc-max) glibc_max=$2 ;;
       esac
       shift 2
       ;;
@@ -46,37 +60,28 @@ build() {
     esac
   done
   [[ -n $src && -n $bdir && -n $out ]] || die "build needs --src, --build and --out"
-  [[ $glibc_max =~ ^[0-9]+\.[0-9]+$ ]] || die "--glibc-max $(q "$glibc_max"): expected X.Y"
-  mkdir -p "$out/bin" "$out/lib"
+  mkdir -p "$out/bin" "$out/lib" "$out/libexec"
   out=$(cd "$out" && pwd)
 
-  # DT_RPATH (not RUNPATH) so the bundled libstdc++ also serves libfmt.
-  cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_BUILD_RPATH="$out/lib" \
-    -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags"
+  cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release
   cmake --build "$bdir" --target overlay kvstore -j"${JOBS:-2}"
-  install -m 0755 "$bdir/patcher/overlay" "$bdir/gc/kvstore" "$out/bin/"
+  install -m 0755 "$bdir/patcher/overlay" "$bdir/gc/kvstore" "$out/libexec/"
 
-  local bin lib newest=0.0 v
-  for bin in "$out/bin/overlay" "$out/bin/kvstore"; do
+  local tool lib loader=""
+  for tool in overlay kvstore; do
     while IFS= read -r lib; do
-      case $(basename "$lib") in
-      libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) ;;
-      *) cp -L "$lib" "$out/lib/" ;;
-      esac
-    done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+      [[ $(basename "$lib") != ld-linux* ]] || loader=$(basename "$lib")
+      [[ $lib -ef $out/lib/$(basename "$lib") ]] || cp -L "$lib" "$out/lib/"
+    done < <(ldd "$out/libexec/$tool" |
+      awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}')
   done
-  for bin in "$out"/bin/* "$out"/lib/*; do
-    [[ -f $bin ]] || continue
-    while IFS= read -r v; do
-      [[ $(printf '%s\n%s\n' "$v" "$newest" | sort -V | tail -n1) == "$v" ]] && newest=$v
-    done < <(objdump -T "$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -u)
+  [[ -n $loader ]] || die "no ELF loader among the tools' libraries"
+  for tool in overlay kvstore; do
+    wrapper "$tool" "$loader" >"$out/bin/$tool"
+    chmod 0755 "$out/bin/$tool"
+    env -i "$out/bin/$tool" --help >/dev/null || die "$out/bin/$tool does not run"
   done
-  [[ $(printf '%s\n%s\n' "$newest" "$glibc_max" | sort -V | tail -n1) == "$glibc_max" ]] ||
-    die "the tools need glibc $newest, the serving image has $glibc_max"
-  "$out/bin/overlay" --help >/dev/null
-  "$out/bin/kvstore" --help >/dev/null
-  log "built overlay and kvstore into $out (needs glibc >= $newest)"
+  log "built overlay and kvstore into $out, with $(find "$out/lib" -type f | wc -l) bundled libraries"
 }
 
 case ${1:-} in
