@@ -114,6 +114,18 @@ def test_pristine_and_patched_trees_stay_apart(engine_tree, tree_copy):
         assert sys.modules[MATH] is first
 
 
+def test_engines_nest(engine_tree, tree_copy):
+    """Entering an engine inside another hides the outer one until it exits."""
+    math_file = tree_copy / "vllm/utils/math_utils.py"
+    math_file.write_text(math_file.read_text() + "\nHARNESS_PROBE = 'inner'\n")
+    with harness.engine(engine_tree) as outer:
+        outer_math = outer.load(MATH)
+        with harness.engine(tree_copy) as inner:
+            assert inner.load(MATH).HARNESS_PROBE == "inner"
+        assert outer.load(MATH) is outer_math
+        assert not hasattr(outer_math, "HARNESS_PROBE")
+
+
 def test_sys_modules_restored(engine_tree):
     """Whatever held a managed name before (here a fake `vllm`) comes back."""
     fake = types.ModuleType("vllm")

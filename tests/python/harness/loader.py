@@ -16,8 +16,8 @@ Source is compiled in memory, so no byte code is written into the tree.
 
 Entering an engine swaps its modules into ``sys.modules`` and the previous
 entries out; leaving swaps them back. So a pristine and a patched tree can be
-used one after the other (or alternately) in one test session without seeing
-each other's modules. Functions keep working after the engine is left, but a
+used one after the other (or alternately, or nested) in one test session
+without seeing each other's modules. Functions keep working after the engine is left, but a
 lazy import inside them would then not resolve: call them inside the ``with``.
 """
 
