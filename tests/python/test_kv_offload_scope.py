@@ -113,7 +113,9 @@ class Vllm:
         # scheduler reads two things from a manager class; both managers here
         # follow vLLM's dense base policy (every block reachable), the same on
         # pristine and patched trees.
-        registry = self.ns.load("vllm.v1.kv_cache_spec_registry").KVCacheSpecRegistry
+        registry_module = self.ns.load("vllm.v1.kv_cache_spec_registry")
+        registry = registry_module.KVCacheSpecRegistry
+        registered = registry_module._REGISTRY_KVCACHESPEC_LIST
         base = self.ns.load(
             "vllm.v1.core.single_type_kv_cache_manager"
         ).SingleTypeKVCacheManager
@@ -124,6 +126,8 @@ class Vllm:
             kci.MambaSpec,
             kci.CircularBufferSpec,
         ):
+            if spec_cls in registered:
+                continue  # this namespace was set up by an earlier Vllm(ns)
             manager = type(
                 f"{spec_cls.__name__}Manager",
                 (base,),
