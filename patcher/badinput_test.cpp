@@ -185,6 +185,9 @@ std::vector<Case> cases() {
       {"NewFilePathTakenByForeignFile",
        [](Workspace& w) { write_file(w.tree_file("example/cache_hooks.py"), "# someone else's module\n"); }, 4,
        "example/cache_hooks.py", "not created by overlay example-cache"},
+      {"BadScopeSyntax",
+       [](Workspace& w) { edit(cache(w), "scope = \"class Worker/def run\"", "scope = \"Worker.run\""); }, 2,
+       "example-cache.toml", "scope \"Worker.run\" of edit \"remember\" must be"},
       {"UnknownCliFlag", [](Workspace&) {}, 2, "--colour", "usage", {"apply", "--colour"}},
   };
 }

@@ -93,6 +93,25 @@ bool valid_name(const std::string& s) {
   return true;
 }
 
+bool valid_scope(const std::string& scope) {
+  size_t pos = 0;
+  while (true) {
+    size_t slash = scope.find('/', pos);
+    std::string seg = scope.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+    size_t kw = 0;
+    for (const char* k : {"class ", "def ", "async def "})
+      if (seg.rfind(k, 0) == 0) kw = std::string(k).size();
+    if (kw == 0 || kw == seg.size()) return false;
+    for (size_t i = kw; i < seg.size(); ++i) {
+      char ch = seg[i];
+      bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || (i > kw && ch >= '0' && ch <= '9');
+      if (!ok) return false;
+    }
+    if (slash == std::string::npos) return true;
+    pos = slash + 1;
+  }
+}
+
 bool valid_sha(const std::string& s) {
   if (s.size() != 64) return false;
   for (char ch : s)
@@ -150,6 +169,9 @@ Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& f
   auto scope = get_string(c, t, "scope", where, false);
   if (!scope) return scope.error();
   e.scope = *scope;
+  if (!e.scope.empty() && !valid_scope(e.scope))
+    return c.err(*t.get("scope"), "scope \"" + e.scope + "\" of " + where +
+                                      " must be \"class X\", \"def f\" or \"async def f\" segments joined by \"/\"");
   auto anchor = get_string(c, t, "anchor", where, true);
   if (!anchor) return anchor.error();
   std::string a = strip_one_trailing_newline(*anchor);
