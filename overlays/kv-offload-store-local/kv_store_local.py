@@ -747,6 +747,7 @@ class StoreWriter:
 
     MAX_PENDING_CANDIDATES = 1024
     MAX_KNOWN_DURABLE = 1 << 18
+    MAX_STAGED_FILES = 16  # temp files written but not yet synced, per batch
 
     def __init__(
         self,
@@ -896,6 +897,7 @@ class StoreWriter:
             for candidate in job.candidates:
                 self._register(candidate)
             ready: list[str] = []
+            staged: list[_StagedFile] = []
             for index, item in enumerate(job.keys):
                 if self.paused_until is not None:
                     rest = job.keys[index:]
@@ -903,10 +905,16 @@ class StoreWriter:
                     for left in rest:
                         self.pool.free(left.offset)
                     break
-                entry = self._store_key(item)
-                self.pool.free(item.offset)
-                if entry is not None:
-                    ready += self._mark_durable((item.hash, item.group), entry)
+                result = self._stage_key(item)
+                self.pool.free(item.offset)  # the page cache holds it now
+                if isinstance(result, _StagedFile):
+                    staged.append(result)
+                    if len(staged) >= self.MAX_STAGED_FILES:
+                        ready += self._commit(staged)
+                        staged = []
+                elif result is not None:
+                    ready += self._mark_durable((item.hash, item.group), result)
+            ready += self._commit(staged)
             self._sync_dirs()
             for name in dict.fromkeys(ready):
                 self._publish(name)
@@ -935,7 +943,12 @@ class StoreWriter:
             return None
         return header
 
-    def _store_key(self, item: CapturedKey) -> tuple[int, int] | None:
+    def _stage_key(self, item: CapturedKey) -> "_StagedFile | tuple[int, int] | None":
+        """Dedup, or write the key's temp file and start its writeback.
+
+        Returns the verified (length, checksum) of a file already there, a
+        staged temp file to commit, or None when the key is not written.
+        """
         ident = (item.hash, item.group)
         if ident in self.failed:
             return None
@@ -957,24 +970,54 @@ class StoreWriter:
                 item.segments,
                 payload,
             )
-            write_chunk_file(path, fmt.encode_header(header), payload)
+            fd, tmp = write_chunk_file(path, fmt.encode_header(header), payload)
         except OSError as e:
-            self.failed.add(ident)
-            self.stats.keys_failed += 1
-            if e.errno == errno.ENOSPC:
-                self._pause()
-            logger.warning(
-                "KV store: writing %s failed (%s); this key is not manifested "
-                "again this boot",
-                path,
-                e,
-            )
+            self._failed_write(ident, path, e)
             return None
-        self._dirty_dirs.add(os.path.dirname(path))
-        self.stats.keys_written += 1
-        self.stats.bytes_written += item.size
         self.stats.write_seconds += time.perf_counter() - start
-        return header.payload_length, header.payload_checksum
+        return _StagedFile(ident, path, tmp, fd, header, item.size)
+
+    def _commit(self, staged: "list[_StagedFile]") -> list[str]:
+        """fsync each staged file, then rename it into place (in order).
+
+        Writing a job's files first and syncing them after lets the disk work
+        on one file while the next one's checksum is computed.
+        """
+        ready: list[str] = []
+        for f in staged:
+            start = time.perf_counter()
+            try:
+                try:
+                    os.fsync(f.fd)
+                finally:
+                    os.close(f.fd)
+                os.rename(f.tmp, f.path)
+            except OSError as e:
+                try:
+                    os.unlink(f.tmp)
+                except OSError:
+                    pass
+                self._failed_write(f.ident, f.path, e)
+                continue
+            self._dirty_dirs.add(os.path.dirname(f.path))
+            self.stats.keys_written += 1
+            self.stats.bytes_written += f.size
+            self.stats.write_seconds += time.perf_counter() - start
+            entry = (f.header.payload_length, f.header.payload_checksum)
+            ready += self._mark_durable(f.ident, entry)
+        return ready
+
+    def _failed_write(self, ident: tuple[bytes, int], path: str, e: OSError) -> None:
+        self.failed.add(ident)
+        self.stats.keys_failed += 1
+        if e.errno == errno.ENOSPC:
+            self._pause()
+        logger.warning(
+            "KV store: writing %s failed (%s); this key is not manifested again "
+            "this boot",
+            path,
+            e,
+        )
 
     def _make_dirs(self, directory: str) -> None:
         if directory in self._made_dirs:
@@ -1196,13 +1239,65 @@ class StoreWriter:
             _fsync_dir(d)
 
 
-def write_chunk_file(path: str, header: bytes, payload: memoryview) -> None:
-    """One chunk file, durably; split out so tests can inject faults.
+@dataclass
+class _StagedFile:
+    ident: tuple[bytes, int]
+    path: str
+    tmp: str
+    fd: int
+    header: fmt.ChunkHeader
+    size: int
 
-    The directory fsync is left to the writer, which syncs each touched
-    directory once per job, before any manifest naming these files.
+
+def write_chunk_file(path: str, header: bytes, payload: memoryview) -> tuple[int, str]:
+    """Write a chunk's temp file and start its writeback; return (fd, temp).
+
+    The caller fsyncs, closes and renames it (StoreWriter._commit). On error
+    the temp file is removed and the error raised: no partial file is left.
+    Split out so tests can inject faults.
     """
-    write_file_durably(path, [header, payload], sync_dir=False)
+    directory, name = os.path.split(path)
+    tmp = os.path.join(
+        directory, fmt.temp_name(name, os.getpid(), threading.get_native_id())
+    )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, header)
+        _write_all(fd, payload)
+        _start_writeback(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return fd, tmp
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _start_writeback(fd: int) -> None:
+    """Ask Linux to start writing the file back now (no wait); best effort."""
+    fn = _sync_file_range()
+    if fn is not None:
+        fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+
+_SFR: list[Any] = []
+
+
+def _sync_file_range() -> Any:
+    if not _SFR:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+            fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _SFR.append(fn)
+    return _SFR[0]
 
 
 # --------------------------------------------------------------------------
