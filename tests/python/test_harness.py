@@ -235,3 +235,10 @@ def test_runtime_imports_resolve_and_skip_what_never_runs():
         Import("fast", None, 7),
         Import("lazy.mod", None, 11),
     ]
+
+
+def test_top_package_reports_the_trees_version(pristine, engine_version):
+    """vllm.__version__ comes from the pinned vllm/version.py, and matches the
+    version the pin set is named for."""
+    assert pristine.load("vllm").__version__ == engine_version
+    assert pristine.origin("vllm.version") == "tree"
