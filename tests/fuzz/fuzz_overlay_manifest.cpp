@@ -12,6 +12,7 @@
 //    overlay and edit (so the engine can always find its own regions again).
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -69,6 +70,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   write(g_fragments + "/sub/c.py", "z = 3\n");
   write(g_fragments + "/../kvtier-fuzz-outside.py", "outside = 1\n");
   symlink("../kvtier-fuzz-outside.py", (g_fragments + "/link.py").c_str());
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(g_fragments, ec);
+  });
   return 0;
 }
 
