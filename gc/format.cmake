@@ -54,12 +54,4 @@ gtest_discover_tests(kvformat_test)
 add_executable(kvformat_crc_bench ${KVFORMAT_DIR}/crc32_bench.cpp)
 target_link_libraries(kvformat_crc_bench PRIVATE kvformat)
 
-if(KVTIER_FUZZ)
-  # libFuzzer over every parser in the codec (clang: -fsanitize=fuzzer); the
-  # library is instrumented too so coverage guides the fuzzer into it.
-  target_compile_options(kvformat PRIVATE -fsanitize=fuzzer-no-link)
-  add_executable(kvformat_fuzz ${KVFORMAT_DIR}/format_fuzz.cpp)
-  target_compile_options(kvformat_fuzz PRIVATE -fsanitize=fuzzer)
-  target_link_options(kvformat_fuzz PRIVATE -fsanitize=fuzzer)
-  target_link_libraries(kvformat_fuzz PRIVATE kvformat)
-endif()
+# Fuzz targets for these parsers live in tests/fuzz/ (KVTIER_FUZZ).
