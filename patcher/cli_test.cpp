@@ -411,3 +411,45 @@ TEST(States, StaleFragmentRefusesApplyButRevertWorks) {
 
 }  // namespace
 }  // namespace patcher::testing
+
+namespace patcher::testing {
+namespace {
+
+TEST(Cli, PlanWritesNothingAndPlanRevertListsRemovals) {
+  Workspace w;
+  auto before = snapshot(w.tree);
+  auto r = w.run({"plan", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["changes"].size(), 4u);  // two patched targets, two new files
+  EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "");
+  ASSERT_EQ(w.run({"apply"}).code, 0);
+  auto applied = snapshot(w.tree);
+  r = w.run({"plan", "--revert", "--overlays", "example-cache-stats"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("would patch example/scheduler.py"));
+  EXPECT_THAT(r.out, HasSubstr("- example-cache-stats/count-hit"));
+  EXPECT_THAT(r.out, HasSubstr("would delete example/cache_stats.py"));
+  EXPECT_EQ(diff_snapshots(applied, snapshot(w.tree)), "");
+}
+
+TEST(Cli, JsonErrorsCarryCodeKindFileAndMessage) {
+  Workspace w;
+  std::remove(w.tree_file(kWorker).c_str());
+  auto r = w.run({"apply", "--json"});
+  EXPECT_EQ(r.code, 3);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ok"], false);
+  EXPECT_EQ(j["error"]["code"], 3);
+  EXPECT_EQ(j["error"]["kind"], "drift");
+  EXPECT_EQ(j["error"]["file"], kWorker);
+}
+
+TEST(Cli, MissingRootOrSubcommandIsUsage) {
+  EXPECT_EQ(run_process({overlay_bin(), "status"}, {}).code, 2);
+  EXPECT_EQ(run_process({overlay_bin(), "--root", "/tmp"}, {}).code, 2);
+  EXPECT_EQ(run_process({overlay_bin(), "frobnicate", "--root", "/tmp"}, {}).code, 2);
+}
+
+}  // namespace
+}  // namespace patcher::testing

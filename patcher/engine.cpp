@@ -1,5 +1,9 @@
 #include "engine.h"
 
+#include <sys/file.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <set>
 
@@ -332,6 +336,12 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
 
 template <class Prepare>
 Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
+  // One writer per tree: recovery removes temps it believes are orphans, so
+  // a second concurrent writer must not get that far. The lock dies with us.
+  if (::flock(s.tree.fd(), LOCK_EX | LOCK_NB) != 0)
+    return make_error(ErrorKind::Io, s.tree.root(),
+                      errno == EWOULDBLOCK ? "another overlay apply/revert is running on this tree"
+                                           : "cannot lock the tree: " + errno_text(errno));
   auto rec = recover(s.tree, all_paths(s.set));
   if (!rec) return rec.error();
   auto ts = analyze(s.tree, s.set);

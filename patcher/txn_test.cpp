@@ -5,6 +5,8 @@
 // pristine one.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -208,6 +210,20 @@ TEST(Guarantee2CrashSafety, StrayTempWithoutJournalIsRemovedNotUsed) {
   EXPECT_THAT(st.out, HasSubstr("stray temp file"));
   ASSERT_EQ(w.run({"apply"}).code, 0);
   EXPECT_EQ(diff_bytes(ref.applied, snapshot(w.tree)), "");
+}
+
+TEST(Guarantee2CrashSafety, SecondConcurrentWriterIsRefused) {
+  Workspace w;
+  int fd = ::open(w.tree.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // as a running apply would hold it
+  auto before = snapshot(w.tree);
+  auto r = w.run({"apply"});
+  EXPECT_EQ(r.code, 6);
+  EXPECT_THAT(r.err, HasSubstr("another overlay apply/revert is running"));
+  EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "");
+  ::close(fd);
+  EXPECT_EQ(w.run({"apply"}).code, 0);
 }
 
 }  // namespace
