@@ -318,7 +318,8 @@ def store_step(vllm: Vllm):
 
 
 def writer_loaded() -> bool:
-    return any(name.endswith("kv_store_local") for name in sys.modules)
+    """Whether the tree's writer module was imported in this engine namespace."""
+    return f"{OFFLOADING}.kv_store_local" in sys.modules
 
 
 # --------------------------------------------------------------------------
