@@ -3,11 +3,12 @@
 # container per rank over ssh, with the gate in front of everything.
 #
 #   launch-example.sh --hosts h0,h1 --image IMG --tree TREE
-#                     [--prefix P] [--base-env FILE] [--name NAME]
+#                     [--prefix P] [--base-env FILE] [--name NAME] [--python PY]
 #                     -- SERVE_ARGV...
 #
 # rank R runs on the R-th host; TREE is a local copy of the image's engine
-# tree (or the image's own, when this runs inside it) for the gate to check.
+# tree (or the image's own, when this runs inside it) for the gate to check;
+# PY compiles the injected sources for that check (the image's python version).
 # Order: gate -> plan -> compare ranks -> then, and only then, per rank:
 # docker stop, mkdir of the store (knob 1 only), docker run.
 # Exit: 2 when the gate or the plan refuses (nothing stopped); otherwise the
@@ -18,10 +19,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=docker/lib.sh
 . "$here/lib.sh"
 
-hosts="" image="" tree="" prefix=$(cd "$here/.." && pwd) base_env="" name=kvtier-serve
+hosts="" image="" tree="" prefix=$(cd "$here/.." && pwd) base_env="" name=kvtier-serve python=""
 while (($#)); do
   case $1 in
-  --hosts | --image | --tree | --prefix | --base-env | --name)
+  --hosts | --image | --tree | --prefix | --base-env | --name | --python)
     (($# >= 2)) || die "$1 needs a value"
     case $1 in
     --hosts) hosts=$2 ;;
@@ -30,6 +31,7 @@ while (($#)); do
     --prefix) prefix=$2 ;;
     --base-env) base_env=$2 ;;
     --name) name=$2 ;;
+    --python) python=$2 ;;
     esac
     shift 2
     ;;
@@ -44,7 +46,9 @@ done
 IFS=, read -ra host_list <<<"$hosts"
 
 # 1. The gate: knobs, artifacts, tree. Nothing has been stopped yet.
-"$here/gate.sh" --prefix "$prefix" --root "$tree" || exit 2
+gate_args=(--prefix "$prefix" --root "$tree")
+[[ -z $python ]] || gate_args+=(--python "$python")
+"$here/gate.sh" "${gate_args[@]}" || exit 2
 
 # 2. One plan per rank, and proof that every rank got the same bytes.
 work=$(mktemp -d)

@@ -380,3 +380,20 @@ def test_knob_0_wiring_adds_nothing(rig):
     assert run.endswith("img:tag vllm serve org/model --tensor-parallel-size 2 ")
     assert " -v " not in run and " -e " not in run
     assert "GLM53" not in run and "kv-transfer" not in run
+
+
+def test_example_passes_the_image_python_to_the_gate(rig):
+    res = rig.run(
+        "launch-example.sh",
+        "--hosts", "h0",
+        "--image", "img:tag",
+        "--tree", str(rig.tree),
+        "--prefix", str(rig.prefix),
+        "--python", "/opt/py/bin/python3.12",
+        "--",
+        "org/model",
+        **GOOD,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    (check,) = [c for c in rig.overlay_calls() if "--check-injected" in c]
+    assert check.endswith("--python /opt/py/bin/python3.12")
