@@ -35,6 +35,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -747,7 +748,6 @@ class StoreWriter:
 
     MAX_PENDING_CANDIDATES = 1024
     MAX_KNOWN_DURABLE = 1 << 18
-    MAX_STAGED_FILES = 16  # temp files written but not yet synced, per batch
 
     def __init__(
         self,
@@ -789,7 +789,9 @@ class StoreWriter:
         self._busy = False
         self._lock_fd: int | None = None
         self._locked = False
-        self._lagging: list[_StagedFile] = []  # written, not yet committed
+        # Files written but not yet synced, and the I/O thread syncing them.
+        self._io: ThreadPoolExecutor | None = None
+        self._io_batch: tuple[list[_StagedFile], Future] | None = None
         self._staged: set[tuple[bytes, int]] = set()
         self._prepare()
 
@@ -846,6 +848,10 @@ class StoreWriter:
             self._cv.notify()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._io is not None and (
+            self._thread is None or not self._thread.is_alive()
+        ):
+            self._io.shutdown(wait=True)
         if self._lock_fd is not None and (
             self._thread is None or not self._thread.is_alive()
         ):
@@ -922,11 +928,10 @@ class StoreWriter:
                 self._staged.add(result.ident)
             elif result is not None:
                 ready += self._mark_durable((item.hash, item.group), result)
-        ready += self._commit(self._lagging)
-        self._lagging = staged
-        if len(self._lagging) >= self.MAX_STAGED_FILES:
-            ready += self._commit(self._lagging)
-            self._lagging = []
+        # The previous job's files are synced by now (or we wait for them);
+        # this job's are synced on the I/O thread while the next one stages.
+        ready += self._join_commit()
+        self._start_commit(staged)
         self._sync_dirs()
         for name in dict.fromkeys(ready):
             self._publish(name)
@@ -934,8 +939,7 @@ class StoreWriter:
     def flush(self) -> None:
         """Commit what is staged, publish what it completes, drop the lock."""
         try:
-            ready = self._commit(self._lagging)
-            self._lagging = []
+            ready = self._join_commit()
             self._sync_dirs()
             for name in dict.fromkeys(ready):
                 self._publish(name)
@@ -1018,33 +1022,33 @@ class StoreWriter:
         self.stats.write_seconds += time.perf_counter() - start
         return _StagedFile(ident, path, tmp, fd, header, item.size)
 
-    def _commit(self, staged: "list[_StagedFile]") -> list[str]:
-        """fsync each staged file, then rename it into place (in order).
+    def _start_commit(self, staged: "list[_StagedFile]") -> None:
+        """fsync + rename on the I/O thread while this thread stages more."""
+        assert self._io_batch is None
+        if staged:
+            if self._io is None:
+                self._io = ThreadPoolExecutor(1, thread_name_prefix="kv-store-sync")
+            self._io_batch = (staged, self._io.submit(_sync_and_rename, staged))
 
-        Writing a job's files first and syncing them after lets the disk work
-        on one file while the next one's checksum is computed.
-        """
+    def _join_commit(self) -> list[str]:
+        if self._io_batch is None:
+            return []
+        staged, future = self._io_batch
+        self._io_batch = None
+        future.result()
+        return self._finalize(staged)
+
+    def _finalize(self, staged: "list[_StagedFile]") -> list[str]:
+        """Bookkeeping for synced files, on the writer thread only."""
         ready: list[str] = []
         for f in staged:
             self._staged.discard(f.ident)
-            start = time.perf_counter()
-            try:
-                try:
-                    os.fsync(f.fd)
-                finally:
-                    os.close(f.fd)
-                os.rename(f.tmp, f.path)
-            except OSError as e:
-                try:
-                    os.unlink(f.tmp)
-                except OSError:
-                    pass
-                self._failed_write(f.ident, f.path, e)
+            if f.error is not None:
+                self._failed_write(f.ident, f.path, f.error)
                 continue
             self._dirty_dirs.add(os.path.dirname(f.path))
             self.stats.keys_written += 1
             self.stats.bytes_written += f.size
-            self.stats.write_seconds += time.perf_counter() - start
             entry = (f.header.payload_length, f.header.payload_checksum)
             ready += self._mark_durable(f.ident, entry)
         return ready
@@ -1289,6 +1293,28 @@ class _StagedFile:
     fd: int
     header: fmt.ChunkHeader
     size: int
+    error: OSError | None = None
+
+
+def _sync_and_rename(staged: Sequence[_StagedFile]) -> None:
+    """fsync, close and rename each file; a failure removes its temp file.
+
+    Pure I/O on the given files (runs on the writer's I/O thread); errors are
+    recorded on each file for the writer thread to handle.
+    """
+    for f in staged:
+        try:
+            try:
+                os.fsync(f.fd)
+            finally:
+                os.close(f.fd)
+            os.rename(f.tmp, f.path)
+        except OSError as e:
+            f.error = e
+            try:
+                os.unlink(f.tmp)
+            except OSError:
+                pass
 
 
 def write_chunk_file(path: str, header: bytes, payload: memoryview) -> tuple[int, str]:

@@ -695,3 +695,25 @@ def test_bind_layers_refuses_a_layout_it_cannot_read():
     refs[0][1] = (1, 128)  # padded size: the DMA would copy padding
     with pytest.raises(ksl.WriterDisabled, match="copies 128 bytes"):
         ksl.bind_layers(groups, refs)
+
+
+def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path, monkeypatch):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        # Only chunk temp files fail; directories and manifests still sync.
+        if ".tmp." in os.readlink(f"/proc/self/fd/{fd}") and "/manifests/" not in (
+            os.readlink(f"/proc/self/fd/{fd}")
+        ):
+            raise OSError(errno.EIO, "injected fsync error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    sls.run_job(store, maker.full_chunks(0, 2))
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert sls.chunk_files(tmp_path) == []
+    assert sls.temp_files(tmp_path) == []
+    assert store.stats.keys_failed == 2
+    assert {(sls.block_hash(i), 0) for i in range(2)} <= store.writer.failed
