@@ -910,9 +910,9 @@ class StoreWriter:
             self._release(job)
             return
         self._lock_shared()
-        for candidate in job.candidates:
-            self._register(candidate)
         ready: list[str] = []
+        for candidate in job.candidates:
+            ready += self._register(candidate)
         staged: list[_StagedFile] = []
         for index, item in enumerate(job.keys):
             if self.paused_until is not None:
@@ -1001,6 +1001,7 @@ class StoreWriter:
         if header is not None:
             # Dedup only on a header that verifies; anything else is rewritten.
             self.stats.keys_deduplicated += 1
+            self._dirty_dirs.add(os.path.dirname(self._chunk_path(*ident)))
             return header.payload_length, header.payload_checksum
         path = self._chunk_path(item.hash, item.group)
         start = time.perf_counter()
@@ -1117,33 +1118,38 @@ class StoreWriter:
 
     # -- manifests -----------------------------------------------------------
 
-    def _register(self, candidate: Candidate) -> None:
+    def _register(self, candidate: Candidate) -> list[str]:
+        """Track a candidate; returns it when nothing it names is missing.
+
+        The caller publishes only after syncing the directories of every
+        file found on disk here (see _found_on_disk).
+        """
         name = candidate.name
         if name in self._manifests or name in self._pending:
-            return
+            return []
         missing: set[tuple[bytes, int]] = set()
         for ident in candidate.needed():
             if ident in self.failed:
                 self.stats.manifests_dropped += 1
-                return
+                return []
             if ident in self._durable:
                 self._durable.move_to_end(ident)
                 continue
             header = self._verified_header(*ident)
             if header is not None:
-                self._remember_durable(ident, header)
+                self._found_on_disk(ident, header)
             else:
                 missing.add(ident)
         self._pending[name] = (candidate, missing)
         for ident in missing:
             self._waiting.setdefault(ident, set()).add(name)
         if not missing:
-            self._publish(name)
-            return
+            return [name]
         while len(self._pending) > self.MAX_PENDING_CANDIDATES:
             old, (_, old_missing) = self._pending.popitem(last=False)
             self._forget_waiting(old, old_missing)
             self.stats.manifests_dropped += 1
+        return []
 
     def _forget_waiting(self, name: str, missing: Iterable[tuple[bytes, int]]) -> None:
         for ident in missing:
@@ -1153,9 +1159,12 @@ class StoreWriter:
                 if not names:
                     del self._waiting[ident]
 
-    def _remember_durable(
-        self, ident: tuple[bytes, int], header: fmt.ChunkHeader
-    ) -> None:
+    def _found_on_disk(self, ident: tuple[bytes, int], header: fmt.ChunkHeader) -> None:
+        """A file this boot did not sync (an earlier boot's, or one renamed on
+        the I/O thread a moment ago): its data was fsynced before its rename,
+        but its directory entry may not be durable yet, so sync that too
+        before any manifest names it."""
+        self._dirty_dirs.add(os.path.dirname(self._chunk_path(*ident)))
         self._durable[ident] = (header.payload_length, header.payload_checksum)
         while len(self._durable) > self.MAX_KNOWN_DURABLE:
             self._durable.popitem(last=False)

@@ -717,3 +717,41 @@ def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path, monkeypatc
     assert sls.temp_files(tmp_path) == []
     assert store.stats.keys_failed == 2
     assert {(sls.block_hash(i), 0) for i in range(2)} <= store.writer.failed
+
+
+def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
+    tmp_path, monkeypatch
+):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    sls.run_job(store, maker.full_chunks(0, 2))  # boot 1: chunks, no state yet
+    store.shutdown()
+    store, staging = sls.make_store(tmp_path)  # boot 2
+    maker = sls.JobMaker(staging)
+    layout = store.writer.layout
+    old_dirs = {
+        os.path.dirname(layout.chunk(sls.block_hash(i).hex(), 0)) for i in range(2)
+    }
+    events = []
+    real_sync = ksl._fsync_dir
+    real_write = ksl.write_file_durably
+
+    def sync(path):
+        events.append(("sync", path))
+        return real_sync(path)
+
+    def write(path, parts, sync_dir=True):
+        events.append(("write", path))
+        return real_write(path, parts, sync_dir)
+
+    monkeypatch.setattr(ksl, "_fsync_dir", sync)
+    monkeypatch.setattr(ksl, "write_file_durably", write)
+    for g in sls.STATE_GROUPS:
+        sls.run_job(store, maker.state(1, g))
+    (manifest_write,) = [
+        i
+        for i, (kind, path) in enumerate(events)
+        if kind == "write" and "/manifests/" in path
+    ]
+    synced_before = {path for kind, path in events[:manifest_write] if kind == "sync"}
+    assert old_dirs <= synced_before
