@@ -496,6 +496,8 @@ def main() -> None:
         "keys_captured": s.keys_captured,
         "keys_dropped_budget": s.keys_dropped_budget,
         "max_capture_ms": 1e3 * max(lat),
+        "p50_capture_ms": 1e3 * sorted(lat)[len(lat) // 2],
+        "first_capture_ms": 1e3 * lat[0],
         "manifests_published": s.manifests_published,
         "verify": verify(root / "pressure", args.kvstore),
     }

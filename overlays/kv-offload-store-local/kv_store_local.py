@@ -672,6 +672,7 @@ class StoreStats:
     keys_dropped_paused: int = 0
     keys_dropped_incomplete: int = 0
     jobs_without_meta: int = 0
+    jobs_mismatched: int = 0
     keys_written: int = 0
     bytes_written: int = 0
     keys_deduplicated: int = 0
@@ -1637,6 +1638,17 @@ class WorkerStore:
             return
         try:
             self._capture(job_id, rec)
+        except ValueError as e:
+            # The side channel does not describe this job's transfer: write
+            # nothing rather than guess which bytes belong to which key.
+            self.stats.jobs_mismatched += 1
+            if self.stats.jobs_mismatched & (self.stats.jobs_mismatched - 1) == 0:
+                logger.warning(
+                    "KV store: job %d dropped (%s); %d such jobs so far",
+                    job_id,
+                    e,
+                    self.stats.jobs_mismatched,
+                )
         except Exception:
             logger.exception("KV store: capture of job %d failed; dropped", job_id)
 

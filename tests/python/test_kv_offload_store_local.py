@@ -620,6 +620,7 @@ def test_job_that_does_not_match_its_spec_is_dropped(tmp_path):
     job.meta = None
     sls.run_job(store, job)
     assert store.stats.jobs_without_meta == 1
+    assert store.stats.jobs_mismatched == 1
     assert sls.chunk_files(tmp_path) == []
 
 
