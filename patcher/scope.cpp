@@ -81,7 +81,7 @@ size_t block_end(const std::vector<std::string>& lines, const std::vector<bool>&
   size_t indent = leading_ws(lines[header]).size();
   size_t last = header;  // last line that belongs to the block
   size_t i = header + 1;
-  while (i < lines.size() && !starts[i]) last = i++;  // rest of the header's logical line
+  for (; i < lines.size() && !starts[i]; ++i) if (!is_blank(lines[i])) last = i;  // header's logical line
   for (; i < lines.size(); ++i) {
     if (is_blank(lines[i])) continue;
     if (!starts[i]) {
