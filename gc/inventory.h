@@ -62,6 +62,12 @@ struct ManifestRef {
   std::string key;
   uint64_t length = 0;
   uint32_t checksum = 0;
+  // Index into RankInventory::chunks once the scan resolved it, kNoChunk if
+  // the file does not exist, kUnresolved if nobody looked (plan then matches
+  // by group and key).
+  static constexpr long kUnresolved = -1;
+  static constexpr long kNoChunk = -2;
+  long chunk = kUnresolved;
 };
 
 struct ManifestRec {
@@ -93,7 +99,6 @@ struct RankInventory {
   std::vector<ManifestRec> manifests;
   std::vector<TempRec> temps;
   std::vector<Finding> findings;
-  int64_t manifest_dir_mtime_ns = 0;
   uint64_t bytes_total = 0;
 };
 

@@ -56,13 +56,23 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
   plan.manifests_total = inv.manifests.size();
 
   auto kept = keep_set(inv.manifests, opt.keep);
-  std::unordered_set<std::string> named_by_kept, named_by_any;
+  // Per chunk: named by some manifest, named by a kept one. The scan resolved
+  // refs to chunk indexes; synthetic inventories are matched by group/key.
+  std::vector<char> named_by_any(inv.chunks.size(), 0), named_by_kept(inv.chunks.size(), 0);
+  std::unordered_map<std::string, size_t> by_key;
+  auto resolve = [&](const ManifestRef& r) -> long {
+    if (r.chunk != ManifestRef::kUnresolved) return r.chunk;
+    if (by_key.empty())
+      for (size_t i = 0; i < inv.chunks.size(); ++i) by_key.emplace(ref_key(inv.chunks[i].group, inv.chunks[i].key), i);
+    auto it = by_key.find(ref_key(r.group, r.key));
+    return it == by_key.end() ? ManifestRef::kNoChunk : static_cast<long>(it->second);
+  };
   for (size_t i = 0; i < inv.manifests.size(); ++i) {
-    const auto& m = inv.manifests[i];
-    for (const auto& r : m.refs) {
-      auto k = ref_key(r.group, r.key);
-      named_by_any.insert(k);
-      if (kept[i]) named_by_kept.insert(k);
+    for (const auto& r : inv.manifests[i].refs) {
+      long c = resolve(r);
+      if (c < 0 || static_cast<size_t>(c) >= inv.chunks.size()) continue;
+      named_by_any[c] = 1;
+      if (kept[i]) named_by_kept[c] = 1;
     }
   }
 
@@ -84,12 +94,12 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     }
   }
 
-  for (const auto& c : inv.chunks) {
-    auto k = ref_key(c.group, c.key);
-    if (named_by_kept.count(k)) continue;  // never plan what a kept manifest names
+  for (size_t ci = 0; ci < inv.chunks.size(); ++ci) {
+    const auto& c = inv.chunks[ci];
+    if (named_by_kept[ci]) continue;  // never plan what a kept manifest names
     if (c.damaged) {
       rest.push_back({c.rel, DeleteReason::kCorrupt, "damaged chunk", c.st, false});
-      } else if (named_by_any.count(k)) {
+      } else if (named_by_any[ci]) {
       // Named, but only by manifests this plan deletes. Under leaf-walk keep-K
       // only state payloads get here (kept manifests name their whole
       // cumulative prefix), except chunks named only by broken manifests.

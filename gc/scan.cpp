@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -229,9 +230,9 @@ void classify(const WalkResult& w, const std::string& prefix, RankContext& cx,
     else if (parts.size() == 2 && kvformat::is_chunk_top_dir(parts[0]))
       ok = kvformat::parse_chunk_leaf_dir(parts[1]).has_value();
     if (!ok) foreign_dirs.insert(d.rel);
-    if (d.rel == kvformat::kManifestDir) inv.manifest_dir_mtime_ns = d.st.mtime_ns;
   }
   auto under_foreign = [&](const std::string& rel) {
+    if (foreign_dirs.empty()) return false;
     for (size_t pos = rel.find('/'); pos != std::string::npos; pos = rel.find('/', pos + 1))
       if (foreign_dirs.count(rel.substr(0, pos))) return true;
     return false;
@@ -291,11 +292,23 @@ void classify(const WalkResult& w, const std::string& prefix, RankContext& cx,
       inv.findings.push_back({t.rel, FindingKind::kStaleTemp, "writer temp older than the grace period"});
 }
 
-// Reads every chunk: header (and payload when opt.payloads), on a few threads.
+unsigned reader_threads(const ScanOptions& opt) {
+  return opt.threads ? opt.threads : std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// What the walk read from a chunk-shaped file while its directory was open.
+struct EarlyHeader {
+  int open_errno = 0;  // the open failed with this
+  kvformat::Result<kvformat::ChunkHeader> header = kvformat::make_error(kvformat::Reason::IoError, "");
+};
+using EarlyHeaders = std::unordered_map<std::string, EarlyHeader>;  // by rel in rank
+
+// Reads every chunk: header (and payload when opt.payloads), on a few
+// threads. Headers the walk already read (gc, stat) are taken from `early`.
 void check_chunks(int rank_fd, std::vector<std::pair<ChunkRec, std::string>>& chunks, RankContext& cx,
-                  uint64_t* bytes_read) {
+                  uint64_t* bytes_read, EarlyHeaders& early) {
   const auto& opt = cx.opt;
-  unsigned threads = opt.threads ? opt.threads : std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  unsigned threads = reader_threads(opt);
   std::vector<std::vector<Finding>> found(chunks.size());
   std::vector<char> vanished(chunks.size(), 0);
   std::atomic<uint64_t> read_total{0};
@@ -305,33 +318,8 @@ void check_chunks(int rank_fd, std::vector<std::pair<ChunkRec, std::string>>& ch
     opt.progress->set_total(chunks.size(), opt.payloads ? total : 0);
   }
   size_t buf_bytes = opt.payloads ? opt.buffer_bytes : 4096;
-  parallel_for(chunks.size(), threads, buf_bytes, [&](size_t i, std::vector<uint8_t>& buf) {
-    auto& [c, rel_in_rank] = chunks[i];
-    auto fd = open_beneath(rank_fd, rel_in_rank, O_RDONLY | O_NONBLOCK);
-    if (!fd) {
-      if (fd.error().err == ENOENT) {
-        vanished[i] = 1;  // a writer's or another sweep's unlink: not ours to report
-      } else {
-        found[i].push_back({c.rel, FindingKind::kUnreadable, fd.error().message});
-        c.damaged = false;
-      }
-      return;
-    }
-    // The size from this fd, not the walk: the file may have been replaced.
-    struct stat st;
-    if (::fstat(fd->get(), &st) != 0) {
-      found[i].push_back({c.rel, FindingKind::kUnreadable, std::string("fstat: ") + std::strerror(errno)});
-      return;
-    }
-    uint64_t size = static_cast<uint64_t>(st.st_size);
-    kvformat::Result<kvformat::ChunkHeader> hdr = kvformat::make_error(kvformat::Reason::IoError, "");
-    if (opt.payloads) {
-      ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-      hdr = verify_fd(fd->get(), size, buf);
-      read_total.fetch_add(size, std::memory_order_relaxed);
-    } else {
-      hdr = read_header(fd->get(), size, buf, nullptr);
-    }
+  auto judge = [&](size_t i, kvformat::Result<kvformat::ChunkHeader>& hdr) {
+    auto& c = chunks[i].first;
     if (opt.progress) opt.progress->add(1, opt.payloads ? c.st.size : 0);
     if (!hdr) {
       auto kind = kind_of(hdr.error().reason);
@@ -359,6 +347,46 @@ void check_chunks(int rank_fd, std::vector<std::pair<ChunkRec, std::string>>& ch
                           fmt::format("header says group {} key {}", hdr->group, hdr->key_hex())});
       c.damaged = true;
     }
+  };
+  parallel_for(chunks.size(), threads, buf_bytes, [&](size_t i, std::vector<uint8_t>& buf) {
+    auto& [c, rel_in_rank] = chunks[i];
+    if (auto it = early.find(rel_in_rank); it != early.end()) {
+      if (it->second.open_errno == ENOENT) {
+        vanished[i] = 1;
+      } else if (it->second.open_errno) {
+        found[i].push_back({c.rel, FindingKind::kUnreadable,
+                            fmt::format("cannot open: {}", std::strerror(it->second.open_errno))});
+      } else {
+        judge(i, it->second.header);
+      }
+      return;
+    }
+    auto fd = open_beneath(rank_fd, rel_in_rank, O_RDONLY | O_NONBLOCK);
+    if (!fd) {
+      if (fd.error().err == ENOENT) {
+        vanished[i] = 1;  // a writer's or another sweep's unlink: not ours to report
+      } else {
+        found[i].push_back({c.rel, FindingKind::kUnreadable, fd.error().message});
+        c.damaged = false;
+      }
+      return;
+    }
+    // The size from this fd, not the walk: the file may have been replaced.
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0) {
+      found[i].push_back({c.rel, FindingKind::kUnreadable, std::string("fstat: ") + std::strerror(errno)});
+      return;
+    }
+    uint64_t size = static_cast<uint64_t>(st.st_size);
+    kvformat::Result<kvformat::ChunkHeader> hdr = kvformat::make_error(kvformat::Reason::IoError, "");
+    if (opt.payloads) {
+      ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+      hdr = verify_fd(fd->get(), size, buf);
+      read_total.fetch_add(size, std::memory_order_relaxed);
+    } else {
+      hdr = read_header(fd->get(), size, buf, nullptr);
+    }
+    judge(i, hdr);
   });
   if (bytes_read) *bytes_read += read_total.load();
   auto& inv = cx.inv;
@@ -374,6 +402,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
                      const std::string& prefix, int rank, RankContext& cx) {
   auto& inv = cx.inv;
   std::unordered_map<std::string, size_t> chunk_at;  // rel in rank -> index in inv.chunks
+  chunk_at.reserve(inv.chunks.size());
   for (size_t i = 0; i < inv.chunks.size(); ++i) {
     std::string r = prefix.empty() ? inv.chunks[i].rel : inv.chunks[i].rel.substr(prefix.size() + 1);
     chunk_at.emplace(std::move(r), i);
@@ -418,7 +447,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
              fmt::format("rank {} differs from the directory's rank {}", parsed->rank, rank));
     for (const auto& g : parsed->groups) {
       for (const auto& e : g.entries) {
-        m.refs.push_back({g.group, e.key, e.length, e.checksum});
+        m.refs.push_back({g.group, e.key, e.length, e.checksum, ManifestRef::kNoChunk});
         auto path = kvformat::chunk_rel_path(e.key, g.group);
         if (!path) {
           broken(FindingKind::kBadManifest, fmt::format("invalid key {}", e.key));
@@ -431,6 +460,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
         }
         auto& c = inv.chunks[it->second];
         c.named = true;
+        m.refs.back().chunk = static_cast<long>(it->second);
         if (c.damaged || !c.header_ok) {
           broken(FindingKind::kMismatch, fmt::format("names {}, which is damaged or unreadable", *path));
         } else if (c.payload_len != e.length || c.checksum != e.checksum) {
@@ -482,15 +512,50 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   }
   if (base) check_namespace(tier_fd, record_rel, cx, *base);
 
-  WalkResult w = walk(rank_fd);
+  // gc and stat read each chunk's header during the walk, while its
+  // directory is open: one name lookup per file instead of a path walk.
+  EarlyHeaders early;
+  std::mutex early_mu;
+  WalkOptions wopt;
+  wopt.threads = reader_threads(opt);
+  wopt.on_file = [&](int dfd, const char* name, WalkEntry& e) {
+    bool chunk_shaped = !opt.payloads && std::count(e.rel.begin(), e.rel.end(), '/') == 2 &&
+                        e.rel.ends_with(".bin");
+    if (!chunk_shaped) {
+      struct stat st;
+      if (::fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) e.st = to_file_stat(st);
+      return;
+    }
+    EarlyHeader h;
+    int fd = ::openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      h.open_errno = errno;
+      struct stat st;
+      if (::fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) e.st = to_file_stat(st);
+    } else {
+      Fd guard(fd);
+      struct stat st;
+      if (::fstat(fd, &st) != 0) {
+        h.header = kvformat::make_error(kvformat::Reason::IoError, std::string("fstat: ") + std::strerror(errno));
+      } else {
+        e.st = to_file_stat(st);
+        thread_local std::vector<uint8_t> buf(4096);
+        h.header = read_header(fd, e.st.size, buf, nullptr);
+      }
+    }
+    std::lock_guard lk(early_mu);
+    early.emplace(e.rel, std::move(h));
+  };
+  WalkResult w = walk(rank_fd, wopt);
   std::vector<std::pair<ChunkRec, std::string>> chunks;
   std::vector<std::pair<std::string, FileStat>> manifest_files;
   classify(w, rank_rel, cx, chunks, manifest_files);
-  check_chunks(rank_fd, chunks, cx, bytes_read);
-  check_manifests(rank_fd, manifest_files, rank_rel, inv.rank, cx);
-  std::sort(inv.findings.begin(), inv.findings.end());
+  check_chunks(rank_fd, chunks, cx, bytes_read, early);
+  // Sorted before the manifests resolve refs to chunk indexes.
   std::sort(inv.chunks.begin(), inv.chunks.end(),
             [](const ChunkRec& a, const ChunkRec& b) { return a.rel < b.rel; });
+  check_manifests(rank_fd, manifest_files, rank_rel, inv.rank, cx);
+  std::sort(inv.findings.begin(), inv.findings.end());
   return inv;
 }
 

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <atomic>
+#include <thread>
 
 namespace kvstore {
 
@@ -110,8 +112,9 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
       WalkEntry e;
       e.rel = rel.empty() ? std::string(name) : rel + "/" + name;
       e.type = type_of_dtype(d->d_type);
-      bool need_stat = d->d_type == DT_UNKNOWN || e.type != EntryType::kFile || opt.stat_files;
-      if (e.type == EntryType::kDir) need_stat = false;  // dirs are fstat'ed when opened
+      bool need_stat = d->d_type == DT_UNKNOWN ||
+                       (e.type != EntryType::kFile && e.type != EntryType::kDir) ||
+                       (e.type == EntryType::kFile && opt.stat_files && !opt.on_file);
       if (need_stat) {
         struct stat st;
         if (::fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -122,6 +125,7 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
         e.type = type_of_mode(st.st_mode);
         e.st = to_file_stat(st);
       }
+      if (e.type == EntryType::kFile && opt.on_file) opt.on_file(dfd, name, e);
       switch (e.type) {
         case EntryType::kFile: out.files.push_back(std::move(e)); break;
         case EntryType::kDir: subdirs.emplace_back(name, std::move(e.rel)); break;
@@ -134,9 +138,7 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
     WalkEntry e;
     e.rel = sub_rel;
     e.type = EntryType::kDir;
-    if (!opt.recurse) {
-      struct stat st;
-      if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) e.st = to_file_stat(st);
+    if (!opt.recurse || depth < 0) {  // depth < 0: the caller walks subdirectories itself
       out.dirs.push_back(std::move(e));
       continue;
     }
@@ -151,11 +153,20 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
       continue;
     }
     Fd guard(sub);
-    struct stat st;
-    if (::fstat(sub, &st) == 0) e.st = to_file_stat(st);
     out.dirs.push_back(e);
     walk_dir(sub, sub_rel, depth + 1, opt, out, buf);
   }
+}
+
+void merge_into(WalkResult& into, WalkResult&& part) {
+  auto move_all = [](auto& dst, auto& src) {
+    dst.insert(dst.end(), std::make_move_iterator(src.begin()), std::make_move_iterator(src.end()));
+  };
+  move_all(into.files, part.files);
+  move_all(into.dirs, part.dirs);
+  move_all(into.links, part.links);
+  move_all(into.others, part.others);
+  move_all(into.problems, part.problems);
 }
 
 }  // namespace
@@ -170,7 +181,37 @@ WalkResult walk(int root_fd, const WalkOptions& options) {
     return out;
   }
   Fd guard(dfd);
-  walk_dir(dfd, "", 0, options, out, buf);
+  if (options.threads <= 1 || !options.recurse) {
+    walk_dir(dfd, "", 0, options, out, buf);
+    return out;
+  }
+  // List the root, then hand its subdirectories to the threads.
+  walk_dir(dfd, "", -1, options, out, buf);
+  std::vector<WalkEntry> tops = out.dirs;
+  std::atomic<size_t> next{0};
+  std::vector<WalkResult> parts(options.threads);
+  auto worker = [&](unsigned t) {
+    std::vector<char> b(64 * 1024);
+    for (size_t i; (i = next.fetch_add(1)) < tops.size();) {
+      const std::string& rel = tops[i].rel;
+      if (options.max_depth < 1) {
+        parts[t].problems.push_back({rel, ELOOP, "directory nesting too deep, not entered"});
+        continue;
+      }
+      int sub = ::openat(dfd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+      if (sub < 0) {
+        if (errno != ENOENT) parts[t].problems.push_back({rel, errno, "cannot open directory"});
+        continue;
+      }
+      Fd g(sub);
+      walk_dir(sub, rel, 1, options, parts[t], b);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < options.threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (auto& th : pool) th.join();
+  for (auto& p : parts) merge_into(out, std::move(p));
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,13 @@ struct WalkOptions {
   bool stat_files = true;  // fstatat every regular file (size, mtime, inode)
   int max_depth = 16;      // deeper directories are reported, not entered
   bool recurse = true;     // false: list one directory only
+  // >1: the root's subdirectories are walked in parallel (one subtree per
+  // task); results are merged, in no particular order.
+  unsigned threads = 1;
+  // If set, called for every regular file instead of the fstatat, with the
+  // file's directory fd (so opening it costs one name lookup); it fills e.st
+  // itself. Runs on walker threads.
+  std::function<void(int dir_fd, const char* name, WalkEntry& e)> on_file;
 };
 
 struct WalkResult {
