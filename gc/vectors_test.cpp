@@ -131,6 +131,25 @@ TEST(Vectors, RecordsHashAndNameLikePython) {
   EXPECT_EQ(seen, 2);
 }
 
+// Flipped records that still parse: the hash both codecs compute (changed by
+// any flip in fenced, unchanged by a flip in info).
+TEST(Vectors, FlippedRecordsHashLikePython) {
+  const json index = read_json(kDir / "index.json");
+  int seen = 0;
+  for (const auto& v : index["vectors"]) {
+    if (v["kind"] != "record" || !v.contains("namespace_hash")) continue;
+    ++seen;
+    const auto data = read_bytes(kDir / v["file"].get<std::string>());
+    auto rec = parse_namespace_record(
+        std::string_view(reinterpret_cast<const char*>(data.data()), data.size()));
+    ASSERT_TRUE(rec) << v["name"];
+    auto hash = namespace_hash(rec->fenced);
+    ASSERT_TRUE(hash);
+    EXPECT_EQ(to_hex(*hash), v["namespace_hash"]) << v["name"];
+  }
+  EXPECT_GE(seen, 10);
+}
+
 template <class T>
 json result_json(const Result<T>& r, const std::function<json(const T&)>& value) {
   if (!r) return json{{"verdict", reason_name(r.error().reason)}};

@@ -97,6 +97,18 @@ def test_python_verdict(vector: dict, tmp_path: Path) -> None:
             assert got == vector["verdict"]
 
 
+def test_flipped_records_hash_as_recorded() -> None:
+    original = json.loads((VECTORS / "record/valid_kda.json").read_text())
+    original_hash = f.namespace_hash(original["fenced"]).hex()
+    flipped = [v for v in INDEX["vectors"] if "namespace_hash" in v]
+    assert len(flipped) >= 10
+    for vector in flipped:
+        rec = f.decode_namespace_record((VECTORS / vector["file"]).read_bytes())
+        assert rec.namespace_hash.hex() == vector["namespace_hash"]
+        in_info = vector["name"].startswith("record/flip_info")
+        assert (rec.namespace_hash.hex() == original_hash) == in_info, vector["name"]
+
+
 def test_every_reader_verdict_is_covered() -> None:
     seen = {v["verdict"] for v in INDEX["vectors"]}
     for reason in f.Reason:
@@ -431,3 +443,17 @@ def test_namespace_hash_ignores_info_and_key_order() -> None:
     )
     with pytest.raises(f.FormatError):
         f.canonical_json({"x": 1.5})
+
+
+def test_codec_imports_only_the_standard_library() -> None:
+    import ast
+
+    tree = ast.parse(CODEC.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module.split(".")[0])
+    assert modules, "no imports found"
+    assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules

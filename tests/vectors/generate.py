@@ -218,6 +218,7 @@ class Vectors:
         check: Callable[[bytes], str],
         spec: dict[str, Any] | None = None,
         ext: str = "bin",
+        extra: dict[str, Any] | None = None,
     ) -> None:
         got = check(data)
         if got != verdict:
@@ -234,6 +235,7 @@ class Vectors:
         }
         if spec is not None:
             entry["spec"] = spec
+        entry.update(extra or {})
         self.index.append(entry)
 
 
@@ -708,6 +710,33 @@ def add_records(v: Vectors) -> None:
     variant("page_sizes_empty", "bad_field", "no groups", fenced_with(page_sizes=[]))
     variant("state_abi_list", "bad_field", "state_abi []", fenced_with(state_abi=[]))
     # fmt: on
+
+    # A single flipped bit in every field's value. A record has no checksum of
+    # its own: a flip in `fenced` that still parses changes the namespace hash
+    # (so the record no longer matches its directory name and a writer
+    # disables itself); a flip in `info` changes nothing that is compared.
+    # Entries that parse carry the hash both codecs must compute.
+    text = raw.decode()
+    original = rec.namespace_hash.hex()
+    for field in sorted(good["fenced"]) + ["info.keep_boundaries", "info.rank_source"]:
+        name = field.split(".")[-1]
+        start = text.index(f'"{name}":') + len(f'"{name}":')
+        pos = start + 1 if text[start] == '"' else start
+        if text[start] in "[{":
+            pos = start + 1 + (text[start + 1] in '[{"')
+        data = flip(raw, pos, 0)
+        got = record_verdict(data)
+        extra = {}
+        note = f"bit 0 of byte {pos} ({chr(raw[pos])!r}) flipped"
+        if got == OK:
+            flipped = f.decode_namespace_record(data).namespace_hash.hex()
+            assert (flipped == original) == field.startswith("info."), field
+            extra = {"namespace_hash": flipped}
+            note += ", namespace hash " + (
+                "unchanged" if flipped == original else "changes"
+            )
+        v.add("record", f"flip_{field.replace('.', '_')}", data, got, note,
+              record_verdict, ext="json", extra=extra)  # fmt: skip
 
 
 # --- names and retention ------------------------------------------------------
