@@ -1,0 +1,371 @@
+"""Drive the patched worker-local store path with generated KV bytes.
+
+The main job (scripts/demo.py) calls this on a tree patched by `overlay apply`.
+It loads the PATCHED scheduler and worker modules of that tree through the test
+harness (tests/python/harness: real vLLM files, small stubs for torch and the
+rest), builds a 7-group hybrid layout like the requirements' model, and runs
+several requests through them:
+
+    g0 full attention, g1 scratch (not prefix-cacheable), g2-g5 state (mamba),
+    g6 an EAGLE drafter (sliding window)
+
+For every scheduler step the real `build_connector_meta` creates the store jobs
+and attaches the store side channel; the real worker remembers them; this
+driver then plays the GPU: it fills the job's CPU staging rows with generated
+bytes and reports the transfer finished, and the real worker captures the
+bytes and hands them to the writer thread. Nothing here writes the store
+itself.
+
+Usage: demo_store.py TREE STORE_DIR  (prints one JSON line of figures)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+
+import harness  # noqa: E402
+
+OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+BLOCK = 256  # tokens per block (and per offloaded chunk)
+HASH = 64  # tokens per prefix-cache hash
+NUM_BLOCKS = 256
+ROW = 64 << 10  # one CPU staging row: room for the largest page
+STAGING_ROWS = 512
+STATE_GROUPS = (2, 3, 4, 5)
+
+# Chains: (request id, prompt blocks, the request it forks from, fork block).
+# "b" shares a's first 4 blocks, so the store holds a forked chain.
+REQUESTS = (
+    ("a", 8, None, 0),
+    ("b", 8, "a", 4),
+    ("c", 6, None, 0),
+)
+
+
+def chain_hashes(req_id: str, blocks: int, parent: list[bytes] | None, fork: int):
+    hashes = list(parent[: fork * (BLOCK // HASH)]) if parent else []
+    while len(hashes) < blocks * (BLOCK // HASH):
+        hashes.append(hashlib.sha256(f"{req_id}/{len(hashes)}".encode()).digest())
+    return hashes
+
+
+class Engine:
+    """The patched modules and what a vLLM boot would hand them."""
+
+    def __init__(self, ns) -> None:
+        self.ns = ns
+        self.kci = ns.load("vllm.v1.kv_cache_interface")
+        self.torch = ns.load("torch")
+        self.config = ns.load(f"{OFFLOADING}.config")
+        self.scheduler_mod = ns.load(f"{OFFLOADING}.scheduler")
+        self.worker_mod = ns.load(f"{OFFLOADING}.worker")
+        self.common = ns.load(f"{OFFLOADING}.common")
+        self.base = ns.load("vllm.v1.kv_offload.base")
+        self.cpu = ns.load("vllm.v1.kv_offload.cpu.common")
+        self.request_mod = ns.load("vllm.v1.request")
+        # vLLM registers a manager per spec type at boot; the stubbed boot
+        # does not, so register the plain single-type manager for ours.
+        registry = ns.load("vllm.v1.kv_cache_spec_registry").KVCacheSpecRegistry
+        manager = ns.load("vllm.v1.core.single_type_kv_cache_manager")
+        for spec_cls in (
+            self.kci.FullAttentionSpec,
+            self.kci.SlidingWindowSpec,
+            self.kci.MambaSpec,
+            self.kci.CircularBufferSpec,
+        ):
+            registry.register(
+                spec_cls,
+                type(
+                    f"{spec_cls.__name__}Manager",
+                    (manager.SingleTypeKVCacheManager,),
+                    {
+                        "supports_fine_grained_hash_lookup": True,
+                        "reachable_block_mask": classmethod(lambda cls, **kw: None),
+                    },
+                ),
+            )
+
+    def kv_cache_config(self):
+        kci, bf16, f32 = self.kci, self.torch.bfloat16, self.torch.float32
+        specs = [
+            (kci.FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=16, dtype=bf16), False),
+            (kci.CircularBufferSpec(block_size=4, num_kv_heads=1, head_size=16, dtype=bf16), False),
+        ]
+        specs += [
+            (
+                kci.MambaSpec(
+                    block_size=BLOCK,
+                    shapes=((2, 8), (4, 16)),
+                    dtypes=(bf16, f32),
+                    mamba_cache_mode="align",
+                ),
+                False,
+            )
+            for _ in STATE_GROUPS
+        ]
+        specs.append(
+            (
+                kci.SlidingWindowSpec(
+                    block_size=BLOCK,
+                    num_kv_heads=2,
+                    head_size=16,
+                    dtype=bf16,
+                    sliding_window=2 * BLOCK,
+                ),
+                True,
+            )
+        )
+        groups = [
+            kci.KVCacheGroupSpec(
+                layer_names=[f"g{i}.l0"], kv_cache_spec=spec, is_eagle_group=eagle
+            )
+            for i, (spec, eagle) in enumerate(specs)
+        ]
+        return kci.KVCacheConfig(
+            num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups
+        )
+
+    def vllm_config(self):
+        VllmConfig = self.ns.load("vllm.config").VllmConfig
+        return VllmConfig(
+            kv_transfer_config=SimpleNamespace(
+                kv_connector_extra_config={}, engine_id="demo-engine"
+            ),
+            parallel_config=SimpleNamespace(
+                decode_context_parallel_size=1,
+                prefill_context_parallel_size=1,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=1,
+                world_size=1,
+                distributed_executor_backend="mp",
+                nnodes_within_dp=1,
+                rank=0,
+                data_parallel_index=0,
+                data_parallel_size=1,
+                data_parallel_rank_local=None,
+                cp_kv_cache_interleave_size=1,
+            ),
+            model_config=SimpleNamespace(
+                use_mla=False,
+                get_total_num_kv_heads=lambda: 2,
+                model="demo/hybrid-7g",
+                dtype=self.torch.bfloat16,
+                max_model_len=32 * BLOCK,
+            ),
+            cache_config=SimpleNamespace(
+                block_size=BLOCK,
+                prefix_match_unit=HASH,
+                enable_prefix_caching=True,
+                cache_dtype="auto",
+                kv_cache_layout=None,
+                prefix_cache_retention_interval=None,
+                prefix_caching_hash_algo="sha256",
+            ),
+            speculative_config=SimpleNamespace(
+                method="eagle",
+                num_speculative_tokens=1,
+                use_eagle=lambda: True,
+                use_eagle_block_drop=lambda: False,
+            ),
+            use_v2_model_runner=False,
+            kv_events_config=None,
+        )
+
+
+class Gpu:
+    """Plays the CPU offloading worker: a transfer finishes when told."""
+
+    def __init__(self, base) -> None:
+        self.base = base
+        self.submitted: list[int] = []
+        self.done: list[int] = []
+
+    def submit_store(self, job_id, src_spec, dst_spec):
+        self.submitted.append(job_id)
+        return True
+
+    def get_finished(self):
+        done, self.done = self.done, []
+        return [self.base.TransferResult(j, True, 1, 0.001) for j in done]
+
+    def wait(self, job_ids):
+        return
+
+    def shutdown(self):
+        return
+
+
+def make_spec(engine: Engine, offloading_config, gpu: Gpu):
+    """An offloading spec whose manager hands out CPU chunks in order."""
+    base, cpu_spec = engine.base, engine.cpu.CPULoadStoreSpec
+
+    class Manager(base.OffloadingManager):
+        def __init__(self) -> None:
+            self.next_chunk = 0
+
+        def lookup(self, key, req_context):
+            return base.LookupResult.MISS
+
+        def prepare_load(self, keys, req_context):
+            raise AssertionError("stage 1 never loads")
+
+        def prepare_store(self, keys, req_context):
+            keys = list(keys)
+            chunks = [(self.next_chunk + i) % STAGING_ROWS for i in range(len(keys))]
+            self.next_chunk += len(keys)
+            return base.PrepareStoreOutput(
+                keys_to_store=keys, store_spec=cpu_spec(chunks), evicted_keys=[]
+            )
+
+        def on_new_request(self, req_context):
+            return base.RequestOffloadingContext()
+
+    class Spec(base.OffloadingSpec):
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            self.manager = Manager()
+
+        def get_manager(self):
+            return self.manager
+
+        def get_worker(self, kv_caches):
+            return gpu
+
+    return Spec(offloading_config)
+
+
+def scheduler_output(request, block_ids, handoffs):
+    return SimpleNamespace(
+        scheduled_new_reqs=[
+            SimpleNamespace(req_id=request.request_id, block_ids=block_ids)
+        ],
+        scheduled_cached_reqs=SimpleNamespace(
+            req_ids=[], new_block_ids=[], resumed_req_ids=set()
+        ),
+        kv_cache_block_copies=None,
+        num_scheduled_tokens={request.request_id: request.num_tokens},
+        finished_req_ids=set(),
+        preempted_req_ids=set(),
+        kv_connector_block_state=SimpleNamespace(boundary_state_offloads=handoffs),
+    )
+
+
+def drive(tree: Path, store_dir: Path) -> dict:
+    os.environ.update(
+        GLM53_KV_OFFLOAD="1",
+        GLM53_KV_OFFLOAD_DIR=str(store_dir),
+        GLM53_KV_OFFLOAD_KEEP_BOUNDARIES="2",
+        GLM53_KV_OFFLOAD_BUILD_ID="demo",
+    )
+    with harness.engine(tree) as ns:
+        engine = Engine(ns)
+        kv_cache_config = engine.kv_cache_config()
+        vllm_config = engine.vllm_config()
+        gpu = Gpu(engine.base)
+        offloading_config = engine.config.build_offloading_config(
+            vllm_config, kv_cache_config
+        )
+        spec = make_spec(engine, offloading_config, gpu)
+        scheduler = engine.scheduler_mod.OffloadingConnectorScheduler(
+            spec, vllm_config, kv_cache_config
+        )
+        worker = engine.worker_mod.OffloadingConnectorWorker(
+            spec, vllm_config, kv_cache_config
+        )
+        store = worker._kv_store
+        ksl = sys.modules[type(store).__module__]
+        region = bytearray(STAGING_ROWS * ROW)
+        staging = [ksl.StagingTensor(region, 0, ROW, ROW)]
+        # The real lookup walks torch storages; ours is one bytearray.
+        ksl._staging_from_worker = lambda w, caches: staging
+        pages = [
+            kv_cache_config.kv_cache_groups[g.group_id].kv_cache_spec.page_size_bytes
+            for g in spec.config.groups
+        ]
+        refs = [[engine.base.CanonicalKVCacheRef(0, p)] for p in pages]
+        worker._init_worker(
+            engine.base.CanonicalKVCaches(
+                [engine.base.CanonicalKVCacheTensor(None, ROW)], refs
+            )
+        )
+        if not store.active:
+            raise SystemExit(f"demo_store: writer disabled: {store.disabled_reason}")
+
+        chains: dict[str, list[bytes]] = {}
+        generated = 0
+        jobs = 0
+        for n, (req_id, blocks, parent, fork) in enumerate(REQUESTS):
+            hashes = chain_hashes(req_id, blocks, chains.get(parent), fork)
+            chains[req_id] = hashes
+            request = engine.request_mod.Request(
+                request_id=req_id,
+                block_hashes=hashes,
+                num_tokens=blocks * BLOCK,
+                num_prompt_tokens=blocks * BLOCK,
+                num_computed_tokens=0,
+                status=engine.request_mod.RequestStatus.RUNNING,
+                kv_transfer_params=None,
+                kv_hints=None,
+                shared_prefix_boundary=None,
+                skip_reading_prefix_cache=False,
+            )
+            scheduler.on_new_request(request)
+            scheduler.get_num_new_matched_tokens(request, 0)
+            block_ids = tuple(
+                [10000 * n + 100 * g + b + 1 for b in range(blocks)] for g in range(7)
+            )
+            # A state hand-off for every state group at every second block.
+            handoffs = {
+                req_id: [
+                    (g, 50000 + 1000 * n + 10 * g + b, b * BLOCK)
+                    for b in range(2, blocks + 1, 2)
+                    for g in STATE_GROUPS
+                ]
+            }
+            meta = scheduler.build_connector_meta(
+                scheduler_output(request, block_ids, handoffs)
+            )
+            worker.prepare_store_kv(meta)
+            worker.start_kv_transfers(
+                engine.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
+            )
+            # The "DMA": fill every staging row the jobs name with KV bytes.
+            for job in meta.store_jobs.values():
+                for chunk in job.dst_spec.block_ids:
+                    row = int(chunk) * ROW
+                    seed = hashlib.sha256(f"{req_id}/{chunk}".encode()).digest()
+                    region[row : row + ROW] = seed * (ROW // len(seed))
+                    generated += ROW
+            gpu.done, gpu.submitted = gpu.submitted, []
+            jobs += len(gpu.done)
+            worker.get_finished(set())
+        if not store.writer.wait_idle(60):
+            raise SystemExit("demo_store: the writer did not drain in 60 s")
+        stats = store.stats
+        worker.shutdown()
+        return {
+            "requests": len(REQUESTS),
+            "jobs": jobs,
+            "staged_bytes": generated,
+            "jobs_captured": stats.jobs_captured,
+            "stats": {k: v for k, v in vars(stats).items() if isinstance(v, int)},
+            "base": str(store.writer.layout.base),
+        }
+
+
+def main() -> None:
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: demo_store.py TREE STORE_DIR")
+    print(json.dumps(drive(Path(sys.argv[1]), Path(sys.argv[2]).resolve())))
+
+
+if __name__ == "__main__":
+    main()
