@@ -14,6 +14,7 @@ add_library(kvstorelib STATIC
   ${KVSTORE_DIR}/atomic_file.cpp
   ${KVSTORE_DIR}/inventory.cpp
   ${KVSTORE_DIR}/lock.cpp
+  ${KVSTORE_DIR}/mapped_crc.cpp
   ${KVSTORE_DIR}/plan.cpp
   ${KVSTORE_DIR}/progress.cpp
   ${KVSTORE_DIR}/report.cpp
@@ -28,7 +29,7 @@ target_link_libraries(kvstorelib PUBLIC kvformat fmt::fmt nlohmann_json::nlohman
 add_executable(kvstore ${KVSTORE_DIR}/kvstore_main.cpp)
 target_link_libraries(kvstore PRIVATE kvstorelib CLI11::CLI11)
 
-foreach(t walk_test lock_test plan_test sweep_test atomic_file_test scan_test)
+foreach(t walk_test mapped_crc_test lock_test plan_test sweep_test atomic_file_test scan_test)
   if(EXISTS ${KVSTORE_DIR}/${t}.cpp)
     add_executable(${t} ${KVSTORE_DIR}/${t}.cpp)
     target_link_libraries(${t} PRIVATE kvstorelib GTest::gtest_main)

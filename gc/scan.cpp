@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "chunk_verifier.h"
+#include "mapped_crc.h"
 #include "layout.h"
 #include "manifest.h"
 #include "namespace_record.h"
@@ -147,6 +148,16 @@ kvformat::Result<kvformat::ChunkHeader> verify_fd(int fd, uint64_t size, std::ve
   auto hdr = read_header(fd, size, buf, &have);
   if (!hdr) return hdr;
   uint64_t hl = hdr->header_length();
+  if (size > hl) {
+    // Straight from the page cache; read() below only if mapping is refused.
+    auto mapped = crc_mapped(fd, size, hl, 0);
+    if (mapped) {
+      if (auto r = kvformat::check_payload_checksum(*hdr, *mapped); !r) return r.error();
+      return hdr;
+    }
+    if (mapped.error().kind != ErrorKind::kIo)
+      return kvformat::make_error(kvformat::Reason::IoError, mapped.error().message);
+  }
   uint32_t crc = kvformat::crc32(std::span<const uint8_t>(buf.data() + hl, have - hl));
   uint64_t off = have;
   while (off < size) {

@@ -684,3 +684,25 @@ def test_sweeps_beside_a_live_writer_never_break_a_manifest(kv, tmp_path):
     findings = json.loads(r.out)["findings"]
     assert [f for f in findings if f["kind"] not in ("orphan", "stale-temp")] == []
     assert r.code == 0, r.out
+
+
+def test_bench_smoke(kvstore_bin, tmp_path):
+    """The benchmark script runs end to end on tiny sizes (figures not judged)."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(HERE.parents[1] / "bench" / "kvstore_bench.py"),
+            "--smoke",
+            "--kvstore",
+            str(kvstore_bin),
+            "--dir",
+            str(tmp_path / "bench"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    for label in ("ratio verify/cat", "ratio verify/python", "ratio gc/find"):
+        assert label in out
