@@ -756,3 +756,68 @@ def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
     ]
     synced_before = {path for kind, path in events[:manifest_write] if kind == "sync"}
     assert old_dirs <= synced_before
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 200, 4096 + 7])
+def test_sliced_checksum_equals_the_whole_payload_crc(size):
+    payload = memoryview(sls.pattern(b"crc", size))
+    summer = ksl.Checksummer(2, slice_bytes=64)
+    try:
+        assert summer.start(payload).result() == fmt.crc32(payload)
+    finally:
+        summer.close()
+
+
+def test_manifest_names_only_checksummed_files_in_synced_directories(
+    tmp_path, monkeypatch
+):
+    # Small slices: every miniature payload's CRC is combined from several.
+    monkeypatch.setattr(ksl, "CHECKSUM_SLICE_BYTES", 64)
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    layout = store.writer.layout
+    events: list[tuple[str, str]] = []
+    real_sync, real_rename = ksl._fsync_dir, os.rename
+    real_write = ksl.write_file_durably
+    real_result = ksl.PendingChecksum.result
+    checked = []
+
+    def sync(path):
+        events.append(("sync", path))
+        return real_sync(path)
+
+    def rename(src, dst):
+        events.append(("rename", str(dst)))
+        return real_rename(src, dst)
+
+    def result(self):
+        value = real_result(self)
+        checked.append(all(f.done() for f in self._futures))
+        return value
+
+    def write(path, parts, sync_dir=True):
+        if "/manifests/" in path:
+            manifest = fmt.decode_manifest(b"".join(bytes(p) for p in parts))
+            for g in manifest.groups:
+                for e in g.entries:
+                    chunk = layout.chunk(e.key, g.group)
+                    # The payload CRC in the header is the real one ...
+                    fmt.verify_chunk_file(chunk)
+                    # ... and the file's directory was synced after its rename.
+                    renamed = max(
+                        i for i, ev in enumerate(events) if ev == ("rename", chunk)
+                    )
+                    assert ("sync", os.path.dirname(chunk)) in events[renamed:]
+            events.append(("manifest", path))
+        return real_write(path, parts, sync_dir)
+
+    monkeypatch.setattr(ksl, "_fsync_dir", sync)
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(ksl, "write_file_durably", write)
+    monkeypatch.setattr(ksl.PendingChecksum, "result", result)
+    write_boundary(store, maker, 2)
+    write_boundary(store, maker, 4, first=3)
+    assert sum(kind == "manifest" for kind, _ in events) == 2
+    assert checked and all(checked)  # combining waits for every slice
+    assert store.writer.pool.used == 0
+    assert sls.verify_store(tmp_path) == []
