@@ -453,3 +453,21 @@ TEST(Cli, MissingRootOrSubcommandIsUsage) {
 
 }  // namespace
 }  // namespace patcher::testing
+
+namespace patcher::testing {
+namespace {
+
+TEST(Cli, PlanDiffShowsTheInjectedRegion) {
+  Workspace w;
+  auto r = w.run({"plan", "--diff", "--overlays", "example-cache"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--- a/example/worker.py\n+++ b/example/worker.py\n"));
+  EXPECT_THAT(r.out, HasSubstr("+        # >>> overlay example-cache/remember sha256=ccea02a207a2f0d6\n"
+                               "         tokens = [hash(word) % self.vocab_size for word in prompt.split()]\n"
+                               "+        cache_hooks.remember(prompt, tokens)\n"));
+  EXPECT_THAT(r.out, HasSubstr("@@ -0,0 +1,12 @@\n+# === overlay example-cache new-file"));
+  EXPECT_THAT(r.out, HasSubstr("+            # >>> overlay example-cache/lookup"));
+}
+
+}  // namespace
+}  // namespace patcher::testing

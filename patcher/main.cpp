@@ -21,7 +21,7 @@ constexpr const char* kExitCodes = R"(Exit codes:
   2  usage, manifest or bad-input error (bad TOML, unknown key, bad path, symlink,
      CRLF or non-UTF-8 text, overlapping edits, revert refused by stacking)
   3  drift: a pin or anchor does not match the tree (report shows nearest lines)
-  4  tampered or half-applied (or an interrupted transaction is pending for check)
+  4  tampered, stale or half-applied (check: also an interrupted transaction)
   5  --check-injected found a syntax error
   6  I/O error (read-only tree, disk full, unreadable file)
 )";
@@ -29,7 +29,7 @@ constexpr const char* kExitCodes = R"(Exit codes:
 struct Args {
   std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
   std::vector<std::string> overlays;
-  bool json = false, check_injected = false, revert = false;
+  bool json = false, check_injected = false, revert = false, diff = false;
 };
 
 std::string self_exe(const char* argv0) {
@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   app.add_subcommand("status", "report the state of every overlay and file");
   auto* plan = app.add_subcommand("plan", "show what apply (or revert) would change; writes nothing");
   plan->add_flag("--revert", a.revert, "plan a revert instead of an apply");
+  plan->add_flag("--diff", a.diff, "also print a unified diff of every file it would write");
   app.add_subcommand("apply", "apply overlays (all anchors resolved before any write)");
   auto* check_cmd = app.add_subcommand("check", "read-only: exit 0 only if overlays are in the expected state");
   check_cmd->add_option("--expect", a.expect, "applied or pristine")
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
     std::cout << "\n";
     if (out->compiled) std::cout << "compiled " << out->compiled << " files and fragments: ok\n";
   } else {
-    std::cout << outcome_text(label, *out);
+    std::cout << outcome_text(label, *out, a.diff);
   }
   return 0;
 }

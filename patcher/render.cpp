@@ -1,6 +1,8 @@
 #include "render.h"
 
+#include "diff.h"
 #include "fmt/format.h"
+#include "text.h"
 
 namespace patcher {
 
@@ -84,7 +86,7 @@ std::string state_text(const TreeState& ts) {
   return out;
 }
 
-std::string outcome_text(const std::string& command, const Outcome& o) {
+std::string outcome_text(const std::string& command, const Outcome& o, bool with_diff) {
   std::string out;
   if (o.recovered) out += "completed an interrupted transaction first\n";
   for (const auto& s : o.skipped)
@@ -93,6 +95,10 @@ std::string outcome_text(const std::string& command, const Outcome& o) {
   for (const auto& c : o.changes) {
     out += fmt::format("{} {} {}\n", dry ? "would" : "did", c.action, c.path);
     for (const auto& n : c.notes) out += "  " + n + "\n";
+    if (with_diff)
+      for (const auto& l : unified_file_diff(split_lines(c.old_text).lines, split_lines(c.new_text).lines,
+                                             "a/" + c.path, "b/" + c.path))
+        out += l + "\n";
   }
   if (o.compiled) out += fmt::format("compiled {} files and fragments: ok\n", o.compiled);
   if (o.changes.empty()) out += "nothing to do\n";

@@ -13,6 +13,6 @@ nlohmann::json outcome_json(const std::string& command, const Outcome& o);
 nlohmann::json error_json(const Error& e);
 
 std::string state_text(const TreeState& ts);
-std::string outcome_text(const std::string& command, const Outcome& o);
+std::string outcome_text(const std::string& command, const Outcome& o, bool with_diff = false);
 
 }  // namespace patcher
