@@ -180,6 +180,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="kvstore --threads (0: its default)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
+    ap.add_argument("--only", choices=("verify", "gc"), help="run one of the two parts")
     a = ap.parse_args()
     if a.smoke:
         a.big_gib, a.chunk_mib, a.small_files, a.repeat = 0.01, 1, 400, 1
@@ -189,6 +190,15 @@ def main() -> int:
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
           f"{platform.system()} {platform.release()}, python {platform.python_version()}")
 
+    if a.only != "gc":
+        bench_verify(a, kv, threads, root)
+    if a.only != "verify":
+        bench_gc(a, kv, threads, root)
+    print(f"load average after the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return 0
+
+
+def bench_verify(a: argparse.Namespace, kv: str, threads: list[str], root: Path) -> None:
     big = make_big(root / "big", int(a.big_gib * GiB), int(a.chunk_mib * MiB))
     files = chunk_files(big)
     total = sum(os.path.getsize(f) for f in files)
@@ -205,6 +215,8 @@ def main() -> int:
     print(f"  ratio verify/cat    wall {t_cat / t_kv:5.2f}x  cpu {c_cat / c_kv:5.2f}x  (goal >= 0.9x)")
     print(f"  ratio verify/python wall {t_py / t_kv:5.2f}x  cpu {c_py / c_kv:5.2f}x  (goal >= 4x)")
 
+
+def bench_gc(a: argparse.Namespace, kv: str, threads: list[str], root: Path) -> None:
     small = make_small(root / "small", a.small_files, 200 if not a.smoke else 20, a.small_bytes)
     n = sum(1 for _ in small.rglob("*.bin"))
     print(f"gc: {n} small chunks under {small}")
@@ -215,8 +227,6 @@ def main() -> int:
     print(f"  find -type f | wc -l     {t_find:7.3f} s  cpu {c_find:7.3f} s")
     print(f"  kvstore gc (dry run)     {t_gc:7.3f} s  cpu {c_gc:7.3f} s")
     print(f"  ratio gc/find       wall {t_gc / t_find:5.2f}x  cpu {c_gc / c_find:5.2f}x  (goal <= 2x)")
-    print(f"load average after the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    return 0
 
 
 if __name__ == "__main__":
