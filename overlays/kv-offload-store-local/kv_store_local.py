@@ -28,6 +28,7 @@ objects handed in by vLLM are used through the small staging adapters below.
 import ctypes
 import errno
 import fcntl
+import itertools
 import logging
 import os
 import re
@@ -774,7 +775,7 @@ class Checksummer:
             bounds.append(n)
         futures = [
             self._pool.submit(fmt.crc32, payload[a:b])
-            for a, b in zip(bounds, bounds[1:])
+            for a, b in itertools.pairwise(bounds)
         ]
         return PendingChecksum(futures, self._shift)
 
