@@ -8,6 +8,7 @@
 //
 // Properties of an accepted manifest (what later stages rely on):
 //  - names and edit ids are unique and every path is relative without "..";
+//  - every scope segment is "class X", "def f" or "async def f";
 //  - every sentinel the engine would write for it parses back to the same
 //    overlay and edit (so the engine can always find its own regions again).
 #include <cstdint>
@@ -40,6 +41,23 @@ bool safe_rel(const std::string& p) {
     size_t slash = p.find('/', start);
     std::string_view part(p.data() + start, (slash == std::string::npos ? p.size() : slash) - start);
     if (part.empty() || part == "." || part == "..") return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
+}
+
+// Every "/"-separated segment names a class or function ("class X", "def f",
+// "async def f"): find_scope matches segments as line prefixes, so an empty
+// or keyword-less segment would match unrelated lines.
+bool valid_scope(const std::string& scope) {
+  size_t start = 0;
+  while (true) {
+    size_t slash = scope.find('/', start);
+    std::string seg = scope.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    bool keyword = false;
+    for (std::string_view k : {"class ", "def ", "async def "})
+      keyword |= seg.size() > k.size() && seg.compare(0, k.size(), k) == 0;
+    if (!keyword) return false;
     if (slash == std::string::npos) return true;
     start = slash + 1;
   }
@@ -96,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(ids.insert(e.id).second);
       FUZZ_CHECK(!e.anchor_lines.empty());
       FUZZ_CHECK(e.occurrences >= 1);
+      FUZZ_CHECK(e.scope.empty() || valid_scope(e.scope));
       FUZZ_CHECK(safe_rel(e.fragment));
       for (const auto& l : e.anchor_lines) FUZZ_CHECK(!patcher::looks_like_sentinel(l));
       for (const auto& l : e.fragment_lines) FUZZ_CHECK(!patcher::looks_like_sentinel(l));

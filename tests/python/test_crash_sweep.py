@@ -32,7 +32,7 @@ OVERLAY_DIR = REPO_ROOT / "overlays" / "kv-offload-store-local"
 if str(OVERLAY_DIR) not in sys.path:
     sys.path.insert(0, str(OVERLAY_DIR))
 
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format as fmt
 
 FULL = 0
 STATE = 2
@@ -140,7 +140,9 @@ class CrashStore:
             chain=chain,
             groups=(
                 fmt.ManifestGroup(
-                    FULL, fmt.GROUP_KIND_FULL, tuple(self.entries[(FULL, k)] for k in chain)
+                    FULL,
+                    fmt.GROUP_KIND_FULL,
+                    tuple(self.entries[(FULL, k)] for k in chain),
                 ),
                 fmt.ManifestGroup(
                     STATE, fmt.GROUP_KIND_STATE, (self.entries[(STATE, chain[-1])],)
@@ -170,7 +172,7 @@ def build_store(tier: Path) -> CrashStore:
     temp = chunk_path.parent / fmt.temp_name(chunk_path.name, 4242, 4243)
     temp.write_bytes(chunk_path.read_bytes()[:100])
     manifest_dir = Path(store.layout.manifest_dir)
-    some_manifest = sorted(manifest_dir.iterdir())[0]
+    some_manifest = min(manifest_dir.iterdir())
     (manifest_dir / fmt.temp_name(some_manifest.name, 4242, 4244)).write_bytes(b"{")
     for dirpath, _dirs, files in os.walk(tier):
         for f in files:
@@ -210,6 +212,7 @@ def broken_references(store: CrashStore) -> list[str]:
 def kvstore(binary: Path, *args: str, env: dict[str, str] | None = None):
     return subprocess.run(
         [str(binary), *args],
+        check=False,
         capture_output=True,
         text=True,
         timeout=120,
@@ -262,7 +265,9 @@ def reference(kvstore_bin, shim, tmp_path_factory):
 def test_the_shim_sees_every_deletion(reference):
     before, after, steps = reference
     removed = sorted(Path(f).name for f in before - after)
-    unlinked = sorted(s.split(" ", 2)[2] for s in steps if s.split()[1].startswith("unlink"))
+    unlinked = sorted(
+        s.split(" ", 2)[2] for s in steps if s.split()[1].startswith("unlink")
+    )
     # Every file the sweep removed went through the shim, so killing at each
     # step really covers each deletion.
     assert unlinked == removed
