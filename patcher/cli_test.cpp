@@ -471,3 +471,21 @@ TEST(Cli, PlanDiffShowsTheInjectedRegion) {
 
 }  // namespace
 }  // namespace patcher::testing
+
+namespace patcher::testing {
+namespace {
+
+TEST(CheckInjected, EverythingCompilesInOneInterpreterProcess) {
+  Workspace w;
+  std::string counter = w.dir + "/python-runs";
+  std::string wrapper = w.dir + "/counting-python";
+  write_file(wrapper, "#!/bin/sh\necho run >> '" + counter + "'\nexec python3 \"$@\"\n");
+  chmod(wrapper.c_str(), 0755);
+  auto r = w.run({"apply", "--check-injected", "--python", wrapper});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("compiled 13 files and fragments"));
+  EXPECT_EQ(read_file(counter), "run\n");
+}
+
+}  // namespace
+}  // namespace patcher::testing
