@@ -208,7 +208,9 @@ TEST_P(BadInput, OneLineErrorDocumentedCodeNoWrite) {
   std::string first = r.err.substr(0, r.err.find('\n'));
   EXPECT_THAT(first, ::testing::HasSubstr(c.file)) << r.err;
   EXPECT_THAT(first, ::testing::HasSubstr(c.problem)) << r.err;
-  if (c.code == 2) EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  if (c.code == 2) {
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // exactly one line
+  }
   EXPECT_EQ(diff_snapshots(before, snapshot(w.tree), !c.io), "");
 }
 

@@ -84,7 +84,7 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
 Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState& ts,
                                               const std::vector<std::string>& wanted,
                                               const std::vector<std::string>& touched,
-                                              std::vector<Change>* changes, std::vector<Build>* builds) {
+                                              std::vector<Change>* changes) {
   std::vector<FileChangeReport> out;
   for (const auto& fs : ts.files) {
     if (fs.is_new) continue;
@@ -98,11 +98,9 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
     for (const auto& m : s.set.overlays) {
       const FileSpec* spec = m.find_file(fs.path);
       if (!spec || !contains(wanted, m.overlay)) continue;
-      size_t before = b.regions.size();
       if (auto st = apply_overlay(b, m, *spec, pristine, fs.path); !st) return st.error();
       for (const Edit& e : spec->edits)
         if (is_superseded(e, pristine)) notes.push_back("= " + m.overlay + "/" + e.id + " superseded upstream");
-      (void)before;
     }
     for (size_t i = 0; i < b.lines.size(); ++i) {
       int r = b.lines[i].region;
@@ -112,7 +110,6 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
         notes.push_back(fmt::format("+ {}/{} at line {}", sn.overlay, sn.edit, i + 1));
     }
     std::string text = b.text();
-    if (builds) builds->push_back(b);
     if (text == fs.data.bytes) continue;
     FileChangeReport fc{fs.path, "patch", notes, fs.data.bytes, text};
     out.push_back(fc);
@@ -217,7 +214,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
     }
   }
   if (auto st = require_consistent(ts, *sel, s.set); !st) return st.error();
-  std::vector<std::string> wanted, todo;
+  std::vector<std::string> wanted;
   for (const auto& os : ts.overlays) {
     bool want = contains(*sel, os.name);
     if (os.state == "applied" || os.state == "superseded") {
@@ -225,11 +222,9 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
       if (want) p.out.skipped.push_back(os.name);
     } else if (want) {
       wanted.push_back(os.name);
-      todo.push_back(os.name);
     }
   }
-  std::vector<Build> builds;
-  auto changes = rebuild(s, ts, wanted, *sel, &p.changes, nullptr);
+  auto changes = rebuild(s, ts, wanted, *sel, &p.changes);
   if (!changes) return changes.error();
   p.out.changes = *changes;
   // New files, and parents that must exist.

@@ -234,7 +234,7 @@ Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& f
 Result<Manifest> parse_manifest(const std::string& toml_text, const std::string& display_path,
                                 const std::string& fragments_dir) {
   Ctx c{display_path};
-  if (auto off = find_invalid_utf8(toml_text)) return c.err("manifest is not valid UTF-8");
+  if (find_invalid_utf8(toml_text)) return c.err("manifest is not valid UTF-8");
   toml::table root;
   try {
     root = toml::parse(toml_text, display_path);
