@@ -26,20 +26,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
 import harness  # noqa: E402
+from hybrid_layout import STATE_GROUPS, HybridVllm, scheduler_output  # noqa: E402
 
-OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 BLOCK = 256  # tokens per block (and per offloaded chunk)
 HASH = 64  # tokens per prefix-cache hash
 NUM_BLOCKS = 256
 ROW = 64 << 10  # one CPU staging row: room for the largest page
 STAGING_ROWS = 512
-STATE_GROUPS = (2, 3, 4, 5)
 
 # Chains: (request id, prompt blocks, the request it forks from, fork block).
 # "b" shares a's first 4 blocks, so the store holds a forked chain.
@@ -57,126 +55,19 @@ def chain_hashes(req_id: str, blocks: int, parent: list[bytes] | None, fork: int
     return hashes
 
 
-class Engine:
+class Engine(HybridVllm):
     """The patched modules and what a vLLM boot would hand them."""
 
-    def __init__(self, ns) -> None:
-        self.ns = ns
-        self.kci = ns.load("vllm.v1.kv_cache_interface")
-        self.torch = ns.load("torch")
-        self.config = ns.load(f"{OFFLOADING}.config")
-        self.scheduler_mod = ns.load(f"{OFFLOADING}.scheduler")
-        self.worker_mod = ns.load(f"{OFFLOADING}.worker")
-        self.common = ns.load(f"{OFFLOADING}.common")
-        self.base = ns.load("vllm.v1.kv_offload.base")
-        self.cpu = ns.load("vllm.v1.kv_offload.cpu.common")
-        self.request_mod = ns.load("vllm.v1.request")
-        # vLLM registers a manager per spec type at boot; the stubbed boot
-        # does not, so register the plain single-type manager for ours.
-        registry = ns.load("vllm.v1.kv_cache_spec_registry").KVCacheSpecRegistry
-        manager = ns.load("vllm.v1.core.single_type_kv_cache_manager")
-        for spec_cls in (
-            self.kci.FullAttentionSpec,
-            self.kci.SlidingWindowSpec,
-            self.kci.MambaSpec,
-            self.kci.CircularBufferSpec,
-        ):
-            registry.register(
-                spec_cls,
-                type(
-                    f"{spec_cls.__name__}Manager",
-                    (manager.SingleTypeKVCacheManager,),
-                    {
-                        "supports_fine_grained_hash_lookup": True,
-                        "reachable_block_mask": classmethod(lambda cls, **kw: None),
-                    },
-                ),
-            )
-
     def kv_cache_config(self):
-        kci, bf16, f32 = self.kci, self.torch.bfloat16, self.torch.float32
-        specs = [
-            (kci.FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=16, dtype=bf16), False),
-            (kci.CircularBufferSpec(block_size=4, num_kv_heads=1, head_size=16, dtype=bf16), False),
-        ]
-        specs += [
-            (
-                kci.MambaSpec(
-                    block_size=BLOCK,
-                    shapes=((2, 8), (4, 16)),
-                    dtypes=(bf16, f32),
-                    mamba_cache_mode="align",
-                ),
-                False,
-            )
-            for _ in STATE_GROUPS
-        ]
-        specs.append(
-            (
-                kci.SlidingWindowSpec(
-                    block_size=BLOCK,
-                    num_kv_heads=2,
-                    head_size=16,
-                    dtype=bf16,
-                    sliding_window=2 * BLOCK,
-                ),
-                True,
-            )
-        )
-        groups = [
-            kci.KVCacheGroupSpec(
-                layer_names=[f"g{i}.l0"], kv_cache_spec=spec, is_eagle_group=eagle
-            )
-            for i, (spec, eagle) in enumerate(specs)
-        ]
-        return kci.KVCacheConfig(
-            num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups
-        )
+        return super().kv_cache_config(block=BLOCK, num_blocks=NUM_BLOCKS)
 
     def vllm_config(self):
-        VllmConfig = self.ns.load("vllm.config").VllmConfig
-        return VllmConfig(
-            kv_transfer_config=SimpleNamespace(
-                kv_connector_extra_config={}, engine_id="demo-engine"
-            ),
-            parallel_config=SimpleNamespace(
-                decode_context_parallel_size=1,
-                prefill_context_parallel_size=1,
-                tensor_parallel_size=1,
-                pipeline_parallel_size=1,
-                world_size=1,
-                distributed_executor_backend="mp",
-                nnodes_within_dp=1,
-                rank=0,
-                data_parallel_index=0,
-                data_parallel_size=1,
-                data_parallel_rank_local=None,
-                cp_kv_cache_interleave_size=1,
-            ),
-            model_config=SimpleNamespace(
-                use_mla=False,
-                get_total_num_kv_heads=lambda: 2,
-                model="demo/hybrid-7g",
-                dtype=self.torch.bfloat16,
-                max_model_len=32 * BLOCK,
-            ),
-            cache_config=SimpleNamespace(
-                block_size=BLOCK,
-                prefix_match_unit=HASH,
-                enable_prefix_caching=True,
-                cache_dtype="auto",
-                kv_cache_layout=None,
-                prefix_cache_retention_interval=None,
-                prefix_caching_hash_algo="sha256",
-            ),
-            speculative_config=SimpleNamespace(
-                method="eagle",
-                num_speculative_tokens=1,
-                use_eagle=lambda: True,
-                use_eagle_block_drop=lambda: False,
-            ),
-            use_v2_model_runner=False,
-            kv_events_config=None,
+        return super().vllm_config(
+            block=BLOCK,
+            hash_unit=HASH,
+            max_model_len=32 * BLOCK,
+            model="demo/hybrid-7g",
+            engine_id="demo-engine",
         )
 
 
@@ -242,22 +133,6 @@ def make_spec(engine: Engine, offloading_config, gpu: Gpu):
     return Spec(offloading_config)
 
 
-def scheduler_output(request, block_ids, handoffs):
-    return SimpleNamespace(
-        scheduled_new_reqs=[
-            SimpleNamespace(req_id=request.request_id, block_ids=block_ids)
-        ],
-        scheduled_cached_reqs=SimpleNamespace(
-            req_ids=[], new_block_ids=[], resumed_req_ids=set()
-        ),
-        kv_cache_block_copies=None,
-        num_scheduled_tokens={request.request_id: request.num_tokens},
-        finished_req_ids=set(),
-        preempted_req_ids=set(),
-        kv_connector_block_state=SimpleNamespace(boundary_state_offloads=handoffs),
-    )
-
-
 def drive(tree: Path, store_dir: Path) -> dict:
     os.environ.update(
         GLM53_KV_OFFLOAD="1",
@@ -274,10 +149,10 @@ def drive(tree: Path, store_dir: Path) -> dict:
             vllm_config, kv_cache_config
         )
         spec = make_spec(engine, offloading_config, gpu)
-        scheduler = engine.scheduler_mod.OffloadingConnectorScheduler(
+        scheduler = engine.scheduler.OffloadingConnectorScheduler(
             spec, vllm_config, kv_cache_config
         )
-        worker = engine.worker_mod.OffloadingConnectorWorker(
+        worker = engine.worker.OffloadingConnectorWorker(
             spec, vllm_config, kv_cache_config
         )
         store = worker._kv_store
@@ -305,18 +180,7 @@ def drive(tree: Path, store_dir: Path) -> dict:
         for n, (req_id, blocks, parent, fork) in enumerate(REQUESTS):
             hashes = chain_hashes(req_id, blocks, chains.get(parent), fork)
             chains[req_id] = hashes
-            request = engine.request_mod.Request(
-                request_id=req_id,
-                block_hashes=hashes,
-                num_tokens=blocks * BLOCK,
-                num_prompt_tokens=blocks * BLOCK,
-                num_computed_tokens=0,
-                status=engine.request_mod.RequestStatus.RUNNING,
-                kv_transfer_params=None,
-                kv_hints=None,
-                shared_prefix_boundary=None,
-                skip_reading_prefix_cache=False,
-            )
+            request = engine.request(req_id, hashes, blocks * BLOCK)
             scheduler.on_new_request(request)
             scheduler.get_num_new_matched_tokens(request, 0)
             block_ids = tuple(

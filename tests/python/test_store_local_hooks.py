@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import harness
 import pytest
+from hybrid_layout import HybridVllm, scheduler_output
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 OVERLAYS = "kv-offload-scope,kv-offload-store-local"
@@ -80,135 +81,19 @@ def knob_on(monkeypatch, tmp_path):
     return tmp_path / "store"
 
 
-class Vllm:
+class Vllm(HybridVllm):
     """The patched modules plus builders for the 7-group hybrid layout."""
 
-    def __init__(self, ns) -> None:
-        self.ns = ns
-        self.kci = ns.load("vllm.v1.kv_cache_interface")
-        self.torch = ns.load("torch")
-        self.config = ns.load(f"{OFFLOADING}.config")
-        self.scheduler = ns.load(f"{OFFLOADING}.scheduler")
-        self.worker = ns.load(f"{OFFLOADING}.worker")
-        self.common = ns.load(f"{OFFLOADING}.common")
-        self.base = ns.load("vllm.v1.kv_offload.base")
-        self.cpu = ns.load("vllm.v1.kv_offload.cpu.common")
-        registry = ns.load("vllm.v1.kv_cache_spec_registry").KVCacheSpecRegistry
-        manager = ns.load("vllm.v1.core.single_type_kv_cache_manager")
-        for spec_cls in (
-            self.kci.FullAttentionSpec,
-            self.kci.SlidingWindowSpec,
-            self.kci.MambaSpec,
-            self.kci.CircularBufferSpec,
-        ):
-            registry.register(
-                spec_cls,
-                type(
-                    f"{spec_cls.__name__}Manager",
-                    (manager.SingleTypeKVCacheManager,),
-                    {
-                        "supports_fine_grained_hash_lookup": True,
-                        # Every block is reachable: no window, no retention.
-                        "reachable_block_mask": classmethod(lambda cls, **kw: None),
-                    },
-                ),
-            )
-
     def layout(self):
-        """g0 full, g1 scratch, g2-g5 mamba ("align"), g6 EAGLE drafter."""
-        kci, bf16 = self.kci, self.torch.bfloat16
-        specs = [
-            (
-                kci.FullAttentionSpec(
-                    block_size=BLOCK, num_kv_heads=2, head_size=16, dtype=bf16
-                ),
-                False,
-            ),
-            (
-                kci.CircularBufferSpec(
-                    block_size=4, num_kv_heads=1, head_size=16, dtype=bf16
-                ),
-                False,
-            ),
-        ]
-        specs += [
-            (
-                kci.MambaSpec(
-                    block_size=BLOCK,
-                    shapes=((2, 8), (4, 16)),
-                    dtypes=(bf16, self.torch.float32),
-                    mamba_cache_mode="align",
-                ),
-                False,
-            )
-            for _ in range(4)
-        ]
-        specs.append(
-            (
-                kci.SlidingWindowSpec(
-                    block_size=BLOCK,
-                    num_kv_heads=2,
-                    head_size=16,
-                    dtype=bf16,
-                    sliding_window=2 * BLOCK,
-                ),
-                True,
-            )
-        )
-        groups = [
-            kci.KVCacheGroupSpec(
-                layer_names=[f"g{i}.l0"], kv_cache_spec=spec, is_eagle_group=eagle
-            )
-            for i, (spec, eagle) in enumerate(specs)
-        ]
-        return kci.KVCacheConfig(
-            num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups
-        )
+        return self.kv_cache_config(block=BLOCK, num_blocks=NUM_BLOCKS)
 
     def vllm_config(self):
-        VllmConfig = self.ns.load("vllm.config").VllmConfig
-        return VllmConfig(
-            kv_transfer_config=SimpleNamespace(
-                kv_connector_extra_config={}, engine_id="engine-0"
-            ),
-            parallel_config=SimpleNamespace(
-                decode_context_parallel_size=1,
-                prefill_context_parallel_size=1,
-                tensor_parallel_size=1,
-                pipeline_parallel_size=1,
-                world_size=1,
-                distributed_executor_backend="mp",
-                nnodes_within_dp=1,
-                rank=0,
-                data_parallel_index=0,
-                data_parallel_size=1,
-                data_parallel_rank_local=None,
-                cp_kv_cache_interleave_size=1,
-            ),
-            model_config=SimpleNamespace(
-                use_mla=False,
-                get_total_num_kv_heads=lambda: 2,
-                model="test/hybrid-7g",
-                dtype=self.torch.bfloat16,
-                max_model_len=16 * BLOCK,
-            ),
-            cache_config=SimpleNamespace(
-                block_size=BLOCK,
-                prefix_match_unit=HASH,
-                enable_prefix_caching=True,
-                cache_dtype="auto",
-                kv_cache_layout=None,
-                prefix_cache_retention_interval=None,
-                prefix_caching_hash_algo="sha256",
-            ),
-            speculative_config=SimpleNamespace(
-                method="eagle",
-                num_speculative_tokens=1,
-                use_eagle=lambda: True,
-                use_eagle_block_drop=lambda: False,
-            ),
-            use_v2_model_runner=False,
-            kv_events_config=None,
+        return super().vllm_config(
+            block=BLOCK,
+            hash_unit=HASH,
+            max_model_len=16 * BLOCK,
+            model="test/hybrid-7g",
+            engine_id="engine-0",
         )
 
     def spec(self, vllm_config, kv_cache_config):
@@ -218,20 +103,8 @@ class Vllm:
         return make_spec(self, offloading_config)
 
     def request(self, num_tokens: int, req_id: str = "r0"):
-        request_mod = self.ns.load("vllm.v1.request")
         hashes = [i.to_bytes(4, "big") * 8 for i in range(num_tokens // HASH)]
-        return request_mod.Request(
-            request_id=req_id,
-            block_hashes=hashes,
-            num_tokens=num_tokens,
-            num_prompt_tokens=num_tokens,
-            num_computed_tokens=0,
-            status=request_mod.RequestStatus.RUNNING,
-            kv_transfer_params=None,
-            kv_hints=None,
-            shared_prefix_boundary=None,
-            skip_reading_prefix_cache=False,
-        )
+        return super().request(req_id, hashes, num_tokens)
 
 
 def make_spec(vllm: Vllm, offloading_config, worker=None):
@@ -275,25 +148,6 @@ def make_spec(vllm: Vllm, offloading_config, worker=None):
             return worker
 
     return Spec(offloading_config)
-
-
-def scheduler_output(request, block_ids, handoffs=None):
-    block_state = None
-    if handoffs is not None:
-        block_state = SimpleNamespace(boundary_state_offloads=handoffs)
-    return SimpleNamespace(
-        scheduled_new_reqs=[
-            SimpleNamespace(req_id=request.request_id, block_ids=block_ids)
-        ],
-        scheduled_cached_reqs=SimpleNamespace(
-            req_ids=[], new_block_ids=[], resumed_req_ids=set()
-        ),
-        kv_cache_block_copies=None,
-        num_scheduled_tokens={request.request_id: request.num_tokens},
-        finished_req_ids=set(),
-        preempted_req_ids=set(),
-        kv_connector_block_state=block_state,
-    )
 
 
 def store_step(vllm: Vllm):
