@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import harness
 import pytest
+from hybrid_layout import scheduler_output
 
 OVERLAY = "kv-offload-scope"
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
@@ -678,25 +679,6 @@ def test_offload_keys_and_block_ids_by_original_index(patched):
 # Transfer-spec shape: scheduler store jobs and the worker's layout
 
 
-def scheduler_output(vllm: Vllm, request, block_ids, handoffs=None):
-    block_state = None
-    if handoffs is not None:
-        block_state = SimpleNamespace(boundary_state_offloads=handoffs)
-    return SimpleNamespace(
-        scheduled_new_reqs=[
-            SimpleNamespace(req_id=request.request_id, block_ids=block_ids)
-        ],
-        scheduled_cached_reqs=SimpleNamespace(
-            req_ids=[], new_block_ids=[], resumed_req_ids=set()
-        ),
-        kv_cache_block_copies=None,
-        num_scheduled_tokens={request.request_id: request.num_tokens},
-        finished_req_ids=set(),
-        preempted_req_ids=set(),
-        kv_connector_block_state=block_state,
-    )
-
-
 @dataclass
 class StepResult:
     offloaded: list[int]
@@ -725,7 +707,7 @@ def store_step(
     if handoff_group is not None:
         handoffs = {request.request_id: [(handoff_group, 7777, 2 * BLOCK)]}
     meta = scheduler.build_connector_meta(
-        scheduler_output(vllm, request, block_ids, handoffs)
+        scheduler_output(request, block_ids, handoffs)
     )
     jobs = [meta.store_jobs[job_id] for job_id in sorted(meta.store_jobs)]
     return StepResult(group_ids(spec.config), jobs, spec.manager.stored)
