@@ -6,7 +6,6 @@ set(KVFORMAT_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_library(kvformat STATIC
   ${KVFORMAT_DIR}/format_error.cpp
   ${KVFORMAT_DIR}/crc32.cpp
-  ${KVFORMAT_DIR}/sha256.cpp
   ${KVFORMAT_DIR}/canonical_json.cpp
   ${KVFORMAT_DIR}/header.cpp
   ${KVFORMAT_DIR}/chunk_verifier.cpp
@@ -16,7 +15,7 @@ add_library(kvformat STATIC
   ${KVFORMAT_DIR}/retention.cpp
 )
 target_include_directories(kvformat PUBLIC ${KVFORMAT_DIR})
-target_link_libraries(kvformat PUBLIC nlohmann_json::nlohmann_json)
+target_link_libraries(kvformat PUBLIC kvtier_common nlohmann_json::nlohmann_json)
 if(TARGET PkgConfig::ISAL)
   target_link_libraries(kvformat PRIVATE PkgConfig::ISAL)
   target_compile_definitions(kvformat PRIVATE KVFORMAT_HAVE_ISAL=1)
@@ -30,7 +29,6 @@ target_link_libraries(kvformat_vectors PRIVATE kvformat)
 
 add_executable(kvformat_test
   ${KVFORMAT_DIR}/crc32_test.cpp
-  ${KVFORMAT_DIR}/sha256_test.cpp
   ${KVFORMAT_DIR}/canonical_json_test.cpp
   ${KVFORMAT_DIR}/header_test.cpp
   ${KVFORMAT_DIR}/chunk_verifier_test.cpp

@@ -14,6 +14,9 @@
 
 namespace kvformat {
 
+// The digest type of the shared SHA-256 (common/sha256.h).
+using kvtier::Sha256Digest;
+
 inline constexpr std::string_view kDefaultPrefix = "glm53kv";
 inline constexpr std::string_view kManifestDir = "manifests";
 inline constexpr std::string_view kLockFile = ".lock";

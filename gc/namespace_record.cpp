@@ -55,7 +55,7 @@ Result<void> check_fenced(const json& fenced) {
 Result<Sha256Digest> namespace_hash(const json& fenced) {
   auto text = canonical_json(fenced);
   if (!text) return text.error();
-  return sha256(std::span(reinterpret_cast<const std::uint8_t*>(text->data()), text->size()));
+  return kvtier::sha256(std::span(reinterpret_cast<const std::uint8_t*>(text->data()), text->size()));
 }
 
 std::string namespace_short(const Sha256Digest& hash) { return to_hex(hash).substr(0, kNsShortHex); }

@@ -14,6 +14,9 @@
 
 namespace kvformat {
 
+// The digest type of the shared SHA-256 (common/sha256.h).
+using kvtier::Sha256Digest;
+
 inline constexpr std::size_t kMaxRecordBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kNsShortHex = 16;
 

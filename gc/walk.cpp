@@ -23,18 +23,6 @@ Error io_error(std::string path, int err, std::string what) {
   return e;
 }
 
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 FileStat to_file_stat(const struct stat& st) {
   FileStat f;
   f.dev = st.st_dev;

@@ -12,31 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include "fd.h"
 #include "outcome.h"
 
 namespace kvstore {
 
-// An owned file descriptor; closes on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd();
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+// The owned fd type is shared with the engine (common/fd.h).
+using kvtier::Fd;
 
 struct FileStat {
   uint64_t dev = 0;

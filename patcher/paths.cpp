@@ -10,18 +10,6 @@
 
 namespace patcher {
 
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 std::string errno_text(int err) { return std::strerror(err); }
 
 Status validate_rel_path(std::string_view rel, const std::string& manifest_file, const char* what) {

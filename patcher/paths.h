@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "fd.h"
 #include "result.h"
 
 namespace patcher {
@@ -16,24 +17,8 @@ namespace patcher {
 // `what` names the field in error messages, e.g. "path" or "fragment".
 Status validate_rel_path(std::string_view rel, const std::string& manifest_file, const char* what);
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept;
-  ~Fd();
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+// The owned fd type is shared with kvstore (common/fd.h).
+using kvtier::Fd;
 
 struct FileData {
   std::string bytes;

@@ -16,7 +16,7 @@ std::string comment_prefix(std::string_view path) {
   return "#";
 }
 
-std::string text_hash(std::string_view text) { return sha256_hex(text).substr(0, 16); }
+std::string text_hash(std::string_view text) { return kvtier::sha256_hex(text).substr(0, 16); }
 
 std::string region_hash(const std::vector<std::string>& body) { return text_hash(join_lines(body, true)); }
 

@@ -123,7 +123,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     *fatal = s.error();
     return;
   }
-  fs.sha = sha256_hex(fs.data.bytes);
+  fs.sha = kvtier::sha256_hex(fs.data.bytes);
   Text text = split_lines(fs.data.bytes);
   if (fs.sha == fs.pin) {
     for (size_t i = 0; i < text.lines.size(); ++i)
@@ -171,7 +171,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   }
   fs.projection = Text{lines, text.trailing_newline};
   std::string proj = join_lines(fs.projection);
-  if (sha256_hex(proj) != fs.pin) {
+  if (kvtier::sha256_hex(proj) != fs.pin) {
     fs.state = "tampered";
     fs.message = "text outside the overlay regions differs from the pristine pin (edited by hand?)";
     return;
@@ -239,7 +239,7 @@ void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileSta
   }
   fs.exists = true;
   fs.data = std::move(**data);
-  fs.sha = sha256_hex(fs.data.bytes);
+  fs.sha = kvtier::sha256_hex(fs.data.bytes);
   const std::string& bytes = fs.data.bytes;
   size_t nl = bytes.find('\n');
   std::string first = bytes.substr(0, nl);

@@ -37,7 +37,7 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
 }
 
-std::string sha256_file(const std::string& path) { return sha256_hex(read_file(path)); }
+std::string sha256_file(const std::string& path) { return kvtier::sha256_hex(read_file(path)); }
 
 static void walk(const std::string& root, const std::string& rel, Snapshot& snap) {
   std::string path = rel.empty() ? root : root + "/" + rel;

@@ -67,7 +67,7 @@ Result<Opened> open_for(const Tree& tree, const std::string& path) {
 std::string journal_text(const std::vector<Change>& changes) {
   std::string j = "overlay-journal 1\n";
   for (const auto& c : changes) {
-    std::string new_sha = c.kind == Change::Delete ? "-" : sha256_hex(c.new_bytes);
+    std::string new_sha = c.kind == Change::Delete ? "-" : kvtier::sha256_hex(c.new_bytes);
     std::string old_sha = c.kind == Change::Create ? "-" : c.old_sha;
     const char* kind = c.kind == Change::Write ? "write" : c.kind == Change::Create ? "create" : "delete";
     j += std::string(kind) + " " + new_sha + " " + old_sha + " " + c.path + "\n";
@@ -173,7 +173,7 @@ Result<bool> recover(const Tree& tree, const std::vector<std::string>& paths) {
       if (!o) return o.error();
       auto cur = tree.read(path);
       if (!cur) return cur.error();
-      std::string cur_sha = cur->has_value() ? sha256_hex((*cur)->bytes) : "-";
+      std::string cur_sha = cur->has_value() ? kvtier::sha256_hex((*cur)->bytes) : "-";
       if (kind == "delete") {
         if (cur_sha == "-") continue;
         if (cur_sha != old_sha)
@@ -187,7 +187,7 @@ Result<bool> recover(const Tree& tree, const std::vector<std::string>& paths) {
           if (tmp->has_value()) ::unlinkat(o->dir.get(), o->tmp.c_str(), 0);
           continue;
         }
-        if (!tmp->has_value() || sha256_hex((*tmp)->bytes) != new_sha)
+        if (!tmp->has_value() || kvtier::sha256_hex((*tmp)->bytes) != new_sha)
           return make_error(ErrorKind::Tampered, path,
                             "an interrupted transaction cannot be finished: neither the file nor its temp holds the "
                             "new text");
