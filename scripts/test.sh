@@ -10,7 +10,9 @@ PYTHON=${PYTHON:-python3}
 status=0
 # ASan+UBSan build of the C++ tests run under the sanitizers, then short fuzz
 # runs (docs/HARDENING.md). KVTIER_HARDENING=0 skips it.
-if [ "${KVTIER_HARDENING:-1}" != 0 ]; then scripts/hardening.sh || status=1; fi
+if [ "${KVTIER_HARDENING:-1}" != 0 ]; then
+  FUZZ_SECONDS=${FUZZ_SECONDS:-10} scripts/hardening.sh || status=1
+fi
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" || status=1
 if [ -d tests/python ] && compgen -G "tests/python/test_*.py" >/dev/null; then
   KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q tests/python || status=1
