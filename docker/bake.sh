@@ -24,29 +24,7 @@ KVTIER_TOOL=bake
 # shellcheck source=docker/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-prefix=$(cd "$(dirname "$0")/.." && pwd)
-engine="" overlay_bin="" root="" python="" artifacts=""
-while (($#)); do
-  case $1 in
-  --prefix | --engine | --overlay | --root | --python | --artifacts)
-    (($# >= 2)) || die "$1 needs a value"
-    case $1 in
-    --prefix) prefix=$2 ;;
-    --engine) engine=$2 ;;
-    --overlay) overlay_bin=$2 ;;
-    --root) root=$2 ;;
-    --python) python=$2 ;;
-    --artifacts) artifacts=$2 ;;
-    esac
-    shift 2
-    ;;
-  -h | --help)
-    sed -n '2,22p' "$0"
-    exit 0
-    ;;
-  *) die "unknown argument $(q "$1") (see --help)" ;;
-  esac
-done
+parse_tree_args 22 "$0" "$@"
 [[ -d $prefix ]] || die "--prefix $(q "$prefix"): not a folder"
 prefix=$(cd "$prefix" && pwd)
 artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}

@@ -23,29 +23,7 @@ KVTIER_TOOL=gate
 # shellcheck source=docker/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-prefix=$(cd "$(dirname "$0")/.." && pwd)
-engine="" overlay_bin="" root="" python="" artifacts=""
-while (($#)); do
-  case $1 in
-  --prefix | --engine | --overlay | --root | --python | --artifacts)
-    (($# >= 2)) || die "$1 needs a value"
-    case $1 in
-    --prefix) prefix=$2 ;;
-    --engine) engine=$2 ;;
-    --overlay) overlay_bin=$2 ;;
-    --root) root=$2 ;;
-    --python) python=$2 ;;
-    --artifacts) artifacts=$2 ;;
-    esac
-    shift 2
-    ;;
-  -h | --help)
-    sed -n '2,20p' "$0"
-    exit 0
-    ;;
-  *) die "unknown argument $(q "$1") (see --help)" ;;
-  esac
-done
+parse_tree_args 20 "$0" "$@"
 
 # 1. Knobs: pure checks of the environment, before touching any file.
 validate_knobs

@@ -237,3 +237,35 @@ print(os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else '')" "$p
   [[ -n $root && -d $root/$pkg ]] || die "$python: $pkg is not installed"
   printf '%s' "$root"
 }
+
+# The options bake.sh and gate.sh share (see bake.sh's header). Sets the
+# globals prefix, engine, overlay_bin, root, python and artifacts.
+#   parse_tree_args HELP_LAST_LINE SCRIPT "$@"
+# shellcheck disable=SC2034
+parse_tree_args() {
+  local help_last=$1 script=$2
+  shift 2
+  prefix=$(cd "$(dirname "$script")/.." && pwd)
+  engine="" overlay_bin="" root="" python="" artifacts=""
+  while (($#)); do
+    case $1 in
+    --prefix | --engine | --overlay | --root | --python | --artifacts)
+      (($# >= 2)) || die "$1 needs a value"
+      case $1 in
+      --prefix) prefix=$2 ;;
+      --engine) engine=$2 ;;
+      --overlay) overlay_bin=$2 ;;
+      --root) root=$2 ;;
+      --python) python=$2 ;;
+      --artifacts) artifacts=$2 ;;
+      esac
+      shift 2
+      ;;
+    -h | --help)
+      sed -n "2,${help_last}p" "$script"
+      exit 0
+      ;;
+    *) die "unknown argument $(q "$1") (see --help)" ;;
+    esac
+  done
+}
