@@ -9,7 +9,7 @@
 #include "compile_check.h"
 #include "manifest.h"
 #include "paths.h"
-#include "result.h"
+#include "error.h"
 #include "state.h"
 
 namespace patcher {

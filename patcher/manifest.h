@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "result.h"
+#include "error.h"
 
 namespace patcher {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fd.h"
-#include "result.h"
+#include "error.h"
 
 namespace patcher {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "manifest.h"
-#include "result.h"
+#include "error.h"
 #include "text.h"
 
 namespace patcher {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "manifest.h"
-#include "result.h"
+#include "error.h"
 
 namespace patcher {
 

@@ -11,7 +11,7 @@
 
 #include "manifest.h"
 #include "paths.h"
-#include "result.h"
+#include "error.h"
 #include "text.h"
 
 namespace patcher {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "paths.h"
-#include "result.h"
+#include "error.h"
 
 namespace patcher {
 

@@ -1,11 +1,13 @@
-// Typed errors and a small Result type: the library never prints and never
-// throws; the CLI maps ErrorKind to an exit code.
+// Typed errors of the overlay engine. The library never prints and never
+// throws: it returns Result<T> / Status (kvtier::Result from common/result.h
+// with this Error); the CLI maps ErrorKind to an exit code.
 #pragma once
 
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
+
+#include "result.h"
 
 namespace patcher {
 
@@ -36,27 +38,8 @@ inline Error make_error(ErrorKind k, std::string file, std::string msg) {
 }
 
 template <class T>
-class Result {
- public:
-  Result(T v) : v_(std::move(v)) {}
-  Result(Error e) : v_(std::move(e)) {}
-  bool ok() const { return v_.index() == 0; }
-  explicit operator bool() const { return ok(); }
-  T& value() { return std::get<0>(v_); }
-  const T& value() const { return std::get<0>(v_); }
-  T& operator*() { return value(); }
-  const T& operator*() const { return value(); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
-  const Error& error() const { return std::get<1>(v_); }
-  Error& error() { return std::get<1>(v_); }
-
- private:
-  std::variant<T, Error> v_;
-};
-
-struct Unit {};
-using Status = Result<Unit>;
-inline Status ok_status() { return Unit{}; }
+using Result = kvtier::Result<T, Error>;
+using Status = kvtier::Result<void, Error>;
+inline Status ok_status() { return {}; }
 
 }  // namespace patcher

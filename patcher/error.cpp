@@ -1,4 +1,4 @@
-#include "result.h"
+#include "error.h"
 
 namespace patcher {
 
