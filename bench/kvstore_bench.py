@@ -12,7 +12,7 @@ and as CPU time (user + system, children included: what the command costs
 the machine, robust when other load shares it). Stores are
 generated once under --dir and reused. --smoke runs tiny sizes (for CI).
 
-usage: bench/kvstore_bench.py [--kvstore build/gc/kvstore] [--dir /tmp/kvstore-bench]
+usage: bench/kvstore_bench.py [--kvstore build/kvstore/kvstore] [--dir /tmp/kvstore-bench]
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def py_crc_loop(files: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kvstore", default=str(REPO / "build" / "gc" / "kvstore"))
+    ap.add_argument("--kvstore", default=str(REPO / "build" / "kvstore" / "kvstore"))
     ap.add_argument("--dir", default="/tmp/kvstore-bench")
     ap.add_argument("--big-gib", type=float, default=2.1)
     ap.add_argument("--chunk-mib", type=float, default=27)

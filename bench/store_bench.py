@@ -378,7 +378,7 @@ def verify(root: Path, kvstore: str | None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/tmp/kvtier-store-bench")
-    ap.add_argument("--kvstore", default=str(REPO / "build" / "gc" / "kvstore"))
+    ap.add_argument("--kvstore", default=str(REPO / "build" / "kvstore" / "kvstore"))
     ap.add_argument("--rows", type=int, default=40, help="staging rows (chunks)")
     ap.add_argument("--boundaries", type=int, default=6)
     ap.add_argument("--chunks-per-boundary", type=int, default=4)

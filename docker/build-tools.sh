@@ -65,7 +65,7 @@ build() {
 
   cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release
   cmake --build "$bdir" --target overlay kvstore -j"${JOBS:-2}"
-  install -m 0755 "$bdir/patcher/overlay" "$bdir/gc/kvstore" "$out/libexec/"
+  install -m 0755 "$bdir/patcher/overlay" "$bdir/kvstore/kvstore" "$out/libexec/"
 
   local tool lib loader=""
   for tool in overlay kvstore; do

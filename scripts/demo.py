@@ -82,7 +82,7 @@ class Demo:
         self.out = Out()
         self.build = Path(args.build_dir).resolve()
         self.overlay = self.build / "patcher" / "overlay"
-        self.kvstore = self.build / "gc" / "kvstore"
+        self.kvstore = self.build / "kvstore" / "kvstore"
         self.pins = Path(args.pins).resolve()
         self.engine = self.pins.parent.name  # e.g. vllm-0.33.0
         self.manifests = REPO / "anchors" / self.engine

@@ -1,5 +1,5 @@
-// Fuzzes the chunk header parser (gc/header.h) and the streaming verifier
-// (gc/chunk_verifier.h) with whole chunk files.
+// Fuzzes the chunk header parser (kvtier/format/header.h) and the streaming
+// verifier (kvtier/format/chunk_verifier.h) with whole chunk files.
 //
 // A random header almost never carries a correct CRC, which would stop every
 // input at the checksum check. So each input is tried twice: as is, and with
@@ -16,10 +16,10 @@
 #include <span>
 #include <vector>
 
-#include "chunk_verifier.h"
-#include "crc32.h"
+#include "kvtier/format/chunk_verifier.h"
+#include "kvtier/format/crc32.h"
 #include "fuzz_check.h"
-#include "header.h"
+#include "kvtier/format/header.h"
 
 namespace {
 

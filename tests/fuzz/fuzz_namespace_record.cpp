@@ -1,6 +1,6 @@
-// Fuzzes the namespace record parser (gc/namespace_record.h, FORMAT.md
+// Fuzzes the namespace record parser (kvtier/format/namespace_record.h, FORMAT.md
 // section 4) and, through it, the strict JSON reader and canonical JSON writer
-// (gc/canonical_json.h) that the namespace hash is computed over.
+// (kvtier/format/canonical_json.h) that the namespace hash is computed over.
 //
 // Properties: an accepted record has a namespace hash, re-encodes, and the
 // encoding parses back to the same record with the same hash; encoding is
@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "canonical_json.h"
+#include "kvtier/format/canonical_json.h"
 #include "fuzz_check.h"
-#include "namespace_record.h"
+#include "kvtier/format/namespace_record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// Fuzzes the boundary manifest parser (gc/manifest.h, FORMAT.md section 5).
+// Fuzzes the boundary manifest parser (kvtier/format/boundary_manifest.h, FORMAT.md 5).
 //
 // A manifest carries a CRC-32 of its own canonical JSON, which random input
 // almost never matches. So a JSON object input is tried twice: as is, and
@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "canonical_json.h"
-#include "crc32.h"
+#include "kvtier/format/canonical_json.h"
+#include "kvtier/format/crc32.h"
 #include "fuzz_check.h"
-#include "manifest.h"
+#include "kvtier/format/boundary_manifest.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzzes the store's name parsers (gc/layout.h, FORMAT.md section 2): rank
+// Fuzzes the store's name parsers (kvtier/format/layout.h, FORMAT.md 2): rank
 // base names, chunk paths, leaf directories, manifest and temp file names,
 // hex. kvstore trusts these to decide what a file on disk is, so each accepted
 // name must be exactly the one the writer would produce for the parsed
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_check.h"
-#include "layout.h"
+#include "kvtier/format/layout.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);

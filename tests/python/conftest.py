@@ -61,7 +61,7 @@ def overlay_bin(build_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def kvstore_bin(build_dir) -> Path:
-    return _tool(build_dir, "gc/kvstore")
+    return _tool(build_dir, "kvstore/kvstore")
 
 
 @pytest.fixture(scope="session", params=PIN_DIRS, ids=[d.name for d in PIN_DIRS])

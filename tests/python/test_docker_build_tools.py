@@ -13,9 +13,9 @@ from docker_support import DOCKER, write_exec
 FAKE_CMAKE = r"""#!/bin/sh
 echo "cmake $*" >>"$CMAKE_LOG"
 if [ "$1" = "--build" ]; then
-  mkdir -p "$2/patcher" "$2/gc"
+  mkdir -p "$2/patcher" "$2/kvstore"
   cp /bin/echo "$2/patcher/overlay"
-  cp /bin/echo "$2/gc/kvstore"
+  cp /bin/echo "$2/kvstore/kvstore"
 fi
 """
 

@@ -166,7 +166,8 @@ def test_dockerignore_keeps_what_the_build_copies():
     needed = [
         "CMakeLists.txt",
         "patcher",
-        "gc",
+        "format",
+        "kvstore",
         "anchors",
         "overlays",
         "docker",

@@ -1,5 +1,5 @@
 """Format v1: the Python codec against the shared vectors, and against the C++
-codec through build/gc/kvformat_vectors (both directions, byte for byte)."""
+codec through build/format/kvformat_vectors (both directions, byte for byte)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def verdict(kind: str, data: bytes) -> str:
 def vectors_bin() -> Path:
     env = os.environ.get("KVFORMAT_VECTORS_BIN")
     build = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build"))
-    path = Path(env) if env else build / "gc" / "kvformat_vectors"
+    path = Path(env) if env else build / "format" / "kvformat_vectors"
     if not path.is_file():
         pytest.skip(
             f"{path} is not built (set KVTIER_BUILD_DIR or KVFORMAT_VECTORS_BIN)"

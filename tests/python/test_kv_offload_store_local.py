@@ -28,7 +28,7 @@ DAMAGED = {"test_namespace_record_fences_exactly_and_ignores_info"}
 def kvstore_verifies_what_the_writer_leaves(request, tmp_path, build_dir):
     """`kvstore verify` must pass on every store these tests leave behind."""
     yield
-    kvstore = build_dir / "gc" / "kvstore"
+    kvstore = build_dir / "kvstore" / "kvstore"
     if request.node.originalname in DAMAGED or not (
         kvstore.is_file() and os.access(kvstore, os.X_OK)
     ):

@@ -23,7 +23,7 @@ KILLS = 24
 
 def test_sigkill_at_random_points_never_leaves_a_bad_manifest(tmp_path, build_dir):
     rng = random.Random(20261129)
-    env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{sls.OVERLAY_DIR}")
+    env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{HERE.parents[1] / 'sim'}")
     published = 0
     for run in range(KILLS):
         proc = subprocess.Popen(
@@ -48,7 +48,7 @@ def test_sigkill_at_random_points_never_leaves_a_bad_manifest(tmp_path, build_di
         (base,) = sls.rank_bases(tmp_path)
         published = max(published, len(sls.manifests(base)))
     assert published > 0  # the kills did land while manifests were being written
-    kvstore = build_dir / "gc" / "kvstore"
+    kvstore = build_dir / "kvstore" / "kvstore"
     if kvstore.is_file() and os.access(kvstore, os.X_OK):
         done = subprocess.run(
             [str(kvstore), "verify", str(tmp_path)],

@@ -1,0 +1,106 @@
+#include "kvtier/format/boundary_manifest.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "kvtier/format/crc32.h"
+
+namespace kvformat {
+namespace {
+
+std::string key(char c) { return std::string(32, c); }
+
+BoundaryManifest sample() {
+  BoundaryManifest m;
+  m.ns = std::string(64, 'e');
+  m.rank = 1;
+  m.chunk_tokens = 16;
+  m.chain = {key('a'), key('b'), key('c')};
+  m.boundary = 48;
+  m.groups = {
+      {0, GroupKind::Full, {{key('a'), 100, 1}, {key('b'), 101, 2}, {key('c'), 102, 3}}},
+      {2, GroupKind::State, {{key('c'), 44, 0xFFFFFFFF}}},
+  };
+  return m;
+}
+
+std::string reason_of(std::string_view text) {
+  auto r = parse_manifest(text);
+  return r ? "ok" : std::string(reason_name(r.error().reason));
+}
+
+// Re-seals a JSON body with a matching checksum so the later checks are reached.
+std::string sealed(nlohmann::json body) {
+  body.erase("checksum");
+  const std::string text = body.dump();  // nlohmann sorts keys; compact
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x",
+                crc32({reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}));
+  body["checksum"] = hex;
+  return body.dump();
+}
+
+TEST(Manifest, RoundTripAndName) {
+  auto text = encode_manifest(sample());
+  ASSERT_TRUE(text) << text.error().message;
+  auto m = parse_manifest(*text);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(*m, sample());
+  EXPECT_EQ(m->file_name(), "b48_" + key('c') + ".json");
+  EXPECT_EQ(m->tip(), key('c'));
+  EXPECT_EQ(text->find(' '), std::string::npos);
+  EXPECT_EQ(text->find("\"checksum\":\""), text->find("\"checksum\""));
+}
+
+TEST(Manifest, ChecksumCoversEveryField) {
+  const std::string text = *encode_manifest(sample());
+  auto j = nlohmann::json::parse(text);
+  j["groups"][1]["entries"][0][1] = 45;  // entry length changed, checksum kept
+  EXPECT_EQ(reason_of(j.dump()), "manifest_checksum_mismatch");
+  j = nlohmann::json::parse(text);
+  j["rank"] = 0;
+  EXPECT_EQ(reason_of(j.dump()), "manifest_checksum_mismatch");
+}
+
+TEST(Manifest, ReaderOrder) {
+  const auto j = nlohmann::json::parse(*encode_manifest(sample()));
+  auto with = [&](const char* k, nlohmann::json v) {
+    auto c = j;
+    c[k] = v;
+    return sealed(c);
+  };
+  EXPECT_EQ(reason_of(with("format", 2)), "unsupported_version");
+  EXPECT_EQ(reason_of(with("checksum_algorithm", 2)), "unsupported_checksum_algorithm");
+  EXPECT_EQ(reason_of(with("format", "1")), "bad_field");
+  EXPECT_EQ(reason_of(with("rank", true)), "bad_field");
+  EXPECT_EQ(reason_of(with("extra", 1)), "bad_field");
+  EXPECT_EQ(reason_of(with("boundary", 47)), "manifest_inconsistent");
+  EXPECT_EQ(reason_of(with("chain", {"../../../etc/passwd0000", key('b'), key('c')})),
+            "bad_field");
+  EXPECT_EQ(reason_of("{"), "bad_json");
+  EXPECT_EQ(reason_of("[]"), "bad_field");
+  auto unsealed = j;
+  unsealed["checksum"] = "ABCDEF01";
+  EXPECT_EQ(reason_of(unsealed.dump()), "bad_field");
+}
+
+TEST(Manifest, EncodeRefusesInconsistentManifests) {
+  auto m = sample();
+  m.groups[0].entries.pop_back();
+  EXPECT_EQ(encode_manifest(m).error().reason, Reason::ManifestInconsistent);
+  m = sample();
+  m.groups[1].entries[0].key = key('a');
+  EXPECT_EQ(encode_manifest(m).error().reason, Reason::ManifestInconsistent);
+  m = sample();
+  std::swap(m.groups[0], m.groups[1]);
+  EXPECT_EQ(encode_manifest(m).error().reason, Reason::ManifestInconsistent);
+  m = sample();
+  m.chain[0] = "not-hex";
+  EXPECT_EQ(encode_manifest(m).error().reason, Reason::BadField);
+  m = sample();
+  m.groups[0].entries[0].length = 0;
+  EXPECT_EQ(encode_manifest(m).error().reason, Reason::BadField);
+}
+
+}  // namespace
+}  // namespace kvformat

@@ -1,0 +1,128 @@
+#include "kvtier/format/chunk_verifier.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace kvformat {
+
+ChunkVerifier::ChunkVerifier(std::uint64_t file_size) : file_size_(file_size) {}
+
+Result<void> ChunkVerifier::try_parse_header() {
+  // The header is parseable once we hold min(file size, max header) bytes.
+  const std::uint64_t need = std::min<std::uint64_t>(file_size_, kMaxHeaderLength);
+  if (head_.size() < need) {
+    // Enough for a verdict earlier? Once the fixed part is in, header_length
+    // tells how much is really needed.
+    if (head_.size() < kFixedHeaderSize) return {};
+    std::uint64_t header_length = 0;
+    for (int i = 3; i >= 0; --i) header_length = (header_length << 8) | head_[12 + i];
+    if (header_length > kMaxHeaderLength || head_.size() < std::min(header_length, need))
+      return {};
+  }
+  auto parsed = parse_header(head_);
+  if (!parsed) return parsed.error();
+  if (auto r = check_file_size(*parsed, file_size_); !r) return r;
+  header_ = std::move(parsed.value());
+  // Bytes past the header that are already buffered belong to the payload.
+  crc_.update(std::span<const std::uint8_t>(head_).subspan(header_->header_length()));
+  head_.clear();
+  head_.shrink_to_fit();
+  return {};
+}
+
+Result<void> ChunkVerifier::update(std::span<const std::uint8_t> data) {
+  if (failed_) return *failed_;
+  fed_ += data.size();
+  if (fed_ > file_size_) {
+    failed_ = make_error(Reason::IoError, "file grew while being read");
+    return *failed_;
+  }
+  if (header_) {
+    crc_.update(data);
+    return {};
+  }
+  head_.insert(head_.end(), data.begin(), data.end());
+  if (auto r = try_parse_header(); !r) {
+    failed_ = r.error();
+    return r;
+  }
+  return {};
+}
+
+Result<ChunkHeader> ChunkVerifier::finish() {
+  if (failed_) return *failed_;
+  if (fed_ != file_size_) return make_error(Reason::IoError, "file shrank while being read");
+  if (!header_) {
+    // Fewer bytes than a header needs: let parse_header name the verdict.
+    auto parsed = parse_header(head_);
+    if (!parsed) return parsed.error();
+    if (auto r = check_file_size(*parsed, file_size_); !r) return r.error();
+    return make_error(Reason::Truncated, "incomplete header");
+  }
+  if (auto r = check_payload_checksum(*header_, crc_.value()); !r) return r.error();
+  return *header_;
+}
+
+namespace {
+
+Error io_error(const char* what) {
+  return make_error(Reason::IoError, std::string(what) + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+Result<ChunkHeader> verify_chunk_fd(int fd, std::span<std::uint8_t> buffer) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return io_error("fstat");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+#ifdef POSIX_FADV_SEQUENTIAL
+  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  ChunkVerifier verifier(size);
+  std::uint64_t offset = 0;
+  while (offset < size) {
+    const std::size_t want = static_cast<std::size_t>(
+        std::min<std::uint64_t>(buffer.size(), size - offset));
+    const ssize_t got = pread(fd, buffer.data(), want, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return io_error("read");
+    }
+    if (got == 0) break;  // shrank; finish() reports it
+    offset += static_cast<std::uint64_t>(got);
+    if (auto r = verifier.update(buffer.first(static_cast<std::size_t>(got))); !r)
+      return r.error();
+  }
+  return verifier.finish();
+}
+
+Result<ChunkHeader> read_chunk_header_fd(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return io_error("fstat");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  std::vector<std::uint8_t> head(static_cast<std::size_t>(
+      std::min<std::uint64_t>(size, kMaxHeaderLength)));
+  std::size_t have = 0;
+  while (have < head.size()) {
+    const ssize_t got = pread(fd, head.data() + have, head.size() - have,
+                              static_cast<off_t>(have));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return io_error("read");
+    }
+    if (got == 0) break;
+    have += static_cast<std::size_t>(got);
+  }
+  head.resize(have);
+  auto parsed = parse_header(head);
+  if (!parsed) return parsed;
+  if (auto r = check_file_size(*parsed, size); !r) return r.error();
+  return parsed;
+}
+
+}  // namespace kvformat

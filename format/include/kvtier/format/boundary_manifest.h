@@ -1,0 +1,55 @@
+// Boundary manifest, format v1 (FORMAT.md section 5): canonical JSON naming,
+// per group, the chunks a boundary needs as [key, payload length, checksum].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/format/format_error.h"
+
+namespace kvformat {
+
+inline constexpr std::string_view kManifestKind = "boundary_manifest";
+inline constexpr std::size_t kMaxChainLength = std::size_t{1} << 18;
+inline constexpr std::size_t kMaxManifestGroups = 1024;
+inline constexpr std::size_t kMaxManifestBytes = std::size_t{64} << 20;
+
+enum class GroupKind { Full, State };
+std::string_view group_kind_name(GroupKind kind);  // "full", "state"
+
+struct ManifestEntry {
+  std::string key;  // lowercase hex of the chunk key hash
+  std::uint64_t length = 0;
+  std::uint32_t checksum = 0;
+  bool operator==(const ManifestEntry&) const = default;
+};
+
+struct ManifestGroup {
+  std::uint32_t group = 0;
+  GroupKind kind = GroupKind::Full;
+  std::vector<ManifestEntry> entries;
+  bool operator==(const ManifestGroup&) const = default;
+};
+
+struct BoundaryManifest {
+  std::string ns;  // full namespace hash, 64 lowercase hex
+  std::uint32_t rank = 0;
+  std::uint64_t boundary = 0;
+  std::uint64_t chunk_tokens = 0;
+  std::vector<std::string> chain;  // chunk key hashes, token 0 to the boundary
+  std::vector<ManifestGroup> groups;
+
+  const std::string& tip() const { return chain.back(); }
+  std::string file_name() const;  // b<boundary>_<tip>.json
+  bool operator==(const BoundaryManifest&) const = default;
+};
+
+// Canonical JSON bytes with the checksum filled in; fails if it would not parse.
+Result<std::string> encode_manifest(const BoundaryManifest& manifest);
+
+// Parses and checks a manifest file's bytes (FORMAT.md 5, reader order).
+Result<BoundaryManifest> parse_manifest(std::string_view bytes);
+
+}  // namespace kvformat

@@ -1,0 +1,153 @@
+#include "kvtier/kvstore/gc_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "kvtier/format/retention.h"
+
+namespace kvstore {
+
+const char* reason_name(DeleteReason r) {
+  switch (r) {
+    case DeleteReason::kStaleTemp: return "stale-temp";
+    case DeleteReason::kOrphan: return "orphan";
+    case DeleteReason::kCorrupt: return "corrupt";
+    case DeleteReason::kBadManifest: return "bad-manifest";
+    case DeleteReason::kSuperseded: return "superseded";
+    case DeleteReason::kSupersededPayload: return "superseded-payload";
+  }
+  return "?";
+}
+
+std::vector<bool> keep_set(const std::vector<ManifestRec>& ms, uint32_t keep) {
+  std::map<std::string, std::vector<std::string>> chains;
+  for (const auto& m : ms)
+    if (m.parsed && !m.broken) chains.emplace(m.rel, m.chain);
+  std::vector<bool> kept(ms.size(), false);
+  auto names = kvformat::kept_manifests(chains, keep);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (!ms[i].parsed || ms[i].broken) continue;
+    // An out-of-range K keeps everything: deleting nothing is the safe failure.
+    kept[i] = !names || names->count(ms[i].rel) > 0;
+  }
+  return kept;
+}
+
+namespace {
+
+std::string ref_key(uint32_t group, const std::string& key) {
+  return fmt::format("{}/{}", group, key);
+}
+
+bool older_than_grace(const FileStat& st, const PlanOptions& opt) {
+  return st.mtime_ns + opt.grace_ns <= opt.now_ns;
+}
+
+}  // namespace
+
+Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
+  Plan plan;
+  std::vector<PlanItem> manifests, rest;
+  plan.manifests_total = inv.manifests.size();
+
+  auto kept = keep_set(inv.manifests, opt.keep);
+  // Per chunk: named by some manifest, named by a kept one. The scan resolved
+  // refs to chunk indexes; synthetic inventories are matched by group/key.
+  std::vector<char> named_by_any(inv.chunks.size(), 0), named_by_kept(inv.chunks.size(), 0);
+  std::unordered_map<std::string, size_t> by_key;
+  auto resolve = [&](const ManifestRef& r) -> long {
+    if (r.chunk != ManifestRef::kUnresolved) return r.chunk;
+    if (by_key.empty())
+      for (size_t i = 0; i < inv.chunks.size(); ++i) by_key.emplace(ref_key(inv.chunks[i].group, inv.chunks[i].key), i);
+    auto it = by_key.find(ref_key(r.group, r.key));
+    return it == by_key.end() ? ManifestRef::kNoChunk : static_cast<long>(it->second);
+  };
+  for (size_t i = 0; i < inv.manifests.size(); ++i) {
+    for (const auto& r : inv.manifests[i].refs) {
+      long c = resolve(r);
+      if (c < 0 || static_cast<size_t>(c) >= inv.chunks.size()) continue;
+      named_by_any[c] = 1;
+      if (kept[i]) named_by_kept[c] = 1;
+    }
+  }
+
+  for (size_t i = 0; i < inv.manifests.size(); ++i) {
+    const auto& m = inv.manifests[i];
+    if (!m.readable) {
+      plan.refusals.push_back(fmt::format("{}: manifest could not be read", m.rel));
+      continue;
+    }
+    if (!m.parsed) {
+      plan.refusals.push_back(fmt::format("{}: manifest could not be parsed", m.rel));
+      manifests.push_back({m.rel, DeleteReason::kBadManifest, "invalid manifest", m.st, true});
+    } else if (m.broken) {
+      manifests.push_back({m.rel, DeleteReason::kBadManifest,
+                           "names a missing or damaged chunk", m.st, true});
+    } else if (!kept[i]) {
+      manifests.push_back({m.rel, DeleteReason::kSuperseded,
+                           fmt::format("beyond keep {} on every chain", opt.keep), m.st, true});
+    }
+  }
+
+  for (size_t ci = 0; ci < inv.chunks.size(); ++ci) {
+    const auto& c = inv.chunks[ci];
+    if (named_by_kept[ci]) continue;  // never plan what a kept manifest names
+    if (c.damaged) {
+      rest.push_back({c.rel, DeleteReason::kCorrupt, "damaged chunk", c.st, false});
+      } else if (named_by_any[ci]) {
+      // Named, but only by manifests this plan deletes. Under leaf-walk keep-K
+      // only state payloads get here (kept manifests name their whole
+      // cumulative prefix), except chunks named only by broken manifests.
+      rest.push_back({c.rel, DeleteReason::kSupersededPayload,
+                      "named only by manifests this plan deletes", c.st, false});
+    } else if (older_than_grace(c.st, opt)) {
+      rest.push_back({c.rel, DeleteReason::kOrphan, "named by no manifest", c.st, false});
+    }
+  }
+  for (const auto& t : inv.temps)
+    if (opt.locked || older_than_grace(t.st, opt))
+      rest.push_back({t.rel, DeleteReason::kStaleTemp,
+                      opt.locked ? "writer temp, no writer active" : "older than the grace period",
+                      t.st, false});
+
+  auto by_rel = [](const PlanItem& a, const PlanItem& b) { return a.rel < b.rel; };
+  std::sort(manifests.begin(), manifests.end(), by_rel);
+  std::sort(rest.begin(), rest.end(), by_rel);
+  plan.manifests_planned = manifests.size();
+  if (plan.manifests_total > 0 && plan.manifests_planned == plan.manifests_total)
+    plan.refusals.push_back(fmt::format(
+        "{}: the plan would delete every manifest ({})", inv.rel.empty() ? "." : inv.rel,
+        plan.manifests_total));
+  if (!inv.namespace_ok)
+    plan.refusals.push_back(fmt::format("{}: namespace record missing or invalid",
+                                        inv.rel.empty() ? "." : inv.rel));
+  for (const auto& f : inv.findings)
+    if (f.kind == FindingKind::kUnreadable)
+      plan.refusals.push_back(fmt::format("{}: could not be read ({})", f.rel, f.detail));
+
+  for (auto& it : manifests) {
+    plan.bytes += it.st.size;
+    plan.items.push_back(std::move(it));
+  }
+  for (auto& it : rest) {
+    plan.bytes += it.st.size;
+    plan.items.push_back(std::move(it));
+  }
+  return plan;
+}
+
+void merge_plan(Plan& into, Plan&& more) {
+  // Keep the global "manifests first" order: a merged plan is swept per rank anyway.
+  for (auto& it : more.items) into.items.push_back(std::move(it));
+  into.bytes += more.bytes;
+  into.manifests_total += more.manifests_total;
+  into.manifests_planned += more.manifests_planned;
+  for (auto& r : more.refusals) into.refusals.push_back(std::move(r));
+}
+
+}  // namespace kvstore

@@ -1,0 +1,190 @@
+#include "kvtier/kvstore/gc_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace kvstore {
+namespace {
+
+constexpr int64_t kSec = 1000000000;
+constexpr int64_t kNow = 100000 * kSec;
+
+FileStat old_stat(uint64_t size) {
+  FileStat s;
+  s.size = size;
+  s.mtime_ns = kNow - 3600 * kSec;
+  return s;
+}
+
+ChunkRec chunk(uint32_t group, std::string key, bool state, uint64_t size = 100) {
+  ChunkRec c;
+  c.group = group;
+  c.key = key;
+  c.rel = "r/" + key + "_g" + std::to_string(group) + ".bin";
+  c.state_group = state;
+  c.header_ok = true;
+  c.st = old_stat(size);
+  return c;
+}
+
+// A boundary manifest: the cumulative full chunks of its chain (group 0)
+// plus its own state payload (group 1).
+ManifestRec manifest(std::string id, std::vector<std::string> chain, std::string state) {
+  ManifestRec m;
+  m.rel = "r/manifests/" + id + ".json";
+  m.name = id + ".json";
+  m.chain = chain;
+  m.boundary = 64 * chain.size();
+  m.parsed = true;
+  m.st = old_stat(10);
+  for (auto& f : chain) m.refs.push_back({0, f, 100, 0});
+  m.refs.push_back({1, state, 100, 0});
+  return m;
+}
+
+PlanOptions opts(uint32_t keep) {
+  PlanOptions o;
+  o.keep = keep;
+  o.now_ns = kNow;
+  o.grace_ns = 600 * kSec;
+  return o;
+}
+
+std::vector<std::pair<std::string, DeleteReason>> items(const Plan& p) {
+  std::vector<std::pair<std::string, DeleteReason>> out;
+  for (auto& i : p.items) out.emplace_back(i.rel, i.reason);
+  return out;
+}
+
+// Linear chain m1..m5; each names f1..fi (group 0) and its state payload si.
+RankInventory linear_chain() {
+  RankInventory inv;
+  inv.namespace_ok = true;
+  std::vector<std::string> full;
+  for (int i = 1; i <= 5; ++i) {
+    full.push_back("f" + std::to_string(i));
+    inv.chunks.push_back(chunk(0, "f" + std::to_string(i), false));
+    inv.chunks.push_back(chunk(1, "s" + std::to_string(i), true));
+    inv.manifests.push_back(manifest("m" + std::to_string(i), full, "s" + std::to_string(i)));
+  }
+  return inv;
+}
+
+TEST(KeepSet, LinearChainKeepsTheLastK) {
+  auto inv = linear_chain();
+  EXPECT_EQ(keep_set(inv.manifests, 2), (std::vector<bool>{false, false, false, true, true}));
+  EXPECT_EQ(keep_set(inv.manifests, 0), (std::vector<bool>(5, true)));  // K=0: retention off
+  EXPECT_EQ(keep_set(inv.manifests, 9), (std::vector<bool>(5, true)));
+}
+
+// FORMAT.md section 6's worked example.
+TEST(KeepSet, ForkKeepsSharedAncestors) {
+  std::vector<ManifestRec> ms = {
+      manifest("M1", {"a"}, "s1"),
+      manifest("M2", {"a", "b"}, "s2"),
+      manifest("M3", {"a", "b", "c"}, "s3"),
+      manifest("M4", {"a", "b", "c", "d"}, "s4"),
+      manifest("M3x", {"a", "b", "x"}, "s3x"),
+      manifest("M4x", {"a", "b", "x", "y"}, "s4x"),
+      manifest("M5x", {"a", "b", "x", "y", "z"}, "s5x"),
+  };
+  EXPECT_EQ(keep_set(ms, 2), (std::vector<bool>{false, false, true, true, false, true, true}));
+  EXPECT_EQ(keep_set(ms, 3), (std::vector<bool>{false, true, true, true, true, true, true}));
+  EXPECT_EQ(keep_set(ms, 1), (std::vector<bool>{false, false, false, true, false, false, true}));
+}
+
+TEST(KeepSet, BrokenManifestsDoNotCountTowardsK) {
+  auto inv = linear_chain();
+  inv.manifests[4].broken = true;
+  EXPECT_EQ(keep_set(inv.manifests, 2), (std::vector<bool>{false, false, true, true, false}));
+}
+
+TEST(Plan, SupersededManifestsAndTheirStatePayloadsOnly) {
+  auto p = make_plan(linear_chain(), opts(2));
+  using R = DeleteReason;
+  EXPECT_EQ(items(p), (std::vector<std::pair<std::string, R>>{
+                          {"r/manifests/m1.json", R::kSuperseded},
+                          {"r/manifests/m2.json", R::kSuperseded},
+                          {"r/manifests/m3.json", R::kSuperseded},
+                          {"r/s1_g1.bin", R::kSupersededPayload},
+                          {"r/s2_g1.bin", R::kSupersededPayload},
+                          {"r/s3_g1.bin", R::kSupersededPayload},
+                      }));
+  EXPECT_EQ(p.bytes, 3 * 10 + 3 * 100u);
+  EXPECT_TRUE(p.refusals.empty());
+  EXPECT_EQ(p.manifests_planned, 3u);
+}
+
+TEST(Plan, OrphansAndTempsRespectGrace) {
+  RankInventory inv;
+  inv.namespace_ok = true;
+  inv.chunks.push_back(chunk(1, "old_state", true));
+  auto fresh = chunk(1, "fresh_state", true);
+  fresh.st.mtime_ns = kNow - 5 * kSec;
+  inv.chunks.push_back(fresh);
+  inv.chunks.push_back(chunk(0, "full_unnamed", false));
+  inv.temps.push_back({"r/x.bin.tmp.1.2", old_stat(7)});
+  TempRec fresh_tmp{"r/y.bin.tmp.1.2", old_stat(7)};
+  fresh_tmp.st.mtime_ns = kNow;
+  inv.temps.push_back(fresh_tmp);
+  auto locked = opts(2);
+  locked.locked = true;
+  EXPECT_EQ(make_plan(inv, locked).items.size(), 4u);  // under LOCK_EX every temp is dead
+  auto p = make_plan(inv, opts(2));
+  using R = DeleteReason;
+  EXPECT_EQ(items(p), (std::vector<std::pair<std::string, R>>{
+                          {"r/full_unnamed_g0.bin", R::kOrphan},
+                          {"r/old_state_g1.bin", R::kOrphan},
+                          {"r/x.bin.tmp.1.2", R::kStaleTemp},
+                      }));
+  EXPECT_TRUE(p.refusals.empty());  // zero manifests: nothing to protect
+}
+
+TEST(Plan, BrokenManifestGoesFirstThenItsDamagedChunk) {
+  auto inv = linear_chain();
+  inv.chunks[9].damaged = true;  // s5
+  inv.manifests[4].broken = true;
+  auto p = make_plan(inv, opts(2));
+  using R = DeleteReason;
+  EXPECT_EQ(items(p), (std::vector<std::pair<std::string, R>>{
+                          {"r/manifests/m1.json", R::kSuperseded},
+                          {"r/manifests/m2.json", R::kSuperseded},
+                          {"r/manifests/m5.json", R::kBadManifest},
+                          {"r/f5_g0.bin", R::kSupersededPayload},
+                          {"r/s1_g1.bin", R::kSupersededPayload},
+                          {"r/s2_g1.bin", R::kSupersededPayload},
+                          {"r/s5_g1.bin", R::kCorrupt},
+                      }));
+}
+
+TEST(Plan, NeverPlansAFileAKeptManifestNames) {
+  auto inv = linear_chain();
+  inv.chunks[9].damaged = true;  // s5, but m5 was not marked broken
+  auto p = make_plan(inv, opts(2));
+  for (const auto& i : p.items) EXPECT_NE(i.rel, "r/s5_g1.bin");
+}
+
+TEST(Plan, RefusesWhenEveryManifestGoes) {
+  auto inv = linear_chain();
+  inv.chunks[0].damaged = true;  // f1: every manifest names it
+  for (auto& m : inv.manifests) m.broken = true;
+  auto p = make_plan(inv, opts(2));
+  EXPECT_EQ(p.manifests_planned, 5u);
+  ASSERT_EQ(p.refusals.size(), 1u);
+  EXPECT_EQ(p.refusals[0], ".: the plan would delete every manifest (5)");
+}
+
+TEST(Plan, RefusesOnUnreadableManifestOrNamespace) {
+  auto inv = linear_chain();
+  inv.manifests[0].readable = false;
+  inv.manifests[0].parsed = false;
+  inv.namespace_ok = false;
+  auto p = make_plan(inv, opts(2));
+  EXPECT_EQ(p.refusals, (std::vector<std::string>{
+                            "r/manifests/m1.json: manifest could not be read",
+                            ".: namespace record missing or invalid",
+                        }));
+  for (const auto& i : p.items) EXPECT_NE(i.rel, "r/manifests/m1.json");
+}
+
+}  // namespace
+}  // namespace kvstore

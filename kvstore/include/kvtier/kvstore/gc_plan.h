@@ -1,0 +1,61 @@
+// The gc plan: which files to delete and why, computed from a RankInventory.
+// Pure: no I/O, so every rule is unit-tested on synthetic inventories.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/kvstore/inventory.h"
+
+namespace kvstore {
+
+enum class DeleteReason {
+  kStaleTemp,          // writer temp older than the grace period
+  kOrphan,             // state payload named by no manifest, older than grace
+  kCorrupt,            // damaged chunk (never one a kept manifest names)
+  kBadManifest,        // manifest that parses but names missing/damaged chunks, or is invalid
+  kSuperseded,         // manifest beyond keep-K on every chain containing it
+  kSupersededPayload,  // state payload named only by manifests this plan deletes
+};
+
+const char* reason_name(DeleteReason r);
+
+struct PlanItem {
+  std::string rel;  // relative to the kvstore ROOT argument
+  DeleteReason reason;
+  std::string detail;
+  FileStat st;      // identity at plan time; the sweep re-checks it
+  bool manifest = false;
+};
+
+struct PlanOptions {
+  uint32_t keep = 2;         // keep-K
+  int64_t grace_ns = 600LL * 1000000000;
+  int64_t now_ns = 0;
+  // Under the sweep's LOCK_EX no writer is mid-job, so every temp under a
+  // rank base is dead (FORMAT.md section 8.3); the dry run keeps the grace.
+  bool locked = false;
+};
+
+struct Plan {
+  std::vector<PlanItem> items;  // manifests first, then the rest; each part sorted
+  uint64_t bytes = 0;
+  size_t manifests_total = 0;
+  size_t manifests_planned = 0;
+  // Why a sweep must not run without --force (empty: safe to sweep).
+  std::vector<std::string> refusals;
+};
+
+// Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_manifests) over the
+// usable manifests: unparsed and broken ones are never kept, so the K most
+// recent boundaries counted are ones a restore could use. kept[i] is for
+// manifests[i]; keep == 0 keeps every usable manifest.
+std::vector<bool> keep_set(const std::vector<ManifestRec>& manifests, uint32_t keep);
+
+Plan make_plan(const RankInventory& inv, const PlanOptions& opt);
+
+// Appends `more` to `into` (a parent holding several ranks plans per rank).
+void merge_plan(Plan& into, Plan&& more);
+
+}  // namespace kvstore

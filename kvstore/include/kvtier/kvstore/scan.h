@@ -1,0 +1,49 @@
+// Reads a store into RankInventory values: walks ROOT (a rank base, or a tier
+// directory holding several), classifies every entry by FORMAT.md section 2,
+// checks every chunk (header and size; payload checksums too when asked),
+// parses every manifest and cross-checks its references, and records what
+// is wrong as Findings. Nothing here writes to the store.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/kvstore/inventory.h"
+#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/progress.h"
+
+namespace kvstore {
+
+struct ScanOptions {
+  bool payloads = false;     // checksum every payload (verify); else headers only (gc, stat)
+  unsigned threads = 0;      // chunk readers; 0 = min(4, cores)
+  // Read block: cache-sized beats big when the data is in the page cache
+  // (the checksum then reads L2, not memory); readahead covers disks.
+  size_t buffer_bytes = 512 << 10;
+  int64_t now_ns = 0;
+  int64_t grace_ns = 600LL * 1000000000;
+  Progress* progress = nullptr;
+};
+
+struct StoreScan {
+  bool root_is_rank = false;
+  std::vector<RankInventory> ranks;
+  std::vector<Finding> findings;       // tier level: foreign entries, symlinks, stale record temps
+  std::vector<TempRec> record_temps;   // namespace-record temps beside the rank bases
+  uint64_t bytes_read = 0;
+};
+
+// `root_name` is ROOT's own directory name (it says whether ROOT is a rank base).
+Outcome<StoreScan> scan_store(int root_fd, const std::string& root_name, const ScanOptions& opt);
+
+// Scans one rank base again (the sweep re-plans under the lock). `rank_rel` is
+// "" when ROOT is the rank base itself.
+Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel,
+                                 const std::string& rank_name, const ScanOptions& opt,
+                                 uint64_t* bytes_read = nullptr);
+
+// All findings of a scan, sorted: tier level and every rank.
+std::vector<Finding> all_findings(const StoreScan& scan);
+
+}  // namespace kvstore

@@ -1,0 +1,34 @@
+// Carries out a gc plan. Manifests go first and their directories are
+// fsynced before any payload is unlinked, so a crash mid-sweep can leave
+// unnamed payloads (orphans, swept next time) but never a manifest that names
+// a deleted file. Each file is re-checked (same inode, size and mtime as
+// planned) just before it is unlinked; a changed file is kept and reported.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/gc_plan.h"
+
+namespace kvstore {
+
+struct SweepSkip {
+  std::string rel;
+  std::string why;  // "changed since planned", "already gone", ...
+};
+
+struct SweepResult {
+  size_t deleted = 0;
+  uint64_t bytes = 0;
+  std::vector<SweepSkip> skipped;
+  std::vector<Error> errors;  // unlink or fsync failures (payload phase only)
+};
+
+// Deletes the plan's items below `root_fd`. Returns an Error (and deletes no
+// payload) when a manifest could not be removed. Refusals are the caller's
+// job: execute_plan assumes the plan was accepted.
+Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan);
+
+}  // namespace kvstore

@@ -1,0 +1,93 @@
+// Safe tree walking for kvstore: every open is relative to a directory fd
+// (openat-style), no symlink is ever followed, the walk never leaves its
+// root, and an entry that cannot be read becomes a reported problem rather
+// than an abort.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fd.h"
+#include "kvtier/kvstore/outcome.h"
+
+namespace kvstore {
+
+// The owned fd type is shared with the engine (common/fd.h).
+using kvtier::Fd;
+
+struct FileStat {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t mode = 0;
+  bool operator==(const FileStat&) const = default;
+};
+
+enum class EntryType { kFile, kDir, kSymlink, kOther };
+
+struct WalkEntry {
+  std::string rel;  // path relative to the walk root, '/'-separated
+  EntryType type = EntryType::kFile;
+  FileStat st;      // filled when WalkOptions::stat_files (always for non-files)
+};
+
+// Something the walk could not look at, e.g. a root-owned directory.
+struct WalkProblem {
+  std::string rel;
+  int err = 0;
+  std::string what;
+};
+
+struct WalkOptions {
+  bool stat_files = true;  // fstatat every regular file (size, mtime, inode)
+  int max_depth = 16;      // deeper directories are reported, not entered
+  bool recurse = true;     // false: list one directory only
+  // >1: the root's subdirectories are walked in parallel (one subtree per
+  // task); results are merged, in no particular order.
+  unsigned threads = 1;
+  // If set, called for every regular file instead of the fstatat, with the
+  // file's directory fd (so opening it costs one name lookup); it fills e.st
+  // itself. Runs on walker threads.
+  std::function<void(int dir_fd, const char* name, WalkEntry& e)> on_file;
+};
+
+struct WalkResult {
+  std::vector<WalkEntry> files;    // regular files
+  std::vector<WalkEntry> dirs;     // directories (not the root itself)
+  std::vector<WalkEntry> links;    // symlinks: reported, never followed
+  std::vector<WalkEntry> others;   // fifos, sockets, devices
+  std::vector<WalkProblem> problems;
+};
+
+// Opens `path` as a walk root: a directory, not itself a symlink.
+Outcome<Fd> open_root(const std::string& path);
+
+// Walks everything under `root_fd` (which stays open and owned by the caller).
+// `prefix` is prepended to every rel path (for walking a subdirectory).
+WalkResult walk(int root_fd, const WalkOptions& options = {});
+
+// The entries of one directory, not recursing (the tier directory level).
+WalkResult list_dir(int dir_fd);
+
+// Opens `rel` below `root_fd` without following any symlink and without
+// leaving the root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS).
+Outcome<Fd> open_beneath(int root_fd, std::string_view rel, int flags);
+
+// Opens a regular file below the root for reading; refuses anything else.
+Outcome<Fd> open_file_beneath(int root_fd, std::string_view rel);
+
+// lstat-like information for `rel` below the root.
+Outcome<FileStat> stat_beneath(int root_fd, std::string_view rel);
+
+FileStat to_file_stat(const struct stat& st);
+
+// Splits "a/b/c" into ("a/b", "c"); ("", "c") for a bare name.
+std::pair<std::string_view, std::string_view> split_parent(std::string_view rel);
+
+}  // namespace kvstore

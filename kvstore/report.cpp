@@ -1,0 +1,135 @@
+#include "kvtier/kvstore/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kvtier/format/layout.h"
+
+namespace kvstore {
+
+ScanSummary summarize(const StoreScan& scan) {
+  ScanSummary s;
+  s.ranks = scan.ranks.size();
+  for (const auto& r : scan.ranks) {
+    s.chunks += r.chunks.size();
+    s.manifests += r.manifests.size();
+    s.bytes += r.bytes_total;
+  }
+  for (const auto& f : all_findings(scan)) {
+    (is_damage(f.kind) ? s.damage : s.garbage)++;
+    s.by_kind[finding_name(f.kind)]++;
+  }
+  return s;
+}
+
+std::string findings_text(const std::vector<Finding>& findings) {
+  std::string out;
+  for (const auto& f : findings) out += fmt::format("{}: {}: {}\n", f.rel, finding_name(f.kind), f.detail);
+  return out;
+}
+
+nlohmann::json findings_json(const std::vector<Finding>& findings) {
+  auto arr = nlohmann::json::array();
+  for (const auto& f : findings)
+    arr.push_back({{"path", f.rel}, {"kind", finding_name(f.kind)}, {"detail", f.detail}});
+  return arr;
+}
+
+std::string summary_text(const char* verb, const ScanSummary& s) {
+  std::string kinds;
+  for (const auto& [k, n] : s.by_kind) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, k);
+  return fmt::format("{}: {} rank(s), {} chunk(s), {} manifest(s), {} bytes; {}\n", verb, s.ranks, s.chunks,
+                     s.manifests, s.bytes,
+                     s.by_kind.empty() ? std::string("no problems") : fmt::format("{} finding(s): {}",
+                                                                                  s.damage + s.garbage, kinds));
+}
+
+nlohmann::json summary_json(const ScanSummary& s) {
+  return {{"ranks", s.ranks},   {"chunks", s.chunks},   {"manifests", s.manifests},
+          {"bytes", s.bytes},   {"damage", s.damage},   {"garbage", s.garbage},
+          {"by_kind", s.by_kind}};
+}
+
+std::string plan_text(const Plan& plan, bool dry_run) {
+  std::string out;
+  const char* verb = dry_run ? "would delete" : "delete";
+  for (const auto& it : plan.items)
+    out += fmt::format("{} {}: {}: {} ({} bytes)\n", verb, it.rel, reason_name(it.reason), it.detail, it.st.size);
+  out += fmt::format("plan: {} file(s), {} bytes{}\n", plan.items.size(), plan.bytes,
+                     dry_run ? " would be freed (dry run; --sweep deletes)" : "");
+  for (const auto& r : plan.refusals) out += fmt::format("refusal: {}\n", r);
+  return out;
+}
+
+nlohmann::json plan_json(const Plan& plan) {
+  auto items = nlohmann::json::array();
+  for (const auto& it : plan.items)
+    items.push_back({{"path", it.rel},
+                     {"reason", reason_name(it.reason)},
+                     {"detail", it.detail},
+                     {"bytes", it.st.size},
+                     {"manifest", it.manifest}});
+  return {{"items", items}, {"bytes", plan.bytes}, {"refusals", plan.refusals}};
+}
+
+std::string sweep_text(const SweepResult& r) {
+  std::string out;
+  for (const auto& s : r.skipped) out += fmt::format("kept {}: {}\n", s.rel, s.why);
+  for (const auto& e : r.errors) out += fmt::format("error {}\n", e.line());
+  out += fmt::format("swept: {} file(s), {} bytes freed\n", r.deleted, r.bytes);
+  return out;
+}
+
+nlohmann::json sweep_json(const SweepResult& r) {
+  auto skipped = nlohmann::json::array();
+  for (const auto& s : r.skipped) skipped.push_back({{"path", s.rel}, {"why", s.why}});
+  auto errors = nlohmann::json::array();
+  for (const auto& e : r.errors) errors.push_back(e.line());
+  return {{"deleted", r.deleted}, {"bytes", r.bytes}, {"skipped", skipped}, {"errors", errors}};
+}
+
+nlohmann::json header_json(const kvformat::ChunkHeader& h, uint64_t file_size) {
+  auto segs = nlohmann::json::array();
+  for (const auto& s : h.segments)
+    segs.push_back({{"layer", s.layer},
+                    {"kind", std::string(kvformat::segment_kind_name(s.kind))},
+                    {"dtype", std::string(kvformat::dtype_name(s.dtype))},
+                    {"offset", s.offset},
+                    {"length", s.length},
+                    {"shape", s.shape},
+                    {"stride", s.stride}});
+  return {{"format_version", kvformat::kFormatVersion},
+          {"header_length", h.header_length()},
+          {"checksum_algorithm", h.checksum_algorithm},
+          {"namespace", kvformat::to_hex(h.namespace_hash)},
+          {"group", h.group},
+          {"key", h.key_hex()},
+          {"boundary", h.boundary},
+          {"payload_length", h.payload_length},
+          {"payload_checksum", fmt::format("{:08x}", h.payload_checksum)},
+          {"file_size", file_size},
+          {"segments", segs}};
+}
+
+std::string header_text(const kvformat::ChunkHeader& h, uint64_t file_size) {
+  std::string out;
+  out += fmt::format("format_version      {}\n", kvformat::kFormatVersion);
+  out += fmt::format("header_length       {}\n", h.header_length());
+  out += fmt::format("checksum_algorithm  {} (crc32)\n", h.checksum_algorithm);
+  out += fmt::format("namespace           {}\n", kvformat::to_hex(h.namespace_hash));
+  out += fmt::format("group               {}\n", h.group);
+  out += fmt::format("key                 {}\n", h.key_hex());
+  out += fmt::format("boundary            {}\n", h.boundary);
+  out += fmt::format("payload_length      {}\n", h.payload_length);
+  out += fmt::format("payload_checksum    {:08x}\n", h.payload_checksum);
+  out += fmt::format("file_size           {}\n", file_size);
+  out += fmt::format("segments            {}\n", h.segments.size());
+  for (const auto& s : h.segments) {
+    out += fmt::format("  layer {:>5} {:<8} {:<12} offset {} length {} shape [{}] stride [{}]\n", s.layer,
+                       kvformat::segment_kind_name(s.kind), kvformat::dtype_name(s.dtype), s.offset, s.length,
+                       fmt::join(s.shape, ", "), fmt::join(s.stride, ", "));
+  }
+  return out;
+}
+
+}  // namespace kvstore

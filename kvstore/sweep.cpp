@@ -1,0 +1,126 @@
+#include "kvtier/kvstore/sweep.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "kvtier/kvstore/walk.h"
+
+namespace kvstore {
+
+namespace {
+
+// The directory being deleted from. Plan items are sorted by path, so each
+// directory's files are contiguous: one open fd at a time, fsynced (making
+// its unlinks durable) when the sweep moves on.
+class DirCache {
+ public:
+  explicit DirCache(int root_fd) : root_fd_(root_fd) {}
+  ~DirCache() { sync_all(); }
+
+  Outcome<int> get(std::string_view parent) {
+    if (fd_.valid() && parent == rel_) return fd_.get();
+    sync_current();
+    rel_ = std::string(parent);
+    if (rel_.empty()) {
+      int fd = ::openat(root_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) return io_error(".", errno, "cannot open directory");
+      fd_ = Fd(fd);
+      return fd_.get();
+    }
+    auto d = open_beneath(root_fd_, rel_, O_RDONLY | O_DIRECTORY);
+    if (!d) return d.error();
+    fd_ = std::move(*d);
+    return fd_.get();
+  }
+
+  std::vector<Error> sync_all() {
+    sync_current();
+    return std::move(errs_);
+  }
+
+ private:
+  void sync_current() {
+    if (!fd_.valid()) return;
+    if (::fsync(fd_.get()) != 0) errs_.push_back(io_error(rel_.empty() ? "." : rel_, errno, "fsync"));
+    fd_ = Fd();
+  }
+
+  int root_fd_;
+  std::string rel_;
+  Fd fd_;
+  std::vector<Error> errs_;
+};
+
+enum class Unlinked { kYes, kSkipped, kFailed };
+
+Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Error& err) {
+  auto [parent, name] = split_parent(it.rel);
+  auto dfd = dirs.get(parent);
+  if (!dfd) {
+    if (dfd.error().err == ENOENT) {
+      res.skipped.push_back({it.rel, "already gone"});
+      return Unlinked::kSkipped;
+    }
+    err = dfd.error();
+    return Unlinked::kFailed;
+  }
+  std::string n(name);
+  struct stat st;
+  if (::fstatat(*dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) {
+      res.skipped.push_back({it.rel, "already gone"});
+      return Unlinked::kSkipped;
+    }
+    err = io_error(it.rel, errno, "cannot stat");
+    return Unlinked::kFailed;
+  }
+  FileStat now = to_file_stat(st);
+  if (now.dev != it.st.dev || now.ino != it.st.ino || now.size != it.st.size ||
+      now.mtime_ns != it.st.mtime_ns || !S_ISREG(st.st_mode)) {
+    res.skipped.push_back({it.rel, "changed since planned, kept"});
+    return Unlinked::kSkipped;
+  }
+  if (::unlinkat(*dfd, n.c_str(), 0) != 0) {
+    if (errno == ENOENT) {
+      res.skipped.push_back({it.rel, "already gone"});
+      return Unlinked::kSkipped;
+    }
+    err = io_error(it.rel, errno, "cannot unlink");
+    return Unlinked::kFailed;
+  }
+  res.deleted++;
+  res.bytes += it.st.size;
+  return Unlinked::kYes;
+}
+
+}  // namespace
+
+Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan) {
+  SweepResult res;
+  {
+    DirCache dirs(root_fd);
+    for (const auto& it : plan.items) {
+      if (!it.manifest) continue;
+      Error err;
+      if (unlink_checked(dirs, it, res, err) == Unlinked::kFailed) {
+        dirs.sync_all();
+        return err;  // no payload is touched after a failed manifest delete
+      }
+    }
+    auto errs = dirs.sync_all();
+    if (!errs.empty()) return errs.front();
+  }
+  DirCache dirs(root_fd);
+  for (const auto& it : plan.items) {
+    if (it.manifest) continue;
+    Error err;
+    if (unlink_checked(dirs, it, res, err) == Unlinked::kFailed) res.errors.push_back(err);
+  }
+  for (auto& e : dirs.sync_all()) res.errors.push_back(std::move(e));
+  return res;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,84 @@
+#include "kvtier/kvstore/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include "test_tmpdir.h"
+#include "kvtier/kvstore/walk.h"
+
+namespace kvstore {
+namespace {
+
+PlanItem item(int root, const std::string& rel, bool manifest) {
+  auto st = stat_beneath(root, rel);
+  EXPECT_TRUE(st) << rel;
+  return {rel, manifest ? DeleteReason::kSuperseded : DeleteReason::kOrphan, "", *st, manifest};
+}
+
+TEST(Sweep, DeletesManifestsThenPayloads) {
+  testing::TmpDir t;
+  t.write("m/a.json", "{}");
+  t.write("c/x.bin", "xx");
+  t.write("c/keep.bin", "k");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items = {item(root->get(), "m/a.json", true), item(root->get(), "c/x.bin", false)};
+  auto r = execute_plan(root->get(), p);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->deleted, 2u);
+  EXPECT_EQ(r->bytes, 4u);
+  EXPECT_FALSE(t.exists("m/a.json"));
+  EXPECT_FALSE(t.exists("c/x.bin"));
+  EXPECT_TRUE(t.exists("c/keep.bin"));
+}
+
+TEST(Sweep, ChangedFileIsKept) {
+  testing::TmpDir t;
+  t.write("c/x.bin", "xx");
+  t.write("c/y.bin", "yy");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items = {item(root->get(), "c/x.bin", false), item(root->get(), "c/y.bin", false)};
+  t.write("c/x.bin", "rewritten by a writer");  // new size
+  ::unlink((t / "c/y.bin").c_str());
+  t.write("c/y.bin", "yy");  // same size, new inode
+  auto r = execute_plan(root->get(), p);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->deleted, 0u);
+  ASSERT_EQ(r->skipped.size(), 2u);
+  EXPECT_EQ(r->skipped[0].why, "changed since planned, kept");
+  EXPECT_TRUE(t.exists("c/x.bin"));
+  EXPECT_TRUE(t.exists("c/y.bin"));
+}
+
+TEST(Sweep, VanishedFileIsSkipped) {
+  testing::TmpDir t;
+  t.write("c/x.bin", "xx");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items = {item(root->get(), "c/x.bin", false)};
+  ::unlink((t / "c/x.bin").c_str());
+  auto r = execute_plan(root->get(), p);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->skipped.size(), 1u);
+  EXPECT_EQ(r->skipped[0].why, "already gone");
+}
+
+TEST(Sweep, SymlinkSwappedInIsNotFollowed) {
+  testing::TmpDir outside;
+  outside.write("c/x.bin", "xx");
+  testing::TmpDir t;
+  t.write("c/x.bin", "xx");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items = {item(root->get(), "c/x.bin", false)};
+  std::filesystem::remove_all(t / "c");
+  ASSERT_EQ(::symlink((outside / "c").c_str(), (t / "c").c_str()), 0);
+  auto r = execute_plan(root->get(), p);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->deleted, 0u);
+  EXPECT_EQ(r->errors.size(), 1u);
+  EXPECT_TRUE(outside.exists("c/x.bin"));
+}
+
+}  // namespace
+}  // namespace kvstore
