@@ -13,6 +13,10 @@ APT_PACKAGES=(
   libfmt-dev libcli11-dev libgtest-dev libgmock-dev googletest
   libtomlplusplus-dev nlohmann-json3-dev libisal-dev
   clang libclang-rt-14-dev shellcheck
+  # C/C++ overlays: Clang 14 LibTooling for kvtier-cxxscope (Debian 12's main
+  # archive; the shared libclang-cpp keeps its build to one file), Python.h to
+  # rebuild vLLM's fs_io_C extension, strace for the durability test.
+  libclang-14-dev libclang-cpp14-dev python3-dev strace
   python3 python3-pip unzip
 )
 PIP_PACKAGES=(pytest numpy typing_extensions)
@@ -45,4 +49,9 @@ cmake --build "$BUILD_DIR" -j"$(nproc)"
 for pins in fixtures/*/PINS; do
   [ -f "$pins" ] || continue
   "$PYTHON" fixtures/fetch.py --pins "$pins" >/dev/null
+  # C/C++ sources from the sdist (downloaded, never built) and the wheel
+  # binaries C/C++ overlays rebuild, where the pin set has them.
+  dir=$(dirname "$pins")
+  [ ! -f "$dir/SDIST" ] || "$PYTHON" fixtures/fetch.py --pins "$pins" --sources >/dev/null
+  [ ! -f "$dir/BUILT" ] || "$PYTHON" fixtures/fetch.py --pins "$pins" --built >/dev/null
 done
