@@ -17,7 +17,7 @@ APT_PACKAGES=(
   # archive; the shared libclang-cpp keeps its build to one file), Python.h to
   # rebuild vLLM's fs_io_C extension, strace for the durability test.
   libclang-14-dev libclang-cpp14-dev python3-dev strace
-  python3 python3-pip unzip
+  python3 python3-pip python3-venv unzip
 )
 PIP_PACKAGES=(pytest numpy typing_extensions)
 
@@ -55,3 +55,10 @@ for pins in fixtures/*/PINS; do
   [ ! -f "$dir/SDIST" ] || "$PYTHON" fixtures/fetch.py --pins "$pins" --sources >/dev/null
   [ ! -f "$dir/BUILT" ] || "$PYTHON" fixtures/fetch.py --pins "$pins" --built >/dev/null
 done
+
+# The real-scheduler test tier (tests/realsched) runs in a virtual environment holding the
+# pinned vLLM wheel with its dependencies (torch included): built once per machine, about
+# 5.5-9.5 GB and 4-11 minutes, then reused (scripts/real-venv.sh). KVTIER_REAL=0 skips it.
+if [ "${KVTIER_REAL:-1}" != 0 ]; then
+  PYTHON="$PYTHON" scripts/real-venv.sh >/dev/null
+fi
