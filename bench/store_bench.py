@@ -37,10 +37,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
+sys.path.insert(0, str(REPO / "sim"))
 
-import kv_store_format as fmt  # noqa: E402  (after the path insert)
-import kv_store_local as ksl  # noqa: E402
+from overlay_modules import fmt, ksl, kv_offload_knobs  # noqa: E402
 
 try:
     import torch
@@ -51,8 +50,8 @@ MiB = 1 << 20
 FULL_LAYERS = 22
 FULL_PAGE = 1_234_688  # real bytes per layer and block: 22 x = 27,163,136
 STATE_LAYERS = 16
-CONV = ksl.StatePart("bfloat16", (4, 12288))
-TEMPORAL = ksl.StatePart("float32", (16, 128, 128))
+CONV = ksl.layout.StatePart("bfloat16", (4, 12288))
+TEMPORAL = ksl.layout.StatePart("float32", (16, 128, 128))
 STATE_GROUPS = (2, 3, 4, 5)
 TOKENS_PER_CHUNK = 3584
 
@@ -95,9 +94,9 @@ class Region:
             self.flat = self.mmap
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.mmap))
 
-    def staging(self) -> list[ksl.StagingTensor]:
+    def staging(self) -> list[ksl.layout.StagingTensor]:
         return [
-            ksl.StagingTensor(
+            ksl.layout.StagingTensor(
                 self.flat,
                 self.rank * self.slot + i * self.page,
                 self.row_stride,
@@ -111,24 +110,24 @@ class Region:
             torch.cuda.cudart().cudaHostUnregister(self.flat.data_ptr())
 
 
-def group_layouts() -> list[ksl.GroupLayout]:
+def group_layouts() -> list[ksl.layout.GroupLayout]:
     groups = [
-        ksl.GroupLayout(
+        ksl.layout.GroupLayout(
             0,
             0,
             "full",
-            tuple(ksl.LayerLayout(i, FULL_PAGE) for i in range(FULL_LAYERS)),
+            tuple(ksl.layout.LayerLayout(i, FULL_PAGE) for i in range(FULL_LAYERS)),
         )
     ]
     state = CONV.nbytes + TEMPORAL.nbytes
     for slot, g in enumerate(STATE_GROUPS, start=1):
         groups.append(
-            ksl.GroupLayout(
+            ksl.layout.GroupLayout(
                 g,
                 slot,
                 "state",
                 tuple(
-                    ksl.LayerLayout(i, state, (CONV, TEMPORAL))
+                    ksl.layout.LayerLayout(i, state, (CONV, TEMPORAL))
                     for i in range(STATE_LAYERS)
                 ),
             )
@@ -153,7 +152,7 @@ class Filler:
             ]
         self.host = os.urandom(region.page)
 
-    def dma(self, row: int, group: ksl.GroupLayout, block: int) -> None:
+    def dma(self, row: int, group: ksl.layout.GroupLayout, block: int) -> None:
         r = self.region
         for layer in group.layers:
             start = row * r.row_stride + r.rank * r.slot + layer.tensor * r.page
@@ -211,21 +210,21 @@ class Workload:
             self.filler.dma(row, self.layouts[group], index)
             rows.append(row)
         meta = {
-            "version": ksl.META_VERSION,
+            "version": ksl.side_channel.META_VERSION,
             "keys": [h + g.to_bytes(4, "big") for h, g, _ in keys],
             "groups": [g for _, g, _ in keys],
             "tokens": [(i + 1) * TOKENS_PER_CHUNK for _, _, i in keys],
             "candidates": [candidate] if candidate else [],
         }
-        entry = ksl._Remembered(rows, sizes, indices, meta)
+        entry = ksl.worker_store.Remembered(rows, sizes, indices, meta)
         self.job += 1
         return self.job, entry, sum(self.layouts[g].block_bytes for _, g, _ in keys)
 
 
 def open_store(
     root: Path, region: Region, budget: int, engine: str, threads: int, background: bool
-) -> ksl.WorkerStore:
-    settings = ksl.WorkerSettings(
+) -> ksl.worker_store.WorkerStore:
+    settings = ksl.worker_store.WorkerSettings(
         model="bench/GLM-like",
         vllm_version="bench",
         kv_dtype="bfloat16",
@@ -237,8 +236,8 @@ def open_store(
         groups=group_layouts(),
         mamba_types={g: "bench" for g in STATE_GROUPS},
     )
-    knobs = ksl.StoreKnobs(True, str(root), None, False, 2, "bench")
-    store = ksl.WorkerStore(
+    knobs = kv_offload_knobs.Knobs(True, str(root), None, False, 2, "bench")
+    store = ksl.worker_store.WorkerStore(
         knobs,
         settings,
         tp=lambda: (region.rank, 2),
@@ -250,7 +249,7 @@ def open_store(
     return store
 
 
-def capture_job(store: ksl.WorkerStore, job_id: int, entry) -> float:
+def capture_job(store: ksl.worker_store.WorkerStore, job_id: int, entry) -> float:
     store._remembered[job_id] = entry
     start = time.perf_counter()
     store.capture(job_id)
@@ -404,7 +403,7 @@ def main() -> None:
         "torch": getattr(torch, "__version__", None),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "checksum_threads": ksl.default_checksum_threads(),
+        "checksum_threads": ksl.checksum.default_checksum_threads(),
         "drain_each_boundary": args.drain_each_boundary,
         "staging": {
             "bytes": region.size,

@@ -7,18 +7,6 @@
 # how the `overlay` CLI is called. The scripts differ only in what they do
 # with the answers.
 
-# Every knob we know. Any other exported GLM53_KV_OFFLOAD* name is a typo
-# and is refused rather than silently ignored.
-KVTIER_KNOBS=(
-  GLM53_KV_OFFLOAD
-  GLM53_KV_OFFLOAD_DIR
-  GLM53_KV_OFFLOAD_CPU_GB
-  GLM53_KV_OFFLOAD_RESTORE
-  GLM53_KV_OFFLOAD_DRAFTER
-  GLM53_KV_OFFLOAD_KEEP_BOUNDARIES
-  GLM53_KV_OFFLOAD_BUILD_ID
-)
-
 # Exit code for every refusal of the gate, the launch plan and bake's own
 # checks: "bad input, nothing was touched".
 KVTIER_EXIT_REFUSED=2
@@ -38,70 +26,20 @@ q() { printf '%q' "$1"; }
 # set (and is then refused by the value rules).
 knob_set() { [[ -n ${!1+x} ]]; }
 
-# Canonical decimal integer in [lo, hi]: no sign, no leading zeros, no spaces.
-int_in_range() {
-  local v=$1 lo=$2 hi=$3
-  [[ $v =~ ^(0|[1-9][0-9]{0,5})$ ]] || return 1
-  ((10#$v >= lo && 10#$v <= hi))
-}
-
-# Absolute store path that is safe in a docker -v spec and in a shell line:
-# a fixed character set (no whitespace, quotes, ':' or ','), no '.' or '..'
-# components, and not the root itself.
-safe_abs_dir() {
-  local v=$1
-  [[ $v =~ ^/[A-Za-z0-9._/@+-]+$ ]] || return 1
-  [[ "$v/" != */./* && "$v/" != */../* ]] || return 1
-  [[ ${v//\//} != "" ]]
-}
-
-safe_token() { [[ $1 =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ ]]; }
-
-# Validates every GLM53_KV_OFFLOAD* knob in the environment; dies (exit 2)
-# on the first bad one. On success sets KVTIER_KNOB to the effective 0|1.
+# The knob rules live in one Python module that both overlays use
+# (overlays/kv-offload-scope/kv_offload_knobs.py); this runs it with the
+# engine's interpreter ($python when the caller named one and it runs here,
+# else python3: the module is standard library only, any python3 agrees).
+# Dies (exit 2) on the first bad knob. Sets KVTIER_KNOB to the effective 0|1
+# and KVTIER_KNOBS to every knob name.
 validate_knobs() {
-  local name v known
-  while IFS= read -r name; do
-    known=0
-    for v in "${KVTIER_KNOBS[@]}"; do [[ $name == "$v" ]] && known=1; done
-    ((known)) || die "unknown knob $name (known: ${KVTIER_KNOBS[*]})"
-  done < <(compgen -e | grep '^GLM53_KV_OFFLOAD' || true)
-
-  KVTIER_KNOB=0
-  if knob_set GLM53_KV_OFFLOAD; then
-    v=$GLM53_KV_OFFLOAD
-    [[ $v == 0 || $v == 1 ]] || die "GLM53_KV_OFFLOAD=$(q "$v"): must be 0 or 1"
-    KVTIER_KNOB=$v
-  fi
-  if knob_set GLM53_KV_OFFLOAD_DIR; then
-    safe_abs_dir "$GLM53_KV_OFFLOAD_DIR" ||
-      die "GLM53_KV_OFFLOAD_DIR=$(q "$GLM53_KV_OFFLOAD_DIR"): must be an absolute path of [A-Za-z0-9._/@+-] without '.' or '..' components"
-  elif ((KVTIER_KNOB)); then
-    die "GLM53_KV_OFFLOAD_DIR is required when GLM53_KV_OFFLOAD=1"
-  fi
-  if knob_set GLM53_KV_OFFLOAD_CPU_GB; then
-    int_in_range "$GLM53_KV_OFFLOAD_CPU_GB" 1 64 ||
-      die "GLM53_KV_OFFLOAD_CPU_GB=$(q "$GLM53_KV_OFFLOAD_CPU_GB"): must be an integer 1..64"
-  elif ((KVTIER_KNOB)); then
-    die "GLM53_KV_OFFLOAD_CPU_GB is required when GLM53_KV_OFFLOAD=1"
-  fi
-  if knob_set GLM53_KV_OFFLOAD_RESTORE; then
-    v=$GLM53_KV_OFFLOAD_RESTORE
-    [[ $v != 1 ]] || die "GLM53_KV_OFFLOAD_RESTORE=1 is refused: this stage stores only, nothing reads the tier back"
-    [[ $v == 0 ]] || die "GLM53_KV_OFFLOAD_RESTORE=$(q "$v"): must be 0"
-  fi
-  if knob_set GLM53_KV_OFFLOAD_DRAFTER; then
-    v=$GLM53_KV_OFFLOAD_DRAFTER
-    [[ $v == 0 || $v == 1 ]] || die "GLM53_KV_OFFLOAD_DRAFTER=$(q "$v"): must be 0 or 1"
-  fi
-  if knob_set GLM53_KV_OFFLOAD_KEEP_BOUNDARIES; then
-    int_in_range "$GLM53_KV_OFFLOAD_KEEP_BOUNDARIES" 0 1024 ||
-      die "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES=$(q "$GLM53_KV_OFFLOAD_KEEP_BOUNDARIES"): must be an integer 0..1024"
-  fi
-  if knob_set GLM53_KV_OFFLOAD_BUILD_ID; then
-    safe_token "$GLM53_KV_OFFLOAD_BUILD_ID" ||
-      die "GLM53_KV_OFFLOAD_BUILD_ID=$(q "$GLM53_KV_OFFLOAD_BUILD_ID"): must be 1-64 of [A-Za-z0-9._-], starting alphanumeric"
-  fi
+  local contract out py=${python:-python3}
+  contract=$(dirname "${BASH_SOURCE[0]}")/../overlays/kv-offload-scope/kv_offload_knobs.py
+  [[ -f $contract ]] || die "$contract: missing (the knob rules)"
+  command -v "$py" >/dev/null || py=python3
+  out=$("$py" "$contract" check 2>&1) || die "$out"
+  KVTIER_KNOB=$out
+  mapfile -t KVTIER_KNOBS < <("$py" "$contract" names)
 }
 
 # ------------------------------------------------- engine, order, artifacts

@@ -1,10 +1,10 @@
 """Drive the patched worker-local store path with generated KV bytes.
 
 The main job (scripts/demo.py) calls this on a tree patched by `overlay apply`.
-It loads the PATCHED scheduler and worker modules of that tree through the test
-harness (tests/python/harness: real vLLM files, small stubs for torch and the
-rest), builds a 7-group hybrid layout like the requirements' model, and runs
-several requests through them:
+It loads the PATCHED scheduler and worker modules of that tree through the
+harness (sim/harness: real vLLM files, small stubs for torch and the rest),
+builds the 7-group hybrid layout of sim/hybrid_layout.py, like the
+requirements' model, and runs several requests through them:
 
     g0 full attention, g1 scratch (not prefix-cacheable), g2-g5 state (mamba),
     g6 an EAGLE drafter (sliding window)
@@ -28,10 +28,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "python"))
+sys.path.insert(0, str(REPO / "sim"))
 
 import harness  # noqa: E402
-from hybrid_layout import STATE_GROUPS, HybridVllm, scheduler_output  # noqa: E402
+from fake_offloading import FakeTransferWorker, make_spec  # noqa: E402
+from hybrid_layout import (  # noqa: E402
+    NUM_GROUPS,
+    OFFLOADING,
+    STATE_GROUPS,
+    HybridVllm,
+    scheduler_output,
+)
 
 BLOCK = 256  # tokens per block (and per offloaded chunk)
 HASH = 64  # tokens per prefix-cache hash
@@ -55,100 +62,29 @@ def chain_hashes(req_id: str, blocks: int, parent: list[bytes] | None, fork: int
     return hashes
 
 
-class Engine(HybridVllm):
-    """The patched modules and what a vLLM boot would hand them."""
-
-    def kv_cache_config(self):
-        return super().kv_cache_config(block=BLOCK, num_blocks=NUM_BLOCKS)
-
-    def vllm_config(self):
-        return super().vllm_config(
-            block=BLOCK,
-            hash_unit=HASH,
-            max_model_len=32 * BLOCK,
-            model="demo/hybrid-7g",
-            engine_id="demo-engine",
-        )
-
-
-class Gpu:
-    """Plays the CPU offloading worker: a transfer finishes when told."""
-
-    def __init__(self, base) -> None:
-        self.base = base
-        self.submitted: list[int] = []
-        self.done: list[int] = []
-
-    def submit_store(self, job_id, src_spec, dst_spec):
-        self.submitted.append(job_id)
-        return True
-
-    def get_finished(self):
-        done, self.done = self.done, []
-        return [self.base.TransferResult(j, True, 1, 0.001) for j in done]
-
-    def wait(self, job_ids):
-        return
-
-    def shutdown(self):
-        return
-
-
-def make_spec(engine: Engine, offloading_config, gpu: Gpu):
-    """An offloading spec whose manager hands out CPU chunks in order."""
-    base, cpu_spec = engine.base, engine.cpu.CPULoadStoreSpec
-
-    class Manager(base.OffloadingManager):
-        def __init__(self) -> None:
-            self.next_chunk = 0
-
-        def lookup(self, key, req_context):
-            return base.LookupResult.MISS
-
-        def prepare_load(self, keys, req_context):
-            raise AssertionError("stage 1 never loads")
-
-        def prepare_store(self, keys, req_context):
-            keys = list(keys)
-            chunks = [(self.next_chunk + i) % STAGING_ROWS for i in range(len(keys))]
-            self.next_chunk += len(keys)
-            return base.PrepareStoreOutput(
-                keys_to_store=keys, store_spec=cpu_spec(chunks), evicted_keys=[]
-            )
-
-        def on_new_request(self, req_context):
-            return base.RequestOffloadingContext()
-
-    class Spec(base.OffloadingSpec):
-        def __init__(self, config) -> None:
-            super().__init__(config)
-            self.manager = Manager()
-
-        def get_manager(self):
-            return self.manager
-
-        def get_worker(self, kv_caches):
-            return gpu
-
-    return Spec(offloading_config)
-
-
 def drive(tree: Path, store_dir: Path) -> dict:
     os.environ.update(
         GLM53_KV_OFFLOAD="1",
         GLM53_KV_OFFLOAD_DIR=str(store_dir),
+        GLM53_KV_OFFLOAD_CPU_GB="1",
         GLM53_KV_OFFLOAD_KEEP_BOUNDARIES="2",
         GLM53_KV_OFFLOAD_BUILD_ID="demo",
     )
     with harness.engine(tree) as ns:
-        engine = Engine(ns)
-        kv_cache_config = engine.kv_cache_config()
-        vllm_config = engine.vllm_config()
-        gpu = Gpu(engine.base)
-        offloading_config = engine.config.build_offloading_config(
-            vllm_config, kv_cache_config
+        engine = HybridVllm(
+            ns,
+            block=BLOCK,
+            hash_unit=HASH,
+            num_blocks=NUM_BLOCKS,
+            max_model_len=32 * BLOCK,
+            model="demo/hybrid-7g",
+            engine_id="demo-engine",
         )
-        spec = make_spec(engine, offloading_config, gpu)
+        kv_cache_config = engine.hybrid_layout()
+        vllm_config = engine.vllm_config()
+        gpu = FakeTransferWorker(engine.base)
+        offloading_config = engine.offloading_config(vllm_config, kv_cache_config)
+        spec = make_spec(engine, offloading_config, worker=gpu, rows=STAGING_ROWS)
         scheduler = engine.scheduler.OffloadingConnectorScheduler(
             spec, vllm_config, kv_cache_config
         )
@@ -156,11 +92,11 @@ def drive(tree: Path, store_dir: Path) -> dict:
             spec, vllm_config, kv_cache_config
         )
         store = worker._kv_store
-        ksl = sys.modules[type(store).__module__]
+        adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
         region = bytearray(STAGING_ROWS * ROW)
-        staging = [ksl.StagingTensor(region, 0, ROW, ROW)]
+        staging = [adapter.StagingTensor(region, 0, ROW, ROW)]
         # The real lookup walks torch storages; ours is one bytearray.
-        ksl._staging_from_worker = lambda w, caches: staging
+        adapter.staging_from_worker = lambda w, caches: staging
         pages = [
             kv_cache_config.kv_cache_groups[g.group_id].kv_cache_spec.page_size_bytes
             for g in spec.config.groups
@@ -184,7 +120,8 @@ def drive(tree: Path, store_dir: Path) -> dict:
             scheduler.on_new_request(request)
             scheduler.get_num_new_matched_tokens(request, 0)
             block_ids = tuple(
-                [10000 * n + 100 * g + b + 1 for b in range(blocks)] for g in range(7)
+                [10000 * n + 100 * g + b + 1 for b in range(blocks)]
+                for g in range(NUM_GROUPS)
             )
             # A state hand-off for every state group at every second block.
             handoffs = {

@@ -17,9 +17,9 @@ top of that selection:
 - partial tails are claimed only when every KV cache group is offloaded.
 """
 
-import os
 from typing import TYPE_CHECKING
 
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading import kv_offload_knobs
 from vllm.logger import init_logger
 from vllm.v1.kv_cache_interface import (
     KVCacheSpec,
@@ -34,21 +34,16 @@ if TYPE_CHECKING:
 
 logger = init_logger(__name__)
 
-DRAFTER_ENV = "GLM53_KV_OFFLOAD_DRAFTER"
+DRAFTER_ENV = kv_offload_knobs.DRAFTER
 
 
 def offload_drafter_enabled() -> bool:
-    """Read ``GLM53_KV_OFFLOAD_DRAFTER`` strictly.
+    """Read ``GLM53_KV_OFFLOAD_DRAFTER`` by its rule in ``kv_offload_knobs``.
 
     Unset or "0" keeps draft-model groups out of the offload set, "1" offloads
     them; any other value is a startup error so a typo never flips the policy.
     """
-    value = os.environ.get(DRAFTER_ENV)
-    if value is None or value == "0":
-        return False
-    if value == "1":
-        return True
-    raise ValueError(f"{DRAFTER_ENV} must be unset, '0' or '1'; got {value!r}.")
+    return kv_offload_knobs.drafter_enabled()
 
 
 def unwrap_group_spec(group_id: int, spec: KVCacheSpec) -> KVCacheSpec:

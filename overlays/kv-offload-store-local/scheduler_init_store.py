@@ -2,8 +2,8 @@
 # is set (it then validates every GLM53_KV_OFFLOAD* variable strictly).
 self._kv_store_meta = None
 if os.environ.get("GLM53_KV_OFFLOAD", "0") != "0":
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
-        kv_store_local,
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local import (  # noqa: E501
+        vllm_scheduler,
     )
 
-    self._kv_store_meta = kv_store_local.SchedulerStoreMeta.from_vllm(self.config)
+    self._kv_store_meta = vllm_scheduler.store_meta(self.config)

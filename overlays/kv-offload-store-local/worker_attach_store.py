@@ -1,2 +1,2 @@
 if self._kv_store is not None:
-    self._kv_store.attach(self.worker, kv_caches, self._is_store_writer)
+    self._kv_store.attach_worker(self.worker, kv_caches, self._is_store_writer)

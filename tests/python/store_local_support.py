@@ -16,18 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-OVERLAY_DIR = REPO_ROOT / "overlays" / "kv-offload-store-local"
-if str(OVERLAY_DIR) not in sys.path:
-    sys.path.insert(0, str(OVERLAY_DIR))
-
-import kv_store_format as fmt  # noqa: E402
-import kv_store_local as ksl  # noqa: E402
+from overlay_modules import fmt, ksl, kv_offload_knobs  # noqa: F401
 
 RANK = 1
 TP_SIZE = 2
@@ -39,30 +32,30 @@ NUM_CHUNKS = 64
 TOKENS_PER_CHUNK = 16
 TOKENS_PER_HASH = 16
 FULL_REAL = 96  # attention pages: 96 real bytes, 32 bytes of padding
-CONV = ksl.StatePart("bfloat16", (4, 3))  # 24 bytes
-TEMPORAL = ksl.StatePart("float32", (2, 4))  # 32 bytes
+CONV = ksl.layout.StatePart("bfloat16", (4, 3))  # 24 bytes
+TEMPORAL = ksl.layout.StatePart("float32", (2, 4))  # 32 bytes
 STATE_GROUPS = (2, 3, 4, 5)
 OFFLOADED = (0, *STATE_GROUPS)
 
 
-def group_layouts() -> list[ksl.GroupLayout]:
+def group_layouts() -> list[ksl.layout.GroupLayout]:
     groups = [
-        ksl.GroupLayout(
+        ksl.layout.GroupLayout(
             0,
             0,
             "full",
-            tuple(ksl.LayerLayout(i, FULL_REAL) for i in range(NUM_LAYERS)),
+            tuple(ksl.layout.LayerLayout(i, FULL_REAL) for i in range(NUM_LAYERS)),
         )
     ]
     state_bytes = CONV.nbytes + TEMPORAL.nbytes
     for slot, g in enumerate(STATE_GROUPS, start=1):
         groups.append(
-            ksl.GroupLayout(
+            ksl.layout.GroupLayout(
                 g,
                 slot,
                 "state",
                 tuple(
-                    ksl.LayerLayout(i, state_bytes, (CONV, TEMPORAL))
+                    ksl.layout.LayerLayout(i, state_bytes, (CONV, TEMPORAL))
                     for i in range(NUM_LAYERS)
                 ),
             )
@@ -70,7 +63,7 @@ def group_layouts() -> list[ksl.GroupLayout]:
     return groups
 
 
-def settings(**overrides) -> ksl.WorkerSettings:
+def settings(**overrides) -> ksl.worker_store.WorkerSettings:
     values = dict(
         model="test/Mini-7g",
         vllm_version="0.0.test",
@@ -84,10 +77,10 @@ def settings(**overrides) -> ksl.WorkerSettings:
         mamba_types={g: "mamba2" for g in STATE_GROUPS},
     )
     values.update(overrides)
-    return ksl.WorkerSettings(**values)
+    return ksl.worker_store.WorkerSettings(**values)
 
 
-def knobs(root: Path, **overrides) -> ksl.StoreKnobs:
+def knobs(root: Path, **overrides) -> kv_offload_knobs.Knobs:
     values = dict(
         enabled=True,
         root=str(root),
@@ -97,7 +90,7 @@ def knobs(root: Path, **overrides) -> ksl.StoreKnobs:
         build_id="test-build",
     )
     values.update(overrides)
-    return ksl.StoreKnobs(**values)
+    return kv_offload_knobs.Knobs(**values)
 
 
 class Staging:
@@ -106,7 +99,9 @@ class Staging:
     def __init__(self) -> None:
         self.region = bytearray(NUM_CHUNKS * ROW_STRIDE)
         self.tensors = [
-            ksl.StagingTensor(self.region, RANK * SLOT + i * PAGE, ROW_STRIDE, PAGE)
+            ksl.layout.StagingTensor(
+                self.region, RANK * SLOT + i * PAGE, ROW_STRIDE, PAGE
+            )
             for i in range(NUM_LAYERS)
         ]
 
@@ -114,7 +109,7 @@ class Staging:
         start = chunk * ROW_STRIDE + RANK * SLOT + tensor * PAGE
         return memoryview(self.region)[start : start + PAGE]
 
-    def dma(self, chunk: int, group: ksl.GroupLayout, seed: bytes) -> bytes:
+    def dma(self, chunk: int, group: ksl.layout.GroupLayout, seed: bytes) -> bytes:
         """Write a key's pages like the DMA: real bytes, padding untouched.
 
         Returns the real bytes the disk payload must hold, layer by layer.
@@ -175,9 +170,12 @@ class JobMaker:
         self.layouts = {g.group: g for g in group_layouts()}
         self.next_chunk = 0
         self.next_job = 0
-        self.meta = ksl.SchedulerStoreMeta(
-            [ksl.SchedulerGroup(0, TOKENS_PER_CHUNK, "full")]
-            + [ksl.SchedulerGroup(g, TOKENS_PER_CHUNK, "state") for g in STATE_GROUPS],
+        self.meta = ksl.side_channel.SchedulerStoreMeta(
+            [ksl.side_channel.SchedulerGroup(0, TOKENS_PER_CHUNK, "full")]
+            + [
+                ksl.side_channel.SchedulerGroup(g, TOKENS_PER_CHUNK, "state")
+                for g in STATE_GROUPS
+            ],
             TOKENS_PER_HASH,
         )
 
@@ -213,9 +211,9 @@ class JobMaker:
         for k in meta["keys"]:
             chunk = self._chunk()
             job.chunk_ids.append(chunk)
-            group = ksl.key_group(k)
+            group = ksl.side_channel.key_group(k)
             real = self.staging.dma(chunk, self.layouts[group], k)
-            job.expected[(ksl.key_hash(k), group)] = real
+            job.expected[(ksl.side_channel.key_hash(k), group)] = real
         return job
 
 
@@ -224,7 +222,7 @@ _INDEX: dict[bytes, int] = {}
 
 def k_index(key: bytes) -> int:
     """Chunk index of a key built by block_hash (looked up, not derived)."""
-    h = ksl.key_hash(key)
+    h = ksl.side_channel.key_hash(key)
     if h not in _INDEX:
         for branch in range(4):
             for i in range(512):
@@ -247,7 +245,7 @@ class FakeReqState:
 
 def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
     staging = kw.pop("staging", None) or Staging()
-    store = ksl.WorkerStore(
+    store = ksl.worker_store.WorkerStore(
         kw.pop("knobs", None) or knobs(root),
         kw.pop("settings", None) or settings(),
         tp=tp,
@@ -257,12 +255,12 @@ def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
     )
     try:
         store.start(staging.tensors, background=kw.pop("background", False))
-    except ksl.WriterDisabled as e:
+    except ksl.errors.WriterDisabled as e:
         store.disable(str(e))
     return store, staging
 
 
-def run_job(store: ksl.WorkerStore, job: Job) -> None:
+def run_job(store: ksl.worker_store.WorkerStore, job: Job) -> None:
     store.remember(job.job_id, job.entry())
     store.capture(job.job_id)
 

@@ -22,7 +22,8 @@ from types import SimpleNamespace
 
 import harness
 import pytest
-from hybrid_layout import scheduler_output
+from fake_offloading import make_spec
+from hybrid_layout import HybridVllm, scheduler_output
 
 OVERLAY = "kv-offload-scope"
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
@@ -96,195 +97,8 @@ def drafter_unset(monkeypatch):
 # Building vLLM inputs inside one engine namespace
 
 
-class Vllm:
-    """The modules of one tree plus builders for the inputs they read."""
-
-    def __init__(self, ns) -> None:
-        self.ns = ns
-        self.kci = ns.load("vllm.v1.kv_cache_interface")
-        self.torch = ns.load("torch")
-        self.config = ns.load(f"{OFFLOADING}.config")
-        self.scheduler = ns.load(f"{OFFLOADING}.scheduler")
-        self.worker = ns.load(f"{OFFLOADING}.worker")
-        self.base = ns.load("vllm.v1.kv_offload.base")
-        self._register_managers()
-
-    def _register_managers(self) -> None:
-        # The stub leaves vLLM's spec -> manager table to the test. The
-        # scheduler reads two things from a manager class; both managers here
-        # follow vLLM's dense base policy (every block reachable), the same on
-        # pristine and patched trees.
-        registry_module = self.ns.load("vllm.v1.kv_cache_spec_registry")
-        registry = registry_module.KVCacheSpecRegistry
-        registered = registry_module._REGISTRY_KVCACHESPEC_LIST
-        base = self.ns.load(
-            "vllm.v1.core.single_type_kv_cache_manager"
-        ).SingleTypeKVCacheManager
-        kci = self.kci
-        for spec_cls in (
-            kci.FullAttentionSpec,
-            kci.SlidingWindowSpec,
-            kci.MambaSpec,
-            kci.CircularBufferSpec,
-        ):
-            if spec_cls in registered:
-                continue  # this namespace was set up by an earlier Vllm(ns)
-            manager = type(
-                f"{spec_cls.__name__}Manager",
-                (base,),
-                {
-                    "supports_fine_grained_hash_lookup": True,
-                    "reachable_block_mask": classmethod(lambda cls, **kw: None),
-                },
-            )
-            registry.register(spec_cls, manager)
-
-    # Specs -----------------------------------------------------------------
-
-    def full(self, block: int = BLOCK):
-        return self.kci.FullAttentionSpec(
-            block_size=block, num_kv_heads=2, head_size=16, dtype=self.torch.bfloat16
-        )
-
-    def mla(self, block: int = BLOCK):
-        return self.kci.MLAAttentionSpec(
-            block_size=block, num_kv_heads=1, head_size=32, dtype=self.torch.bfloat16
-        )
-
-    def scratch(self):
-        return self.kci.CircularBufferSpec(
-            block_size=4, num_kv_heads=1, head_size=16, dtype=self.torch.bfloat16
-        )
-
-    def mamba(self, block: int = BLOCK, mode: str = "align"):
-        return self.kci.MambaSpec(
-            block_size=block,
-            shapes=((4, 16),),
-            dtypes=(self.torch.bfloat16,),
-            mamba_cache_mode=mode,
-        )
-
-    def swa(self, block: int = BLOCK):
-        return self.kci.SlidingWindowSpec(
-            block_size=block,
-            num_kv_heads=2,
-            head_size=16,
-            dtype=self.torch.bfloat16,
-            sliding_window=2 * BLOCK,
-        )
-
-    def swa_mla(self, block: int = BLOCK):
-        return self.kci.SlidingWindowMLASpec(
-            block_size=block,
-            num_kv_heads=1,
-            head_size=32,
-            dtype=self.torch.bfloat16,
-            sliding_window=2 * BLOCK,
-        )
-
-    def wrap(self, *specs):
-        return self.kci.UniformTypeKVCacheSpecs(
-            block_size=specs[0].block_size,
-            kv_cache_specs={f"w{i}": spec for i, spec in enumerate(specs)},
-        )
-
-    # Configs ---------------------------------------------------------------
-
-    def kv_cache_config(self, *groups: tuple):
-        """groups: (spec, is_eagle_group) or (spec, is_eagle_group, layers)."""
-        group_specs = []
-        for index, (spec, is_eagle, *layers) in enumerate(groups):
-            names = layers[0] if layers else [f"g{index}.l0"]
-            group_specs.append(
-                self.kci.KVCacheGroupSpec(
-                    layer_names=list(names), kv_cache_spec=spec, is_eagle_group=is_eagle
-                )
-            )
-        return self.kci.KVCacheConfig(
-            num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=group_specs
-        )
-
-    def hybrid_layout(self, *, scratch: bool = True, drafter: str | None = "eagle"):
-        """g0 full, [g1 scratch], four mamba groups, [drafter].
-
-        drafter: "eagle" (an is_eagle_group SWA group), "swa" (an exact
-        SlidingWindowSpec group not flagged EAGLE), "eagle-full" (an
-        is_eagle_group full-attention group) or None.
-        """
-        groups: list[tuple] = [(self.full(), False)]
-        if scratch:
-            groups.append((self.scratch(), False))
-        groups += [(self.mamba(), False) for _ in range(4)]
-        if drafter == "eagle":
-            groups.append((self.swa(), True))
-        elif drafter == "swa":
-            groups.append((self.swa(), False))
-        elif drafter == "eagle-full":
-            groups.append((self.full(), True))
-        return self.kv_cache_config(*groups)
-
-    def vllm_config(
-        self,
-        *,
-        speculative: str | None = "eagle",
-        world_size: int = 1,
-        pipeline_parallel_size: int = 1,
-        prefix_match_unit: int | None = HASH,
-        layout=None,
-    ):
-        if layout is not None and len(layout.kv_cache_groups) == 1:
-            # One group hashes at its block size; vLLM refuses anything else.
-            prefix_match_unit = None
-        VllmConfig = self.ns.load("vllm.config").VllmConfig
-        speculative_config = None
-        if speculative is not None:
-            speculative_config = SimpleNamespace(
-                method=speculative,
-                use_eagle=lambda: speculative in ("eagle", "eagle3", "mtp"),
-                use_eagle_block_drop=lambda: False,
-            )
-        return VllmConfig(
-            kv_transfer_config=SimpleNamespace(
-                kv_connector_extra_config={}, engine_id="engine-0"
-            ),
-            parallel_config=SimpleNamespace(
-                decode_context_parallel_size=1,
-                prefill_context_parallel_size=1,
-                tensor_parallel_size=1,
-                pipeline_parallel_size=pipeline_parallel_size,
-                world_size=world_size,
-                distributed_executor_backend="mp",
-                nnodes_within_dp=1,
-                rank=0,
-                data_parallel_index=0,
-                data_parallel_size=1,
-                data_parallel_rank_local=None,
-                cp_kv_cache_interleave_size=1,
-            ),
-            model_config=SimpleNamespace(
-                use_mla=False,
-                get_total_num_kv_heads=lambda: 2,
-                model="test/model",
-                dtype=self.torch.bfloat16,
-                max_model_len=16 * BLOCK,
-            ),
-            cache_config=SimpleNamespace(
-                block_size=BLOCK,
-                prefix_match_unit=prefix_match_unit,
-                enable_prefix_caching=True,
-                cache_dtype="auto",
-                kv_cache_layout=None,
-                prefix_cache_retention_interval=None,
-            ),
-            speculative_config=speculative_config,
-            use_v2_model_runner=False,
-            kv_events_config=None,
-        )
-
-    # Connector pieces ------------------------------------------------------
-
-    def offloading_config(self, vllm_config, kv_cache_config):
-        return self.config.build_offloading_config(vllm_config, kv_cache_config)
+class Vllm(HybridVllm):
+    """The modules of one tree plus the connector pieces these tests build."""
 
     def spec(self, offloading_config):
         return make_spec(self, offloading_config)
@@ -294,46 +108,6 @@ class Vllm:
         return self.scheduler.SchedulerOffloadConfig.from_spec(
             spec, vllm_config, kv_cache_config
         )
-
-
-def make_spec(vllm: Vllm, offloading_config):
-    """A real OffloadingSpec subclass whose manager records what is stored."""
-    base = vllm.base
-
-    class RecordingManager(base.OffloadingManager):
-        def __init__(self) -> None:
-            self.stored: list[list[bytes]] = []
-
-        def lookup(self, key, req_context):
-            return base.LookupResult.MISS
-
-        def prepare_load(self, keys, req_context):
-            raise AssertionError("no load is expected")
-
-        def prepare_store(self, keys, req_context):
-            keys = list(keys)
-            self.stored.append(keys)
-            return base.PrepareStoreOutput(
-                keys_to_store=keys, store_spec=base.LoadStoreSpec(), evicted_keys=[]
-            )
-
-        def on_new_request(self, req_context):
-            return base.RequestOffloadingContext()
-
-    class RecordingSpec(base.OffloadingSpec):
-        def __init__(self, config) -> None:
-            super().__init__(config)
-            self.manager = RecordingManager()
-            self.worker_caches = None
-
-        def get_manager(self):
-            return self.manager
-
-        def get_worker(self, kv_caches):
-            self.worker_caches = kv_caches
-            return SimpleNamespace(kv_caches=kv_caches)
-
-    return RecordingSpec(offloading_config)
 
 
 def group_ids(offloading_config) -> list[int]:
@@ -528,8 +302,9 @@ def test_drafter_knob_is_parsed_strictly(patched, monkeypatch, value):
     layout = vllm.kv_cache_config((vllm.full(), False))
     with pytest.raises(ValueError) as failure:
         vllm.offloading_config(vllm.vllm_config(), layout)
-    assert DRAFTER_ENV in str(failure.value)
-    assert repr(value) in str(failure.value)
+    # The contract's message: NAME=value (quoted unless plain): the rule.
+    assert f"{DRAFTER_ENV}=" in str(failure.value)
+    assert value in str(failure.value)
 
 
 # --------------------------------------------------------------------------

@@ -45,90 +45,6 @@ def kvstore_verifies_what_the_writer_leaves(request, tmp_path, build_dir):
 
 
 # --------------------------------------------------------------------------
-# Knobs
-
-
-def env(**values: str) -> dict[str, str]:
-    base = {"GLM53_KV_OFFLOAD": "1", "GLM53_KV_OFFLOAD_DIR": "/data/kv"}
-    base.update(
-        {
-            f"GLM53_KV_OFFLOAD_{k}" if k else "GLM53_KV_OFFLOAD": v
-            for k, v in values.items()
-        }
-    )
-    return base
-
-
-def test_knobs_defaults_and_values():
-    knobs = ksl.read_knobs(env())
-    assert knobs == ksl.StoreKnobs(
-        enabled=True,
-        root="/data/kv",
-        cpu_gb=None,
-        drafter=False,
-        keep_boundaries=2,
-        build_id="",
-    )
-    knobs = ksl.read_knobs(
-        env(
-            CPU_GB="64",
-            KEEP_BOUNDARIES="0",
-            DRAFTER="1",
-            BUILD_ID="abc.1-2",
-            RESTORE="0",
-        )
-    )
-    assert (knobs.cpu_gb, knobs.keep_boundaries, knobs.drafter, knobs.build_id) == (
-        64,
-        0,
-        True,
-        "abc.1-2",
-    )
-    assert not ksl.read_knobs({}).enabled
-    assert not ksl.read_knobs({"GLM53_KV_OFFLOAD": "0"}).enabled
-
-
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("GLM53_KV_OFFLOAD", "yes"),
-        ("GLM53_KV_OFFLOAD", ""),
-        ("GLM53_KV_OFFLOAD", " 1"),
-        ("GLM53_KV_OFFLOAD_DIR", "relative/dir"),
-        ("GLM53_KV_OFFLOAD_DIR", "/data/kv store"),
-        ("GLM53_KV_OFFLOAD_DIR", "'/data/kv'"),
-        ("GLM53_KV_OFFLOAD_DIR", '"/data/kv"'),
-        ("GLM53_KV_OFFLOAD_DIR", "/data/kv\t"),
-        ("GLM53_KV_OFFLOAD_DIR", ""),
-        ("GLM53_KV_OFFLOAD_CPU_GB", "0"),
-        ("GLM53_KV_OFFLOAD_CPU_GB", "65"),
-        ("GLM53_KV_OFFLOAD_CPU_GB", "8.5"),
-        ("GLM53_KV_OFFLOAD_CPU_GB", "+8"),
-        ("GLM53_KV_OFFLOAD_RESTORE", "1"),
-        ("GLM53_KV_OFFLOAD_RESTORE", "true"),
-        ("GLM53_KV_OFFLOAD_DRAFTER", "2"),
-        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "1025"),
-        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "-1"),
-        ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "02"),
-        ("GLM53_KV_OFFLOAD_BUILD_ID", "has space"),
-        ("GLM53_KV_OFFLOAD_BUILD_ID", "quote'd"),
-    ],
-)
-def test_bad_knob_is_an_error_naming_it(name, value):
-    values = env()
-    values[name] = value
-    with pytest.raises(ksl.KnobError) as err:
-        ksl.read_knobs(values)
-    assert name in str(err.value)
-    assert "\n" not in str(err.value)
-
-
-def test_restore_one_is_refused_even_with_the_tier_off():
-    with pytest.raises(ksl.KnobError, match="GLM53_KV_OFFLOAD_RESTORE=1 is refused"):
-        ksl.read_knobs({"GLM53_KV_OFFLOAD_RESTORE": "1"})
-
-
-# --------------------------------------------------------------------------
 # Side channel
 
 
@@ -152,7 +68,7 @@ def test_metadata_is_in_block_order_and_picklable():
         state.positions[k] = (sls.k_index(k) + 1) * sls.TOKENS_PER_CHUNK
     shuffled = set(reversed(keys))
     meta = maker.meta.build(shuffled, state)
-    assert meta["version"] == ksl.META_VERSION
+    assert meta["version"] == ksl.side_channel.META_VERSION
     assert meta["keys"] == keys
     assert meta["groups"] == [0, 0, 0, 0, 2, 3, 4, 5]
     assert meta["tokens"] == [16, 32, 48, 64, 64, 64, 64, 64]
@@ -168,7 +84,9 @@ def test_metadata_is_in_block_order_and_picklable():
 
 
 def test_metadata_without_state_groups_names_the_job_end():
-    meta = ksl.SchedulerStoreMeta([ksl.SchedulerGroup(0, 16, "full")], 16)
+    meta = ksl.side_channel.SchedulerStoreMeta(
+        [ksl.side_channel.SchedulerGroup(0, 16, "full")], 16
+    )
     state = sls.FakeReqState(0, 3)
     keys = {sls.offload_key(sls.block_hash(i), 0) for i in (1, 2)}
     for k in keys:
@@ -267,7 +185,7 @@ def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeyp
     maker = sls.JobMaker(staging)
     base = only_base(tmp_path)
     published = []
-    real_write = ksl.write_file_durably
+    real_write = ksl.durable_io.write_file_durably
 
     def checking_write(path, parts, sync_dir=True):
         # At the moment a manifest is written, every file it names must
@@ -280,7 +198,7 @@ def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeyp
             published.append(os.path.basename(path))
         return real_write(path, parts, sync_dir)
 
-    monkeypatch.setattr(ksl, "write_file_durably", checking_write)
+    monkeypatch.setattr(ksl.durable_io, "write_file_durably", checking_write)
     # State payloads first, then the full chunks the boundary needs.
     for g in sls.STATE_GROUPS[:3]:
         sls.run_job(store, maker.state(1, g))
@@ -308,21 +226,21 @@ def test_failed_key_is_never_manifested_this_boot(tmp_path, monkeypatch):
     store, staging = sls.make_store(tmp_path)
     maker = sls.JobMaker(staging)
     bad = store.writer.layout.chunk(sls.block_hash(1).hex(), 4)
-    real = ksl.write_chunk_file
+    real = ksl.durable_io.write_chunk_file
 
     def failing(path, header, payload):
         if path == bad:
             raise OSError(errno.EIO, "injected I/O error")
         return real(path, header, payload)
 
-    monkeypatch.setattr(ksl, "write_chunk_file", failing)
+    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", failing)
     write_boundary(store, maker, 1)
     assert not os.path.exists(bad)
     assert (sls.block_hash(1), 4) in store.writer.failed
     assert store.stats.keys_failed == 1
     assert sls.manifests(only_base(tmp_path)) == {}
     # The same key offered again this boot: still not written, not manifested.
-    monkeypatch.setattr(ksl, "write_chunk_file", real)
+    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
     sls.run_job(store, maker.state(1, 4))
     assert not os.path.exists(bad)
     assert sls.manifests(only_base(tmp_path)) == {}
@@ -416,7 +334,7 @@ def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypat
     space = {"ok": False}
     store.writer.resume_probe = lambda: space["ok"]
     maker = sls.JobMaker(staging)
-    real = ksl._write_all
+    real = ksl.durable_io.write_all
     calls = {"n": 0}
 
     def disk_full(fd, data):
@@ -427,7 +345,7 @@ def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypat
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, data)
 
-    monkeypatch.setattr(ksl, "_write_all", disk_full)
+    monkeypatch.setattr(ksl.durable_io, "write_all", disk_full)
     job = maker.full_chunks(0, 3)
     sls.run_job(store, job)
     assert store.stats.enospc_pauses == 1
@@ -572,7 +490,7 @@ def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch)
     maker = sls.JobMaker(staging)
     lock_path = store.writer.layout.lock
     seen = []
-    real = ksl.write_chunk_file
+    real = ksl.durable_io.write_chunk_file
 
     def probe(path, header, payload):
         fd = os.open(lock_path, os.O_RDWR)
@@ -588,7 +506,7 @@ def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch)
             os.close(fd)
         return real(path, header, payload)
 
-    monkeypatch.setattr(ksl, "write_chunk_file", probe)
+    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", probe)
     sls.run_job(store, maker.full_chunks(0, 1))
     assert seen == ["exclusive refused", "shared granted"]
     fd = os.open(lock_path, os.O_RDWR)
@@ -626,13 +544,17 @@ def test_job_that_does_not_match_its_spec_is_dropped(tmp_path):
 
 def test_partial_chunk_is_not_written(tmp_path):
     groups = [
-        ksl.GroupLayout(0, 0, "full", (ksl.LayerLayout(0, 32), ksl.LayerLayout(1, 32)))
+        ksl.layout.GroupLayout(
+            0, 0, "full", (ksl.layout.LayerLayout(0, 32), ksl.layout.LayerLayout(1, 32))
+        )
     ]
     settings = sls.settings(groups=groups, blocks_per_chunk=2, mamba_types={})
     store, staging = sls.make_store(tmp_path, settings=settings)
     state = sls.FakeReqState(0, 2)
     keys = [sls.offload_key(sls.block_hash(i), 0) for i in range(2)]
-    meta_builder = ksl.SchedulerStoreMeta([ksl.SchedulerGroup(0, 32, "full")], 16)
+    meta_builder = ksl.side_channel.SchedulerStoreMeta(
+        [ksl.side_channel.SchedulerGroup(0, 32, "full")], 16
+    )
     for i, k in enumerate(keys):
         state.positions[k] = (i + 1) * 32
     state.req.block_hashes = [sls.block_hash(j // 2) for j in range(4)]
@@ -652,7 +574,7 @@ def test_partial_chunk_is_not_written(tmp_path):
 
 
 def test_capture_pool_is_a_fifo_ring():
-    pool = ksl.CapturePool(100)
+    pool = ksl.capture_pool.CapturePool(100)
     a = pool.alloc(40)
     b = pool.alloc(40)
     assert (a, b) == (0, 40)
@@ -674,13 +596,17 @@ def test_coalesce_merges_runs_that_continue_on_both_sides():
     src = bytearray(10)
     other = bytearray(10)
     runs = [(src, 0, 0, 4), (src, 4, 4, 4), (src, 9, 8, 1), (other, 0, 9, 1)]
-    assert ksl.coalesce(runs) == [(src, 0, 0, 8), (src, 9, 8, 1), (other, 0, 9, 1)]
+    assert ksl.copier.coalesce(runs) == [
+        (src, 0, 0, 8),
+        (src, 9, 8, 1),
+        (other, 0, 9, 1),
+    ]
 
 
 def test_parallel_memmove_copies_every_byte():
-    pool = ksl.CapturePool(24 << 20)
+    pool = ksl.capture_pool.CapturePool(24 << 20)
     src = bytearray(sls.pattern(b"x", 20 << 20))
-    copier = ksl.Copier(pool, "memmove", threads=4)
+    copier = ksl.copier.Copier(pool, "memmove", threads=4)
     copier.copy([(src, 1000, 0, (20 << 20) - 1000)])
     assert pool.view(0, (20 << 20) - 1000) == src[1000:]
     copier.close()
@@ -689,13 +615,13 @@ def test_parallel_memmove_copies_every_byte():
 def test_bind_layers_refuses_a_layout_it_cannot_read():
     groups = sls.group_layouts()
     refs = [[(i, g.layers[i].real_bytes) for i in range(2)] for g in groups]
-    bound = ksl.bind_layers(groups, refs)
+    bound = ksl.layout.bind_layers(groups, refs)
     assert [layer.tensor for layer in bound[0].layers] == [0, 1]
-    with pytest.raises(ksl.WriterDisabled, match="packed"):
-        ksl.bind_layers(groups, [[(0, 4096)] for _ in groups])
+    with pytest.raises(ksl.errors.WriterDisabled, match="packed"):
+        ksl.layout.bind_layers(groups, [[(0, 4096)] for _ in groups])
     refs[0][1] = (1, 128)  # padded size: the DMA would copy padding
-    with pytest.raises(ksl.WriterDisabled, match="copies 128 bytes"):
-        ksl.bind_layers(groups, refs)
+    with pytest.raises(ksl.errors.WriterDisabled, match="copies 128 bytes"):
+        ksl.layout.bind_layers(groups, refs)
 
 
 def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path, monkeypatch):
@@ -734,8 +660,8 @@ def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
         os.path.dirname(layout.chunk(sls.block_hash(i).hex(), 0)) for i in range(2)
     }
     events = []
-    real_sync = ksl._fsync_dir
-    real_write = ksl.write_file_durably
+    real_sync = ksl.durable_io.fsync_dir
+    real_write = ksl.durable_io.write_file_durably
 
     def sync(path):
         events.append(("sync", path))
@@ -745,8 +671,8 @@ def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
         events.append(("write", path))
         return real_write(path, parts, sync_dir)
 
-    monkeypatch.setattr(ksl, "_fsync_dir", sync)
-    monkeypatch.setattr(ksl, "write_file_durably", write)
+    monkeypatch.setattr(ksl.durable_io, "fsync_dir", sync)
+    monkeypatch.setattr(ksl.durable_io, "write_file_durably", write)
     for g in sls.STATE_GROUPS:
         sls.run_job(store, maker.state(1, g))
     (manifest_write,) = [
@@ -761,7 +687,7 @@ def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
 @pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 200, 4096 + 7])
 def test_sliced_checksum_equals_the_whole_payload_crc(size):
     payload = memoryview(sls.pattern(b"crc", size))
-    summer = ksl.Checksummer(2, slice_bytes=64)
+    summer = ksl.checksum.Checksummer(2, slice_bytes=64)
     try:
         assert summer.start(payload).result() == fmt.crc32(payload)
     finally:
@@ -772,14 +698,14 @@ def test_manifest_names_only_checksummed_files_in_synced_directories(
     tmp_path, monkeypatch
 ):
     # Small slices: every miniature payload's CRC is combined from several.
-    monkeypatch.setattr(ksl, "CHECKSUM_SLICE_BYTES", 64)
+    monkeypatch.setattr(ksl.checksum, "CHECKSUM_SLICE_BYTES", 64)
     store, staging = sls.make_store(tmp_path)
     maker = sls.JobMaker(staging)
     layout = store.writer.layout
     events: list[tuple[str, str]] = []
-    real_sync, real_rename = ksl._fsync_dir, os.rename
-    real_write = ksl.write_file_durably
-    real_result = ksl.PendingChecksum.result
+    real_sync, real_rename = ksl.durable_io.fsync_dir, os.rename
+    real_write = ksl.durable_io.write_file_durably
+    real_result = ksl.checksum.PendingChecksum.result
     checked = []
 
     def sync(path):
@@ -811,10 +737,10 @@ def test_manifest_names_only_checksummed_files_in_synced_directories(
             events.append(("manifest", path))
         return real_write(path, parts, sync_dir)
 
-    monkeypatch.setattr(ksl, "_fsync_dir", sync)
+    monkeypatch.setattr(ksl.durable_io, "fsync_dir", sync)
     monkeypatch.setattr(os, "rename", rename)
-    monkeypatch.setattr(ksl, "write_file_durably", write)
-    monkeypatch.setattr(ksl.PendingChecksum, "result", result)
+    monkeypatch.setattr(ksl.durable_io, "write_file_durably", write)
+    monkeypatch.setattr(ksl.checksum.PendingChecksum, "result", result)
     write_boundary(store, maker, 2)
     write_boundary(store, maker, 4, first=3)
     assert sum(kind == "manifest" for kind, _ in events) == 2

@@ -9,6 +9,7 @@ replaced by a bytearray laid out the same way.
 from __future__ import annotations
 
 import ast
+import os
 import pickle
 import shutil
 import subprocess
@@ -17,9 +18,9 @@ from types import SimpleNamespace
 
 import harness
 import pytest
-from hybrid_layout import HybridVllm, scheduler_output
+from fake_offloading import FakeTransferWorker, make_spec
+from hybrid_layout import OFFLOADING, HybridVllm, scheduler_output
 
-OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 OVERLAYS = "kv-offload-scope,kv-offload-store-local"
 BLOCK = 256
 HASH = 64
@@ -62,92 +63,42 @@ def patched(patched_tree, engine_name):
 
 @pytest.fixture(autouse=True)
 def knobs_unset(monkeypatch):
-    for name in (
-        "GLM53_KV_OFFLOAD",
-        "GLM53_KV_OFFLOAD_DIR",
-        "GLM53_KV_OFFLOAD_RESTORE",
-        "GLM53_KV_OFFLOAD_DRAFTER",
-        "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES",
-        "GLM53_KV_OFFLOAD_BUILD_ID",
-        "GLM53_KV_OFFLOAD_CPU_GB",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith("GLM53_KV_OFFLOAD"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture
 def knob_on(monkeypatch, tmp_path):
     monkeypatch.setenv("GLM53_KV_OFFLOAD", "1")
     monkeypatch.setenv("GLM53_KV_OFFLOAD_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_CPU_GB", "1")
     return tmp_path / "store"
 
 
 class Vllm(HybridVllm):
     """The patched modules plus builders for the 7-group hybrid layout."""
 
-    def layout(self):
-        return self.kv_cache_config(block=BLOCK, num_blocks=NUM_BLOCKS)
-
-    def vllm_config(self):
-        return super().vllm_config(
+    def __init__(self, ns) -> None:
+        super().__init__(
+            ns,
             block=BLOCK,
             hash_unit=HASH,
-            max_model_len=16 * BLOCK,
+            num_blocks=NUM_BLOCKS,
             model="test/hybrid-7g",
-            engine_id="engine-0",
         )
 
-    def spec(self, vllm_config, kv_cache_config):
-        offloading_config = self.config.build_offloading_config(
-            vllm_config, kv_cache_config
+    def layout(self):
+        return self.hybrid_layout()
+
+    def spec(self, vllm_config, kv_cache_config, worker=None):
+        return make_spec(
+            self, self.offloading_config(vllm_config, kv_cache_config), worker=worker
         )
-        return make_spec(self, offloading_config)
 
     def request(self, num_tokens: int, req_id: str = "r0"):
         hashes = [i.to_bytes(4, "big") * 8 for i in range(num_tokens // HASH)]
         return super().request(req_id, hashes, num_tokens)
-
-
-def make_spec(vllm: Vllm, offloading_config, worker=None):
-    base = vllm.base
-    cpu_spec = vllm.cpu.CPULoadStoreSpec
-
-    class Manager(base.OffloadingManager):
-        def __init__(self) -> None:
-            self.lookups = 0
-            self.stored: list[list[bytes]] = []
-            self.next_chunk = 0
-
-        def lookup(self, key, req_context):
-            self.lookups += 1
-            return base.LookupResult.MISS
-
-        def prepare_load(self, keys, req_context):
-            raise AssertionError("no load is expected")
-
-        def prepare_store(self, keys, req_context):
-            keys = list(keys)
-            self.stored.append(keys)
-            chunks = list(range(self.next_chunk, self.next_chunk + len(keys)))
-            self.next_chunk += len(keys)
-            return base.PrepareStoreOutput(
-                keys_to_store=keys, store_spec=cpu_spec(chunks), evicted_keys=[]
-            )
-
-        def on_new_request(self, req_context):
-            return base.RequestOffloadingContext()
-
-    class Spec(base.OffloadingSpec):
-        def __init__(self, config) -> None:
-            super().__init__(config)
-            self.manager = Manager()
-
-        def get_manager(self):
-            return self.manager
-
-        def get_worker(self, kv_caches):
-            return worker
-
-    return Spec(offloading_config)
 
 
 def store_step(vllm: Vllm):
@@ -188,8 +139,10 @@ def test_both_overlays_apply_and_check_on_the_pinned_tree(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     module = tree_copy / OFFLOADING.replace(".", "/")
-    assert (module / "kv_store_local.py").is_file()
+    assert (module / "kv_store_local" / "__init__.py").is_file()
+    assert (module / "kv_store_local" / "vllm_worker.py").is_file()
     assert (module / "kv_store_format.py").is_file()
+    assert (module / "kv_offload_knobs.py").is_file()
     check = run_overlay(
         overlay_bin, "check", "--check-injected", *apply_args(tree_copy, manifests_dir)
     )
@@ -206,7 +159,8 @@ def test_both_overlays_apply_and_check_on_the_pinned_tree(
         "kv-offload-store-local",
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert not (module / "kv_store_local.py").exists()
+    assert not (module / "kv_store_local").exists()
+    assert (module / "kv_offload_knobs.py").is_file()  # the scope overlay's
     assert "kv_store" not in (module / "worker.py").read_text()
 
 
@@ -249,7 +203,7 @@ def test_knob_unset_never_imports_the_writer(patched):
 def test_bad_knob_fails_the_boot(patched, monkeypatch, value):
     monkeypatch.setenv("GLM53_KV_OFFLOAD", value)
     vllm = Vllm(patched)
-    with pytest.raises(ValueError, match="GLM53_KV_OFFLOAD must be"):
+    with pytest.raises(ValueError, match="GLM53_KV_OFFLOAD=.*must be 0 or 1"):
         store_step(vllm)
 
 
@@ -304,46 +258,20 @@ def test_scheduler_attaches_metadata_aligned_with_block_order(patched, knob_on):
 # Knob on: worker side
 
 
-class FakeOffloadingWorker:
-    """The CPU offloading worker's surface: transfers complete when told."""
-
-    def __init__(self, base) -> None:
-        self.base = base
-        self.submitted: list[int] = []
-        self.done: list[int] = []
-        self.waited: list[set[int]] = []
-
-    def submit_store(self, job_id, src_spec, dst_spec):
-        self.submitted.append(job_id)
-        return True
-
-    def get_finished(self):
-        done, self.done = self.done, []
-        return [self.base.TransferResult(job_id, True, 1, 0.001) for job_id in done]
-
-    def wait(self, job_ids):
-        self.waited.append(set(job_ids))
-
-    def shutdown(self):
-        return
-
-
 ROW = 64 << 10  # one staging row: the full-attention page (32 KiB) + room
 
 
 def worker_with_store(vllm: Vllm, monkeypatch):
     kv_cache_config = vllm.layout()
     vllm_config = vllm.vllm_config()
-    fake = FakeOffloadingWorker(vllm.base)
-    spec = make_spec(
-        vllm, vllm.config.build_offloading_config(vllm_config, kv_cache_config), fake
-    )
+    fake = FakeTransferWorker(vllm.base)
+    spec = vllm.spec(vllm_config, kv_cache_config, worker=fake)
     worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
     store = worker._kv_store
-    ksl = sys.modules[type(store).__module__]
+    adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
     region = bytearray(8 * ROW)
-    staging = [ksl.StagingTensor(region, 0, ROW, ROW)]
-    monkeypatch.setattr(ksl, "_staging_from_worker", lambda w, caches: staging)
+    staging = [adapter.StagingTensor(region, 0, ROW, ROW)]
+    monkeypatch.setattr(adapter, "staging_from_worker", lambda w, caches: staging)
     pages = [
         kv_cache_config.kv_cache_groups[g.group_id].kv_cache_spec
         for g in spec.config.groups
@@ -355,7 +283,7 @@ def worker_with_store(vllm: Vllm, monkeypatch):
     worker._init_worker(caches)
     assert store.active, store.disabled_reason
     return SimpleNamespace(
-        worker=worker, fake=fake, store=store, region=region, spec=spec, ksl=ksl
+        worker=worker, fake=fake, store=store, region=region, spec=spec
     )
 
 

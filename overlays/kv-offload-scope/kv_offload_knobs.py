@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ``GLM53_KV_OFFLOAD*`` knobs: every rule, defined once.
+
+Both overlays read their knobs through this module (the scope overlay the
+drafter knob, the store-local writer all of them), and the launch gate runs
+it with the serving image's interpreter before anything is stopped::
+
+    python3 kv_offload_knobs.py check   # prints 0 or 1 (the tier); exit 2 on a bad knob
+    python3 kv_offload_knobs.py names   # every knob, one a line
+    python3 kv_offload_knobs.py table   # the Markdown table the docs carry
+
+A set knob is always validated, whether the tier is on or off; set but
+empty counts as set. Any other exported ``GLM53_KV_OFFLOAD*`` name is a typo
+and is refused. Standard library only: the gate runs it outside vLLM.
+"""
+
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+PREFIX = "GLM53_KV_OFFLOAD"
+ENABLE = "GLM53_KV_OFFLOAD"
+DIR = "GLM53_KV_OFFLOAD_DIR"
+CPU_GB = "GLM53_KV_OFFLOAD_CPU_GB"
+RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
+DRAFTER = "GLM53_KV_OFFLOAD_DRAFTER"
+KEEP_BOUNDARIES = "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES"
+BUILD_ID = "GLM53_KV_OFFLOAD_BUILD_ID"
+CAPTURE_MIB = "GLM53_KV_OFFLOAD_CAPTURE_MIB"
+
+EXIT_REFUSED = 2
+
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,5}")
+# Safe in a docker -v spec and in a shell line: no whitespace, quotes, ':'
+# or ','.
+_DIR = re.compile(r"/[A-Za-z0-9._/@+-]+")
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class KnobError(ValueError):
+    """A ``GLM53_KV_OFFLOAD*`` variable with a value this stage refuses."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    accepted: str  # what the docs table says, word for word
+    default: str
+    check: Callable[[str], str | None]  # the problem with a value, or None
+
+
+def _flag(value: str) -> str | None:
+    return None if value in ("0", "1") else "must be 0 or 1"
+
+
+def _bounded(low: int, high: int) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        if _DECIMAL.fullmatch(value) and low <= int(value) <= high:
+            return None
+        return f"must be an integer {low}..{high}"
+
+    return check
+
+
+def _directory(value: str) -> str | None:
+    parts = value.split("/")
+    if not _DIR.fullmatch(value) or "." in parts or ".." in parts:
+        return (
+            "must be an absolute path of [A-Za-z0-9._/@+-] without '.' or '..' "
+            "components"
+        )
+    if not value.strip("/"):
+        return "must not be the root folder"
+    return None
+
+
+def _restore(value: str) -> str | None:
+    if value == "1":
+        return "is refused: this stage stores only, nothing reads the tier back"
+    return None if value == "0" else "must be 0"
+
+
+def _token(value: str) -> str | None:
+    if _TOKEN.fullmatch(value):
+        return None
+    return "must be 1-64 of [A-Za-z0-9._-], starting alphanumeric"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(ENABLE, "`0` or `1`", "`0` (off)", _flag),
+    Rule(
+        DIR,
+        "absolute path of `[A-Za-z0-9._/@+-]`, no `.`/`..` components, not `/`; "
+        "required when on",
+        "-",
+        _directory,
+    ),
+    Rule(CPU_GB, "integer 1..64; required when on", "-", _bounded(1, 64)),
+    Rule(RESTORE, "`0` (`1` is refused: this stage stores only)", "`0`", _restore),
+    Rule(DRAFTER, "`0` or `1`", "`0`", _flag),
+    Rule(
+        KEEP_BOUNDARIES,
+        "integer 0..1024; 0 keeps every manifest",
+        "`2`",
+        _bounded(0, 1024),
+    ),
+    Rule(
+        BUILD_ID,
+        "1-64 of `[A-Za-z0-9._-]`, starting alphanumeric (fenced in the namespace)",
+        "empty",
+        _token,
+    ),
+    Rule(CAPTURE_MIB, "integer 16..65536 (MiB)", "`512`", _bounded(16, 65536)),
+)
+REQUIRED_WHEN_ON = (DIR, CPU_GB)
+NAMES = tuple(rule.name for rule in RULES)
+DEFAULT_KEEP_BOUNDARIES = 2
+DEFAULT_CAPTURE_MIB = 512
+
+
+@dataclass(frozen=True)
+class Knobs:
+    enabled: bool
+    root: str  # normalised; "" when unset
+    cpu_gb: int | None
+    drafter: bool
+    keep_boundaries: int
+    build_id: str
+    capture_mib: int = DEFAULT_CAPTURE_MIB
+
+    @property
+    def capture_bytes(self) -> int:
+        return self.capture_mib << 20
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9._/@+,:=-]+")
+
+
+def _problem(name: str, value: str, problem: str) -> KnobError:
+    """``NAME=value: problem``, the value quoted when it is not plain."""
+    shown = value if _PLAIN.fullmatch(value) else repr(value)
+    sep = " " if problem.startswith("is ") else ": "
+    return KnobError(f"{name}={shown}{sep}{problem}")
+
+
+def validate(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Check every ``GLM53_KV_OFFLOAD*`` variable; return the set ones.
+
+    Raises KnobError naming the first bad variable.
+    """
+    env = os.environ if environ is None else environ
+    unknown = sorted(n for n in env if n.startswith(PREFIX) and n not in NAMES)
+    if unknown:
+        raise KnobError(f"unknown knob {unknown[0]} (known: {' '.join(NAMES)})")
+    values = {rule.name: env[rule.name] for rule in RULES if rule.name in env}
+    for rule in RULES:
+        if rule.name in values:
+            problem = rule.check(values[rule.name])
+            if problem is not None:
+                raise _problem(rule.name, values[rule.name], problem)
+    if values.get(ENABLE) == "1":
+        for name in REQUIRED_WHEN_ON:
+            if name not in values:
+                raise KnobError(f"{name} is required when {ENABLE}=1")
+    return values
+
+
+def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
+    """Every knob, validated, with its default filled in."""
+    values = validate(environ)
+    root = values.get(DIR, "")
+    return Knobs(
+        enabled=values.get(ENABLE) == "1",
+        root=os.path.normpath(root) if root else "",
+        cpu_gb=int(values[CPU_GB]) if CPU_GB in values else None,
+        drafter=values.get(DRAFTER) == "1",
+        keep_boundaries=int(values.get(KEEP_BOUNDARIES, DEFAULT_KEEP_BOUNDARIES)),
+        build_id=values.get(BUILD_ID, ""),
+        capture_mib=int(values.get(CAPTURE_MIB, DEFAULT_CAPTURE_MIB)),
+    )
+
+
+def drafter_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """The drafter knob alone, by its rule (the scope overlay reads only it)."""
+    env = os.environ if environ is None else environ
+    value = env.get(DRAFTER)
+    if value is None:
+        return False
+    problem = _flag(value)
+    if problem is not None:
+        raise _problem(DRAFTER, value, problem)
+    return value == "1"
+
+
+def table() -> str:
+    """The knob table of docs/DOCKER.md and the store-local overlay page."""
+    lines = ["| variable | accepted | default |", "| --- | --- | --- |"]
+    lines += [f"| `{r.name}` | {r.accepted} | {r.default} |" for r in RULES]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["check"]:
+        try:
+            knobs = read_knobs()
+        except KnobError as e:
+            print(e, file=sys.stderr)
+            return EXIT_REFUSED
+        print(1 if knobs.enabled else 0)
+        return 0
+    if argv == ["names"]:
+        print("\n".join(NAMES))
+        return 0
+    if argv == ["table"]:
+        sys.stdout.write(table())
+        return 0
+    print("usage: kv_offload_knobs.py check|names|table", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Worker-local disk tier for native KV offloading (store only).
+
+Each tensor-parallel worker writes its own KV bytes, taken from its own CPU
+staging slots, to its own local disk in the chunk store format
+(kv_store_format). The scheduler never touches the disk; it only attaches a
+side channel to every store job naming the job's keys in block order and the
+boundary manifests those keys may complete.
+
+Flow on a worker:
+
+1. ``remember``: a store job arrives; keep its CPU chunk ids and side channel.
+2. ``capture``: the GPU->CPU copy of the job completed (or the flush path
+   waited for it) and this rank has not acked yet. Copy the job's real,
+   unpadded bytes out of staging into a private buffer under a byte budget.
+   A full budget drops that store; serving never waits and acks are never
+   deferred.
+3. The writer thread writes header + payload to a temp file, fsyncs, renames
+   and fsyncs the directory. A boundary manifest is published only once every
+   file it names is durable and its header verifies. Keep-K retention runs
+   right after each publication.
+
+The package is imported only when ``GLM53_KV_OFFLOAD=1``; the hooks in vLLM's
+files check the variable first. The hooks import one adapter module each
+(``vllm_scheduler`` on the scheduler, ``vllm_worker`` on the workers); every
+other module is plain logic on plain values, standard library only, and is
+tested without vLLM.
+
+Scheduler side: side_channel, vllm_scheduler.
+Worker side: layout, capture_pool, copier, captured, stats, checksum,
+durable_io, manifests, writer, namespace, worker_store, vllm_worker.
+"""

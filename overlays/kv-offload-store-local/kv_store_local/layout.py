@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where one rank's KV bytes are: groups, layers, staging rows, segments."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .deps import fmt
+from .errors import WriterDisabled
+
+DTYPES = {
+    "uint8": fmt.DType.UINT8,
+    "int8": fmt.DType.INT8,
+    "float16": fmt.DType.FLOAT16,
+    "bfloat16": fmt.DType.BFLOAT16,
+    "float32": fmt.DType.FLOAT32,
+    "float8_e4m3fn": fmt.DType.FLOAT8_E4M3FN,
+    "float8_e5m2": fmt.DType.FLOAT8_E5M2,
+    "int32": fmt.DType.INT32,
+    "float64": fmt.DType.FLOAT64,
+}
+
+
+@dataclass(frozen=True)
+class StatePart:
+    """One state tensor of a state layer, as laid out in its page."""
+
+    dtype: str  # e.g. "bfloat16"
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        n = fmt.DTYPE_ITEMSIZE[DTYPES[self.dtype]]
+        for dim in self.shape:
+            n *= dim
+        return n
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    tensor: int  # index into the staging tensors
+    real_bytes: int  # unpadded page bytes: what the DMA wrote
+    state: tuple[StatePart, ...] = ()  # empty for attention layers
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    group: int  # original KV cache group index
+    slot: int  # position in the offloading config / transfer spec
+    kind: str  # "full", "window" or "state"
+    layers: tuple[LayerLayout, ...]
+
+    @property
+    def block_bytes(self) -> int:
+        return sum(layer.real_bytes for layer in self.layers)
+
+    def segments(self, blocks: int) -> tuple[fmt.Segment, ...]:
+        specs = []
+        for index, layer in enumerate(self.layers):
+            if not layer.state:
+                n = layer.real_bytes * blocks
+                specs.append((index, fmt.SegmentKind.KV, fmt.DType.UINT8, (n,), (1,)))
+                continue
+            if blocks != 1:
+                raise ValueError("a state payload holds exactly one block")
+            *conv, temporal = layer.state
+            if len(conv) == 1 and conv[0].dtype in DTYPES:
+                part = conv[0]
+                specs.append(
+                    (
+                        index,
+                        fmt.SegmentKind.CONV,
+                        DTYPES[part.dtype],
+                        part.shape,
+                        contiguous(part.shape),
+                    )
+                )
+            elif conv:
+                # Several conv states (e.g. q/k/v): one opaque run; their
+                # shapes and dtypes are fenced in the namespace's state ABI.
+                n = sum(part.nbytes for part in conv)
+                specs.append((index, fmt.SegmentKind.CONV, fmt.DType.UINT8, (n,), (1,)))
+            specs.append(
+                (
+                    index,
+                    fmt.SegmentKind.TEMPORAL,
+                    DTYPES[temporal.dtype],
+                    temporal.shape,
+                    contiguous(temporal.shape),
+                )
+            )
+        return fmt.make_segments(specs)
+
+
+def contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class StagingTensor:
+    """One staging tensor: rows of ``width`` bytes, ``row_stride`` apart."""
+
+    source: Any  # writable buffer or a flat torch uint8 tensor
+    offset: int  # byte offset of row 0 within source
+    row_stride: int
+    width: int  # bytes of one row that belong to this tensor
+
+
+def bind_layers(
+    groups: Sequence[GroupLayout], refs: Sequence[Sequence[tuple[int, int]]]
+) -> list[GroupLayout]:
+    """Bind each layer to its staging tensor from the worker's per-group refs.
+
+    refs[slot] lists (tensor index, unpadded page bytes) per layer, in the
+    group's layer order. A layout that does not match one to one (packed
+    layouts, for one) disables the writer.
+    """
+    bound = []
+    for g in groups:
+        if g.slot >= len(refs) or len(refs[g.slot]) != len(g.layers):
+            raise WriterDisabled(
+                f"group {g.group}: the worker's transfer refs do not map one to "
+                "one onto its layers (packed layout?)"
+            )
+        layers = []
+        for layer, (tensor, page_bytes) in zip(g.layers, refs[g.slot], strict=True):
+            if page_bytes != layer.real_bytes:
+                raise WriterDisabled(
+                    f"group {g.group}: the DMA copies {page_bytes} bytes per page, "
+                    f"the spec says {layer.real_bytes}"
+                )
+            layers.append(LayerLayout(tensor, layer.real_bytes, layer.state))
+        bound.append(GroupLayout(g.group, g.slot, g.kind, tuple(layers)))
+    return bound

@@ -1,0 +1,271 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Boundary manifests: when one may be published, publishing it, keep-K.
+
+The writer tells the book which files became durable; the book tracks the
+candidates waiting for them and publishes a manifest once every file it
+names is durable (or verifies on disk) and its directory is synced. Runs on
+the writer thread only.
+"""
+
+import errno
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+from . import durable_io
+from .captured import Candidate
+from .deps import fmt, init_logger
+from .stats import StoreStats
+
+logger = init_logger(__name__)
+
+Ident = tuple[bytes, int]  # (chunk key hash, group)
+
+
+def verified_header(
+    layout: fmt.StoreLayout, namespace: bytes, hash_: bytes, group: int
+) -> fmt.ChunkHeader | None:
+    """The chunk's header if the file is there and names this key, else None."""
+    try:
+        header = fmt.read_chunk_header(layout.chunk(hash_.hex(), group))
+    except (OSError, fmt.FormatError):
+        return None
+    if (
+        header.namespace_hash != namespace
+        or header.group != group
+        or header.key_hash != hash_
+    ):
+        return None
+    return header
+
+
+class ManifestBook:
+    MAX_PENDING_CANDIDATES = 1024
+    MAX_KNOWN_DURABLE = 1 << 18
+
+    def __init__(
+        self,
+        layout: fmt.StoreLayout,
+        namespace: bytes,
+        rank: int,
+        keep_boundaries: int,
+        stats: StoreStats,
+        *,
+        dirty_dirs: set[str],
+        on_enospc: Callable[[], None],
+    ):
+        self.layout = layout
+        self.namespace = namespace
+        self.rank = rank
+        self.keep = keep_boundaries
+        self.stats = stats
+        # Directories whose entries must be synced before a manifest names
+        # a file in them (shared with the writer, which syncs them).
+        self.dirty_dirs = dirty_dirs
+        self._on_enospc = on_enospc
+        # (hash, group) -> (payload length, payload checksum), verified.
+        self.durable: OrderedDict[Ident, tuple[int, int]] = OrderedDict()
+        self.failed: set[Ident] = set()  # never manifested this boot
+        self._pending: OrderedDict[str, tuple[Candidate, set[Ident]]] = OrderedDict()
+        self._waiting: dict[Ident, set[str]] = {}
+        self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
+
+    def load_existing(self) -> None:
+        """Read the manifests an earlier boot left (for keep-K)."""
+        for name in sorted(os.listdir(self.layout.manifest_dir)):
+            try:
+                fmt.parse_manifest_file_name(name)
+                with open(os.path.join(self.layout.manifest_dir, name), "rb") as f:
+                    manifest = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+            except (OSError, fmt.FormatError):
+                continue  # temps and damaged files are kvstore gc's business
+            self.published[name] = manifest.chain
+
+    def header(self, ident: Ident) -> fmt.ChunkHeader | None:
+        return verified_header(self.layout, self.namespace, *ident)
+
+    # -- tracking ------------------------------------------------------------
+
+    def register(self, candidate: Candidate) -> list[str]:
+        """Track a candidate; returns it when nothing it names is missing.
+
+        The caller publishes only after syncing the directories of every
+        file found on disk here (see found_on_disk).
+        """
+        name = candidate.name
+        if name in self.published or name in self._pending:
+            return []
+        missing: set[Ident] = set()
+        for ident in candidate.needed():
+            if ident in self.failed:
+                self.stats.manifests_dropped += 1
+                return []
+            if ident in self.durable:
+                self.durable.move_to_end(ident)
+                continue
+            header = self.header(ident)
+            if header is not None:
+                self.found_on_disk(ident, header)
+            else:
+                missing.add(ident)
+        self._pending[name] = (candidate, missing)
+        for ident in missing:
+            self._waiting.setdefault(ident, set()).add(name)
+        if not missing:
+            return [name]
+        while len(self._pending) > self.MAX_PENDING_CANDIDATES:
+            old, (_, old_missing) = self._pending.popitem(last=False)
+            self._forget_waiting(old, old_missing)
+            self.stats.manifests_dropped += 1
+        return []
+
+    def _forget_waiting(self, name: str, missing: Iterable[Ident]) -> None:
+        for ident in missing:
+            names = self._waiting.get(ident)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._waiting[ident]
+
+    def found_on_disk(self, ident: Ident, header: fmt.ChunkHeader) -> None:
+        """A file this boot did not sync (an earlier boot's, or one renamed on
+        the I/O thread a moment ago): its data was fsynced before its rename,
+        but its directory entry may not be durable yet, so sync that too
+        before any manifest names it."""
+        self.dirty_dirs.add(
+            os.path.dirname(self.layout.chunk(ident[0].hex(), ident[1]))
+        )
+        self._remember(ident, (header.payload_length, header.payload_checksum))
+
+    def _remember(self, ident: Ident, entry: tuple[int, int]) -> None:
+        self.durable[ident] = entry
+        self.durable.move_to_end(ident)
+        while len(self.durable) > self.MAX_KNOWN_DURABLE:
+            self.durable.popitem(last=False)
+
+    def mark_durable(self, ident: Ident, entry: tuple[int, int]) -> list[str]:
+        """A file is durable; returns the candidates it completes."""
+        self._remember(ident, entry)
+        ready = []
+        for name in self._waiting.pop(ident, ()):
+            pending = self._pending.get(name)
+            if pending is None:
+                continue
+            pending[1].discard(ident)
+            if not pending[1]:
+                ready.append(name)
+        return ready
+
+    # -- publishing ----------------------------------------------------------
+
+    def publish(self, name: str) -> None:
+        pending = self._pending.pop(name, None)
+        if pending is None:
+            return
+        candidate = pending[0]
+        entries: dict[Ident, fmt.ManifestEntry] = {}
+        # Re-verify every named file now, under the shared lock: the manifest
+        # may name chunks written long ago or by an earlier boot.
+        for ident in candidate.needed():
+            header = None if ident in self.failed else self.header(ident)
+            known = self.durable.get(ident)
+            if header is None or (
+                known is not None
+                and known != (header.payload_length, header.payload_checksum)
+            ):
+                self.durable.pop(ident, None)
+                self.stats.manifests_dropped += 1
+                logger.warning(
+                    "KV store: not publishing %s: %s (group %d) is missing or "
+                    "does not verify",
+                    name,
+                    ident[0].hex(),
+                    ident[1],
+                )
+                return
+            entries[ident] = fmt.ManifestEntry(
+                ident[0].hex(), header.payload_length, header.payload_checksum
+            )
+        manifest = self._manifest(candidate, entries)
+        try:
+            durable_io.write_file_durably(
+                os.path.join(self.layout.manifest_dir, name),
+                [fmt.encode_manifest(manifest)],
+            )
+        except (OSError, fmt.FormatError) as e:
+            self.stats.manifests_dropped += 1
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                self._on_enospc()
+            logger.warning("KV store: publishing manifest %s failed: %s", name, e)
+            return
+        self.stats.manifests_published += 1
+        self.published[name] = manifest.chain
+        self.retain(manifest)
+
+    def _manifest(
+        self, candidate: Candidate, entries: dict[Ident, fmt.ManifestEntry]
+    ) -> fmt.BoundaryManifest:
+        groups = []
+        for g in sorted((*candidate.full, *candidate.state)):
+            if g in candidate.full:
+                group_entries = tuple(entries[(h, g)] for h in candidate.chain)
+                kind = fmt.GROUP_KIND_FULL
+            else:
+                group_entries = (entries[(candidate.chain[-1], g)],)
+                kind = fmt.GROUP_KIND_STATE
+            groups.append(fmt.ManifestGroup(g, kind, group_entries))
+        return fmt.BoundaryManifest(
+            namespace=self.namespace.hex(),
+            rank=self.rank,
+            boundary=candidate.boundary,
+            chunk_tokens=candidate.chunk_tokens,
+            chain=tuple(h.hex() for h in candidate.chain),
+            groups=tuple(groups),
+        )
+
+    # -- keep-K --------------------------------------------------------------
+
+    def retain(self, manifest: fmt.BoundaryManifest) -> None:
+        """Keep-K inline, within the tree of chains the new manifest joins."""
+        if self.keep == 0:
+            return
+        root = manifest.chain[0]
+        tree = {n: c for n, c in self.published.items() if c[0] == root}
+        kept = fmt.kept_manifests(tree, self.keep)
+        superseded = [n for n in tree if n not in kept]
+        if not superseded:
+            return
+        kept_state = {tree[n][-1] for n in kept}
+        removed_dirs: set[str] = set()
+        for n in superseded:
+            path = os.path.join(self.layout.manifest_dir, n)
+            manifest_chain = tree[n]
+            try:
+                with open(path, "rb") as f:
+                    old = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+            except (OSError, fmt.FormatError):
+                old = None
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            del self.published[n]
+            self.stats.manifests_superseded += 1
+            removed_dirs.add(self.layout.manifest_dir)
+            if old is None or manifest_chain[-1] in kept_state:
+                continue
+            # Full-attention chunks stay (descendants name them); the state
+            # payloads of a superseded boundary go with it.
+            for group in old.groups:
+                if group.kind != fmt.GROUP_KIND_STATE:
+                    continue
+                chunk = self.layout.chunk(old.tip, group.group)
+                try:
+                    os.unlink(chunk)
+                except FileNotFoundError:
+                    continue
+                self.durable.pop((bytes.fromhex(old.tip), group.group), None)
+                self.stats.state_files_removed += 1
+                removed_dirs.add(os.path.dirname(chunk))
+        for d in removed_dirs:
+            durable_io.fsync_dir(d)

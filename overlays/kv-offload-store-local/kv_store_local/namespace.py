@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which folder a rank writes: its namespace record and its TP rank."""
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import durable_io
+from .deps import fmt, init_logger
+from .errors import WriterDisabled
+
+logger = init_logger(__name__)
+
+
+def open_namespace(
+    root: str,
+    model: str,
+    rank: int,
+    fenced: Mapping[str, Any],
+    info: Mapping[str, Any],
+) -> fmt.StoreLayout:
+    """Write the record once, or check an existing one; raise WriterDisabled.
+
+    The fenced part must match exactly; info fields may differ (they are
+    diagnostics, such as keep-K or where the rank came from).
+    """
+    record = fmt.NamespaceRecord(fenced=dict(fenced), info=dict(info))
+    ns = record.namespace_hash
+    layout = fmt.StoreLayout.create(root, model, ns, rank)
+    os.makedirs(root, exist_ok=True)
+    try:
+        with open(layout.namespace_record, "rb") as f:
+            existing = f.read(fmt.MAX_RECORD_BYTES + 1)
+    except FileNotFoundError:
+        existing = None
+    if existing is None:
+        durable_io.write_file_durably(
+            layout.namespace_record, [fmt.encode_namespace_record(record)]
+        )
+        return layout
+    try:
+        old = fmt.decode_namespace_record(existing)
+    except fmt.FormatError as e:
+        raise WriterDisabled(
+            f"namespace record {layout.namespace_record} is unreadable: {e}"
+        ) from e
+    if fmt.canonical_json(dict(old.fenced)) != fmt.canonical_json(dict(fenced)):
+        raise WriterDisabled(
+            f"namespace record {layout.namespace_record} fences a different "
+            "namespace (model, build, layout or format changed)"
+        )
+    return layout
+
+
+def resolve_rank(
+    config_rank: int, config_tp_size: int, tp: Callable[[], tuple[int, int]] | None
+) -> tuple[int, str]:
+    """The initialized TP rank, cross-checked with the connector config.
+
+    Returns (rank, provenance); raises WriterDisabled on disagreement, so two
+    ranks never share one directory.
+    """
+    if tp is None:
+        return config_rank, "connector config (no TP group handle)"
+    try:
+        tp_rank, tp_size = tp()
+    except (AssertionError, RuntimeError, ImportError) as e:  # no TP group yet
+        reason = f"connector config (TP group unavailable: {e})"
+        logger.info("KV store: rank from %s", reason)
+        return config_rank, reason
+    if tp_size != config_tp_size or config_rank % config_tp_size != tp_rank:
+        raise WriterDisabled(
+            f"TP rank {tp_rank}/{tp_size} disagrees with the connector config "
+            f"(rank {config_rank}, TP size {config_tp_size})"
+        )
+    return tp_rank, "initialized TP group"

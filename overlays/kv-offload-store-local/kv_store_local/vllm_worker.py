@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Worker-side adapter: the only module that reads vLLM or torch objects.
+
+The hooks in ``OffloadingConnectorWorker`` build a ``VllmWorkerStore`` (in
+``__init__``) and attach it to the CPU offloading worker (in
+``_init_worker``); what it hands on to ``WorkerStore`` is plain values.
+"""
+
+from typing import Any
+
+from .deps import knobs
+from .errors import WriterDisabled
+from .layout import DTYPES, GroupLayout, LayerLayout, StagingTensor, StatePart
+from .worker_store import WorkerSettings, WorkerStore
+
+
+class VllmWorkerStore(WorkerStore):
+    """A WorkerStore built from, and attached to, vLLM's worker objects."""
+
+    @classmethod
+    def from_vllm(
+        cls, spec: Any, vllm_config: Any, kv_cache_config: Any
+    ) -> "VllmWorkerStore":
+        """Validate the knobs (a bad one fails the boot) and build."""
+        return cls(
+            knobs.read_knobs(),
+            settings_from_vllm(spec, vllm_config, kv_cache_config),
+            tp=initialized_tp,
+        )
+
+    def attach_worker(self, worker: Any, kv_caches: Any, is_writer: bool) -> None:
+        """Called once the CPU offloading worker exists; starts the writer."""
+        try:
+            if not is_writer:
+                raise WriterDisabled(
+                    "this rank does not store (replicated layout: rank 0 writes "
+                    "the single copy)"
+                )
+            staging = staging_from_worker(worker, kv_caches)
+        except WriterDisabled as e:
+            self.disable(str(e))
+            return
+        refs = [
+            [(ref.tensor_idx, ref.page_size_bytes) for ref in group_refs]
+            for group_refs in kv_caches.group_data_refs
+        ]
+        self.attach(staging, refs)
+
+
+def initialized_tp() -> tuple[int, int]:
+    from vllm.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    return group.rank_in_group, group.world_size
+
+
+def vllm_version() -> str:
+    try:
+        from vllm import __version__
+
+        return str(__version__)
+    except ImportError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("vllm")
+        except PackageNotFoundError:
+            return "unknown"
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def settings_from_vllm(
+    spec: Any, vllm_config: Any, kv_cache_config: Any
+) -> WorkerSettings:
+    from vllm.v1.kv_cache_interface import (
+        AttentionSpec,
+        MambaSpec,
+        UniformTypeKVCacheSpecs,
+    )
+
+    config = spec.config
+    parallel = config.parallel
+    speculative = vllm_config.speculative_config
+    settings = WorkerSettings(
+        model=config.model.name,
+        vllm_version=vllm_version(),
+        kv_dtype=config.model.dtype,
+        hash_algorithm=str(vllm_config.cache_config.prefix_caching_hash_algo),
+        num_speculative_tokens=(
+            speculative.num_speculative_tokens or 0 if speculative is not None else 0
+        ),
+        tp_size=parallel.tp_size,
+        config_rank=parallel.rank,
+        blocks_per_chunk=spec.blocks_per_chunk,
+    )
+    if parallel.pp_size > 1 or parallel.pcp_size > 1 or parallel.dcp_size > 1:
+        settings.unsupported = "only tensor parallelism is supported"
+    if config.canonical_layout:
+        settings.unsupported = "the canonical host layout is not supported"
+    for slot, group_config in enumerate(config.groups):
+        group = kv_cache_config.kv_cache_groups[group_config.group_id]
+        group_spec = group.kv_cache_spec
+        per_layer = (
+            group_spec.kv_cache_specs
+            if isinstance(group_spec, UniformTypeKVCacheSpecs)
+            else {}
+        )
+        layers = []
+        kind = (
+            "full" if group_config.sliding_window_size_in_chunks is None else "window"
+        )
+        for name in group_config.layer_names:
+            layer_spec = per_layer.get(name, group_spec)
+            if isinstance(layer_spec, MambaSpec):
+                kind = "state"
+                parts = tuple(
+                    StatePart(dtype_name(d), tuple(int(x) for x in shape))
+                    for shape, d in zip(
+                        layer_spec.shapes, layer_spec.dtypes, strict=True
+                    )
+                )
+                if any(p.dtype not in DTYPES for p in parts):
+                    settings.unsupported = f"state dtype of layer {name}"
+                    parts = ()
+                settings.mamba_types[group_config.group_id] = str(
+                    getattr(layer_spec.mamba_type, "value", layer_spec.mamba_type)
+                )
+                layers.append(LayerLayout(-1, sum(p.nbytes for p in parts), parts))
+            elif isinstance(layer_spec, AttentionSpec):
+                layers.append(LayerLayout(-1, layer_spec.unpadded_page_size_bytes))
+            else:
+                settings.unsupported = f"layer {name} has an unsupported KV spec"
+                layers.append(LayerLayout(-1, 0))
+        settings.groups.append(
+            GroupLayout(group_config.group_id, slot, kind, tuple(layers))
+        )
+    return settings
+
+
+def staging_from_worker(worker: Any, kv_caches: Any) -> list[StagingTensor]:
+    """The CPU offloading worker's staging tensors, as flat byte views.
+
+    Reads the worker's store handler; anything unexpected disables the
+    writer rather than risk writing the wrong bytes.
+    """
+    import torch
+
+    handler = getattr(worker, "_store_handler", None)
+    cpu_tensors = getattr(handler, "dst_tensors", None)
+    if cpu_tensors is None or len(cpu_tensors) != len(kv_caches.tensors):
+        raise WriterDisabled(
+            "not a CPU offloading worker with one staging tensor per KV tensor"
+        )
+    flats: dict[int, Any] = {}
+    staging = []
+    for t in cpu_tensors:
+        storage = t.untyped_storage()
+        flat = flats.get(storage.data_ptr())
+        if flat is None:
+            flat = torch.empty(0, dtype=torch.uint8).set_(
+                storage, 0, (storage.nbytes(),), (1,)
+            )
+            flats[storage.data_ptr()] = flat
+        size = t.element_size()
+        staging.append(
+            StagingTensor(
+                flat, t.storage_offset() * size, t.stride(0) * size, t.shape[1] * size
+            )
+        )
+    return staging

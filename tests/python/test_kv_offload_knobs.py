@@ -1,0 +1,185 @@
+"""The knob contract (overlays/kv-offload-scope/kv_offload_knobs.py).
+
+One module defines every GLM53_KV_OFFLOAD* rule; the writer, the scope
+overlay and the launch gate use it, and the docs carry its table.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from store_local_support import kv_offload_knobs
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = REPO / "overlays" / "kv-offload-scope" / "kv_offload_knobs.py"
+GOOD = {
+    "GLM53_KV_OFFLOAD": "1",
+    "GLM53_KV_OFFLOAD_DIR": "/data/kv",
+    "GLM53_KV_OFFLOAD_CPU_GB": "8",
+}
+
+
+def env(**values: str) -> dict[str, str]:
+    base = dict(GOOD)
+    base.update(
+        {
+            f"GLM53_KV_OFFLOAD_{k}" if k else "GLM53_KV_OFFLOAD": v
+            for k, v in values.items()
+        }
+    )
+    return base
+
+
+def test_defaults_and_values():
+    knobs = kv_offload_knobs.read_knobs(env())
+    assert knobs == kv_offload_knobs.Knobs(
+        enabled=True,
+        root="/data/kv",
+        cpu_gb=8,
+        drafter=False,
+        keep_boundaries=2,
+        build_id="",
+        capture_mib=512,
+    )
+    assert knobs.capture_bytes == 512 << 20
+    knobs = kv_offload_knobs.read_knobs(
+        env(
+            CPU_GB="64",
+            KEEP_BOUNDARIES="0",
+            DRAFTER="1",
+            BUILD_ID="abc.1-2",
+            RESTORE="0",
+            CAPTURE_MIB="16",
+        )
+    )
+    assert (
+        knobs.cpu_gb,
+        knobs.keep_boundaries,
+        knobs.drafter,
+        knobs.build_id,
+        knobs.capture_mib,
+    ) == (64, 0, True, "abc.1-2", 16)
+    assert not kv_offload_knobs.read_knobs({}).enabled
+    assert not kv_offload_knobs.read_knobs({"GLM53_KV_OFFLOAD": "0"}).enabled
+
+
+BAD = [
+    ("GLM53_KV_OFFLOAD", "yes"),
+    ("GLM53_KV_OFFLOAD", ""),
+    ("GLM53_KV_OFFLOAD", " 1"),
+    ("GLM53_KV_OFFLOAD_DIR", "relative/dir"),
+    ("GLM53_KV_OFFLOAD_DIR", "/data/kv store"),
+    ("GLM53_KV_OFFLOAD_DIR", "'/data/kv'"),
+    ("GLM53_KV_OFFLOAD_DIR", '"/data/kv"'),
+    ("GLM53_KV_OFFLOAD_DIR", "/data/kv\t"),
+    ("GLM53_KV_OFFLOAD_DIR", "/data:/etc"),
+    ("GLM53_KV_OFFLOAD_DIR", "/data/../etc"),
+    ("GLM53_KV_OFFLOAD_DIR", "/"),
+    ("GLM53_KV_OFFLOAD_DIR", ""),
+    ("GLM53_KV_OFFLOAD_CPU_GB", "0"),
+    ("GLM53_KV_OFFLOAD_CPU_GB", "65"),
+    ("GLM53_KV_OFFLOAD_CPU_GB", "8.5"),
+    ("GLM53_KV_OFFLOAD_CPU_GB", "+8"),
+    ("GLM53_KV_OFFLOAD_RESTORE", "1"),
+    ("GLM53_KV_OFFLOAD_RESTORE", "true"),
+    ("GLM53_KV_OFFLOAD_DRAFTER", "2"),
+    ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "1025"),
+    ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "-1"),
+    ("GLM53_KV_OFFLOAD_KEEP_BOUNDARIES", "02"),
+    ("GLM53_KV_OFFLOAD_BUILD_ID", "has space"),
+    ("GLM53_KV_OFFLOAD_BUILD_ID", "quote'd"),
+    ("GLM53_KV_OFFLOAD_BUILD_ID", ""),
+    ("GLM53_KV_OFFLOAD_BUILD_ID", "-lead"),
+    ("GLM53_KV_OFFLOAD_BUILD_ID", "x" * 65),
+    ("GLM53_KV_OFFLOAD_CAPTURE_MIB", "15"),
+    ("GLM53_KV_OFFLOAD_CAPTURE_MIB", "65537"),
+    ("GLM53_KV_OFFLOAD_CAPTURE_MIB", "512M"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_bad_knob_is_an_error_naming_it(name, value):
+    values = env()
+    values[name] = value
+    with pytest.raises(kv_offload_knobs.KnobError) as err:
+        kv_offload_knobs.read_knobs(values)
+    assert f"{name}=" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["GLM53_KV_OFFLOAD_DIR", "GLM53_KV_OFFLOAD_CPU_GB"])
+def test_dir_and_cpu_gb_are_required_when_on(name):
+    values = env()
+    del values[name]
+    with pytest.raises(kv_offload_knobs.KnobError, match=f"{name} is required"):
+        kv_offload_knobs.read_knobs(values)
+    # Off, neither is needed.
+    values["GLM53_KV_OFFLOAD"] = "0"
+    assert not kv_offload_knobs.read_knobs(values).enabled
+
+
+def test_set_knobs_are_checked_with_the_tier_off():
+    with pytest.raises(kv_offload_knobs.KnobError, match="RESTORE=1 is refused"):
+        kv_offload_knobs.read_knobs({"GLM53_KV_OFFLOAD_RESTORE": "1"})
+    with pytest.raises(kv_offload_knobs.KnobError, match="KEEP_BOUNDARIES"):
+        kv_offload_knobs.read_knobs({"GLM53_KV_OFFLOAD_KEEP_BOUNDARIES": "x"})
+
+
+def test_unknown_knob_name_is_a_typo():
+    with pytest.raises(kv_offload_knobs.KnobError, match="unknown knob .*_CPUGB"):
+        kv_offload_knobs.read_knobs(env(CPUGB="8"))
+
+
+def test_drafter_alone_follows_the_same_rule():
+    assert kv_offload_knobs.drafter_enabled({"GLM53_KV_OFFLOAD_DRAFTER": "1"})
+    assert not kv_offload_knobs.drafter_enabled({})
+    with pytest.raises(kv_offload_knobs.KnobError, match="DRAFTER=01"):
+        kv_offload_knobs.drafter_enabled({"GLM53_KV_OFFLOAD_DRAFTER": "01"})
+
+
+def run_check(values: dict[str, str]) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GLM53")}
+    return subprocess.run(
+        [sys.executable, str(MODULE), "check"],
+        env={**clean, **values},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_check_command_is_what_the_gate_runs():
+    done = run_check(env())
+    assert (done.returncode, done.stdout, done.stderr) == (0, "1\n", "")
+    done = run_check({})
+    assert (done.returncode, done.stdout) == (0, "0\n")
+    done = run_check(env(CPU_GB="65"))
+    assert done.returncode == kv_offload_knobs.EXIT_REFUSED
+    assert done.stdout == ""
+    assert "GLM53_KV_OFFLOAD_CPU_GB=65: must be an integer 1..64" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "doc", ["docs/DOCKER.md", "docs/overlays/kv-offload-store-local.md"]
+)
+def test_docs_carry_the_contract_table(doc):
+    """Each doc holds the table `kv_offload_knobs.py table` prints, verbatim."""
+    assert kv_offload_knobs.table() in (REPO / doc).read_text(), (
+        f"{doc}: regenerate the knob table with "
+        "`python3 overlays/kv-offload-scope/kv_offload_knobs.py table`"
+    )
+
+
+def test_gate_knob_list_comes_from_the_contract():
+    """docker/lib.sh keeps no rule of its own: it runs the contract module."""
+    lib = (REPO / "docker" / "lib.sh").read_text()
+    assert "kv_offload_knobs.py" in lib
+    code = "\n".join(
+        line for line in lib.splitlines() if not line.lstrip().startswith("#")
+    )
+    for name in kv_offload_knobs.NAMES[1:]:
+        assert name not in code, f"docker/lib.sh has its own rule for {name}"
