@@ -5,28 +5,34 @@
 #
 #   bake.sh [--prefix DIR] [--engine NAME-VERSION] [--overlay BIN]
 #           [--root TREE | --python PY] [--artifacts FILE]
+#   bake.sh --help | --version
 #
-#   --prefix     holds anchors/, overlays/ (and bin/overlay); default: the
-#                folder above this script (the repo, or /opt/kvtier in the image)
+#   --prefix     an install prefix (PREFIX/bin/overlay, PREFIX/share/kvtier/
+#                {anchors,overlays}) or a folder holding anchors/ and overlays/
+#                (the repository); default: the one this script lives in
 #   --engine     anchors/<engine>-<version> to use; default: the only one
+#   --overlay    the overlay tool; default: the prefix's, else PATH
 #   --root       the engine's site-packages tree to patch
 #   --python     interpreter of the installed engine: finds the tree when
 #                --root is absent (and checks the installed version), and
 #                compiles the injected sources (--check-injected)
 #   --artifacts  where to record the checksummed artifact list the gate
-#                verifies later; default: <prefix>/ARTIFACTS.sha256
+#                verifies later; default: ARTIFACTS.sha256 beside anchors/
 #
-# Exit: 0 baked and checked; 2 bad usage, artifact or engine version (nothing
-# written); otherwise the `overlay` CLI's code (1 wrong state, 3 drift,
-# 4 tampered/half-applied, 5 compile failure, 6 I/O error).
+# Before anything is written it also checks that this system's glibc is at
+# least the one the installed tools need (share/kvtier/GLIBC_REQUIRED, written
+# by docker/build-tools.sh).
+#
+# Exit: 0 baked and checked; 2 bad usage, artifact, glibc or engine version
+# (nothing written); otherwise the `overlay` CLI's code (1 wrong state,
+# 3 drift, 4 tampered/half-applied, 5 compile failure, 6 I/O error).
 set -euo pipefail
 KVTIER_TOOL=bake
 # shellcheck source=docker/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-parse_tree_args 22 "$0" "$@"
-[[ -d $prefix ]] || die "--prefix $(q "$prefix"): not a folder"
-prefix=$(cd "$prefix" && pwd)
+parse_tree_args "$0" "$@"
+resolve_prefix
 artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
 
 # 1. The artifacts: the pinned order, and each overlay it names, complete.
@@ -36,6 +42,7 @@ for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
 listing=$(list_artifacts "$prefix") # a refusal inside exits here, with 2
 mapfile -t files <<<"$listing"
 resolve_overlay_bin "$prefix" "$overlay_bin"
+check_glibc "$prefix"
 log "engine $KVTIER_ENGINE_DIR, order: ${KVTIER_ORDER[*]}"
 
 # 2. The tree: given, or the installed engine's, whose version must match.

@@ -1,46 +1,44 @@
 #!/usr/bin/env bash
 # The Dockerfile's builder stage: builds `overlay` and `kvstore` on Debian and
-# lays them out under one prefix so they run on the serving image whatever
-# its userland.
+# installs them under one prefix with `cmake --install`, so the image holds
+# exactly the layout an install from source or the .deb gives.
 #
 #   build-tools.sh packages
-#       prints the Debian packages scripts/setup.sh installs (one list, kept
-#       there; the image build reuses it)
+#       prints the Debian packages the build needs (a subset of
+#       scripts/setup.sh's, without the test and lint tools)
 #   build-tools.sh install-packages
 #       apt-get installs exactly those
 #   build-tools.sh build --src DIR --build DIR --out PREFIX
-#       builds the two tools into PREFIX/libexec, copies every shared library
-#       they load, glibc and its loader included, into PREFIX/lib, and writes
-#       PREFIX/bin/{overlay,kvstore} launchers that run them on that loader.
-#       Debian's libstdc++ needs a newer glibc than the serving image may have
-#       (bookworm's wants 2.36, Ubuntu 22.04 has 2.35), so none of the image's
-#       C runtime is used.
+#       configures with KVTIER_PORTABLE=ON (libstdc++ and libgcc linked
+#       statically; fmt, toml++ and ISA-L copied to PREFIX/lib/kvtier), builds
+#       both tools and installs them: PREFIX/bin/{overlay,kvstore},
+#       PREFIX/share/kvtier/{anchors,overlays,docker}, bash completion, docs.
+#       glibc is the running system's: PREFIX/share/kvtier/GLIBC_REQUIRED
+#       records the newest glibc symbol version the tools need, and bake.sh
+#       refuses an image whose glibc is older.
+#   build-tools.sh --help
+#
+# Exit: 0 done; 2 bad usage or a layout check failed; otherwise the failing
+# build command's code.
 set -euo pipefail
 KVTIER_TOOL=build-tools
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=docker/lib.sh
 . "$here/lib.sh"
 
-setup_packages() {
-  # Evaluates only the APT_PACKAGES=( ... ) assignment of setup.sh.
-  local src
-  src=$(awk '/^APT_PACKAGES=\(/ {f = 1} f {print} f && /\)/ {exit}' "$here/../scripts/setup.sh")
-  [[ -n $src ]] || die "$here/../scripts/setup.sh: no APT_PACKAGES list"
-  local APT_PACKAGES=()
-  eval "$src"
-  printf '%s\n' "${APT_PACKAGES[@]}"
-}
+# What the builder stage installs: the compiler, the build tools and the
+# libraries' headers. The top CMakeLists finds GTest unconditionally, hence
+# the gtest/gmock headers. No clang, shellcheck or Python: CI needs those,
+# the image build does not.
+BUILD_PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libfmt-dev libcli11-dev libgtest-dev libgmock-dev
+  libtomlplusplus-dev nlohmann-json3-dev libisal-dev
+)
 
-# The launcher of one bundled tool. Python started by the tool (for
-# --check-injected) is exec'd normally and sees none of this.
-wrapper() {
-  local tool=$1 loader=$2
-  # shellcheck disable=SC2016 # $0 and $here expand when the launcher runs
-  printf '%s\n' \
-    '#!/bin/sh' \
-    "# Runs $tool on the glibc and libraries it was built against (../lib)." \
-    'here=$(dirname "$(readlink -f "$0")")' \
-    "exec \"\$here/../lib/$loader\" --library-path \"\$here/../lib\" --argv0 \"\$0\" \"\$here/../libexec/$tool\" \"\$@\""
+# The newest GLIBC_x.y symbol version any of the given ELF files needs.
+glibc_required() {
+  objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n1
 }
 
 build() {
@@ -56,45 +54,58 @@ build() {
       esac
       shift 2
       ;;
-    *) die "unknown argument $(q "$1")" ;;
+    -h | --help)
+      help_text "$0"
+      exit 0
+      ;;
+    *) die "unknown argument $(q "$1") (see --help)" ;;
     esac
   done
   [[ -n $src && -n $bdir && -n $out ]] || die "build needs --src, --build and --out"
-  mkdir -p "$out/bin" "$out/lib" "$out/libexec"
+  [[ -f $src/CMakeLists.txt ]] || die "--src $(q "$src"): no CMakeLists.txt there"
+  mkdir -p "$out"
   out=$(cd "$out" && pwd)
 
-  cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_PORTABLE=ON \
+    -DCMAKE_INSTALL_PREFIX="$out" >/dev/null
   cmake --build "$bdir" --target overlay kvstore -j"${JOBS:-2}"
-  install -m 0755 "$bdir/patcher/overlay" "$bdir/kvstore/kvstore" "$out/libexec/"
+  cmake --install "$bdir" --prefix "$out" --component runtime >/dev/null
 
-  local tool lib loader=""
-  for tool in overlay kvstore; do
-    while IFS= read -r lib; do
-      [[ $(basename "$lib") != ld-linux* ]] || loader=$(basename "$lib")
-      [[ $lib -ef $out/lib/$(basename "$lib") ]] || cp -L "$lib" "$out/lib/"
-    done < <(ldd "$out/libexec/$tool" |
-      awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}')
+  # The layout checks: no C runtime bundled, every library resolved.
+  local tool f need bundled=()
+  for f in "$out/lib/kvtier"/*; do [[ -e $f ]] && bundled+=("$f"); done
+  for f in "${bundled[@]}"; do
+    case $(basename "$f") in
+    ld-linux* | libc.so* | libm.so* | libstdc++* | libgcc_s*)
+      die "$f: the C/C++ runtime must not be bundled"
+      ;;
+    esac
   done
-  [[ -n $loader ]] || die "no ELF loader among the tools' libraries"
   for tool in overlay kvstore; do
-    wrapper "$tool" "$loader" >"$out/bin/$tool"
-    chmod 0755 "$out/bin/$tool"
+    [[ -x $out/bin/$tool ]] || die "$out/bin/$tool: not installed"
+    if ldd "$out/bin/$tool" | grep -q 'not found'; then
+      die "$out/bin/$tool: unresolved libraries: $(ldd "$out/bin/$tool" | grep 'not found' | tr -s ' \t' ' ')"
+    fi
+    ! ldd "$out/bin/$tool" | grep -q 'libstdc++' || die "$out/bin/$tool: still loads libstdc++"
     env -i "$out/bin/$tool" --help >/dev/null || die "$out/bin/$tool does not run"
   done
-  log "built overlay and kvstore into $out, with $(find "$out/lib" -type f | wc -l) bundled libraries"
+  need=$(glibc_required "$out/bin/overlay" "$out/bin/kvstore" "${bundled[@]}")
+  [[ -n $need ]] || die "cannot read the glibc symbol versions of the tools (objdump)"
+  printf '%s\n' "$need" >"$out/share/kvtier/GLIBC_REQUIRED"
+  log "installed overlay and kvstore into $out ($((${#bundled[@]})) bundled libraries; needs glibc >= $need)"
 }
 
 case ${1:-} in
-packages) setup_packages ;;
+packages) printf '%s\n' "${BUILD_PACKAGES[@]}" ;;
 install-packages)
-  mapfile -t pkgs < <(setup_packages)
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${BUILD_PACKAGES[@]}"
   rm -rf /var/lib/apt/lists/*
   ;;
 build)
   shift
   build "$@"
   ;;
-*) die "expected a subcommand: packages, install-packages or build" ;;
+-h | --help) help_text "$0" ;;
+*) die "expected a subcommand: packages, install-packages or build (see --help)" ;;
 esac

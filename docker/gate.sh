@@ -5,9 +5,12 @@
 #
 #   gate.sh [--prefix DIR] [--engine NAME-VERSION] [--overlay BIN]
 #           [--root TREE | --python PY] [--artifacts FILE]
+#   gate.sh --knobs-only
+#   gate.sh --help | --version
 #
 # Checks, in this order, stopping at the first failure:
-#   1. every GLM53_KV_OFFLOAD* knob in the environment (docker/lib.sh rules);
+#   1. every GLM53_KV_OFFLOAD* knob in the environment (the rules of
+#      overlays/kv-offload-scope/kv_offload_knobs.py); --knobs-only stops here;
 #   2. the artifacts: the pinned ORDER, each manifest it names (and only
 #      those, with matching overlay/engine fields), every fragment present,
 #      and every file matching the checksummed list bake.sh recorded (missing,
@@ -16,21 +19,29 @@
 #      (knob 1: every overlay applied, injected sources compile; knob 0:
 #      applied or pristine, never half-applied, tampered or drifted).
 #
-# Options as in bake.sh; --root or --python names the tree to check.
-# Exit: 0 go; 2 refused.
+# Options as in bake.sh. The tree to check is the one that will serve: inside
+# the image, `--python python3` finds it (docker/launch-example.sh runs the
+# gate that way); --root names a copy of it.
+# Exit: 0 go; 2 refused (the message names the underlying cause and, for a
+# tree refusal, `overlay`'s own exit code).
 set -euo pipefail
 KVTIER_TOOL=gate
 # shellcheck source=docker/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-parse_tree_args 20 "$0" "$@"
+if [[ ${1:-} == --knobs-only ]]; then
+  (($# == 1)) || die "--knobs-only takes no other argument"
+  validate_knobs
+  log "ok: knobs (knob $KVTIER_KNOB)"
+  exit 0
+fi
+parse_tree_args "$0" "$@"
 
 # 1. Knobs: pure checks of the environment, before touching any file.
 validate_knobs
 
 # 2. Artifacts.
-[[ -d $prefix ]] || die "--prefix $(q "$prefix"): not a folder"
-prefix=$(cd "$prefix" && pwd)
+resolve_prefix
 artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
 resolve_engine "$prefix" "$engine"
 read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
@@ -84,7 +95,7 @@ if ((KVTIER_KNOB)); then
   [[ -z $python ]] || inject+=(--python "$python")
   rc=0
   check --expect applied "${inject[@]}" || rc=$?
-  ((rc == 0)) || die "$root: GLM53_KV_OFFLOAD=1 needs every overlay applied: $(overlay_says "$rc")"
+  ((rc == 0)) || die "$root: GLM53_KV_OFFLOAD=1 needs every overlay applied: $(overlay_says "$rc") (overlay exit $rc)"
   state=applied
 else
   # The overlays are inert with the knob at 0, so a baked tree and a pristine
@@ -97,6 +108,6 @@ else
     check --expect pristine || rc=$?
     state=pristine
   fi
-  ((rc == 0)) || die "$root: overlay state is neither applied nor pristine: $(overlay_says "$rc")"
+  ((rc == 0)) || die "$root: overlay state is neither applied nor pristine: $(overlay_says "$rc") (overlay exit $rc)"
 fi
 log "ok: knob $KVTIER_KNOB, overlays ${KVTIER_ORDER[*]} $state on $root"

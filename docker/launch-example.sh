@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Example launcher: shows the wiring, not a product. Restarts one serving
-# container per rank over ssh, with the gate in front of everything.
+# container per node of a multi-node tensor-parallel group over ssh, with the
+# gate in front of everything.
 #
-#   launch-example.sh --hosts h0,h1 --image IMG --tree TREE
-#                     [--prefix P] [--base-env FILE] [--name NAME] [--python PY]
+#   launch-example.sh --hosts h0,h1 --image IMG [--tree TREE]
+#                     [--prefix P] [--image-prefix DIR] [--python PY]
+#                     [--base-env FILE] [--name NAME] [--master-port PORT]
 #                     -- SERVE_ARGV...
+#   launch-example.sh --help | --version
 #
-# rank R runs on the R-th host; TREE is a local copy of the image's engine
-# tree (or the image's own, when this runs inside it) for the gate to check;
-# PY compiles the injected sources for that check (the image's python version).
+# Rank R runs on the R-th host; h0 is the leader (--master-addr), the others
+# run --headless. The gate checks the tree that will serve: by default it
+# runs inside IMG on every host (docker run --rm, its gate.sh under
+# --image-prefix, default /opt/kvtier, with --python PY, default python3),
+# with the caller's knobs. --tree TREE instead gates a local copy of the
+# image's engine tree (for instance extracted ahead of the restart window).
 # Order: gate -> plan -> compare ranks -> then, and only then, per rank:
 # docker stop, mkdir of the store (knob 1 only), docker run.
 # Exit: 2 when the gate or the plan refuses (nothing stopped); otherwise the
@@ -20,11 +26,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 hosts="" image="" tree="" prefix=$(cd "$here/.." && pwd) base_env="" name=kvtier-serve python=""
+image_prefix=/opt/kvtier master_port=29501
 while (($#)); do
   case $1 in
-  --hosts | --image | --tree | --prefix | --base-env | --name | --python)
+  --hosts | --image | --tree | --prefix | --base-env | --name | --python | --image-prefix | --master-port)
     (($# >= 2)) || die "$1 needs a value"
     case $1 in
+    --image-prefix) image_prefix=$2 ;;
+    --master-port) master_port=$2 ;;
     --hosts) hosts=$2 ;;
     --image) image=$2 ;;
     --tree) tree=$2 ;;
@@ -39,22 +48,47 @@ while (($#)); do
     shift
     break
     ;;
-  *) die "unknown argument $(q "$1")" ;;
+  -h | --help)
+    help_text "$0"
+    exit 0
+    ;;
+  --version)
+    print_version "$0"
+    exit 0
+    ;;
+  *) die "unknown argument $(q "$1") (see --help)" ;;
   esac
 done
-[[ -n $hosts && -n $image && -n $tree ]] || die "--hosts, --image and --tree are required"
+[[ -n $hosts && -n $image ]] || die "--hosts and --image are required"
 IFS=, read -ra host_list <<<"$hosts"
 
 # 1. The gate: knobs, artifacts, tree. Nothing has been stopped yet.
-gate_args=(--prefix "$prefix" --root "$tree")
-[[ -z $python ]] || gate_args+=(--python "$python")
-"$here/gate.sh" "${gate_args[@]}" || exit 2
+if [[ -n $tree ]]; then
+  gate_args=(--prefix "$prefix" --root "$tree")
+  [[ -z $python ]] || gate_args+=(--python "$python")
+  "$here/gate.sh" "${gate_args[@]}" || exit 2
+else
+  # Inside the image, on every host: the very files and python that will
+  # serve, and the image each host actually has under that name.
+  "$here/gate.sh" --knobs-only || exit 2
+  gate=(docker run --rm --network none --entrypoint "$image_prefix/share/kvtier/docker/gate.sh")
+  while IFS= read -r v; do gate+=(-e "$v=${!v}"); done < <(compgen -e | grep '^GLM53_KV_OFFLOAD' || true)
+  gate+=("$image" --prefix "$image_prefix" --python "${python:-python3}")
+  for host in "${host_list[@]}"; do
+    # shellcheck disable=SC2029
+    ssh "$host" "$(printf '%q ' "${gate[@]}")" || {
+      log "$host: the gate inside $image refused; nothing was stopped"
+      exit 2
+    }
+  done
+fi
 
 # 2. One plan per rank, and proof that every rank got the same bytes.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ranks=$(seq -s, 0 $((${#host_list[@]} - 1)))
 plan_args=(plan --ranks "$ranks" --out "$work/plan" --prefix "$prefix")
+((${#host_list[@]} == 1)) || plan_args+=(--master-addr "${host_list[0]}" --master-port "$master_port")
 [[ -z $base_env ]] || plan_args+=(--base-env "$base_env")
 "$here/launch.sh" "${plan_args[@]}" -- "$@" || exit 2
 "$here/launch.sh" compare "$work/plan" || exit 2

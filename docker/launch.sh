@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Launch configuration: what each rank's container gets, as files a launcher
-# reads, so every rank is fed the same bytes.
+# reads, so every rank is fed the same bytes except where vLLM needs a
+# difference.
 #
-#   launch.sh plan --ranks 0,1 --out DIR [--prefix P] [--engine E]
-#                  [--artifacts FILE] [--base-env FILE] -- SERVE_ARGV...
+#   launch.sh plan --ranks 0,1 --out DIR [--master-addr HOST] [--master-port PORT]
+#                  [--prefix P] [--engine E] [--artifacts FILE] [--base-env FILE]
+#                  -- SERVE_ARGV...
 #   launch.sh compare DIR
+#   launch.sh --help | --version
 #
-# plan reads the GLM53_KV_OFFLOAD* knobs from the environment (same rules as
-# the gate) and writes DIR/rank<R>/{argv,env,mounts,order}: argv one argument
-# a line, env KEY=VALUE lines (the base env file's lines, in order), mounts
+# A rank is one node of a multi-node tensor-parallel group. plan reads the
+# GLM53_KV_OFFLOAD* knobs from the environment (same rules as the gate) and
+# writes DIR/rank<R>/{argv,env,mounts,order}: argv one argument a line, env
+# KEY=VALUE lines (the base env file's lines, in order), mounts
 # HOST:CONTAINER:MODE lines, order the pinned overlay order.
 #   knob 0: argv and env are the base, byte for byte; no mounts.
 #   knob 1: argv gains --kv-transfer-config with one connector JSON (the same
@@ -16,8 +20,14 @@
 #           PYTORCH_CUDA_ALLOC_CONF and gains the knobs the caller exported
 #           (plus GLM53_KV_OFFLOAD_BUILD_ID from the baked artifact list when
 #           unset); the store folder is mounted read-write at the same path.
-# compare checks that every rank of DIR got identical files (the connector
-# JSON first, by name) and is what a launcher runs before any docker/ssh call.
+#   more than one rank (ranks 0..N-1, --master-addr required): every argv
+#           gains `--nnodes N --master-addr HOST --master-port PORT` (default
+#           port 29501, vLLM's), then `--node-rank R`, and `--headless` on
+#           every rank but 0, as vLLM 0.33.0's arg_utils and `vllm serve`
+#           define them. These are the only per-rank differences.
+# compare checks that every rank of DIR got identical files except exactly
+# those per-rank arguments (the connector JSON first, by name); a launcher
+# runs it before any docker/ssh call.
 #
 # Exit: 0 written / identical; 2 refused (nothing written) or ranks differ.
 set -euo pipefail
@@ -25,16 +35,22 @@ KVTIER_TOOL=launch
 # shellcheck source=docker/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-usage() { sed -n '2,22p' "$0"; }
+usage() { help_text "$0"; }
 
 # The connector config for knob 1. Only validated integers go into it, so
 # plain printf is exact. No secondary tiers: the worker-local writer is the
 # disk tier (vLLM's scheduler-side tier would write one node's bytes for every
 # rank). offload_prompt_only=false so decoded tokens are stored too.
+# The boot guard: the spec is named through spec_module_path, a module only
+# the kv-offload-store-local overlay creates. A vLLM without the overlays
+# stops at boot with "No module named ...offloading.kv_store_local" instead
+# of silently running stock CPU offloading (docs/DEPLOY.md).
+KVTIER_SPEC_NAME=StoreLocalOffloadingSpec
+KVTIER_SPEC_MODULE=vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local
 connector_json() {
   local cpu_gb=$1
-  printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":%d,"blocks_per_chunk":1,"offload_prompt_only":false,"secondary_tiers":[]}}' \
-    "$((cpu_gb * 1024 * 1024 * 1024))"
+  printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"%s","spec_module_path":"%s","cpu_bytes_to_use":%d,"blocks_per_chunk":1,"offload_prompt_only":false,"secondary_tiers":[]}}' \
+    "$KVTIER_SPEC_NAME" "$KVTIER_SPEC_MODULE" "$((cpu_gb * 1024 * 1024 * 1024))"
 }
 
 # PYTORCH_CUDA_ALLOC_CONF without its expandable_segments:True entry. vLLM
@@ -49,13 +65,15 @@ drop_expandable() {
 }
 
 plan() {
-  local ranks="" out="" prefix engine="" artifacts="" base_env=""
+  local ranks="" out="" prefix engine="" artifacts="" base_env="" master_addr="" master_port=29501
   prefix=$(cd "$(dirname "$0")/.." && pwd)
   while (($#)); do
     case $1 in
-    --ranks | --out | --prefix | --engine | --artifacts | --base-env)
+    --ranks | --out | --prefix | --engine | --artifacts | --base-env | --master-addr | --master-port)
       (($# >= 2)) || die "$1 needs a value"
       case $1 in
+      --master-addr) master_addr=$2 ;;
+      --master-port) master_port=$2 ;;
       --ranks) ranks=$2 ;;
       --out) out=$2 ;;
       --prefix) prefix=$2 ;;
@@ -84,6 +102,16 @@ plan() {
     [[ $seen != *" $r "* ]] || die "--ranks: rank $r listed twice"
     seen+="$r "
   done
+  local nnodes=${#rank_list[@]}
+  if ((nnodes > 1)); then
+    [[ $(printf '%s\n' "${rank_list[@]}" | sort -n | tr '\n' ' ') == "$(seq -s ' ' 0 $((nnodes - 1))) " ]] ||
+      die "--ranks $(q "$ranks"): a multi-node group needs ranks 0..$((nnodes - 1))"
+    [[ -n $master_addr ]] || die "--master-addr HOST is required with more than one rank (rank 0's address)"
+    [[ $master_addr =~ ^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$ ]] || die "--master-addr $(q "$master_addr"): not a host name or address"
+    if [[ ! $master_port =~ ^[1-9][0-9]{0,4}$ ]] || ((master_port > 65535)); then
+      die "--master-port $(q "$master_port"): must be an integer 1..65535"
+    fi
+  fi
   [[ -n $out ]] || die "--out DIR is required"
   [[ ! -e $out ]] || die "$out: already exists; launch.sh writes a fresh folder"
   ((${#argv[@]})) || die "no serve argv after --"
@@ -91,7 +119,7 @@ plan() {
   for a in "${argv[@]}"; do
     [[ $a != *$'\n'* ]] || die "argv: $(q "$a") contains a newline"
   done
-  [[ -d $prefix ]] || die "--prefix $(q "$prefix"): not a folder"
+  resolve_prefix
   resolve_engine "$prefix" "$engine"
   read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
 
@@ -105,6 +133,18 @@ plan() {
         die "$base_env:$n: knobs come from the caller's environment, not the base env"
       env_lines+=("$line")
     done <"$base_env"
+  fi
+
+  # The multi-node arguments are the launcher's: one in the base argv would
+  # be duplicated or contradicted.
+  if ((nnodes > 1)); then
+    for a in "${argv[@]}"; do
+      case $a in
+      --nnodes | --nnodes=* | -n | --node-rank | --node-rank=* | -r | --headless | --master-addr | --master-addr=* | --master-port | --master-port=*)
+        die "argv already has $a; with several ranks launch.sh sets --nnodes, --node-rank, --master-addr, --master-port and --headless"
+        ;;
+      esac
+    done
   fi
 
   local mounts=()
@@ -152,7 +192,13 @@ plan() {
   for r in "${rank_list[@]}"; do
     r=$((10#$r))
     mkdir "$tmp/rank$r"
-    printf '%s\n' "${argv[@]}" >"$tmp/rank$r/argv"
+    {
+      printf '%s\n' "${argv[@]}"
+      if ((nnodes > 1)); then
+        printf '%s\n' --nnodes "$nnodes" --master-addr "$master_addr" --master-port "$master_port" --node-rank "$r"
+        ((r == 0)) || printf '%s\n' --headless
+      fi
+    } >"$tmp/rank$r/argv"
     # Knob 0: the base env file's bytes, untouched.
     if ((KVTIER_KNOB == 0)) && [[ -n $base_env ]]; then
       cp "$base_env" "$tmp/rank$r/env"
@@ -169,10 +215,18 @@ plan() {
 # The argument after --kv-transfer-config in an argv file, if any.
 connector_of() { sed -n '/^--kv-transfer-config$/{n;p;q}' "$1"; }
 
+# The per-rank tail of an argv file that plan wrote for rank R of a
+# multi-node group: `--node-rank R`, then `--headless` unless R is 0.
+rank_tail() {
+  local r=$1
+  printf '%s\n' --node-rank "$r"
+  ((r == 0)) || printf '%s\n' --headless
+}
+
 compare() {
   (($# == 1)) || die "usage: launch.sh compare DIR"
-  local dir=$1 ranks=() d first f r
-  [[ -d $dir ]] || die "$dir: not a folder"
+  local dir=$1 ranks=() d first f r n tail lines
+  [[ -d $dir ]] || die "$dir: does not exist (or is not a folder)"
   for d in "$dir"/rank*; do
     [[ -d $d && $(basename "$d") =~ ^rank[0-9]+$ ]] && ranks+=("$(basename "$d")")
   done
@@ -184,14 +238,31 @@ compare() {
       [[ -f $dir/$r/$f ]] || die "$dir/$r/$f: missing"
     done
   done
+  local work
+  work=$(mktemp -d)
+  # shellcheck disable=SC2064 # expand now: the folder is local
+  trap "rm -rf '$work'" RETURN
+  n=${#ranks[@]}
+  for r in "${ranks[@]}"; do
+    cp "$dir/$r/argv" "$work/$r"
+    ((n > 1)) || continue
+    # Strip exactly this rank's tail; anything else left over is a difference.
+    tail=$(rank_tail "${r#rank}")
+    lines=$(grep -c '' <<<"$tail")
+    [[ $(tail -n "$lines" "$dir/$r/argv") == "$tail" ]] ||
+      die "$r: argv does not end with its own $(tr '\n' ' ' <<<"$tail")(multi-node rank arguments)"
+    head -n "-$lines" "$dir/$r/argv" >"$work/$r"
+    [[ $(sed -n '/^--nnodes$/{n;p;q}' "$work/$r") == "$n" ]] || die "$r: argv lacks --nnodes $n for $n ranks"
+  done
   for r in "${ranks[@]:1}"; do
     [[ $(connector_of "$dir/$r/argv") == "$(connector_of "$dir/$first/argv")" ]] ||
       die "$r: connector JSON differs from $first's"
-    for f in argv env mounts order; do
+    cmp -s "$work/$first" "$work/$r" || die "$r: argv differs from $first's (beyond --node-rank/--headless)"
+    for f in env mounts order; do
       cmp -s "$dir/$first/$f" "$dir/$r/$f" || die "$r: $f differs from $first's"
     done
   done
-  log "${#ranks[@]} ranks identical"
+  log "${#ranks[@]} ranks identical but for their rank arguments"
 }
 
 case ${1:-} in
@@ -205,6 +276,10 @@ compare)
   ;;
 -h | --help)
   usage
+  exit 0
+  ;;
+--version)
+  print_version "$0"
   exit 0
   ;;
 *) die "expected a subcommand: plan or compare (see --help)" ;;

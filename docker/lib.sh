@@ -11,6 +11,12 @@
 # checks: "bad input, nothing was touched".
 KVTIER_EXIT_REFUSED=2
 
+# A script's --help: its header comment without the shebang, the comment
+# marks, shellcheck directives or any code.
+help_text() {
+  awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); if ($0 !~ /^shellcheck /) print; next } { exit }' "$1"
+}
+
 log() { printf '%s: %s\n' "${KVTIER_TOOL:-kvtier}" "$*" >&2; }
 die() {
   log "$*"
@@ -150,18 +156,47 @@ overlay_common_args() {
     --overlays "$(order_csv)")
 }
 
-# Picks the overlay binary: the one named, <prefix>/bin/overlay, or PATH.
+# The folder holding anchors/ and overlays/ for a --prefix: the prefix itself
+# (the repository, a flat prefix) or, for an installed tree (cmake --install,
+# the image, the .deb), PREFIX/share/kvtier. Prints it.
+data_dir_of() {
+  local prefix=$1
+  if [[ ! -d $prefix/anchors && -d $prefix/share/kvtier/anchors ]]; then
+    printf '%s' "$prefix/share/kvtier"
+  else
+    printf '%s' "$prefix"
+  fi
+}
+
+# Picks the overlay binary: the one named, <prefix>/bin/overlay, the
+# installed <prefix>/../../bin/overlay (prefix = share/kvtier), or PATH.
 resolve_overlay_bin() {
   local prefix=$1 named=${2:-}
   if [[ -n $named ]]; then
     KVTIER_OVERLAY=$named
   elif [[ -x $prefix/bin/overlay ]]; then
     KVTIER_OVERLAY=$prefix/bin/overlay
+  elif [[ $(basename "$prefix") == kvtier && -x $prefix/../../bin/overlay ]]; then
+    KVTIER_OVERLAY=$(cd "$prefix/../../bin" && pwd)/overlay
   else
     KVTIER_OVERLAY=$(command -v overlay || true)
   fi
   [[ -n $KVTIER_OVERLAY && -x $KVTIER_OVERLAY ]] ||
     die "overlay tool not found (pass --overlay PATH or install it as $prefix/bin/overlay)"
+}
+
+# The installed tools link this system's glibc (docker/build-tools.sh): a
+# system older than PREFIX/GLIBC_REQUIRED says is refused here, by name,
+# rather than by the loader at the first tool call.
+check_glibc() {
+  local prefix=$1 need have
+  [[ -f $prefix/GLIBC_REQUIRED ]] || return 0
+  need=$(<"$prefix/GLIBC_REQUIRED")
+  [[ $need =~ ^[0-9]+\.[0-9]+$ ]] || die "$prefix/GLIBC_REQUIRED: expected a version like 2.34, got $(q "$need")"
+  have=$(getconf GNU_LIBC_VERSION 2>/dev/null) || die "getconf GNU_LIBC_VERSION failed: cannot tell this system's glibc"
+  have=${have##* }
+  [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1) == "$need" ]] ||
+    die "the installed tools need glibc >= $need; this system has $have (rebuild them on an older distribution)"
 }
 
 # The site-packages folder that holds `vllm` for the given python, found
@@ -178,11 +213,11 @@ print(os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else '')" "$p
 
 # The options bake.sh and gate.sh share (see bake.sh's header). Sets the
 # globals prefix, engine, overlay_bin, root, python and artifacts.
-#   parse_tree_args HELP_LAST_LINE SCRIPT "$@"
+#   parse_tree_args SCRIPT "$@"
 # shellcheck disable=SC2034
 parse_tree_args() {
-  local help_last=$1 script=$2
-  shift 2
+  local script=$1
+  shift
   prefix=$(cd "$(dirname "$script")/.." && pwd)
   engine="" overlay_bin="" root="" python="" artifacts=""
   while (($#)); do
@@ -200,10 +235,43 @@ parse_tree_args() {
       shift 2
       ;;
     -h | --help)
-      sed -n "2,${help_last}p" "$script"
+      help_text "$script"
+      exit 0
+      ;;
+    --version)
+      print_version "$script"
       exit 0
       ;;
     *) die "unknown argument $(q "$1") (see --help)" ;;
     esac
   done
+}
+
+# Makes $prefix absolute and points it at the data folder (data_dir_of).
+resolve_prefix() {
+  [[ -d $prefix ]] || die "--prefix $(q "$prefix"): does not exist (or is not a folder)"
+  prefix=$(cd "$(data_dir_of "$prefix")" && pwd)
+}
+
+# The build id of the artifacts under PREFIX: kvtier-<16 hex> of the sha256
+# of the artifact list (what bake.sh records as ARTIFACTS.sha256, and what
+# launch.sh hands the writer as GLM53_KV_OFFLOAD_BUILD_ID). The C++ tools'
+# --version prints the same id, computed at build time by cmake/build_id.sh.
+build_id() {
+  local prefix=$1 engine=${2:-} listing sum
+  resolve_engine "$prefix" "$engine"
+  read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
+  listing=$(list_artifacts "$prefix")
+  local files=()
+  mapfile -t files <<<"$listing"
+  sum=$(cd "$prefix" && sha256sum -- "${files[@]}" | sha256sum)
+  printf 'kvtier-%s' "${sum:0:16}"
+}
+
+# --version of a script: its name, the build id of the artifacts beside it.
+print_version() {
+  local script=$1 prefix id
+  prefix=$(data_dir_of "$(cd "$(dirname "$script")/.." && pwd)")
+  id=$(build_id "$prefix") || exit "$KVTIER_EXIT_REFUSED"
+  printf '%s (kvtier) build %s (%s)\n' "$(basename "$script")" "$id" "$KVTIER_ENGINE_DIR"
 }

@@ -366,7 +366,10 @@ def test_knob_1_wiring(rig):
         assert "--kv-transfer-config" in run
         assert "GLM53_KV_OFFLOAD=1" in run
     runs = [c for _, c in cmds if c.startswith("docker run")]
-    assert runs[0] == runs[1], "both ranks must get the same command"
+    # The same command but for the rank arguments of a 2-node TP pair.
+    tail = "--nnodes 2 --master-addr h0 --master-port 29501 --node-rank "
+    assert runs[0].endswith(tail + "0 ") and runs[1].endswith(tail + "1 --headless ")
+    assert runs[0].removesuffix(tail + "0 ") == runs[1].removesuffix(tail + "1 --headless ")
     assert "expandable_segments" not in res.stderr  # no alloc conf given
 
 
@@ -377,7 +380,10 @@ def test_knob_0_wiring_adds_nothing(rig):
     assert len(cmds) == 4
     assert not any(c.startswith("mkdir") for _, c in cmds)
     run = next(c for _, c in cmds if c.startswith("docker run"))
-    assert run.endswith("img:tag vllm serve org/model --tensor-parallel-size 2 ")
+    assert run.endswith(
+        "img:tag vllm serve org/model --tensor-parallel-size 2"
+        " --nnodes 2 --master-addr h0 --master-port 29501 --node-rank 0 "
+    )
     assert " -v " not in run and " -e " not in run
     assert "GLM53" not in run and "kv-transfer" not in run
 
@@ -397,3 +403,57 @@ def test_example_passes_the_image_python_to_the_gate(rig):
     assert res.returncode == 0, res.stderr
     (check,) = [c for c in rig.overlay_calls() if "--check-injected" in c]
     assert check.endswith("--python /opt/py/bin/python3.12")
+
+
+# ------------------------------------------------- the gate inside the image
+
+# An ssh stand-in that records like the others and, for the gate's
+# `docker run`, exits with $GATE_RC (the image's gate refusing or not).
+SSH_GATE = r"""#!/usr/bin/env bash
+{ printf '%s' ssh; printf '\t%s' "$@"; printf '\n'; } >>"$CALL_LOG"
+case $2 in *gate.sh*) exit "${GATE_RC:-0}" ;; esac
+exit 0
+"""
+
+
+def launch_in_image(rig, knobs, gate_rc=0):
+    from docker_support import write_exec
+
+    write_exec(rig.stubs / "ssh", SSH_GATE)
+    return rig.run(
+        "launch-example.sh",
+        "--hosts", "h0,h1",
+        "--image", "img@sha256:" + "a" * 64,
+        "--prefix", str(rig.prefix),
+        "--",
+        "org/model", "--tensor-parallel-size", "2",
+        GATE_RC=str(gate_rc),
+        **knobs,
+    )  # fmt: skip
+
+
+def test_gate_runs_inside_the_image_on_every_host_first(rig):
+    res = launch_in_image(rig, GOOD)
+    assert res.returncode == 0, res.stderr
+    cmds = _ssh_commands(rig)
+    gates = [(h, c) for h, c in cmds if "gate.sh" in c]
+    assert [h for h, _ in gates] == ["h0", "h1"]
+    assert cmds[:2] == gates, "the gates run before anything is stopped"
+    for _, c in gates:
+        assert c.startswith("docker run --rm --network none --entrypoint /opt/kvtier/share/kvtier/docker/gate.sh ")
+        assert "-e GLM53_KV_OFFLOAD=1 " in c and "-e GLM53_KV_OFFLOAD_DIR=/data/glm53-kv-offload " in c
+        assert c.endswith(" --prefix /opt/kvtier --python python3 ")
+    # The local tree was never consulted: no overlay call on this machine.
+    assert rig.overlay_calls() == []
+
+
+def test_a_refusing_image_gate_stops_before_any_restart(rig):
+    res = launch_in_image(rig, GOOD, gate_rc=2)
+    assert res.returncode == 2 and "h0: the gate inside" in res.stderr, res.stderr
+    assert [c for _, c in _ssh_commands(rig) if "gate.sh" not in c] == []
+
+
+def test_bad_knob_refused_locally_before_any_ssh(rig):
+    res = launch_in_image(rig, dict(GOOD, GLM53_KV_OFFLOAD_CPU_GB="0"))
+    assert res.returncode == 2 and "GLM53_KV_OFFLOAD_CPU_GB" in res.stderr
+    assert rig.calls() == []

@@ -19,6 +19,7 @@ BASE_ENV = (
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:512\n"
     "VLLM_LOGGING_LEVEL=INFO\n"
 )
+SPEC_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local"
 KNOB1 = {
     "GLM53_KV_OFFLOAD": "1",
     "GLM53_KV_OFFLOAD_DIR": "/data/glm53-kv-offload",
@@ -33,11 +34,19 @@ def rig(tmp_path):
 
 def plan(rig, out: Path, knobs: dict, ranks="0,1", base_env=BASE_ENV, argv=SERVE):
     args = ["plan", "--ranks", ranks, "--out", str(out), "--prefix", str(rig.prefix)]
+    if "," in ranks:
+        args += ["--master-addr", "h0"]
     if base_env is not None:
         env_file = out.parent / f"{out.name}.base-env"
         env_file.write_text(base_env)
         args += ["--base-env", str(env_file)]
     return rig.run("launch.sh", *args, "--", *argv, **knobs)
+
+
+def node_args(rank: int, nnodes: int = 2) -> list[str]:
+    """What a rank's argv ends with in a multi-node group (launch.sh plan)."""
+    tail = ["--nnodes", str(nnodes), "--master-addr", "h0", "--master-port", "29501"]
+    return tail + ["--node-rank", str(rank)] + (["--headless"] if rank else [])
 
 
 def read_rank(out: Path, rank: int) -> dict[str, bytes]:
@@ -73,7 +82,8 @@ def test_knob_0_is_byte_identical_to_no_tier(rig, tmp_path, knobs):
     assert res.returncode == 0, res.stderr
     for rank in (0, 1):
         files = read_rank(out, rank)
-        assert files["argv"] == "".join(a + "\n" for a in SERVE).encode()
+        want = SERVE + node_args(rank)
+        assert files["argv"] == "".join(a + "\n" for a in want).encode()
         assert files["env"] == BASE_ENV.encode()  # expandable_segments kept
         assert files["mounts"] == b""
     assert "expandable_segments" not in res.stderr
@@ -129,16 +139,25 @@ def test_knob_1_connector_json(rig, tmp_path):
         "kv_connector": "OffloadingConnector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
-            "spec_name": "TieringOffloadingSpec",
+            "spec_name": "StoreLocalOffloadingSpec",
+            "spec_module_path": SPEC_MODULE,
             "cpu_bytes_to_use": 16 * 2**30,
             "blocks_per_chunk": 1,
             "offload_prompt_only": False,
             "secondary_tiers": [],
         },
     }
+    rank0 = read_rank(out, 0)
     for rank in (1, 2, 3):
         assert connector(out, rank) == cfg
-        assert read_rank(out, rank) == read_rank(out, 0)
+        files = read_rank(out, rank)
+        # argv differs only in the rank arguments vLLM needs per node.
+        lines = files.pop("argv").decode().splitlines()
+        lines0 = rank0["argv"].decode().splitlines()
+        assert lines[:-3] == lines0[:-2] and lines0[-2:] == ["--node-rank", "0"]
+        assert lines[-3:] == ["--node-rank", str(rank), "--headless"]
+        assert lines[-9:-3] == node_args(0, 4)[:6]
+        assert files == {k: v for k, v in rank0.items() if k != "argv"}
     argv = (out / "rank0" / "argv").read_text().splitlines()
     assert argv[: len(SERVE)] == SERVE and argv.count("--kv-transfer-config") == 1
     assert rig.run("launch.sh", "compare", str(out)).returncode == 0
@@ -218,10 +237,10 @@ def test_build_id_derived_from_baked_artifacts(rig, tmp_path):
 
 def test_order_is_emitted_identically_from_the_one_order_file(rig, tmp_path):
     out = tmp_path / "plan"
-    assert plan(rig, out, KNOB1, ranks="0,1,5").returncode == 0
+    assert plan(rig, out, KNOB1, ranks="0,1,2").returncode == 0
     order = (rig.prefix / "anchors").glob("*/ORDER")
     want = next(order).read_bytes()
-    for r in (0, 1, 5):
+    for r in (0, 1, 2):
         assert (out / f"rank{r}" / "order").read_bytes() == want
 
 
@@ -361,6 +380,7 @@ def test_connector_keys_are_the_pinned_engines(rig, tmp_path):
             )
         )
         registered = z.read("vllm/v1/kv_offload/factory.py").decode()
+        wheel_files = set(z.namelist())
         connector_factory = z.read(
             "vllm/distributed/kv_transfer/kv_connector/factory.py"
         ).decode()
@@ -368,6 +388,95 @@ def test_connector_keys_are_the_pinned_engines(rig, tmp_path):
         assert re.search(rf'extra_config\.get\(\s*"{key}"', src), key
     for key in ("kv_connector", "kv_role", "kv_connector_extra_config"):
         assert re.search(rf"^    {key}: ", src, re.MULTILINE), key
-    assert f'"{cfg["kv_connector_extra_config"]["spec_name"]}"' in registered
+    # The boot guard: the spec is not one vLLM registers, so vLLM imports it
+    # from spec_module_path, a package only the store-local overlay creates.
+    extra = cfg["kv_connector_extra_config"]
+    assert f'"{extra["spec_name"]}"' not in registered
+    module_file = extra["spec_module_path"].replace(".", "/") + "/__init__.py"
+    assert module_file not in wheel_files  # stock vLLM has no such module
+    toml = (REPO / "anchors/vllm-0.33.0/kv-offload-store-local.toml").read_text()
+    assert f'path = "{module_file}"' in toml
     assert f'"{cfg["kv_connector"]}"' in connector_factory
     assert "kv_both" in src
+
+
+# ------------------------------------------------------- multi-node pair
+
+
+def test_two_node_pair_argv_differs_only_in_rank_arguments(rig, tmp_path):
+    out = tmp_path / "plan"
+    res = plan(rig, out, KNOB1)
+    assert res.returncode == 0, res.stderr
+    a0 = (out / "rank0" / "argv").read_text().splitlines()
+    a1 = (out / "rank1" / "argv").read_text().splitlines()
+    assert a0[-len(node_args(0)) :] == node_args(0)
+    assert a1[-len(node_args(1)) :] == node_args(1)
+    assert a0[: -len(node_args(0))] == a1[: -len(node_args(1))]
+    assert "--headless" not in a0
+    assert rig.run("launch.sh", "compare", str(out)).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "rank,mutate,needle",
+    [
+        (1, lambda a: a.replace("--headless\n", ""), "does not end with its own"),
+        (1, lambda a: a.replace("--node-rank\n1\n", "--node-rank\n0\n"), "does not end"),
+        (0, lambda a: a + "--headless\n", "does not end with its own"),
+        (1, lambda a: a.replace("--nnodes\n2\n", "--nnodes\n3\n"), "lacks --nnodes 2"),
+        (1, lambda a: a.replace("h0", "h1"), "argv differs from rank0's"),
+        (1, lambda a: a.replace("--port\n8000\n", "--port\n8001\n"), "argv differs"),
+    ],
+    ids=["no-headless", "wrong-rank", "leader-headless", "nnodes", "master", "port"],
+)
+def test_compare_allows_only_the_rank_arguments_to_differ(
+    rig, tmp_path, rank, mutate, needle
+):
+    out = tmp_path / "plan"
+    assert plan(rig, out, {}).returncode == 0
+    f = out / f"rank{rank}" / "argv"
+    f.write_text(mutate(f.read_text()))
+    res = rig.run("launch.sh", "compare", str(out))
+    assert res.returncode == 2 and needle in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--node-rank", "1"], "argv already has --node-rank"),
+        (["--headless"], "argv already has --headless"),
+        (["--nnodes=2"], "argv already has --nnodes=2"),
+        (["-r", "0"], "argv already has -r"),
+    ],
+)
+def test_plan_owns_the_multi_node_arguments(rig, tmp_path, extra, needle):
+    out = tmp_path / "plan"
+    res = plan(rig, out, {}, argv=SERVE + extra)
+    assert res.returncode == 2 and needle in res.stderr, res.stderr
+    assert not out.exists()
+
+
+def test_multi_node_needs_master_addr_and_ranks_from_zero(rig, tmp_path):
+    out = tmp_path / "plan"
+    args = ["plan", "--ranks", "0,1", "--out", str(out), "--prefix", str(rig.prefix)]
+    res = rig.run("launch.sh", *args, "--", *SERVE)
+    assert res.returncode == 2 and "--master-addr HOST is required" in res.stderr
+    res = plan(rig, out, {}, ranks="1,2")
+    assert res.returncode == 2 and "needs ranks 0..1" in res.stderr
+    # One rank is a single-node launch: no multi-node arguments at all.
+    assert plan(rig, out, {}, ranks="0").returncode == 0
+    assert (out / "rank0" / "argv").read_text().splitlines() == SERVE
+
+
+def test_rank_arguments_are_the_pinned_engines(rig, tmp_path):
+    """--nnodes/--node-rank/--master-addr/--master-port are arg_utils' flags,
+    --headless is `vllm serve`'s, in the pinned wheel."""
+    whl = _pinned_wheel()
+    if whl is None:
+        pytest.skip("pinned wheel not cached (run scripts/setup.sh)")
+    with zipfile.ZipFile(whl) as z:
+        arg_utils = z.read("vllm/engine/arg_utils.py").decode()
+        cli_args = z.read("vllm/entrypoints/common/cli_args.py").decode()
+    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port"):
+        assert f'add_argument("{flag}"' in arg_utils, flag
+    assert '"--headless"' in cli_args
+    assert "master_port: int = ParallelConfig.master_port" in arg_utils

@@ -30,3 +30,14 @@ Scheduler side: side_channel, vllm_scheduler.
 Worker side: layout, capture_pool, copier, captured, stats, checksum,
 durable_io, manifests, writer, namespace, worker_store, vllm_worker.
 """
+
+
+def __getattr__(name: str) -> type:
+    # The boot guard (docs/DEPLOY.md): with GLM53_KV_OFFLOAD=1 the launcher's
+    # connector config names this spec through spec_module_path, so a vLLM
+    # without this overlay fails at boot instead of offloading to CPU only.
+    if name == "StoreLocalOffloadingSpec":
+        from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
+
+        return TieringOffloadingSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,70 @@
+# Installation and packaging (docs/DEPLOY.md): `cmake --install` lays out
+#   bin/overlay, bin/kvstore
+#   share/kvtier/{anchors,overlays,docker}         the data the tools and scripts read
+#   share/bash-completion/completions/{overlay,kvstore}
+#   share/doc/kvtier/                              README and docs
+# and CPack turns the same rules into a .deb. `overlay` finds its anchors at
+# <exe>/../share/kvtier/anchors, so an installed tree works from any prefix.
+#
+# KVTIER_PORTABLE=ON (the Docker builder, docker/build-tools.sh; see
+# cmake/portable.cmake): libstdc++ and libgcc linked statically, and the one
+# shared library left (ISA-L, plain C) installed into lib/kvtier with an
+# $ORIGIN RPATH. Only glibc then comes from the system that runs the tools.
+include(GNUInstallDirs)
+
+set(KVTIER_TOOLS overlay kvstore)
+foreach(t IN LISTS KVTIER_TOOLS)
+  if(NOT TARGET ${t})
+    message(FATAL_ERROR "install.cmake: target ${t} is not defined")
+  endif()
+endforeach()
+
+set(KVTIER_DATADIR ${CMAKE_INSTALL_DATADIR}/kvtier)
+set(KVTIER_BUNDLE_LIBDIR ${CMAKE_INSTALL_LIBDIR}/kvtier)
+
+if(KVTIER_PORTABLE)
+  foreach(t IN LISTS KVTIER_TOOLS)
+    target_link_options(${t} PRIVATE -static-libstdc++ -static-libgcc)
+    file(RELATIVE_PATH _rel /${CMAKE_INSTALL_BINDIR} /${KVTIER_BUNDLE_LIBDIR})
+    set_target_properties(${t} PROPERTIES INSTALL_RPATH "$ORIGIN/${_rel}")
+  endforeach()
+  install(TARGETS ${KVTIER_TOOLS} RUNTIME_DEPENDENCY_SET kvtier_runtime_deps
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  # glibc (and its loader, libm, ...) stays the system's; everything else the
+  # tools load is copied.
+  install(RUNTIME_DEPENDENCY_SET kvtier_runtime_deps
+          DESTINATION ${KVTIER_BUNDLE_LIBDIR} COMPONENT runtime
+          PRE_EXCLUDE_REGEXES "^ld-linux" "^libc\\.so" "^libm\\.so" "^libpthread\\.so" "^libdl\\.so"
+                              "^librt\\.so" "^libstdc\\+\\+\\.so" "^libgcc_s\\.so" "^linux-vdso")
+else()
+  install(TARGETS ${KVTIER_TOOLS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+endif()
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/anchors ${PROJECT_SOURCE_DIR}/overlays
+        DESTINATION ${KVTIER_DATADIR} COMPONENT runtime
+        PATTERN __pycache__ EXCLUDE PATTERN "*.pyc" EXCLUDE)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
+        FILES_MATCHING PATTERN "*.sh"
+        PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/packaging/deploy/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT runtime)
+
+# CPack: `cpack -G DEB` in the build folder writes kvtier_<version>_<arch>.deb.
+# Only the runtime component goes in (the test binaries are never installed).
+set(CPACK_PACKAGE_NAME kvtier)
+set(CPACK_PACKAGE_VENDOR "kvtier")
+set(CPACK_PACKAGE_CONTACT "kvtier maintainers <kvtier@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "fail-closed overlays for a pinned vLLM, and the kvstore tool for its KV disk tier")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_COMPONENTS_ALL runtime)
+set(CPACK_DEB_COMPONENT_INSTALL OFF)
+set(CPACK_GENERATOR DEB)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION utils)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # Depends: from the libraries the tools load
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "bash")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+include(CPack)
