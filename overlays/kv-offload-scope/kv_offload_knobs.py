@@ -6,6 +6,7 @@ drafter knob, the store-local writer all of them), and the launch gate runs
 it with the serving image's interpreter before anything is stopped::
 
     python3 kv_offload_knobs.py check   # prints 0 or 1 (the tier); exit 2 on a bad knob
+    python3 kv_offload_knobs.py check --restore-baked   # the prefix holds kv-offload-restore
     python3 kv_offload_knobs.py names   # every knob, one a line
     python3 kv_offload_knobs.py table   # the Markdown table the docs carry
 
@@ -76,10 +77,26 @@ def _directory(value: str) -> str | None:
     return None
 
 
+# Set by `check --restore-baked`: the gate's prefix holds the restore overlay.
+_restore_baked_flag = False
+
+
+def restore_baked() -> bool:
+    """Whether the kv-offload-restore overlay is baked where this module runs.
+
+    Inside vLLM both are new files of the offloading package, so its tier
+    module sits beside this one; the launch gate says so with --restore-baked.
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _restore_baked_flag or os.path.isfile(os.path.join(here, "kv_restore_tier.py"))
+
+
 def _restore(value: str) -> str | None:
     if value == "1":
-        return "is refused: this stage stores only, nothing reads the tier back"
-    return None if value == "0" else "must be 0"
+        if restore_baked():
+            return None
+        return "is refused: the kv-offload-restore overlay is not baked (store only)"
+    return None if value == "0" else "must be 0 or 1"
 
 
 def _token(value: str) -> str | None:
@@ -98,7 +115,12 @@ RULES: tuple[Rule, ...] = (
         _directory,
     ),
     Rule(CPU_GB, "integer 1..64; required when on", "-", _bounded(1, 64)),
-    Rule(RESTORE, "`0` (`1` is refused: this stage stores only)", "`0`", _restore),
+    Rule(
+        RESTORE,
+        "`0` or `1` (`1` only with the kv-offload-restore overlay baked)",
+        "`0`",
+        _restore,
+    ),
     Rule(DRAFTER, "`0` or `1`", "`0`", _flag),
     Rule(
         KEEP_BOUNDARIES,
@@ -202,6 +224,10 @@ def table() -> str:
 
 
 def main(argv: list[str]) -> int:
+    global _restore_baked_flag
+    if argv == ["check", "--restore-baked"]:
+        _restore_baked_flag = True
+        argv = ["check"]
     if argv == ["check"]:
         try:
             knobs = read_knobs()
@@ -216,7 +242,7 @@ def main(argv: list[str]) -> int:
     if argv == ["table"]:
         sys.stdout.write(table())
         return 0
-    print("usage: kv_offload_knobs.py check|names|table", file=sys.stderr)
+    print("usage: kv_offload_knobs.py check [--restore-baked]|names|table", file=sys.stderr)
     return EXIT_REFUSED
 
 

@@ -12,6 +12,26 @@ from .errors import WriterDisabled
 logger = init_logger(__name__)
 
 
+def key_scheme(hash_algorithm: str, environ: Mapping[str, str] | None = None) -> dict:
+    """How the store's keys (vLLM block hashes) are seeded, for the fenced record.
+
+    vLLM 0.33.0 (kv_cache_utils.resolve_none_hash_seed) seeds NONE_HASH from
+    PYTHONHASHSEED when set; otherwise sha256 variants use a fixed default
+    and xxhash variants fresh random bytes per process. A store written under
+    one scheme is a different namespace from any other, and restore refuses a
+    per-process one (its keys never mean the same thing after a restart).
+    """
+    env = os.environ if environ is None else environ
+    seed = env.get("PYTHONHASHSEED")
+    if seed is not None:
+        policy = f"PYTHONHASHSEED={seed}"
+    elif hash_algorithm.startswith("xxhash"):
+        policy = "per-process"
+    else:
+        policy = "default"
+    return {"hash": hash_algorithm, "seed": policy}
+
+
 def open_namespace(
     root: str,
     model: str,

@@ -17,7 +17,7 @@ from .copier import Copier, coalesce
 from .deps import fmt, init_logger, knobs
 from .errors import WriterDisabled
 from .layout import GroupLayout, StagingTensor, bind_layers
-from .namespace import open_namespace, resolve_rank
+from .namespace import key_scheme, open_namespace, resolve_rank
 from .side_channel import META_VERSION, key_hash
 from .stats import StoreStats
 from .writer import StoreWriter
@@ -125,6 +125,8 @@ class WorkerStore:
             page_sizes={g.group: g.block_bytes for g in s.groups},
             state_abi=state_abi(s),
         )
+        # Restore reads a store only under the key scheme it was written with.
+        fenced["key_scheme"] = key_scheme(s.hash_algorithm)
         info = {
             "keep_boundaries": self.knobs.keep_boundaries,
             "rank_source": provenance,
