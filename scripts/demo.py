@@ -5,14 +5,16 @@ tools on real files in one scratch folder, and the run fails (exit 1) the
 moment a step does not end as it should:
 
   1. set up, and fetch + verify the pinned engine sources
-  2. apply both overlays in their pinned order to a copy, compiling the
+  2. apply the overlays in their pinned order to a copy, compiling the
      injected code; show `overlay status`
   3. the pre-stop gate: knob 0, knob 1 (with the launch configuration it
      would use), and a bad knob refused with exit 2
   4. drive the patched worker-local store path with generated KV bytes
   5. kvstore: verify, catch a corrupted chunk, gc dry run, sweep, stat
-  6. revert the overlays; the tree is byte-identical to the pins again
-  7. a summary
+  6. restore (TP pair): write, restart, restore from disk, the bytes equal;
+     a corrupted chunk falls back to recompute
+  7. revert the overlays; the tree is byte-identical to the pins again
+  8. a summary
 
 Nothing is written outside the scratch folder (--scratch, or a new folder
 under $TMPDIR), which is kept for a look afterwards.
@@ -238,6 +240,29 @@ class Demo:
             raise DemoFailed(f"the sweep left the corrupt chunk {victim}")
         return "verify clean, corruption caught, swept, verify clean"
 
+    def restore_steps(self) -> str:
+        store = self.scratch / "restore-store"
+        done = self.run(
+            [sys.executable, REPO / "scripts" / "demo_restore.py", self.tree, store],
+            show=False,
+        )
+        f = json.loads(done.stdout.strip().splitlines()[-1])
+        self.out.text(
+            f"write: {f['chunks_written']} chunk files on {f['ranks']} ranks; "
+            f"restart: {f['restored_tokens']} tokens restored from disk "
+            f"({f['restored_bytes']} bytes verified), {f['blocks_equal']} GPU "
+            f"blocks equal what each rank wrote"
+        )
+        self.out.text(
+            f"flipped one payload byte of {f['corrupted']}: restart: "
+            f"{f['after_corruption_hits']} tokens hit, {f['after_corruption_loads']} "
+            f"loads, failures {f['failures']}; the request recomputes"
+        )
+        return (
+            f"{f['restored_tokens']} tokens on {f['ranks']} ranks, bytes equal; "
+            "corrupted chunk -> recompute"
+        )
+
     def corrupt_one_chunk(self) -> Path:
         chunks = sorted(self.store.glob("*/*/*_g0/*.bin"))
         if not chunks:
@@ -272,10 +297,11 @@ class Demo:
     def main(self, setup_seconds: float | None) -> int:
         steps = [
             ("fetch pinned sources", self.fetch),
-            ("apply both overlays", self.apply),
+            ("apply the overlays", self.apply),
             ("pre-stop gate", self.gate),
             ("write a store", self.write_store),
             ("kvstore", self.kvstore_steps),
+            ("restore", self.restore_steps),
             ("revert", self.revert),
         ]
         self.scratch.mkdir(parents=True, exist_ok=True)

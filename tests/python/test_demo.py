@@ -14,10 +14,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 STEPS = (
     "fetch pinned sources",
-    "apply both overlays",
+    "apply the overlays",
     "pre-stop gate",
     "write a store",
     "kvstore",
+    "restore",
     "revert",
 )
 
@@ -48,13 +49,14 @@ def test_main_job_runs_end_to_end(build_dir, overlay_bin, kvstore_bin, tmp_path)
     )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    summary = out[out.index("== 7. summary") :]
+    summary = out[out.index("== 8. summary") :]
     for step in STEPS:
         line = next(ln for ln in summary.splitlines() if ln.strip().startswith(step))
         assert "FAILED" not in line, line
     assert "verify clean, corruption caught, swept, verify clean" in summary
     assert "RESTORE=1 refused (2)" in summary
     assert "files equal their pins" in summary
+    assert "tokens on 2 ranks, bytes equal; corrupted chunk -> recompute" in summary
     assert summary.rstrip().splitlines()[-1].startswith("demo: ok in ")
     # Nothing outside the scratch folder: no temp files, no repo changes.
     assert list(tmpdir.iterdir()) == []

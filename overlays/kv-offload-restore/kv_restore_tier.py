@@ -1,0 +1,324 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Restore, scheduler side: a secondary tier over the workers' local stores.
+
+``LocalStoreTier`` is loaded by vLLM's tiering manager from the connector's
+extra config, with no patch to the manager::
+
+    "secondary_tiers": [{"type": "LocalStoreTier", "module_path":
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_restore_tier"}]
+
+It never touches a disk and never copies a byte (its ``primary_kv_view`` is
+the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
+
+- ``lookup`` answers from an in-memory index: a key hits only when every TP
+  rank reported that one of its manifests proves it (the intersection, as
+  counts of KEY_UP minus KEY_DOWN reports summed over ranks). Until every
+  rank's READY arrived it answers RETRY (after ``ready_timeout_s``, MISS).
+- ``submit_load`` queues the promotion; the scheduler hook attaches queued
+  promotions to the step's connector metadata and every worker fills its own
+  slot of the CPU rows from its own disk. The job succeeds only when every
+  rank reported PROMOTE_OK; any PROMOTE_FAIL fails it for all, the keys are
+  held as misses until a rank proves them again, and the request recomputes.
+- ``submit_store`` completes at once: the worker-local writer stores.
+- ``drain_jobs`` (a prefix-cache reset) fails every queued or in-flight
+  promotion; a worker's late report for it is ignored. A worker runs a
+  promotion inside the step that carried it, before any later step's DMA,
+  and the tiering manager holds new promotions until the reset is flushed.
+"""
+
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm.v1.kv_offload.base import (
+    LookupResult,
+    Medium,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+)
+from vllm.v1.kv_offload.tiering.base import (
+    JobResult,
+    SecondaryTierManager,
+    TransferJob,
+)
+
+from . import kv_restore_reports as reports
+from .kv_restore_worker import RestoreRefused, restore_requested
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_READY_TIMEOUT_S = 120.0
+MODULE_PATH = __name__
+
+
+@dataclass
+class TierStats:
+    lookups: Counter = field(default_factory=Counter)  # hit / miss / retry
+    promotions_ok: int = 0
+    promotions_failed: int = 0
+    promotions_fenced: int = 0
+    keys_promoted: int = 0
+    keys_failed: int = 0
+
+
+@dataclass
+class _Promotion:
+    keys: list[OffloadKey]
+    ok: int = 0
+    failed: int = 0
+
+
+class LocalStoreTier(SecondaryTierManager):
+    medium = Medium.STORAGE
+
+    def __init__(
+        self,
+        offloading_spec: Any,
+        primary_kv_view: memoryview,
+        tier_type: str,
+        backpressure_detector: Any = None,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    ):
+        super().__init__(
+            offloading_spec, primary_kv_view, tier_type, backpressure_detector
+        )
+        self.num_workers: int | None = None  # bound by the scheduler hook
+        self.ready_timeout_s = float(ready_timeout_s)
+        self.stats = TierStats()
+        self._born = time.monotonic()
+        self._ready = 0
+        self._timed_out = False
+        self._provable: dict[int, int] = {}  # key digest -> ranks proving it
+        self._failed: set[int] = set()  # digests held as misses
+        self._queued: list[TransferJob] = []
+        self._inflight: dict[int, _Promotion] = {}
+        self._finished: list[JobResult] = []
+
+    # -- readiness -------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.num_workers is not None and self._ready >= self.num_workers
+
+    def _not_ready_result(self) -> LookupResult:
+        if time.monotonic() - self._born < self.ready_timeout_s:
+            return LookupResult.RETRY
+        if not self._timed_out:
+            self._timed_out = True
+            logger.warning(
+                "KV restore: %d of %s ranks reported their inventory after %.0f s; "
+                "lookups miss until all have",
+                self._ready,
+                self.num_workers,
+                self.ready_timeout_s,
+            )
+        return LookupResult.MISS
+
+    # -- SecondaryTierManager ----------------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if not self.ready:
+            result = self._not_ready_result()
+        else:
+            digest = reports.key_digest(key)
+            hit = (
+                digest not in self._failed
+                and self._provable.get(digest, 0) >= self.num_workers
+            )
+            result = LookupResult.HIT if hit else LookupResult.MISS
+        self.stats.lookups[result.name.lower()] += 1
+        return result
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        self._queued.append(job_metadata)
+        self._inflight[job_metadata.job_id] = _Promotion(list(job_metadata.keys))
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        # The worker-local writer stores each rank's own bytes; nothing to do.
+        self._finished.append(JobResult(job_id=job_metadata.job_id, success=True))
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        finished, self._finished = self._finished, []
+        return finished
+
+    def has_pending_work(self) -> bool:
+        waiting = not self.ready and not self._timed_out
+        return bool(waiting or self._queued or self._inflight or self._finished)
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def drain_jobs(self) -> None:
+        """A cache reset: every promotion not yet confirmed fails now."""
+        for job_id, promotion in self._inflight.items():
+            self._finished.append(JobResult(job_id=job_id, success=False))
+            self.stats.promotions_fenced += 1
+            self.stats.keys_failed += len(promotion.keys)
+        self._inflight.clear()
+        self._queued.clear()
+
+    def config_info(self):
+        return {}
+
+    # -- scheduler hooks -----------------------------------------------------------
+
+    def take_requests(self) -> list[dict[str, Any]]:
+        """The promotions to send with this step's connector metadata."""
+        out = [
+            {
+                "job": job.job_id,
+                "keys": [bytes(k) for k in job.keys],
+                "chunks": [int(c) for c in job.chunk_ids],
+            }
+            for job in self._queued
+            if job.job_id in self._inflight
+        ]
+        self._queued.clear()
+        return out
+
+    def on_reports(self, items: Iterable[tuple[int, int, int]]) -> None:
+        for kind, value, ranks in items:
+            if kind == reports.READY:
+                self._ready += ranks
+            elif kind == reports.KEY_UP:
+                self._provable[value] = self._provable.get(value, 0) + ranks
+                self._failed.discard(value)
+            elif kind == reports.KEY_DOWN:
+                left = self._provable.get(value, 0) - ranks
+                if left > 0:
+                    self._provable[value] = left
+                else:
+                    self._provable.pop(value, None)
+            elif kind in (reports.PROMOTE_OK, reports.PROMOTE_FAIL):
+                self._on_result(value, kind == reports.PROMOTE_OK, ranks)
+
+    def _on_result(self, job_id: int, ok: bool, ranks: int) -> None:
+        promotion = self._inflight.get(job_id)
+        if promotion is None:
+            return  # fenced by a reset, or not ours
+        if ok:
+            promotion.ok += ranks
+        else:
+            promotion.failed += ranks
+        assert self.num_workers is not None
+        if promotion.ok + promotion.failed < self.num_workers:
+            return  # a rank may still be writing its rows: wait for everyone
+        del self._inflight[job_id]
+        success = promotion.failed == 0
+        self._finished.append(JobResult(job_id=job_id, success=success))
+        if success:
+            self.stats.promotions_ok += 1
+            self.stats.keys_promoted += len(promotion.keys)
+            return
+        self.stats.promotions_failed += 1
+        self.stats.keys_failed += len(promotion.keys)
+        self._failed.update(reports.key_digest(k) for k in promotion.keys)
+        logger.warning(
+            "KV restore: promotion %d failed on %d of %d ranks; %d keys miss and "
+            "recompute",
+            job_id,
+            promotion.failed,
+            self.num_workers,
+            len(promotion.keys),
+        )
+
+
+def find_tier(manager: Any) -> LocalStoreTier | None:
+    for tier in getattr(manager, "secondary_tiers", ()):
+        if isinstance(tier, LocalStoreTier):
+            return tier
+    return None
+
+
+class SchedulerRestore:
+    """What the scheduler hooks call when GLM53_KV_OFFLOAD_RESTORE=1."""
+
+    def __init__(self, tier: LocalStoreTier, num_workers: int):
+        self.tier = tier
+        tier.num_workers = num_workers
+
+    @classmethod
+    def from_vllm(
+        cls, manager: Any, config: Any, vllm_config: Any
+    ) -> "SchedulerRestore | None":
+        if not restore_requested():
+            return None
+        if os.environ.get("GLM53_KV_OFFLOAD", "0") != "1":
+            raise RestoreRefused(
+                "GLM53_KV_OFFLOAD_RESTORE=1 needs GLM53_KV_OFFLOAD=1: restore reads "
+                "the store the worker-local writer keeps."
+            )
+        algorithm = str(vllm_config.cache_config.prefix_caching_hash_algo)
+        if algorithm.startswith("xxhash") and "PYTHONHASHSEED" not in os.environ:
+            raise RestoreRefused(
+                f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {algorithm} block hashes "
+                "(the store's keys) are seeded per process unless PYTHONHASHSEED "
+                "is set, so they change at every restart."
+            )
+        tier = find_tier(manager)
+        if tier is None:
+            raise RestoreRefused(
+                "GLM53_KV_OFFLOAD_RESTORE=1 needs the secondary tier "
+                f'{{"type": "LocalStoreTier", "module_path": "{MODULE_PATH}"}} '
+                "in kv_connector_extra_config.secondary_tiers."
+            )
+        logger.info(
+            "KV restore: on; lookups answer from the ranks' manifests (%d ranks)",
+            config.num_workers,
+        )
+        return cls(tier, config.num_workers)
+
+    def matched_tokens(
+        self,
+        sched: Any,
+        request: Any,
+        req_status: Any,
+        num_computed_tokens: int,
+        max_num_new_tokens: int | None,
+    ) -> tuple[int | None, bool]:
+        """The upstream tail of get_num_new_matched_tokens, lookup enabled.
+
+        The store-only hook that follows it returns (0, False); with restore on
+        this runs instead, exactly as vLLM 0.33.0 would.
+        """
+        if request.skip_reading_prefix_cache:
+            num_hit_tokens: int | None = 0
+        else:
+            lookup_start = time.monotonic()
+            num_hit_tokens = sched._lookup(req_status, max_num_new_tokens)
+            sched._connector_stats.observe_histogram(
+                _lookup_sync_metric(sched),
+                time.monotonic() - lookup_start,
+            )
+            if num_hit_tokens is None:
+                if req_status.deferred_lookup_start_time is None:
+                    req_status.deferred_lookup_start_time = lookup_start
+            else:
+                sched._maybe_observe_lookup_async_delay(req_status)
+        req_status.update_num_hit_chunks(num_computed_tokens + (num_hit_tokens or 0))
+        sync_load = sched._reserve_sync_load(
+            req_status, num_computed_tokens, num_hit_tokens
+        )
+        return num_hit_tokens, bool(num_hit_tokens) and not sync_load
+
+    def attach(self, meta: Any) -> None:
+        requests = self.tier.take_requests()
+        if requests:
+            meta.kv_restore = requests
+
+    def on_worker_meta(self, meta: Any) -> None:
+        items = reports.take(meta.completed_jobs)
+        if items:
+            self.tier.on_reports(items)
+
+
+
+def _lookup_sync_metric(sched: Any) -> Any:
+    """The scheduler module's LOOKUP_SYNC_DELAY metric name."""
+    return sys.modules[type(sched).__module__]._ConnectorMetricName.LOOKUP_SYNC_DELAY

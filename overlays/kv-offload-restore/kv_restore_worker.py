@@ -1,0 +1,521 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Restore, worker side: this rank's inventory and its promotions.
+
+Every TP worker reads only its own store (the rank base the writer opened):
+
+- **Inventory.** At the first step the worker scans its manifests and keeps,
+  in memory, which key each good manifest proves (a full-attention key as part
+  of a chain, a state key only at the manifest's boundary). Later manifests
+  the writer publishes, and the ones keep-K or ``kvstore gc`` remove, are
+  picked up by a rescan of the manifest directory (names only, once a
+  second). Changes go to the scheduler as KEY_UP / KEY_DOWN reports in the
+  connector's worker metadata (kv_restore_reports); READY says the boot scan
+  is complete.
+- **Promotion.** The scheduler's tier sends (job, keys, CPU chunk ids). The
+  worker takes the store lock shared (``kvstore gc --sweep`` needs it
+  exclusive), opens every file the job needs, then per file checks the header
+  in docs/FORMAT.md's order and against the manifest entry (namespace, group,
+  key, boundary index, payload length and checksum, segment table equal to
+  this boot's layout), the file size and the payload CRC, and only then
+  scatters the real bytes into this rank's own slot of the CPU rows. Any
+  failure fails the job on this rank: the manifests naming the key are marked
+  bad (their keys go down) and the scheduler turns the whole job, on every
+  rank, into a miss.
+
+Promotions run synchronously in the worker's step (``start_kv_transfers``,
+before any CPU->GPU load of that step is submitted), so a promotion is never
+in flight across steps: a cache reset that frees its rows cannot be overtaken
+by a late write. Chunk files are immutable (temp + rename), so a file opened
+before keep-K unlinks it still reads as the verified bytes; one unlinked
+before the open is a miss.
+"""
+
+import ctypes
+import errno
+import fcntl
+import logging
+import os
+import time
+import zlib
+from collections import Counter
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from . import kv_restore_reports as reports
+    from . import kv_store_format as fmt
+except ImportError:  # loaded as a top-level module: tests, tools
+    import kv_restore_reports as reports  # type: ignore[no-redef]
+    import kv_store_format as fmt  # type: ignore[no-redef]
+
+logger = logging.getLogger(__name__)
+
+ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
+RESCAN_SECONDS = 1.0
+_READ_BLOCK = 8 << 20
+
+
+class RestoreRefused(ValueError):
+    """GLM53_KV_OFFLOAD_RESTORE=1 cannot be honoured by this deployment."""
+
+
+def restore_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Read GLM53_KV_OFFLOAD_RESTORE strictly: unset/0 off, 1 on."""
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_RESTORE)
+    if value is None or value == "0":
+        return False
+    if value == "1":
+        return True
+    raise RestoreRefused(f"{ENV_RESTORE} must be unset, '0' or '1'; got {value!r}.")
+
+
+def key_scheme_refusal(fenced: Mapping[str, Any]) -> str | None:
+    """Why a store's keys may not mean the same thing after a restart, or None.
+
+    The writer fences ``key_scheme`` = {"hash": algorithm, "seed": policy} in
+    the namespace (kv_store_local.namespace.key_scheme): a store without it,
+    or whose keys were seeded per process, is never read.
+    """
+    scheme = fenced.get("key_scheme")
+    if (
+        not isinstance(scheme, Mapping)
+        or not isinstance(scheme.get("hash"), str)
+        or not isinstance(scheme.get("seed"), str)
+    ):
+        return "the namespace does not fence the key scheme (written before it did)"
+    if scheme["seed"] == "per-process":
+        return (
+            f"its keys were seeded per process ({scheme['hash']} without "
+            "PYTHONHASHSEED): they never match after a restart"
+        )
+    return None
+
+
+def offload_key(key_hex: str, group: int) -> bytes:
+    """vLLM's OffloadKey: the block hash plus the 4-byte big-endian group."""
+    return bytes.fromhex(key_hex) + group.to_bytes(4, "big")
+
+
+@dataclass(frozen=True)
+class Proof:
+    """One key a manifest of this rank proves, and what its file must say."""
+
+    manifest: str  # manifest file name
+    key_hex: str
+    group: int
+    kind: str  # fmt.GROUP_KIND_FULL or fmt.GROUP_KIND_STATE
+    boundary: int  # the chunk header's boundary_token_index
+    length: int
+    checksum: int
+    chunk_tokens: int
+
+
+@dataclass
+class RestoreStats:
+    manifests_loaded: int = 0
+    manifests_rejected: int = 0
+    manifests_marked_bad: int = 0
+    jobs_ok: int = 0
+    jobs_failed: int = 0
+    keys_restored: int = 0
+    bytes_restored: int = 0
+    read_seconds: float = 0.0
+    failures: Counter = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.failures = Counter()
+
+
+class PromotionFailed(Exception):
+    def __init__(self, reason: str, message: str, key: bytes | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.key = key
+
+
+class Inventory:
+    """The keys this rank's manifests prove; memory only after the scan."""
+
+    def __init__(self, manifest_dir: str, namespace: bytes, rank: int):
+        self.manifest_dir = manifest_dir
+        self.namespace_hex = namespace.hex()
+        self.rank = rank
+        self.manifests: dict[str, list[Proof]] = {}
+        self.bad: set[str] = set()
+        self._by_key: dict[bytes, dict[str, Proof]] = {}
+
+    def scan(self, stats: RestoreStats) -> None:
+        """Load new manifests, forget removed ones (names only if unchanged)."""
+        try:
+            names = {
+                n
+                for n in os.listdir(self.manifest_dir)
+                if n.endswith(".json") and ".tmp." not in n
+            }
+        except FileNotFoundError:
+            names = set()
+        for gone in [n for n in self.manifests if n not in names]:
+            self._drop(gone)
+        self.bad &= names
+        for name in sorted(names - self.manifests.keys() - self.bad):
+            proofs = self._load(name)
+            if proofs is None:
+                stats.manifests_rejected += 1
+                self.bad.add(name)
+                continue
+            stats.manifests_loaded += 1
+            self.manifests[name] = proofs
+            for p in proofs:
+                self._by_key.setdefault(offload_key(p.key_hex, p.group), {})[name] = p
+
+    def _load(self, name: str) -> list[Proof] | None:
+        path = os.path.join(self.manifest_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                m = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+        except (OSError, fmt.FormatError) as e:
+            logger.warning("KV restore: manifest %s not used: %s", path, e)
+            return None
+        if (
+            m.namespace != self.namespace_hex
+            or m.rank != self.rank
+            or m.file_name != name
+        ):
+            logger.warning(
+                "KV restore: manifest %s not used: namespace, rank or name differ",
+                path,
+            )
+            return None
+        proofs = []
+        for g in m.groups:
+            for i, e in enumerate(g.entries):
+                boundary = (
+                    (i + 1) * m.chunk_tokens
+                    if g.kind == fmt.GROUP_KIND_FULL
+                    else m.boundary
+                )
+                proofs.append(
+                    Proof(
+                        name,
+                        e.key,
+                        g.group,
+                        g.kind,
+                        boundary,
+                        e.length,
+                        e.checksum,
+                        m.chunk_tokens,
+                    )
+                )
+        return proofs
+
+    def _drop(self, name: str) -> None:
+        for p in self.manifests.pop(name, ()):
+            key = offload_key(p.key_hex, p.group)
+            named = self._by_key.get(key)
+            if named is not None:
+                named.pop(name, None)
+                if not named:
+                    del self._by_key[key]
+
+    def mark_bad(self, key: bytes) -> list[str]:
+        """Stop using every manifest that names ``key``; returns their names."""
+        names = list(self._by_key.get(key, {}))
+        for name in names:
+            self._drop(name)
+            self.bad.add(name)
+        return names
+
+    def proof(self, key: bytes) -> Proof | None:
+        named = self._by_key.get(key)
+        if not named:
+            return None
+        return named[min(named)]
+
+    def keys(self) -> set[bytes]:
+        return set(self._by_key)
+
+
+def _address(buf: Any) -> int:
+    if hasattr(buf, "data_ptr"):
+        return buf.data_ptr()
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def read_file(fd: int, size: int) -> bytearray:
+    data = bytearray(size)
+    view = memoryview(data)
+    done = 0
+    while done < size:
+        n = os.readv(fd, [view[done : done + _READ_BLOCK]])
+        if n == 0:
+            break
+        done += n
+    del view
+    if done != size:
+        return data[:done]
+    return data
+
+
+def check_chunk(
+    data: bytearray, proof: Proof, namespace: bytes, segments: Sequence[fmt.Segment]
+) -> fmt.ChunkHeader:
+    """Every check a promotion makes on one file, in docs/FORMAT.md's order.
+
+    First the codec's reading order (3.5 steps 1-13), then what the manifest
+    and this boot require (namespace, group, key, boundary index, payload
+    length and checksum, segment table), then the file size (step 14) and the
+    payload checksum (step 15).
+    """
+    header = fmt.decode_header(data)
+    if header.namespace_hash != namespace:
+        raise PromotionFailed("foreign_namespace", "chunk of another namespace")
+    if header.group != proof.group:
+        raise PromotionFailed("wrong_group", f"group {header.group} != {proof.group}")
+    if header.key_hash.hex() != proof.key_hex:
+        raise PromotionFailed("wrong_key", "key hash differs from the manifest")
+    if header.boundary != proof.boundary:
+        raise PromotionFailed(
+            "wrong_boundary", f"boundary {header.boundary} != {proof.boundary}"
+        )
+    if (
+        header.payload_length != proof.length
+        or header.payload_checksum != proof.checksum
+    ):
+        raise PromotionFailed(
+            "manifest_mismatch", "payload length or checksum differs from the manifest"
+        )
+    if tuple(header.segments) != tuple(segments):
+        raise PromotionFailed(
+            "layout_mismatch", "segment table differs from this boot's layout"
+        )
+    fmt.check_file_size(header, len(data))
+    payload = memoryview(data)[header.header_length :]
+    fmt.check_payload_checksum(header, zlib.crc32(payload) & 0xFFFFFFFF)
+    return header
+
+
+class WorkerRestore:
+    """The worker-side object the hooks call. Never raises into vLLM."""
+
+    def __init__(self, rescan_seconds: float = RESCAN_SECONDS):
+        self.rescan_seconds = rescan_seconds
+        self.stats = RestoreStats()
+        self.inventory: Inventory | None = None
+        self.disabled_reason: str | None = None
+        self._bound = False
+        self._store: Any = None
+        self._groups: dict[int, Any] = {}
+        self._reported: set[bytes] = set()
+        self._pending: list[tuple[int, int]] = []
+        self._ready_sent = False
+        self._last_scan = 0.0
+        self._lock_path = ""
+        self._namespace = b""
+        # Test seam: called with the job's opened files before they are read.
+        self.before_read: Any = None
+
+    @classmethod
+    def from_env(cls) -> "WorkerRestore | None":
+        return cls() if restore_requested() else None
+
+    # -- binding to this rank's writer ---------------------------------------
+
+    def bind(self, store: Any) -> None:
+        """Use the store the writer opened (same rank base, same namespace)."""
+        if self._bound:
+            return
+        self._bound = True
+        self._store = store
+        writer = getattr(store, "writer", None)
+        if store is None or not getattr(store, "active", False) or writer is None:
+            reason = getattr(store, "disabled_reason", None) or "no active writer"
+            self._disable(f"this rank's store is not open ({reason})")
+            return
+        layout = writer.layout
+        try:
+            with open(layout.namespace_record, "rb") as f:
+                record = fmt.decode_namespace_record(f.read(fmt.MAX_RECORD_BYTES + 1))
+        except (OSError, fmt.FormatError) as e:
+            self._disable(f"namespace record unreadable: {e}")
+            return
+        refusal = key_scheme_refusal(record.fenced)
+        if refusal is not None:
+            self._disable(refusal)
+            return
+        if record.namespace_hash != writer.namespace:
+            self._disable("namespace record differs from the writer's namespace")
+            return
+        self._namespace = writer.namespace
+        self._lock_path = layout.lock
+        self._groups = {g.group: g for g in store.settings.groups}
+        self.inventory = Inventory(layout.manifest_dir, writer.namespace, writer.rank)
+        self._scan()
+        logger.info(
+            "KV restore: rank %d serves %d manifests from %s",
+            writer.rank,
+            len(self.inventory.manifests),
+            layout.base,
+        )
+
+    def _disable(self, reason: str) -> None:
+        self.disabled_reason = reason
+        self.inventory = None
+        logger.warning("KV restore: off on this rank (every lookup misses): %s", reason)
+
+    @property
+    def active(self) -> bool:
+        return self.inventory is not None
+
+    def _scan(self) -> None:
+        assert self.inventory is not None
+        self.inventory.scan(self.stats)
+        self._last_scan = time.monotonic()
+
+    # -- hooks -----------------------------------------------------------------
+
+    def report(self, completed: MutableMapping[int, int], store: Any) -> None:
+        """Add this rank's reports to the worker metadata of this step."""
+        try:
+            self.bind(store)
+            if (
+                self.inventory is not None
+                and time.monotonic() - self._last_scan >= self.rescan_seconds
+            ):
+                self._scan()
+            out = list(self._pending)
+            self._pending.clear()
+            if not self._ready_sent:
+                out.append((reports.READY, 0))
+                self._ready_sent = True
+            current = self.inventory.keys() if self.inventory is not None else set()
+            out += [
+                (reports.KEY_UP, reports.key_digest(k)) for k in current - self._reported
+            ]
+            out += [
+                (reports.KEY_DOWN, reports.key_digest(k))
+                for k in self._reported - current
+            ]
+            self._reported = current
+            reports.add(completed, out)
+        except Exception:
+            logger.exception("KV restore: report failed")
+
+    def promote(self, metadata: Any, store: Any) -> None:
+        """Run the promotions the scheduler attached to this step's metadata."""
+        requests = getattr(metadata, "kv_restore", None)
+        if not requests:
+            return
+        self.bind(store)
+        for request in requests:
+            job_id = request["job"]
+            try:
+                ok = self._promote(request["keys"], request["chunks"])
+            except Exception:
+                logger.exception("KV restore: promotion %d failed", job_id)
+                self.stats.failures["internal_error"] += 1
+                ok = False
+            self.stats.jobs_ok += ok
+            self.stats.jobs_failed += not ok
+            self._pending.append(
+                (reports.PROMOTE_OK if ok else reports.PROMOTE_FAIL, job_id)
+            )
+
+    # -- one promotion ---------------------------------------------------------
+
+    def _promote(self, keys: Sequence[bytes], chunks: Sequence[int]) -> bool:
+        if self.inventory is None or len(keys) != len(chunks):
+            self.stats.failures["restore_off"] += 1
+            return False
+        lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        opened: list[tuple[bytes, int, Proof, int]] = []
+        try:
+            try:
+                # Never wait for a sweep on the serving path: a busy lock is a miss.
+                fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.stats.failures["lock_busy"] += 1
+                return False
+            try:
+                for key, chunk in zip(keys, chunks, strict=True):
+                    opened.append((bytes(key), int(chunk), *self._open(bytes(key))))
+                if self.before_read is not None:
+                    self.before_read([p for _, _, p, _ in opened])
+                start = time.perf_counter()
+                for key, chunk, proof, fd in opened:
+                    self._load_one(key, chunk, proof, fd)
+                self.stats.read_seconds += time.perf_counter() - start
+            except PromotionFailed as e:
+                self._fail(e)
+                return False
+        finally:
+            for _, _, _, fd in opened:
+                os.close(fd)
+            os.close(lock_fd)  # releases the shared lock
+        self.stats.keys_restored += len(opened)
+        return True
+
+    def _open(self, key: bytes) -> tuple[Proof, int]:
+        assert self.inventory is not None
+        proof = self.inventory.proof(key)
+        if proof is None:
+            raise PromotionFailed("no_manifest", "no manifest of this rank proves it", key)
+        if proof.group not in self._groups:
+            raise PromotionFailed("unknown_group", f"group {proof.group}", key)
+        path = self._store.writer.layout.chunk(proof.key_hex, proof.group)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            reason = "missing_file" if e.errno == errno.ENOENT else "io_error"
+            raise PromotionFailed(reason, f"{path}: {e.strerror}", key) from e
+        return proof, fd
+
+    def _load_one(self, key: bytes, chunk: int, proof: Proof, fd: int) -> None:
+        layout = self._groups[proof.group]
+        bpc = self._store.settings.blocks_per_chunk
+        if proof.kind == fmt.GROUP_KIND_STATE:
+            count = 1
+            block_tokens = proof.chunk_tokens // bpc
+            first = (proof.boundary // block_tokens - 1) % bpc
+        else:
+            count, first = bpc, 0
+        try:
+            size = os.fstat(fd).st_size
+            data = read_file(fd, size)
+        except OSError as e:
+            raise PromotionFailed("io_error", str(e), key) from e
+        try:
+            header = check_chunk(data, proof, self._namespace, layout.segments(count))
+        except fmt.FormatError as e:
+            raise PromotionFailed(e.reason.value, str(e), key) from e
+        except PromotionFailed as e:
+            e.key = key
+            raise
+        # Verified: scatter the real bytes into this rank's slot of the row.
+        src = _address(data) + header.header_length
+        staging = self._store._staging
+        for layer in layout.layers:
+            t = staging[layer.tensor]
+            page = t.width // bpc
+            row = _address(t.source) + t.offset + chunk * t.row_stride
+            for j in range(first, first + count):
+                ctypes.memmove(row + j * page, src, layer.real_bytes)
+                src += layer.real_bytes
+        self.stats.bytes_restored += header.payload_length
+
+    def _fail(self, e: PromotionFailed) -> None:
+        self.stats.failures[e.reason] += 1
+        names: list[str] = []
+        if e.key is not None and self.inventory is not None:
+            names = self.inventory.mark_bad(e.key)
+            self.stats.manifests_marked_bad += len(names)
+        logger.warning(
+            "KV restore: promotion failed (%s: %s); manifests marked bad: %s; "
+            "the request recomputes",
+            e.reason,
+            e,
+            names,
+        )
+

@@ -1,0 +1,600 @@
+"""kv-offload-restore on the real 0.33.0 scheduler, tiering manager and workers.
+
+The three overlays are applied in ORDER to a copy of the pinned tree by the
+real `overlay apply`; restore_rig.Rig (sim/) then runs the patched scheduler over
+a real TieringOffloadingManager (real CPU primary tier, our LocalStoreTier
+loaded through vLLM's SecondaryTierFactory by module_path) and one real
+patched worker per TP rank, each with its own writer and store. Only the GPU
+and the CPU region's allocation (a bytearray) are played by the rig.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import harness
+import pytest
+import restore_rig as rs
+from restore_rig import BLOCK, HASH, Rig, chain_hashes, env_on, pattern
+
+OFFLOADING = rs.OFFLOADING
+PER_CHUNK = BLOCK // HASH
+PROMPT_BLOCKS = 8
+RESTORED = 6 * BLOCK  # the deepest manifest boundary a lookup may use
+
+
+@pytest.fixture(scope="module")
+def restore_tree(overlay_bin, engine_tree, manifests_dir, order, tmp_path_factory):
+    assert order[-1] == "kv-offload-restore"
+    root = tmp_path_factory.mktemp("restore") / "site-packages"
+    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [
+            str(overlay_bin),
+            "apply",
+            "--check-injected",
+            "--root",
+            str(root),
+            "--manifests",
+            str(manifests_dir),
+            "--overlays",
+            ",".join(order),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.fixture
+def ns(restore_tree, engine_name):
+    with harness.engine(restore_tree, package=engine_name) as engine_ns:
+        yield engine_ns
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("GLM53_KV_OFFLOAD"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def store(monkeypatch, tmp_path):
+    root = tmp_path / "store"
+    env_on(monkeypatch, root)
+    return root
+
+
+def key_of(hashes, group: int, block: int) -> bytes:
+    return hashes[(block + 1) * PER_CHUNK - 1] + group.to_bytes(4, "big")
+
+
+def write_a(ns, store, tp=1) -> tuple[Rig, list[bytes]]:
+    rig = Rig(ns, store, tp=tp)
+    hashes = chain_hashes("a", PROMPT_BLOCKS)
+    rig.store_request("a", hashes, PROMPT_BLOCKS, 0)
+    return rig, hashes
+
+
+def restore_b(rig: Rig, hashes, n: int = 9):
+    request = rig.request(f"b{n}", hashes, PROMPT_BLOCKS * BLOCK)
+    rig.scheduler.on_new_request(request)
+    hits, is_async = rig.lookup(request)
+    if hits:
+        rig.load(request, hits, n)
+    return hits, is_async
+
+
+def assert_restored(rig: Rig, hashes, n: int = 9) -> None:
+    """Every rank's GPU received exactly what that rank wrote for A."""
+    for rank, worker in enumerate(rig.workers):
+        ((_, chunks, dst),) = worker.gpu.loads
+        # one block per full chunk below the boundary, one state block each
+        assert list(dst.group_sizes) == [6, 1, 1, 1, 1]
+        assert list(dst.block_indices) == [0, 5, 5, 5, 5]
+        expected = {}
+        for b in range(RESTORED // BLOCK):
+            expected[90000 + 1000 * n + b + 1] = key_of(hashes, 0, b)
+        for g in rs.STATE_GROUPS:
+            expected[90000 + 1000 * n + 100 * g + 6] = key_of(hashes, g, 5)
+        assert sorted(worker.gpu.blocks) == sorted(expected)
+        for block, key in expected.items():
+            size = rig.page_bytes(key)
+            assert worker.gpu.blocks[block][:size] == pattern(rank, key, size), block
+
+
+def base_dir(rig: Rig, rank: int = 0) -> str:
+    return rig.workers[rank]._kv_store.writer.layout.base
+
+
+def chunk_path(rig: Rig, key: bytes, rank: int = 0) -> str:
+    layout = rig.workers[rank]._kv_store.writer.layout
+    return layout.chunk(key[:-4].hex(), int.from_bytes(key[-4:], "big"))
+
+
+# --------------------------------------------------------------------------
+# Round trips
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_round_trip_after_a_restart(ns, store, tp):
+    rig, hashes = write_a(ns, store, tp)
+    rig.shutdown()
+    restarted = Rig(ns, store, tp=tp)  # fresh scheduler, manager, workers, rows
+    hits, is_async = restore_b(restarted, hashes)
+    assert (hits, is_async) == (RESTORED, True)
+    # b1536 is the manifest that proves it: the boundary is the manifest's
+    names = os.listdir(os.path.join(base_dir(restarted), "manifests"))
+    assert f"b{RESTORED}_{hashes[RESTORED // HASH - 1].hex()}.json" in names
+    assert_restored(restarted, hashes)
+    tier = restarted.tier.stats
+    assert tier.promotions_ok >= 1 and tier.promotions_failed == 0
+    for r in restarted.restorers:
+        assert r.stats.jobs_failed == 0 and r.stats.bytes_restored > 0
+    restarted.shutdown()
+
+
+def test_round_trip_after_a_prefix_cache_reset(ns, store):
+    rig, hashes = write_a(ns, store)
+    rig.scheduler.reset_cache()
+    rig.step()  # the flushed jobs reach the workers; the reset is flushed
+    rig.region.data[:] = bytes(len(rig.region.data))  # only the disk has A now
+    rs.rescan_now(rig)  # the manifests A's writer published (rescanned each second)
+    rig.step()
+    hits, _ = restore_b(rig, hashes)
+    assert hits == RESTORED
+    assert_restored(rig, hashes)
+    rig.shutdown()
+
+
+def test_lookup_retries_until_every_rank_reported(ns, store):
+    rig, hashes = write_a(ns, store, tp=2)
+    rig.shutdown()
+    restarted = Rig(ns, store, tp=2)
+    request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
+    restarted.scheduler.on_new_request(request)
+    # No worker metadata has arrived yet: the tier says RETRY, the request waits.
+    assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
+    assert restarted.tier.stats.lookups["retry"] > 0
+    assert restarted.manager.has_pending_work()
+    hits, _ = restarted.lookup(request)
+    assert hits == RESTORED
+    restarted.shutdown()
+
+
+# --------------------------------------------------------------------------
+# Fail closed: miss, recompute, nothing loaded, counted
+
+
+def flip_payload_bit(rig, hashes):
+    path = chunk_path(rig, key_of(hashes, 0, 2))
+    data = bytearray(open(path, "rb").read())
+    data[-100] ^= 0x10
+    open(path, "wb").write(data)
+    return "payload_checksum_mismatch"
+
+
+def truncate(rig, hashes):
+    path = chunk_path(rig, key_of(hashes, 3, 5))
+    size = os.path.getsize(path)
+    os.truncate(path, size - 7)
+    return "truncated"
+
+
+def foreign_namespace(rig, hashes):
+    """A chunk whose header (with a valid header CRC) names another namespace."""
+    path = chunk_path(rig, key_of(hashes, 0, 1))
+    data = bytearray(open(path, "rb").read())
+    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    header = fmt.decode_header(data)
+    other = fmt.ChunkHeader(
+        namespace_hash=bytes(32),
+        group=header.group,
+        key_hash=header.key_hash,
+        boundary=header.boundary,
+        segments=header.segments,
+        payload_length=header.payload_length,
+        payload_checksum=header.payload_checksum,
+    )
+    data[: header.header_length] = fmt.encode_header(other)
+    open(path, "wb").write(data)
+    return "foreign_namespace"
+
+
+def missing_file(rig, hashes):
+    os.unlink(chunk_path(rig, key_of(hashes, 0, 4)))
+    return "missing_file"
+
+
+def rank_one_missing(rig, hashes):
+    os.unlink(chunk_path(rig, key_of(hashes, 2, 5), rank=1))
+    return "missing_file"
+
+
+@pytest.mark.parametrize(
+    "damage, tp",
+    [
+        (flip_payload_bit, 1),
+        (truncate, 1),
+        (foreign_namespace, 1),
+        (missing_file, 1),
+        (rank_one_missing, 2),
+    ],
+)
+def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp):
+    rig, hashes = write_a(ns, store, tp)
+    rig.shutdown()
+    reason = damage(rig, hashes)
+    restarted = Rig(ns, store, tp=tp)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == 0  # the request recomputes its whole prompt
+    for worker in restarted.workers:
+        assert worker.gpu.loads == []  # no CPU->GPU load on any rank
+    tier = restarted.tier.stats
+    assert tier.promotions_failed == 1 and tier.promotions_ok == 0
+    failed = [r for r in restarted.restorers if r.stats.jobs_failed]
+    assert [dict(r.stats.failures) for r in failed] == [{reason: 1}]
+    assert failed[0].stats.manifests_marked_bad >= 1
+    # the ranks that read fine still reported OK; the job failed for all
+    assert sum(r.stats.jobs_ok for r in restarted.restorers) == tp - 1
+    # the keys stay misses: a second request recomputes without a promotion
+    again, _ = restore_b(restarted, hashes, n=10)
+    assert again == 0 and restarted.tier.stats.promotions_failed == 1
+    restarted.shutdown()
+
+
+def test_ranks_that_disagree_load_nothing(ns, store):
+    """Rank 1's file verifies but holds other bytes than its manifest proves."""
+    rig, hashes = write_a(ns, store, tp=2)
+    rig.shutdown()
+    path = chunk_path(rig, key_of(hashes, 0, 0), rank=1)
+    data = bytearray(open(path, "rb").read())
+    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    header = fmt.decode_header(data)
+    payload = bytes(reversed(data[header.header_length :]))
+    rewritten = fmt.ChunkHeader(
+        namespace_hash=header.namespace_hash,
+        group=header.group,
+        key_hash=header.key_hash,
+        boundary=header.boundary,
+        segments=header.segments,
+        payload_length=len(payload),
+        payload_checksum=zlib.crc32(payload) & 0xFFFFFFFF,
+    )
+    open(path, "wb").write(fmt.encode_header(rewritten) + payload)
+    restarted = Rig(ns, store, tp=2)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == 0
+    assert [w.gpu.loads for w in restarted.workers] == [[], []]
+    r0, r1 = restarted.restorers
+    assert r0.stats.jobs_ok == 1 and r1.stats.failures == {"manifest_mismatch": 1}
+    restarted.shutdown()
+
+
+# --------------------------------------------------------------------------
+# Races
+
+
+def test_gc_sweep_waits_for_a_promotion(ns, store, kvstore_bin):
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+    seen = {}
+
+    def during_read(proofs):
+        # The promotion holds the store lock shared; the sweep needs it
+        # exclusive: it must not delete anything under the reader.
+        before = sorted(os.listdir(os.path.join(base_dir(restarted), "manifests")))
+        sweep = subprocess.run(
+            [str(kvstore_bin), "gc", str(store), "--sweep"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        seen["rc"] = sweep.returncode
+        seen["out"] = sweep.stdout + sweep.stderr
+        after = sorted(os.listdir(os.path.join(base_dir(restarted), "manifests")))
+        seen["unchanged"] = before == after and all(
+            os.path.exists(chunk_path(restarted, offload_key(p))) for p in proofs
+        )
+
+    def offload_key(p):
+        return bytes.fromhex(p.key_hex) + p.group.to_bytes(4, "big")
+
+    restarted.restorers[0].before_read = during_read
+    hits, _ = restore_b(restarted, hashes)
+    assert seen["rc"] == 4, seen["out"]  # sweep refused: the store is in use
+    assert seen["unchanged"]
+    assert hits == RESTORED
+    assert_restored(restarted, hashes)
+    restarted.shutdown()
+
+
+def test_keep_k_retiring_under_a_promotion_loads_the_verified_bytes(ns, store):
+    """Keep-K unlinks the manifest and state payload a promotion has open."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+
+    def retire(proofs):
+        for p in proofs:
+            if p.kind == "state":
+                os.unlink(chunk_path(restarted, bytes.fromhex(p.key_hex) + p.group.to_bytes(4, "big")))
+        manifests = os.path.join(base_dir(restarted), "manifests")
+        for name in os.listdir(manifests):
+            os.unlink(os.path.join(manifests, name))
+
+    restarted.restorers[0].before_read = retire
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == RESTORED  # the open files are the verified inodes
+    assert_restored(restarted, hashes)
+    restarted.shutdown()
+
+
+def test_keep_k_retiring_before_the_open_is_a_miss(ns, store):
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+    request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
+    restarted.scheduler.on_new_request(request)
+    restarted.step()  # inventories arrive
+    # retired after the index said "provable", before any promotion opened it
+    key = key_of(hashes, 4, 5)
+    os.unlink(chunk_path(restarted, key))
+    hits, _ = restarted.lookup(request)
+    assert hits == 0
+    assert restarted.restorers[0].stats.failures == {"missing_file": 1}
+    assert restarted.workers[0].gpu.loads == []
+    restarted.shutdown()
+
+
+def test_a_reset_fences_a_promotion_in_flight(ns, store):
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+    request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
+    restarted.scheduler.on_new_request(request)
+    restarted.step()  # inventories
+    assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
+    meta = restarted.scheduler.build_connector_meta(rs.empty_output())
+    assert meta.kv_restore  # the promotion is on its way to the workers
+    restarted.scheduler.reset_cache()
+    assert restarted.tier.stats.promotions_fenced == 1
+    # the workers still run it in the step that carried it; the late report is
+    # ignored and nothing is marked loaded
+    for worker in restarted.workers:
+        mine = pickle.loads(pickle.dumps(meta))
+        worker.start_kv_transfers(mine)
+    assert restarted.restorers[0].stats.jobs_ok == 1
+    restarted.step()
+    assert restarted.tier.stats.promotions_ok == 0
+    assert restarted.workers[0].gpu.loads == []
+    restarted.shutdown()
+
+
+# --------------------------------------------------------------------------
+# Knobs, refusals, byte-for-byte store-only behaviour
+
+
+def test_restore_needs_a_fixed_hash_seed(ns, store, monkeypatch):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    with pytest.raises(ValueError, match="PYTHONHASHSEED"):
+        Rig(ns, store, hash_algo="xxhash")  # seeded per process
+    Rig(ns, store).shutdown()  # sha256 has a fixed default seed
+
+
+def test_restore_needs_the_store(ns, store, monkeypatch):
+    monkeypatch.setenv("GLM53_KV_OFFLOAD", "0")
+    with pytest.raises(ValueError):
+        Rig(ns, store)
+
+
+@pytest.mark.parametrize("value", ["yes", "2", ""])
+def test_a_bad_restore_value_fails_the_boot(ns, store, monkeypatch, value):
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_RESTORE", value)
+    with pytest.raises(ValueError, match="GLM53_KV_OFFLOAD_RESTORE"):
+        Rig(ns, store)
+
+
+def test_a_store_without_a_fenced_key_scheme_is_never_read(ns, store):
+    kw = sys.modules.get(f"{OFFLOADING}.kv_restore_worker") or ns.load(
+        f"{OFFLOADING}.kv_restore_worker"
+    )
+    assert kw.key_scheme_refusal({}) is not None
+    per_process = {"key_scheme": {"hash": "xxhash", "seed": "per-process"}}
+    assert "per process" in kw.key_scheme_refusal(per_process)
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    record = rig.workers[0]._kv_store.writer.layout.namespace_record
+    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    parsed = fmt.decode_namespace_record(open(record, "rb").read())
+    assert parsed.fenced["key_scheme"] == {"hash": "sha256", "seed": "PYTHONHASHSEED=0"}
+    assert kw.key_scheme_refusal(parsed.fenced) is None
+    # A record without it (a store written before the writer fenced it) is
+    # refused by the same check: that rank restores nothing.
+    fenced = {k: v for k, v in parsed.fenced.items() if k != "key_scheme"}
+    assert "does not fence" in kw.key_scheme_refusal(fenced)
+
+
+def store_only_run(ns, store) -> list[bytes]:
+    """A store-and-lookup scenario; every pickled metadata it produced."""
+    rig = Rig(ns, store, tier=False)  # the stage-1 deployment: no secondary tier
+    out = []
+    hashes = chain_hashes("a", PROMPT_BLOCKS)
+    request = rig.request("a", hashes, PROMPT_BLOCKS * BLOCK)
+    rig.scheduler.on_new_request(request)
+    assert rig.scheduler.get_num_new_matched_tokens(request, 0) == (0, False)
+    steps = [rs.scheduler_output(request, tuple([g * 100 + b + 1 for b in range(8)] for g in range(7)))]
+    steps += [None, None]
+    for output in steps:
+        meta = rig.step(output)
+        out.append(pickle.dumps(meta))
+        worker_meta = rig.workers[0]._connector_worker_meta
+        out.append(pickle.dumps(worker_meta))
+    rig.drain_writers()
+    for root, _, files in sorted(os.walk(base_dir(rig))):
+        for name in sorted(files):
+            with open(os.path.join(root, name), "rb") as f:
+                out.append(name.encode() + f.read())
+    rig.shutdown()
+    return out
+
+
+@pytest.fixture(scope="module")
+def store_only_tree(overlay_bin, engine_tree, manifests_dir, order, tmp_path_factory):
+    root = tmp_path_factory.mktemp("store-only") / "site-packages"
+    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [
+            str(overlay_bin),
+            "apply",
+            "--root",
+            str(root),
+            "--manifests",
+            str(manifests_dir),
+            "--overlays",
+            ",".join(order[:-1]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+def test_restore_off_behaves_byte_for_byte_like_store_only(
+    restore_tree, store_only_tree, engine_name, monkeypatch, tmp_path
+):
+    env_on(monkeypatch, tmp_path / "s1", restore=False)
+    with harness.engine(store_only_tree, package=engine_name) as ns:
+        before = store_only_run(ns, tmp_path / "s1")
+    env_on(monkeypatch, tmp_path / "s2", restore=False)
+    with harness.engine(restore_tree, package=engine_name) as ns:
+        after = store_only_run(ns, tmp_path / "s2")
+        # the restore modules were never imported
+        assert not any("kv_restore" in name for name in sys.modules)
+    assert len(before) == len(after) and before == after
+
+
+def test_reports_survive_aggregation_and_the_stock_job_loop(ns):
+    reports = ns.load(f"{OFFLOADING}.kv_restore_reports")
+    common = ns.load(f"{OFFLOADING}.common")
+    a, b = common.OffloadingWorkerMetadata(), common.OffloadingWorkerMetadata()
+    reports.add(a.completed_jobs, [(reports.READY, 0), (reports.KEY_UP, 5)])
+    reports.add(b.completed_jobs, [(reports.READY, 0), (reports.PROMOTE_FAIL, 7)])
+    a.mark_completed(3)
+    total = a.aggregate(b)
+    assert all(-(1 << 63) <= j < (1 << 63) for j in total.completed_jobs)
+    taken = sorted(reports.take(total.completed_jobs))
+    assert taken == [
+        (reports.READY, 0, 2),
+        (reports.KEY_UP, 5, 1),
+        (reports.PROMOTE_FAIL, 7, 1),
+    ]
+    assert total.completed_jobs == {3: 1}
+    assert struct.calcsize("q") == 8
+
+
+# --------------------------------------------------------------------------
+# Two processes, real torch.distributed (gloo)
+
+REAL_PYTHON = os.environ.get(
+    "KVTIER_REAL_PYTHON",
+    os.path.expanduser("~/.cache/kvtier/venv-vllm-0.33.0/bin/python"),
+)
+
+
+@pytest.mark.skipif(
+    not os.access(REAL_PYTHON, os.X_OK),
+    reason="no real-vLLM venv (scripts/real-venv.sh) with torch for gloo",
+)
+@pytest.mark.parametrize("disagree", [False, True])
+def test_two_ranks_over_gloo(ns, store, restore_tree, tmp_path, disagree):
+    """Two processes, one rank each; with one rank's chunk flipped nobody loads."""
+    rig, hashes = write_a(ns, store, tp=2)
+    rig.shutdown()
+    if disagree:
+        flip_payload_bit_on(rig, key_of(hashes, 0, 3), rank=1)
+    script = os.path.join(os.path.dirname(__file__), "restore_two_ranks.py")
+    init = tmp_path / "gloo-init"
+    procs = [
+        subprocess.Popen(
+            [REAL_PYTHON, script, str(restore_tree), str(store), str(r), str(init),
+             str(tmp_path / f"rank{r}.json")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    if disagree:
+        assert [r["hits"] for r in results] == [0, 0]
+        assert [r["loads"] for r in results] == [0, 0]  # nobody loads
+        assert results[0]["jobs_ok"] == 1  # rank 0 read fine, and still did not load
+        assert results[1]["failures"] == {"payload_checksum_mismatch": 1}
+    else:
+        assert [r["hits"] for r in results] == [RESTORED, RESTORED]
+        assert [r["loads"] for r in results] == [1, 1]
+        assert all(all(r["bytes_equal"]) for r in results)
+
+
+def flip_payload_bit_on(rig, key, rank):
+    path = chunk_path(rig, key, rank=rank)
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 0x01
+    open(path, "wb").write(data)
+
+
+# --------------------------------------------------------------------------
+# The knob contract: RESTORE=1 only where the restore overlay is baked
+
+CONTRACT = rs.REPO / "overlays" / "kv-offload-scope" / "kv_offload_knobs.py"
+
+
+def load_contract(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"knobs_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_restore_one_is_accepted_only_beside_the_restore_tier(tmp_path):
+    alone = load_contract(CONTRACT)  # the repo's scope overlay folder: not baked
+    with pytest.raises(alone.KnobError, match="RESTORE=1 is refused"):
+        alone.read_knobs({"GLM53_KV_OFFLOAD_RESTORE": "1"})
+    # Inside vLLM both are files of the offloading package.
+    shutil.copy(CONTRACT, tmp_path / "kv_offload_knobs.py")
+    (tmp_path / "kv_restore_tier.py").write_text("")
+    baked = load_contract(tmp_path / "kv_offload_knobs.py")
+    assert baked.validate({"GLM53_KV_OFFLOAD_RESTORE": "1"})
+    with pytest.raises(baked.KnobError, match="must be 0 or 1"):
+        baked.read_knobs({"GLM53_KV_OFFLOAD_RESTORE": "2"})
+    # The launch gate declares a baked prefix on the command line.
+    env = {"PATH": os.environ["PATH"], "GLM53_KV_OFFLOAD_RESTORE": "1"}
+    refused = subprocess.run(
+        [sys.executable, str(CONTRACT), "check"], env=env, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "RESTORE=1 is refused" in refused.stderr
+    accepted = subprocess.run(
+        [sys.executable, str(CONTRACT), "check", "--restore-baked"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (accepted.returncode, accepted.stdout) == (0, "0\n")
