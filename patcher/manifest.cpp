@@ -14,6 +14,8 @@
 
 #include "paths.h"
 #include "region.h"
+#include "resolve.h"
+#include "report.h"
 #include "text.h"
 
 namespace patcher {
@@ -30,6 +32,12 @@ const char* action_name(Action a) {
 const FileSpec* Manifest::find_file(const std::string& path) const {
   for (const auto& f : files)
     if (f.path == path) return &f;
+  return nullptr;
+}
+
+const BuiltFile* Manifest::find_built(const std::string& path) const {
+  for (const auto& b : built_files)
+    if (b.path == path) return &b;
   return nullptr;
 }
 
@@ -82,6 +90,20 @@ Result<int64_t> get_int(const Ctx& c, const toml::table& t, const std::string& k
   if (!n) return dflt;
   if (!n->is_integer()) return c.err(*n, "\"" + key + "\" in " + where + " must be an integer");
   return *n->value<int64_t>();
+}
+
+Result<std::vector<std::string>> get_strings(const Ctx& c, const toml::table& t, const std::string& key,
+                                             const std::string& where) {
+  std::vector<std::string> out;
+  const toml::node* n = t.get(key);
+  if (!n) return out;
+  const toml::array* arr = n->as_array();
+  if (!arr) return c.err(*n, "\"" + key + "\" in " + where + " must be an array of strings");
+  for (const toml::node& x : *arr) {
+    if (!x.is_string()) return c.err(x, "\"" + key + "\" in " + where + " must be an array of strings");
+    out.push_back(std::string(*x.value<std::string>()));
+  }
+  return out;
 }
 
 bool valid_name(const std::string& s) {
@@ -156,7 +178,7 @@ Result<std::string> load_fragment(const std::string& fragments_dir, const std::s
   return text;
 }
 
-Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& fragments_dir) {
+Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& fragments_dir, bool cxx) {
   static const std::set<std::string> keys = {"id", "scope", "anchor", "occurrences", "action", "indent",
                                              "fragment", "superseded_by", "why", "compile_standalone"};
   if (auto s = check_keys(c, t, keys, "[[files.edits]]"); !s) return s.error();
@@ -169,7 +191,11 @@ Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& f
   auto scope = get_string(c, t, "scope", where, false);
   if (!scope) return scope.error();
   e.scope = *scope;
-  if (!e.scope.empty() && !valid_scope(e.scope))
+  if (cxx && !e.scope.empty()) {
+    if (std::string why = cxxscope::scope_syntax_error(e.scope); !why.empty())
+      return c.err(*t.get("scope"), "C/C++ scope \"" + e.scope + "\" of " + where + ": " + why +
+                                        " (segments like \"namespace vllm/fn swap_blocks_batch\")");
+  } else if (!e.scope.empty() && !valid_scope(e.scope))
     return c.err(*t.get("scope"), "scope \"" + e.scope + "\" of " + where +
                                       " must be \"class X\", \"def f\" or \"async def f\" segments joined by \"/\"");
   auto anchor = get_string(c, t, "anchor", where, true);
@@ -243,7 +269,7 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
     return c.err("line " + std::to_string(e.source().begin.line) + ": malformed TOML: " + desc);
   }
   static const std::set<std::string> top = {"format", "overlay", "engine", "engine_version", "after",
-                                            "summary", "files", "new_files"};
+                                            "summary", "files", "new_files", "built_files"};
   if (auto s = check_keys(c, root, top, "the manifest"); !s) return s.error();
   Manifest m;
   m.file = display_path;
@@ -277,7 +303,10 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
     if (!arr || !arr->is_array_of_tables()) return c.err(*n, "\"files\" must be an array of tables ([[files]])");
     for (const toml::node& fnode : *arr) {
       const toml::table& ft = *fnode.as_table();
-      if (auto s = check_keys(c, ft, {"path", "sha256", "edits"}, "[[files]]"); !s) return s.error();
+      if (auto s = check_keys(c, ft, {"path", "sha256", "edits", "compile_flags", "compile_commands", "must_compile"},
+                              "[[files]]");
+          !s)
+        return s.error();
       FileSpec f;
       auto p = get_string(c, ft, "path", "[[files]]", true);
       if (!p) return p.error();
@@ -289,13 +318,29 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
       f.sha256 = *sha;
       if (!valid_sha(f.sha256))
         return c.err(*ft.get("sha256"), "sha256 of \"" + f.path + "\" must be 64 lowercase hex digits");
+      const bool cxx = cxxscope::is_cxx_path(f.path);
+      for (const char* key : {"compile_flags", "compile_commands", "must_compile"})
+        if (ft.get(key) && !cxx)
+          return c.err(*ft.get(key), std::string("\"") + key + "\" is for C/C++ targets; \"" + f.path + "\" is not one");
+      auto flags = get_strings(c, ft, "compile_flags", "file \"" + f.path + "\"");
+      if (!flags) return flags.error();
+      f.compile_flags = *flags;
+      auto db = get_string(c, ft, "compile_commands", "file \"" + f.path + "\"", false);
+      if (!db) return db.error();
+      f.compile_commands = *db;
+      if (!f.compile_commands.empty())
+        if (auto s = validate_rel_path(f.compile_commands, c.file, "compile_commands"); !s) return s.error();
+      if (const toml::node* mc = ft.get("must_compile")) {
+        if (!mc->is_boolean()) return c.err(*mc, "\"must_compile\" of \"" + f.path + "\" must be true or false");
+        f.must_compile = *mc->value<bool>();
+      }
       const toml::node* en = ft.get("edits");
       if (!en) return c.err(fnode, "file \"" + f.path + "\" has no [[files.edits]]");
       const toml::array* earr = en->as_array();
       if (!earr || !earr->is_array_of_tables() || earr->empty())
         return c.err(*en, "\"edits\" of \"" + f.path + "\" must be a non-empty array of tables");
       for (const toml::node& enode : *earr) {
-        auto e = parse_edit(c, *enode.as_table(), fragments_dir);
+        auto e = parse_edit(c, *enode.as_table(), fragments_dir, cxx);
         if (!e) return e.error();
         if (!ids.insert(e->id).second) return c.err(enode, "duplicate edit id \"" + e->id + "\"");
         f.edits.push_back(std::move(*e));
@@ -322,6 +367,37 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
       if (!text) return text.error();
       nf.text = *text;
       m.new_files.push_back(std::move(nf));
+    }
+  }
+  if (const toml::node* n = root.get("built_files")) {
+    const toml::array* arr = n->as_array();
+    if (!arr || !arr->is_array_of_tables()) return c.err(*n, "\"built_files\" must be an array of tables");
+    for (const toml::node& bnode : *arr) {
+      const toml::table& bt = *bnode.as_table();
+      if (auto s = check_keys(c, bt, {"path", "sha256", "sources", "build"}, "[[built_files]]"); !s) return s.error();
+      BuiltFile bf;
+      auto p = get_string(c, bt, "path", "[[built_files]]", true);
+      if (!p) return p.error();
+      bf.path = *p;
+      if (auto s = validate_rel_path(bf.path, c.file, "path"); !s) return s.error();
+      if (!paths.insert(bf.path).second) return c.err(bnode, "file \"" + bf.path + "\" is listed twice");
+      std::string where = "built file \"" + bf.path + "\"";
+      auto sha = get_string(c, bt, "sha256", where, true);
+      if (!sha) return sha.error();
+      bf.sha256 = *sha;
+      if (!valid_sha(bf.sha256)) return c.err(*bt.get("sha256"), "sha256 of " + where + " must be 64 lowercase hex digits");
+      auto srcs = get_strings(c, bt, "sources", where);
+      if (!srcs) return srcs.error();
+      bf.sources = *srcs;
+      if (bf.sources.empty()) return c.err(bnode, where + " needs \"sources\": the [[files]] it is built from");
+      for (const auto& src : bf.sources)
+        if (!m.find_file(src) || !cxxscope::is_cxx_path(src))
+          return c.err(*bt.get("sources"), where + ": source \"" + src + "\" is not a C/C++ [[files]] path of this overlay");
+      auto build = get_strings(c, bt, "build", where);
+      if (!build) return build.error();
+      bf.build = *build;
+      if (bf.build.empty() || bf.build[0].empty()) return c.err(bnode, where + " needs a \"build\" command (argv)");
+      m.built_files.push_back(std::move(bf));
     }
   }
   if (m.files.empty() && m.new_files.empty()) return c.err("manifest has neither [[files]] nor [[new_files]]");

@@ -31,6 +31,21 @@ struct FileSpec {
   std::string path;
   std::string sha256;
   std::vector<Edit> edits;
+  // C/C++ targets only (docs/OVERLAYS.md, "C and C++ targets"): flags for the
+  // Clang parse that resolves scopes and checks injected code, or a
+  // compile_commands.json (relative to the tree) holding the file's entry.
+  std::vector<std::string> compile_flags;
+  std::string compile_commands;
+  bool must_compile = false;  // --check-injected: errors outside regions count too
+};
+
+// A binary of the engine built from C/C++ [[files]] of the same overlay: on a
+// wheel install (no sources in the tree) the engine rebuilds and replaces it.
+struct BuiltFile {
+  std::string path;
+  std::string sha256;                // the original binary (pin)
+  std::vector<std::string> sources;  // [[files]] paths compiled into it
+  std::vector<std::string> build;    // argv; {sources} {output} {python_include}
 };
 
 struct NewFile {
@@ -47,8 +62,10 @@ struct Manifest {
   std::vector<std::string> after;
   std::vector<FileSpec> files;
   std::vector<NewFile> new_files;
+  std::vector<BuiltFile> built_files;
 
   const FileSpec* find_file(const std::string& path) const;
+  const BuiltFile* find_built(const std::string& path) const;
   const Edit* find_edit(const std::string& id) const;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "anchor.h"
+#include "cxx_backend.h"
 #include "fmt/format.h"
 #include "region.h"
 #include "scope.h"
@@ -80,6 +81,10 @@ void drift_report(std::vector<std::string>& out, const std::vector<std::string>&
 
 void scope_report(std::vector<std::string>& out, const std::vector<std::string>& texts, const Build& b,
                   const Manifest& m, const Edit& e, const std::string& file, const ScopeMatch& sm) {
+  if (!sm.refusal.empty()) {
+    out.push_back(fmt::format("{}: edit {}/{}: scope \"{}\": {}", file, m.overlay, e.id, e.scope, sm.refusal));
+    return;
+  }
   out.push_back(fmt::format("{}: edit {}/{}: scope \"{}\": \"{}\" found {} times, expected 1", file, m.overlay, e.id,
                             e.scope, sm.segment, sm.found.size()));
   if (!sm.found.empty()) {
@@ -92,7 +97,8 @@ void scope_report(std::vector<std::string>& out, const std::vector<std::string>&
   for (size_t h : sm.headers) scored.push_back({h, similarity(sm.segment, trim(texts[h]).substr(0, sm.segment.size() + 8))});
   std::stable_sort(scored.begin(), scored.end(), [](auto& x, auto& y) { return x.score > y.score; });
   if (scored.size() > 3) scored.resize(3);
-  if (scored.empty()) out.push_back("  no def/class headers in the searched range");
+  if (scored.empty()) out.push_back(cxx::is_cxx(file) ? "  no C/C++ definitions in the searched range"
+                                                      : "  no def/class headers in the searched range");
   else out.push_back("  nearest headers (similarity):");
   for (const auto& s : scored)
     out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[s.line], s.line), s.score, texts[s.line]));
@@ -110,10 +116,17 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
     if (is_superseded(e, pristine_text)) continue;
     LineRange range{0, texts.size()};
     if (!e.scope.empty()) {
-      ScopeMatch sm = find_scope(texts, e.scope);
+      ScopeMatch sm;
+      if (cxx::is_cxx(file)) {  // C/C++: the Clang AST decides (cxx_backend.h)
+        auto r = cxx::find_scope(texts, e.scope, spec);
+        if (!r) return r.error();
+        sm = std::move(*r);
+      } else {
+        sm = find_scope(texts, e.scope);
+      }
       if (!sm.ok) {
         scope_report(report, texts, b, m, e, file, sm);
-        failed.push_back(e.id + " (scope)");
+        failed.push_back(e.id + (sm.refusal.empty() ? " (scope)" : " (scope refused)"));
         continue;
       }
       range = sm.range;
@@ -124,6 +137,14 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
       failed.push_back(fmt::format("{} (anchor found {} times, expected {})", e.id, found.size(), e.occurrences));
       continue;
     }
+    if (cxx::is_cxx(file))  // never edit lines the preprocessor drops or a #define continues
+      for (size_t f : found) {
+        auto why = cxx::anchor_refusal(texts, f, e.anchor_lines.size(), spec);
+        if (!why) return why.error();
+        if (!why->empty())
+          return make_error(ErrorKind::Usage, file,
+                            fmt::format("edit {}/{}: anchor at {} refused: {}", m.overlay, e.id, where(b.lines[f], f), *why));
+      }
     for (size_t f : found) {
       for (size_t j = f; j < f + e.anchor_lines.size(); ++j) {
         if (!b.lines[j].claim.empty())

@@ -8,7 +8,7 @@
 namespace patcher {
 
 std::string comment_prefix(std::string_view path) {
-  static const char* slash_exts[] = {".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".js", ".ts", ".rs", ".go"};
+  static const char* slash_exts[] = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".cu", ".cuh", ".js", ".ts", ".rs", ".go"};
   for (const char* e : slash_exts) {
     std::string_view ext(e);
     if (path.size() > ext.size() && path.substr(path.size() - ext.size()) == ext) return "//";

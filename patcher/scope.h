@@ -28,6 +28,7 @@ struct ScopeMatch {
   std::vector<size_t> found;        // header lines where that segment matched (0 or several)
   std::vector<size_t> headers;      // def/class lines searched, for nearest-match reports
   LineRange searched;               // where the failing segment was searched
+  std::string refusal;              // C/C++: a match Clang cannot vouch for (never guessed)
 };
 
 ScopeMatch find_scope(const std::vector<std::string>& lines, const std::string& scope);
