@@ -44,9 +44,16 @@ std::vector<std::string> all_paths(const ManifestSet& set) {
 // Turns bad overlay states into the error apply/revert/check must stop on.
 Status require_consistent(const TreeState& ts, const std::vector<std::string>& selected, const ManifestSet& set,
                           bool allow_stale = false) {
-  if (ts.journal)
-    return make_error(ErrorKind::Tampered, kJournalName,
-                      "an interrupted transaction is pending; run apply or revert to complete it");
+  if (ts.journal) {
+    Error e = make_error(ErrorKind::Tampered, kJournalName,
+                         ts.journal_problems.empty()
+                             ? "an interrupted transaction is pending; `overlay recover` (or apply or revert) "
+                               "finishes it"
+                             : "an interrupted transaction is pending and cannot be finished; `overlay recover "
+                               "--discard` rolls it back");
+    e.details = ts.journal_problems;
+    return e;
+  }
   Error drift = make_error(ErrorKind::Drift, "", "");
   for (const auto& name : selected) {
     const OverlayState* os = ts.overlay(name);
@@ -113,18 +120,7 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
     if (text == fs.data.bytes) continue;
     FileChangeReport fc{fs.path, "patch", notes, fs.data.bytes, text};
     out.push_back(fc);
-    if (changes) {
-      Change c;
-      c.path = fs.path;
-      c.kind = Change::Write;
-      c.old_sha = fs.sha;
-      c.new_bytes = text;
-      c.mode = fs.data.st.st_mode;
-      c.keep_owner = true;
-      c.uid = fs.data.st.st_uid;
-      c.gid = fs.data.st.st_gid;
-      changes->push_back(std::move(c));
-    }
+    if (changes) changes->push_back(write_change(fs.path, fs.data, text));
   }
   return out;
 }
@@ -196,6 +192,60 @@ struct Prepared {
   std::vector<std::pair<std::string, std::string>> final_texts;  // for the compile check
 };
 
+// The topmost folder on `path`'s way that does not exist ("" when all do).
+Result<std::string> missing_folder(const Tree& tree, const std::string& path) {
+  std::string missing;
+  for (std::string d = dir_name(path); !d.empty(); d = dir_name(d)) {
+    auto t = tree.type(d);
+    if (!t) return t.error();
+    if (*t == S_IFDIR) break;
+    if (*t != 0)
+      return make_error(ErrorKind::Usage, path, "\"" + d + "\" is in the way: it is not a folder");
+    missing = d;
+  }
+  return missing;
+}
+
+bool planned(const std::vector<Change>& changes, const std::string& dir) {
+  for (const auto& c : changes)
+    if (c.kind == Change::Mkdir && c.path == dir) return true;
+  return false;
+}
+
+// After the deletions of a revert: every folder the engine created (it holds
+// the marker) that would then hold nothing else is removed, deepest first.
+Status plan_rmdirs(const Tree& tree, Prepared& p) {
+  std::set<std::string> gone;
+  std::vector<std::string> folders;
+  for (const auto& c : p.changes) {
+    if (c.kind != Change::Delete) continue;
+    gone.insert(c.path);
+    for (std::string d = dir_name(c.path); !d.empty(); d = dir_name(d))
+      if (std::find(folders.begin(), folders.end(), d) == folders.end()) folders.push_back(d);
+  }
+  auto depth = [](const std::string& d) { return std::count(d.begin(), d.end(), '/'); };
+  std::stable_sort(folders.begin(), folders.end(),
+                   [&](const std::string& a, const std::string& b) { return depth(a) > depth(b); });
+  for (const auto& d : folders) {
+    std::string marker = d + "/" + kDirMarker;
+    auto t = tree.type(marker);
+    if (!t) return t.error();
+    if (*t != S_IFREG) continue;  // not created by the engine: never removed
+    auto dir = tree.open_parent(marker);
+    if (!dir) return dir.error();
+    if (!dir->has_value()) continue;
+    auto names = list_dir((*dir)->get(), d);
+    if (!names) return names.error();
+    bool empty = true;
+    for (const auto& n : *names) empty &= n == kDirMarker || gone.count(d + "/" + n) > 0;
+    if (!empty) continue;
+    gone.insert(d);
+    p.out.changes.push_back(FileChangeReport{d, "rmdir", {"- folder created by overlay, now empty"}, "", ""});
+    p.changes.push_back(rmdir_change(d));
+  }
+  return ok_status();
+}
+
 Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeState& ts) {
   Prepared p;
   p.out.state = ts;
@@ -235,17 +285,19 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
       std::string text = new_file_text(nf.path, m, nf);
       p.final_texts.emplace_back(nf.path, text);
       if (fs->state == "present") continue;
-      auto parent = s.tree.open_parent(nf.path);
-      if (!parent) return parent.error();
-      if (!parent->has_value())
-        return make_error(ErrorKind::Drift, nf.path, "cannot create the new file: its directory does not exist");
+      auto missing = missing_folder(s.tree, nf.path);
+      if (!missing) return missing.error();
+      if (!missing->empty() && !planned(p.changes, *missing)) {
+        auto parent = s.tree.open_parent(*missing);
+        if (!parent) return parent.error();
+        struct stat st {};
+        if (!parent->has_value() || ::fstat((*parent)->get(), &st) != 0)
+          return make_error(ErrorKind::Io, *missing, "cannot stat the folder it goes in");
+        p.out.changes.push_back(FileChangeReport{*missing, "mkdir", {"+ new folder of " + m.overlay}, "", ""});
+        p.changes.push_back(mkdir_change(*missing, st));
+      }
       p.out.changes.push_back(FileChangeReport{nf.path, "create", {"+ new file of " + m.overlay}, "", text});
-      Change c;
-      c.path = nf.path;
-      c.kind = Change::Create;
-      c.new_bytes = text;
-      c.mode = 0644;
-      p.changes.push_back(std::move(c));
+      p.changes.push_back(create_change(nf.path, text));
     }
     for (const auto& f : m.files) {
       std::string text = ts.file(f.path)->data.bytes;
@@ -302,16 +354,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     }
     std::string new_text = join_lines(lines, text.trailing_newline);
     p.out.changes.push_back(FileChangeReport{fs.path, "patch", notes, fs.data.bytes, new_text});
-    Change c;
-    c.path = fs.path;
-    c.kind = Change::Write;
-    c.old_sha = fs.sha;
-    c.new_bytes = new_text;
-    c.mode = fs.data.st.st_mode;
-    c.keep_owner = true;
-    c.uid = fs.data.st.st_uid;
-    c.gid = fs.data.st.st_gid;
-    p.changes.push_back(std::move(c));
+    p.changes.push_back(write_change(fs.path, fs.data, new_text));
   }
   for (const auto& name : *sel) {
     const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
@@ -319,24 +362,39 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
       const FileState* fs = ts.file(nf.path);
       if (fs->state != "present" && fs->state != "stale") continue;
       p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
-      Change c;
-      c.path = nf.path;
-      c.kind = Change::Delete;
-      c.old_sha = fs->sha;
-      p.changes.push_back(std::move(c));
+      p.changes.push_back(delete_change(nf.path, fs->sha));
     }
   }
+  if (auto st = plan_rmdirs(s.tree, p); !st) return st.error();
   return p;
+}
+
+// One writer per tree (recovery removes temps it believes are orphans, so a
+// second concurrent writer must not get that far), and readers never look at
+// a tree in the middle of a transaction: writers hold an exclusive flock on
+// the root, readers a shared one. A short wait lets a quick transaction end;
+// after it the caller hears "busy". The lock dies with the process.
+Status lock_tree(const Tree& tree, bool exclusive) {
+  constexpr int kTries = 20;  // 20 x 50 ms
+  for (int i = 0;; ++i) {
+    if (::flock(tree.fd(), (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) return ok_status();
+    if (errno != EWOULDBLOCK) {
+      if (errno == ENOLCK || errno == EOPNOTSUPP) return ok_status();  // no locks here: go unprotected
+      return make_error(ErrorKind::Io, tree.root(), "cannot lock the tree: " + errno_text(errno));
+    }
+    if (i + 1 == kTries) break;
+    ::usleep(50 * 1000);
+  }
+  return make_error(ErrorKind::Busy, tree.root(),
+                    exclusive ? "another overlay apply/revert/recover is running on this tree (or a check is "
+                                "reading it); try again"
+                              : "a transaction is in progress on this tree (an overlay apply/revert/recover holds "
+                                "its lock); try again when it ends");
 }
 
 template <class Prepare>
 Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
-  // One writer per tree: recovery removes temps it believes are orphans, so
-  // a second concurrent writer must not get that far. The lock dies with us.
-  if (::flock(s.tree.fd(), LOCK_EX | LOCK_NB) != 0)
-    return make_error(ErrorKind::Io, s.tree.root(),
-                      errno == EWOULDBLOCK ? "another overlay apply/revert is running on this tree"
-                                           : "cannot lock the tree: " + errno_text(errno));
+  if (auto st = lock_tree(s.tree, true); !st) return st.error();
   auto rec = recover(s.tree, all_paths(s.set));
   if (!rec) return rec.error();
   auto ts = analyze(s.tree, s.set);
@@ -354,6 +412,7 @@ Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
 }  // namespace
 
 Result<Outcome> status(const Session& s) {
+  if (auto st = lock_tree(s.tree, false); !st) return st.error();
   auto ts = analyze(s.tree, s.set);
   if (!ts) return ts.error();
   Outcome o;
@@ -363,6 +422,7 @@ Result<Outcome> status(const Session& s) {
 }
 
 Result<Outcome> plan_apply(const Session& s, const Request& r) {
+  if (auto st = lock_tree(s.tree, false); !st) return st.error();
   auto ts = analyze(s.tree, s.set);
   if (!ts) return ts.error();
   auto p = prepare_apply(s, r, *ts);
@@ -371,6 +431,7 @@ Result<Outcome> plan_apply(const Session& s, const Request& r) {
 }
 
 Result<Outcome> plan_revert(const Session& s, const Request& r) {
+  if (auto st = lock_tree(s.tree, false); !st) return st.error();
   auto ts = analyze(s.tree, s.set);
   if (!ts) return ts.error();
   auto p = prepare_revert(s, r, *ts);
@@ -382,6 +443,7 @@ Result<Outcome> apply(const Session& s, const Request& r) { return run_write(s, 
 Result<Outcome> revert(const Session& s, const Request& r) { return run_write(s, r, prepare_revert); }
 
 Result<Outcome> check(const Session& s, const Request& r) {
+  if (auto st = lock_tree(s.tree, false); !st) return st.error();
   auto ts = analyze(s.tree, s.set);
   if (!ts) return ts.error();
   auto sel = select_overlays(s.set, r.overlays);
@@ -414,6 +476,25 @@ Result<Outcome> check(const Session& s, const Request& r) {
     if (auto st = compile_all(s, r, *sel, files, &o.compiled); !st) return st.error();
   }
   return o;
+}
+
+Result<RecoverOutcome> recover_tree(const Session& s, bool discard_it) {
+  if (auto st = lock_tree(s.tree, true); !st) return st.error();
+  RecoverOutcome out;
+  auto before = inspect(s.tree, all_paths(s.set));
+  if (!before) return before.error();
+  out.had_journal = before->journal;
+  out.found = before->leftovers;
+  if (discard_it) {
+    auto d = discard(s.tree, all_paths(s.set));
+    if (!d) return d.error();
+    out.discarded = true;
+    out.discard = *d;
+  } else {
+    auto r = recover(s.tree, all_paths(s.set));
+    if (!r) return r.error();
+  }
+  return out;
 }
 
 }  // namespace patcher

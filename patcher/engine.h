@@ -53,4 +53,14 @@ Result<Outcome> revert(const Session& s, const Request& r);
 // Read-only; Ok only when every selected overlay is in the expected state.
 Result<Outcome> check(const Session& s, const Request& r);
 
+// `overlay recover`: finishes an interrupted transaction (verified whole
+// first), or with `discard` rolls it back; removes leftovers either way.
+struct RecoverOutcome {
+  bool had_journal = false;
+  bool discarded = false;
+  std::vector<Leftover> found;  // what was there before
+  DiscardReport discard;
+};
+Result<RecoverOutcome> recover_tree(const Session& s, bool discard);
+
 }  // namespace patcher

@@ -10,6 +10,7 @@ const char* kind_name(ErrorKind k) {
     case ErrorKind::Tampered: return "tampered";
     case ErrorKind::Compile: return "compile";
     case ErrorKind::Io: return "io";
+    case ErrorKind::Busy: return "busy";
   }
   return "?";
 }

@@ -19,6 +19,7 @@ enum class ErrorKind {
   Tampered = 4,     // tampered or half-applied
   Compile = 5,      // --check-injected found a syntax error
   Io = 6,           // the OS refused a read or write
+  Busy = 7,         // another apply/revert/recover holds the tree (a transaction is in progress)
 };
 
 const char* kind_name(ErrorKind k);

@@ -24,12 +24,13 @@ constexpr const char* kExitCodes = R"(Exit codes:
   4  tampered, stale or half-applied (check: also an interrupted transaction)
   5  --check-injected found a syntax error
   6  I/O error (read-only tree, disk full, unreadable file)
+  7  busy: another apply/revert/recover holds the tree (a transaction is in progress)
 )";
 
 struct Args {
   std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
   std::vector<std::string> overlays;
-  bool json = false, check_injected = false, revert = false, diff = false;
+  bool json = false, check_injected = false, revert = false, diff = false, discard = false;
 };
 
 std::string self_exe(const char* argv0) {
@@ -76,6 +77,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"applied", "pristine"}))
       ->capture_default_str();
   app.add_subcommand("revert", "remove overlays, restoring pristine bytes");
+  auto* recover_cmd = app.add_subcommand(
+      "recover", "finish an interrupted transaction (or roll it back with --discard); remove leftovers");
+  recover_cmd->add_flag("--discard", a.discard,
+                        "roll the interrupted transaction back: saved old bytes return, files it created go; "
+                        "files someone edited are kept");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -118,6 +124,15 @@ int main(int argc, char** argv) {
   r.python = a.python;
   r.expect_pristine = a.expect == "pristine";
 
+  if (cmd == "recover") {
+    auto rec = recover_tree(s, a.discard);
+    if (!rec) return fail(a, rec.error());
+    if (a.json)
+      std::cout << recover_json(*rec).dump(2) << "\n";
+    else
+      std::cout << recover_text(*rec);
+    return 0;
+  }
   Result<Outcome> out = Error{};
   std::string label = cmd;
   if (cmd == "status") {

@@ -1,5 +1,6 @@
 #include "paths.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -131,6 +132,39 @@ Result<bool> Tree::exists(std::string_view rel) const {
   if (::fstatat((*parent)->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return true;
   if (errno == ENOENT) return false;
   return make_error(ErrorKind::Io, std::string(rel), "cannot stat: " + errno_text(errno));
+}
+
+}  // namespace patcher
+
+namespace patcher {
+
+Result<mode_t> Tree::type(std::string_view rel) const {
+  auto parent = open_parent(rel);
+  if (!parent) return parent.error();
+  if (!parent->has_value()) return mode_t{0};
+  struct stat st {};
+  std::string name = base_name(rel);
+  if (::fstatat((*parent)->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return mode_t(st.st_mode & S_IFMT);
+  if (errno == ENOENT) return mode_t{0};
+  return make_error(ErrorKind::Io, std::string(rel), "cannot stat: " + errno_text(errno));
+}
+
+Result<std::vector<std::string>> list_dir(int dirfd, const std::string& display) {
+  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return make_error(ErrorKind::Io, display, "cannot open folder: " + errno_text(errno));
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    int e = errno;
+    ::close(fd);
+    return make_error(ErrorKind::Io, display, "cannot list folder: " + errno_text(e));
+  }
+  std::vector<std::string> out;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(n);
+  }
+  ::closedir(d);
+  return out;
 }
 
 }  // namespace patcher

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fd.h"
 #include "error.h"
@@ -37,6 +38,8 @@ class Tree {
   Result<std::optional<FileData>> read(std::string_view rel) const;
   // True when `rel` exists (as anything, links included).
   Result<bool> exists(std::string_view rel) const;
+  // The file type bits of `rel` (S_IFREG, S_IFDIR, ...; a link is S_IFLNK), 0 when absent.
+  Result<mode_t> type(std::string_view rel) const;
 
  private:
   std::string root_;
@@ -46,6 +49,8 @@ class Tree {
 std::string base_name(std::string_view rel);
 std::string dir_name(std::string_view rel);  // "" for top-level names
 Result<FileData> read_fd(int fd, const std::string& display);
+// Names in the folder open at `dirfd` ("." and ".." left out).
+Result<std::vector<std::string>> list_dir(int dirfd, const std::string& display);
 std::string errno_text(int err);
 
 }  // namespace patcher

@@ -10,6 +10,9 @@ nlohmann::json state_json(const TreeState& ts) {
   nlohmann::json j;
   j["journal"] = ts.journal;
   j["stray_temps"] = ts.stray_temps;
+  j["journal_problems"] = ts.journal_problems;
+  j["leftovers"] = nlohmann::json::array();
+  for (const auto& l : ts.leftovers) j["leftovers"].push_back({{"path", l.path}, {"what", l.what}, {"fate", l.fate}});
   j["overlays"] = nlohmann::json::array();
   for (const auto& o : ts.overlays)
     j["overlays"].push_back({{"name", o.name},
@@ -81,8 +84,8 @@ std::string state_text(const TreeState& ts) {
     }
     for (const auto& d : f.details) out += "  " + d + "\n";
   }
-  if (ts.journal) out += "journal: an interrupted transaction is pending; apply or revert completes it\n";
-  for (const auto& t : ts.stray_temps) out += "stray temp file (removed by the next apply or revert): " + t + "\n";
+  for (const auto& l : ts.leftovers) out += "leftover " + l.what + " " + l.path + ": " + l.fate + "\n";
+  for (const auto& p : ts.journal_problems) out += "  problem: " + p + "\n";
   return out;
 }
 
@@ -102,6 +105,32 @@ std::string outcome_text(const std::string& command, const Outcome& o, bool with
   }
   if (o.compiled) out += fmt::format("compiled {} files and fragments: ok\n", o.compiled);
   if (o.changes.empty()) out += "nothing to do\n";
+  return out;
+}
+
+nlohmann::json recover_json(const RecoverOutcome& r) {
+  nlohmann::json j;
+  j["ok"] = true;
+  j["command"] = r.discarded ? "recover-discard" : "recover";
+  j["had_journal"] = r.had_journal;
+  j["found"] = nlohmann::json::array();
+  for (const auto& l : r.found) j["found"].push_back({{"path", l.path}, {"what", l.what}, {"fate", l.fate}});
+  j["restored"] = r.discard.restored;
+  j["removed"] = r.discard.removed;
+  j["kept"] = r.discard.kept;
+  return j;
+}
+
+std::string recover_text(const RecoverOutcome& r) {
+  std::string out;
+  if (r.found.empty()) return "nothing to recover\n";
+  if (r.had_journal)
+    out += r.discarded ? "rolled the interrupted transaction back\n" : "finished the interrupted transaction\n";
+  for (const auto& p : r.discard.restored) out += "restored " + p + "\n";
+  for (const auto& p : r.discard.removed) out += "removed " + p + "\n";
+  for (const auto& p : r.discard.kept) out += "kept " + p + "\n";
+  for (const auto& l : r.found)
+    if (l.what != "journal") out += "cleared leftover " + l.what + " " + l.path + "\n";
   return out;
 }
 

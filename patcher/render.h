@@ -11,6 +11,8 @@ namespace patcher {
 nlohmann::json state_json(const TreeState& ts);
 nlohmann::json outcome_json(const std::string& command, const Outcome& o);
 nlohmann::json error_json(const Error& e);
+nlohmann::json recover_json(const RecoverOutcome& r);
+std::string recover_text(const RecoverOutcome& r);
 
 std::string state_text(const TreeState& ts);
 std::string outcome_text(const std::string& command, const Outcome& o, bool with_diff = false);

@@ -10,11 +10,6 @@
 
 namespace patcher {
 
-std::string temp_name_for(const std::string& rel) {
-  std::string dir = dir_name(rel);
-  return (dir.empty() ? "" : dir + "/") + "." + base_name(rel) + ".overlay-tmp";
-}
-
 const OverlayState* TreeState::overlay(const std::string& name) const {
   for (const auto& o : overlays)
     if (o.name == name) return &o;
@@ -290,14 +285,15 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
       if (fatal.kind != ErrorKind::NotExpected) return fatal;
       ts.files.push_back(std::move(fs));
     }
-  auto j = tree.exists(kJournalName);
-  if (!j) return j.error();
-  ts.journal = *j;
-  for (const auto& f : ts.files) {
-    auto t = tree.exists(temp_name_for(f.path));
-    if (!t) return t.error();
-    if (*t) ts.stray_temps.push_back(temp_name_for(f.path));
-  }
+  std::vector<std::string> paths;
+  for (const auto& f : ts.files) paths.push_back(f.path);
+  auto pending = inspect(tree, paths);
+  if (!pending) return pending.error();
+  ts.journal = pending->journal;
+  ts.journal_problems = pending->blockers();
+  ts.leftovers = pending->leftovers;
+  for (const auto& l : ts.leftovers)
+    if (l.what == "temp" || l.what == "staging folder") ts.stray_temps.push_back(l.path);
   // Per overlay.
   for (const auto& m : set.overlays) {
     OverlayState os;

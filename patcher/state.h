@@ -13,11 +13,9 @@
 #include "paths.h"
 #include "error.h"
 #include "text.h"
+#include "txn.h"
 
 namespace patcher {
-
-inline constexpr const char* kJournalName = ".overlay-journal";
-std::string temp_name_for(const std::string& rel);  // ".<name>.overlay-tmp" beside rel
 
 struct EditState {
   std::string id;
@@ -60,8 +58,10 @@ struct OverlayState {
 struct TreeState {
   std::vector<FileState> files;
   std::vector<OverlayState> overlays;  // every overlay in the set, stacking order
-  bool journal = false;
-  std::vector<std::string> stray_temps;
+  bool journal = false;                        // an interrupted transaction is pending
+  std::vector<std::string> journal_problems;   // why it cannot be finished ("" list: it can)
+  std::vector<std::string> stray_temps;        // temp files and staging folders
+  std::vector<Leftover> leftovers;             // everything a transaction left, and its fate
   const OverlayState* overlay(const std::string& name) const;
   const FileState* file(const std::string& path) const;
 };

@@ -165,4 +165,20 @@ RunResult Workspace::run(const std::vector<std::string>& args, const std::map<st
   return run_process(argv, env);
 }
 
+std::vector<FaultStep> fault_steps(const Workspace& w, const std::vector<std::string>& args) {
+  auto r = w.run(args, {{"OVERLAY_FAULT", "list"}});
+  std::vector<FaultStep> out;
+  if (r.code != 0) return out;
+  std::map<std::string, int> seen;
+  const std::string tag = "overlay-fault-step ";
+  size_t p = 0;
+  while ((p = r.err.find(tag, p)) != std::string::npos) {
+    size_t e = r.err.find('\n', p);
+    std::string name = r.err.substr(p + tag.size(), e - p - tag.size());
+    out.push_back({name, ++seen[name]});
+    p = e;
+  }
+  return out;
+}
+
 }  // namespace patcher::testing

@@ -44,6 +44,15 @@ struct Workspace {
   std::string tree_file(const std::string& rel) const { return tree + "/" + rel; }
 };
 
+// One step of a write the fault hook can stop at: the nth time `name` is reached.
+struct FaultStep {
+  std::string name;
+  int nth;
+  std::string spec() const { return name + ":" + std::to_string(nth); }
+};
+// Every step `overlay <args>` passes through on `w` (a dry run with OVERLAY_FAULT=list).
+std::vector<FaultStep> fault_steps(const Workspace& w, const std::vector<std::string>& args);
+
 RunResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
 
 std::string overlay_bin();

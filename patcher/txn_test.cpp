@@ -21,27 +21,9 @@ using ::testing::HasSubstr;
 
 constexpr int kKilled = 99;
 
-struct Step {
-  std::string name;
-  int nth;
-  std::string spec() const { return name + ":" + std::to_string(nth); }
-};
+using Step = FaultStep;
 
-std::vector<Step> steps_of(const Workspace& w, const std::vector<std::string>& args) {
-  auto r = w.run(args, {{"OVERLAY_FAULT", "list"}});
-  EXPECT_EQ(r.code, 0) << r.err;
-  std::vector<Step> out;
-  std::map<std::string, int> seen;
-  const std::string tag = "overlay-fault-step ";
-  size_t p = 0;
-  while ((p = r.err.find(tag, p)) != std::string::npos) {
-    size_t e = r.err.find('\n', p);
-    std::string name = r.err.substr(p + tag.size(), e - p - tag.size());
-    out.push_back({name, ++seen[name]});
-    p = e;
-  }
-  return out;
-}
+std::vector<Step> steps_of(const Workspace& w, const std::vector<std::string>& args) { return fault_steps(w, args); }
 
 struct Reference {
   Snapshot pristine, applied;
@@ -207,7 +189,7 @@ TEST(Guarantee2CrashSafety, StrayTempWithoutJournalIsRemovedNotUsed) {
   Workspace w;
   write_file(w.tree + "/example/.worker.py.overlay-tmp", "garbage from a dead run\n");
   auto st = w.run({"status"});
-  EXPECT_THAT(st.out, HasSubstr("stray temp file"));
+  EXPECT_THAT(st.out, HasSubstr("leftover temp example/.worker.py.overlay-tmp: from a transaction that never committed"));
   ASSERT_EQ(w.run({"apply"}).code, 0);
   EXPECT_EQ(diff_bytes(ref.applied, snapshot(w.tree)), "");
 }
@@ -219,8 +201,8 @@ TEST(Guarantee2CrashSafety, SecondConcurrentWriterIsRefused) {
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // as a running apply would hold it
   auto before = snapshot(w.tree);
   auto r = w.run({"apply"});
-  EXPECT_EQ(r.code, 6);
-  EXPECT_THAT(r.err, HasSubstr("another overlay apply/revert is running"));
+  EXPECT_EQ(r.code, 7);  // busy
+  EXPECT_THAT(r.err, HasSubstr("another overlay apply/revert/recover is running"));
   EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "");
   ::close(fd);
   EXPECT_EQ(w.run({"apply"}).code, 0);
