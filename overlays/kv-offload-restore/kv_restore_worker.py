@@ -13,14 +13,16 @@ Every TP worker reads only its own store (the rank base the writer opened):
   is complete.
 - **Promotion.** The scheduler's tier sends (job, keys, CPU chunk ids). The
   worker takes the store lock shared (``kvstore gc --sweep`` needs it
-  exclusive), opens every file the job needs, then per file checks the header
-  in docs/FORMAT.md's order and against the manifest entry (namespace, group,
-  key, boundary index, payload length and checksum, segment table equal to
-  this boot's layout), the file size and the payload CRC, and only then
-  scatters the real bytes into this rank's own slot of the CPU rows. Any
-  failure fails the job on this rank: the manifests naming the key are marked
-  bad (their keys go down) and the scheduler turns the whole job, on every
-  rank, into a miss.
+  exclusive) and opens every file the job needs. Per file, on reader
+  threads: the header is checked in docs/FORMAT.md's order and against the
+  manifest entry (namespace, group, key, boundary index, payload length and
+  checksum, segment table equal to this boot's layout), then the file size;
+  then the payload is read straight into this rank's own slots of the job's
+  CPU row (rows the tiering manager allocated for this promotion, loadable
+  only once every rank succeeded) and its CRC is checked. Any failure fails
+  the job on this rank: the manifests naming the key are marked bad (their
+  keys go down) and the scheduler turns the whole job, on every rank, into a
+  miss; its rows are freed unread.
 
 Promotions run synchronously in the worker's step (``start_kv_transfers``,
 before any CPU->GPU load of that step is submitted), so a promotion is never
@@ -37,7 +39,8 @@ import logging
 import os
 import time
 import zlib
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +56,9 @@ logger = logging.getLogger(__name__)
 
 ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
 RESCAN_SECONDS = 1.0
-_READ_BLOCK = 8 << 20
+READERS = 4  # files read and verified at once
+WINDOW = 8  # verified payloads waiting for the scatter, at most
+_IOV_MAX = 1024  # iovecs one preadv takes (Linux UIO_MAXIOV)
 
 
 class RestoreRefused(ValueError):
@@ -244,32 +249,16 @@ def _address(buf: Any) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
-def read_file(fd: int, size: int) -> bytearray:
-    data = bytearray(size)
-    view = memoryview(data)
-    done = 0
-    while done < size:
-        n = os.readv(fd, [view[done : done + _READ_BLOCK]])
-        if n == 0:
-            break
-        done += n
-    del view
-    if done != size:
-        return data[:done]
-    return data
-
-
-def check_chunk(
-    data: bytearray, proof: Proof, namespace: bytes, segments: Sequence[fmt.Segment]
+def check_header(
+    head: bytes, proof: Proof, namespace: bytes, segments: Sequence[fmt.Segment]
 ) -> fmt.ChunkHeader:
-    """Every check a promotion makes on one file, in docs/FORMAT.md's order.
+    """The header checks of a promotion, in docs/FORMAT.md's order.
 
-    First the codec's reading order (3.5 steps 1-13), then what the manifest
-    and this boot require (namespace, group, key, boundary index, payload
-    length and checksum, segment table), then the file size (step 14) and the
-    payload checksum (step 15).
+    First the codec's reading order (3.5 steps 1-13) on the file's first
+    bytes, then what the manifest entry and this boot require: namespace,
+    group, key, boundary index, payload length and checksum, segment table.
     """
-    header = fmt.decode_header(data)
+    header = fmt.decode_header(head)
     if header.namespace_hash != namespace:
         raise PromotionFailed("foreign_namespace", "chunk of another namespace")
     if header.group != proof.group:
@@ -291,10 +280,46 @@ def check_chunk(
         raise PromotionFailed(
             "layout_mismatch", "segment table differs from this boot's layout"
         )
-    fmt.check_file_size(header, len(data))
-    payload = memoryview(data)[header.header_length :]
-    fmt.check_payload_checksum(header, zlib.crc32(payload) & 0xFFFFFFFF)
     return header
+
+
+def coalesce_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge (address, length) runs that follow each other in memory."""
+    out: list[list[int]] = []
+    for address, length in runs:
+        if out and out[-1][0] + out[-1][1] == address:
+            out[-1][1] += length
+        else:
+            out.append([address, length])
+    return [(a, n) for a, n in out]
+
+
+def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
+    """preadv the file from ``offset`` into the memory runs; the CRC of the bytes.
+
+    Returns -1 when the file ends early (a truncated file: a miss).
+    """
+    views = [
+        memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in runs
+    ]
+    crc = 0
+    index = 0
+    done = 0  # bytes of views[index] already read
+    while index < len(views):
+        batch = [views[index][done:]] + views[index + 1 : index + _IOV_MAX]
+        n = os.preadv(fd, batch, offset)
+        if n == 0:
+            return -1
+        offset += n
+        while n:
+            take = min(n, len(views[index]) - done)
+            n -= take
+            done += take
+            if done == len(views[index]):
+                crc = zlib.crc32(views[index], crc)
+                index += 1
+                done = 0
+    return crc & 0xFFFFFFFF
 
 
 class WorkerRestore:
@@ -314,6 +339,7 @@ class WorkerRestore:
         self._last_scan = 0.0
         self._lock_path = ""
         self._namespace = b""
+        self._pool: ThreadPoolExecutor | None = None
         # Test seam: called with the job's opened files before they are read.
         self.before_read: Any = None
 
@@ -444,8 +470,7 @@ class WorkerRestore:
                 if self.before_read is not None:
                     self.before_read([p for _, _, p, _ in opened])
                 start = time.perf_counter()
-                for key, chunk, proof, fd in opened:
-                    self._load_one(key, chunk, proof, fd)
+                self._read_all(opened)
                 self.stats.read_seconds += time.perf_counter() - start
             except PromotionFailed as e:
                 self._fail(e)
@@ -472,38 +497,80 @@ class WorkerRestore:
             raise PromotionFailed(reason, f"{path}: {e.strerror}", key) from e
         return proof, fd
 
-    def _load_one(self, key: bytes, chunk: int, proof: Proof, fd: int) -> None:
+    def _read_all(self, opened: Sequence[tuple[bytes, int, Proof, int]]) -> None:
+        """Read and verify on reader threads; results taken in job order.
+
+        preadv and zlib.crc32 release the GIL, so up to ``READERS`` files are
+        in flight at once (disk queue depth, CRC on several cores); at most
+        ``WINDOW`` are submitted ahead of the first unfinished one.
+        """
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="kv-restore")
+        pending: deque = deque()
+        items = iter(opened)
+        try:
+            for item in items:
+                pending.append((item, self._pool.submit(self._read_one, *item)))
+                if len(pending) >= WINDOW:
+                    self._scatter(*pending.popleft())
+            while pending:
+                self._scatter(*pending.popleft())
+        finally:
+            for _, future in pending:  # a failure: let the readers finish first
+                future.cancel()
+            wait([f for _, f in pending])
+
+    def _geometry(self, proof: Proof) -> tuple[Any, int, int]:
+        """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
         layout = self._groups[proof.group]
         bpc = self._store.settings.blocks_per_chunk
         if proof.kind == fmt.GROUP_KIND_STATE:
-            count = 1
             block_tokens = proof.chunk_tokens // bpc
-            first = (proof.boundary // block_tokens - 1) % bpc
-        else:
-            count, first = bpc, 0
+            return layout, (proof.boundary // block_tokens - 1) % bpc, 1
+        return layout, 0, bpc
+
+    def _read_one(self, key: bytes, chunk: int, proof: Proof, fd: int) -> int:
+        """Check the header, then read the payload straight into this rank's
+        slots of the job's CPU row and check its CRC; the payload length.
+
+        The row belongs to this promotion and is loadable only after every
+        rank succeeded, so a failure here leaves nothing anyone reads.
+        """
+        layout, first, count = self._geometry(proof)
         try:
             size = os.fstat(fd).st_size
-            data = read_file(fd, size)
+            head = os.pread(fd, min(size, fmt.MAX_HEADER_LENGTH), 0)
+            header = check_header(head, proof, self._namespace, layout.segments(count))
+            fmt.check_file_size(header, size)
+            crc = read_into(fd, header.header_length, self._runs(layout, chunk, first, count))
+            if crc < 0:
+                raise fmt.FormatError(fmt.Reason.TRUNCATED, "file ended while reading")
+            fmt.check_payload_checksum(header, crc)
         except OSError as e:
             raise PromotionFailed("io_error", str(e), key) from e
-        try:
-            header = check_chunk(data, proof, self._namespace, layout.segments(count))
         except fmt.FormatError as e:
             raise PromotionFailed(e.reason.value, str(e), key) from e
         except PromotionFailed as e:
             e.key = key
             raise
-        # Verified: scatter the real bytes into this rank's slot of the row.
-        src = _address(data) + header.header_length
-        staging = self._store._staging
+        return header.payload_length
+
+    def _runs(self, layout: Any, chunk: int, first: int, count: int) -> list:
+        """Where the payload goes, in payload order: per layer, per sub-block,
+        the unpadded page bytes (the inverse of the writer's capture)."""
+        bpc = self._store.settings.blocks_per_chunk
+        runs = []
         for layer in layout.layers:
-            t = staging[layer.tensor]
+            t = self._store._staging[layer.tensor]
             page = t.width // bpc
             row = _address(t.source) + t.offset + chunk * t.row_stride
             for j in range(first, first + count):
-                ctypes.memmove(row + j * page, src, layer.real_bytes)
-                src += layer.real_bytes
-        self.stats.bytes_restored += header.payload_length
+                runs.append((row + j * page, layer.real_bytes))
+        return coalesce_runs(runs)
+
+    def _scatter(self, item: tuple[bytes, int, Proof, int], future: Future) -> None:
+        """Account one verified key, in job order (raises its reader's failure)."""
+        self.stats.bytes_restored += future.result()
 
     def _fail(self, e: PromotionFailed) -> None:
         self.stats.failures[e.reason] += 1
