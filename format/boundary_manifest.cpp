@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <set>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +86,12 @@ Result<void> check_body(const json& body) {
   // Both are <= 2^40 and chain.size() <= 2^18, so the product cannot overflow.
   if (static_cast<std::uint64_t>(boundary) != chain.size() * static_cast<std::uint64_t>(chunk_tokens))
     return inconsistent("boundary != len(chain) x chunk_tokens");
+  // Keys chain (each hashes its parent), so a repeat is a writer bug; a
+  // restore would load the same chunk at two positions.
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(chain.size());
+  for (const auto& key : chain)
+    if (!seen.insert(key.get_ref<const std::string&>()).second) return inconsistent("chain repeats a key");
   std::int64_t last = -1;
   for (const auto& g : groups) {
     const auto group = *json_int(g["group"]);

@@ -6,6 +6,7 @@
 #include "kvtier/format/layout.h"
 #include "kvtier/format/boundary_manifest.h"
 #include "kvtier/format/namespace_record.h"
+#include "kvtier/format/pending_record.h"
 
 namespace kvformat {
 namespace {
@@ -61,6 +62,10 @@ std::string vector_verdict(std::string_view kind, std::span<const std::uint8_t> 
   }
   if (kind == "record") {
     auto r = parse_namespace_record(text);
+    return r ? "ok" : name_of(r.error());
+  }
+  if (kind == "pending") {
+    auto r = parse_pending_record(text);
     return r ? "ok" : name_of(r.error());
   }
   return "unknown_kind";

@@ -198,6 +198,17 @@ std::string temp_name(std::string_view final_name, std::uint64_t pid, std::uint6
   return std::string(final_name) + ".tmp." + std::to_string(pid) + "." + std::to_string(tid);
 }
 
+std::optional<PendingName> parse_pending_file_name(std::string_view name) {
+  if (!name.ends_with(".json")) return std::nullopt;
+  name.remove_suffix(5);
+  const auto dot = name.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const auto pid = parse_decimal(name.substr(0, dot), 19);
+  const auto tid = parse_decimal(name.substr(dot + 1), 19);
+  if (!pid || !tid || *pid == 0 || *tid == 0) return std::nullopt;
+  return PendingName{*pid, *tid};
+}
+
 std::optional<TempName> parse_temp_name(std::string_view name) {
   // <final>.tmp.<pid>.<tid>: pid and tid positive decimals, final non-empty.
   const auto last_dot = name.rfind('.');

@@ -76,8 +76,21 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     }
   }
 
+  // Something in the rank could not be read (a manifest, manifests/ itself, a
+  // chunk folder, a live writer's pending record): nobody can say which
+  // chunks are unnamed or whether a "missing" chunk is really gone. Even
+  // --force then deletes only what cannot break a manifest: superseded
+  // readable manifests and temps.
+  bool complete = inv.manifests_readable;
+  for (const auto& f : inv.findings)
+    if (f.kind == FindingKind::kUnreadable || f.kind == FindingKind::kBadPending) complete = false;
+
   for (size_t i = 0; i < inv.manifests.size(); ++i) {
     const auto& m = inv.manifests[i];
+    if (!complete && (!m.parsed || m.broken)) {
+      if (!m.readable) plan.refusals.push_back(fmt::format("{}: manifest could not be read", m.rel));
+      continue;
+    }
     if (!m.readable) {
       plan.refusals.push_back(fmt::format("{}: manifest could not be read", m.rel));
       continue;
@@ -94,12 +107,13 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     }
   }
 
-  for (size_t ci = 0; ci < inv.chunks.size(); ++ci) {
+  for (size_t ci = 0; complete && ci < inv.chunks.size(); ++ci) {
     const auto& c = inv.chunks[ci];
     if (named_by_kept[ci]) continue;  // never plan what a kept manifest names
+    if (c.pending && !c.damaged) continue;  // a live writer will name it (FORMAT.md 9.1)
     if (c.damaged) {
       rest.push_back({c.rel, DeleteReason::kCorrupt, "damaged chunk", c.st, false});
-      } else if (named_by_any[ci]) {
+    } else if (named_by_any[ci]) {
       // Named, but only by manifests this plan deletes. Under leaf-walk keep-K
       // only state payloads get here (kept manifests name their whole
       // cumulative prefix), except chunks named only by broken manifests.
@@ -115,6 +129,10 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
                       opt.locked ? "writer temp, no writer active" : "older than the grace period",
                       t.st, false});
 
+  for (const auto& p : inv.pendings)
+    if (!p.live)
+      rest.push_back({p.rel, DeleteReason::kStaleTemp, "pending record of a writer that has exited", p.st, false});
+
   auto by_rel = [](const PlanItem& a, const PlanItem& b) { return a.rel < b.rel; };
   std::sort(manifests.begin(), manifests.end(), by_rel);
   std::sort(rest.begin(), rest.end(), by_rel);
@@ -126,9 +144,13 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
   if (!inv.namespace_ok)
     plan.refusals.push_back(fmt::format("{}: namespace record missing or invalid",
                                         inv.rel.empty() ? "." : inv.rel));
-  for (const auto& f : inv.findings)
+  for (const auto& f : inv.findings) {
     if (f.kind == FindingKind::kUnreadable)
       plan.refusals.push_back(fmt::format("{}: could not be read ({})", f.rel, f.detail));
+    if (f.kind == FindingKind::kBadPending)
+      plan.refusals.push_back(fmt::format("{}: a live writer's pending record is unreadable ({})", f.rel, f.detail));
+  }
+  plan.chunks_withheld = !complete;
 
   for (auto& it : manifests) {
     plan.bytes += it.st.size;
@@ -148,6 +170,7 @@ void merge_plan(Plan& into, Plan&& more) {
   into.manifests_total += more.manifests_total;
   into.manifests_planned += more.manifests_planned;
   for (auto& r : more.refusals) into.refusals.push_back(std::move(r));
+  into.chunks_withheld = into.chunks_withheld || more.chunks_withheld;
 }
 
 }  // namespace kvstore

@@ -19,6 +19,7 @@ const char* finding_name(FindingKind k) {
     case FindingKind::kForeign: return "foreign";
     case FindingKind::kOrphan: return "orphan";
     case FindingKind::kStaleTemp: return "stale-temp";
+    case FindingKind::kBadPending: return "bad-pending";
   }
   return "?";
 }

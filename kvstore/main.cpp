@@ -17,13 +17,11 @@
 
 #include "kvtier/kvstore/atomic_file.h"
 #include "kvtier/format/chunk_verifier.h"
-#include "kvtier/kvstore/lock.h"
-#include "kvtier/kvstore/gc_plan.h"
+#include "kvtier/kvstore/gc.h"
 #include "kvtier/kvstore/progress.h"
 #include "kvtier/kvstore/report.h"
 #include "kvtier/kvstore/scan.h"
 #include "kvtier/kvstore/stat.h"
-#include "kvtier/kvstore/sweep.h"
 #include "kvtier/kvstore/walk.h"
 
 namespace {
@@ -128,28 +126,6 @@ struct GcArgs {
   double lock_timeout_s = 30;
 };
 
-PlanOptions plan_options(const Common& c, const GcArgs& g, const RankInventory& inv, bool locked) {
-  PlanOptions o;
-  o.keep = g.keep >= 0 ? static_cast<uint32_t>(g.keep) : inv.keep_hint.value_or(2);
-  o.grace_ns = static_cast<int64_t>(c.grace_s * 1e9);
-  o.now_ns = wall_now_ns();
-  o.locked = locked;
-  return o;
-}
-
-// Namespace-record temps beside the rank bases, written outside the lock:
-// only the grace period protects them.
-Plan tier_plan(const StoreScan& scan, const Common& c) {
-  Plan p;
-  int64_t now = wall_now_ns(), grace = static_cast<int64_t>(c.grace_s * 1e9);
-  for (const auto& t : scan.record_temps)
-    if (t.st.mtime_ns + grace <= now)
-      p.items.push_back({t.rel, DeleteReason::kStaleTemp, "namespace record temp older than the grace period",
-                         t.st, false});
-  for (const auto& it : p.items) p.bytes += it.st.size;
-  return p;
-}
-
 int run_gc(const Common& c, const GcArgs& g) {
   auto store = open_store(c.root);
   if (!store) {
@@ -157,111 +133,33 @@ int run_gc(const Common& c, const GcArgs& g) {
     return kExitIo;
   }
   Progress progress(show_progress(c), "gc");
-  auto opts = scan_options(c, g.verify_payloads, &progress);
-  auto scan = scan_store(store->fd.get(), store->name, opts);
+  GcOptions o;
+  if (g.keep >= 0) o.keep = static_cast<uint32_t>(g.keep);
+  o.grace_ns = static_cast<int64_t>(c.grace_s * 1e9);
+  o.verify_payloads = g.verify_payloads;
+  o.threads = c.threads;
+  o.progress = &progress;
+  o.force = g.force;
+  o.lock_timeout = std::chrono::milliseconds(static_cast<int64_t>(g.lock_timeout_s * 1000));
+  auto report = g.sweep ? sweep_gc(store->fd.get(), store->name, o) : plan_gc(store->fd.get(), store->name, o);
   progress.finish();
-  if (!scan) {
-    print_error(scan.error().line());
+  if (!report) {
+    print_error(report.error().line());
     return kExitIo;
   }
-  auto summary = summarize(*scan);
+  // A sweep's summary and findings come from its scans under the lock.
+  auto summary = summarize(report->scan);
   int code = summary.damage > 0 ? kExitProblems : kExitClean;
-
-  Plan dry = tier_plan(*scan, c);
-  for (const auto& inv : scan->ranks) merge_plan(dry, make_plan(inv, plan_options(c, g, inv, false)));
-  nlohmann::json out = {{"root", c.root}, {"summary", summary_json(summary)},
-                        {"findings", findings_json(all_findings(*scan))}, {"plan", plan_json(dry)}};
-  if (!g.sweep) {
-    if (c.json) {
-      out["exit"] = code;
-      fmt::print("{}\n", out.dump(2));
-    } else {
-      fmt::print("{}", plan_text(dry, true));
-      fmt::print("{}", summary_text("gc", summary));
-    }
-    return code;
-  }
-
-  // Sweep: per rank, under LOCK_EX, re-scan and re-plan, then delete.
-  auto sweeps = nlohmann::json::array();
-  auto refusals = nlohmann::json::array();
-  bool io_failed = false, refused = false;
-  std::string text;
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(g.lock_timeout_s * 1000));
-  for (const auto& prev : scan->ranks) {
-    Fd rank_dir;
-    int rank_fd = store->fd.get();
-    if (!prev.rel.empty()) {
-      auto d = open_beneath(store->fd.get(), prev.rel, O_RDONLY | O_DIRECTORY);
-      if (!d) {
-        text += fmt::format("error {}\n", d.error().line());
-        io_failed = true;
-        continue;
-      }
-      rank_dir = std::move(*d);
-      rank_fd = rank_dir.get();
-    }
-    std::string where = prev.rel.empty() ? "." : prev.rel;
-    auto lock = lock_exclusive(rank_fd, timeout);
-    if (!lock) {
-      std::string why = fmt::format("{}/{}", where, lock.error().line());
-      text += fmt::format("refused {}\n", why);
-      refusals.push_back(why);
-      (lock.error().kind == ErrorKind::kRefused ? refused : io_failed) = true;
-      continue;
-    }
-    auto inv = scan_rank(store->fd.get(), prev.rel, prev.name, opts);
-    if (!inv) {
-      text += fmt::format("error {}\n", inv.error().line());
-      io_failed = true;
-      continue;
-    }
-    Plan plan = make_plan(*inv, plan_options(c, g, *inv, true));
-    if (!plan.refusals.empty() && !g.force) {
-      for (const auto& r : plan.refusals) {
-        text += fmt::format("refused {}\n", r);
-        refusals.push_back(r);
-      }
-      refused = true;
-      continue;
-    }
-    text += plan_text(plan, false);
-    auto res = execute_plan(store->fd.get(), plan);
-    if (!res) {
-      text += fmt::format("error {}\n", res.error().line());
-      io_failed = true;
-      continue;
-    }
-    if (!res->errors.empty()) io_failed = true;
-    text += sweep_text(*res);
-    auto j = sweep_json(*res);
-    j["rank"] = where;
-    j["plan"] = plan_json(plan);
-    sweeps.push_back(j);
-  }
-  Plan tier = tier_plan(*scan, c);
-  if (!tier.items.empty()) {
-    text += plan_text(tier, false);
-    auto res = execute_plan(store->fd.get(), tier);
-    if (!res || !res->errors.empty()) io_failed = true;
-    if (res) {
-      text += sweep_text(*res);
-      auto j = sweep_json(*res);
-      j["rank"] = nullptr;
-      sweeps.push_back(j);
-    }
-  }
-  if (refused && !g.force) text += "gc: sweep refused for safety in some rank(s); nothing was deleted there "
-                                   "(--force overrides)\n";
-  if (refused) code = kExitRefused;
-  else if (io_failed) code = kExitIo;
+  if (report->refused) code = kExitRefused;
+  else if (report->io_failed) code = kExitIo;
   if (c.json) {
-    out["sweeps"] = sweeps;
-    out["refused"] = refusals;
+    nlohmann::json out = {{"root", c.root}, {"summary", summary_json(summary)},
+                          {"findings", findings_json(all_findings(report->scan))}};
+    gc_report_json(*report, out);
     out["exit"] = code;
     fmt::print("{}\n", out.dump(2));
   } else {
-    fmt::print("{}", text);
+    fmt::print("{}", gc_report_text(*report));
     fmt::print("{}", summary_text("gc", summary));
   }
   return code;

@@ -58,7 +58,9 @@ Outcome<uint32_t> crc_mapped(int fd, uint64_t size, uint64_t from, uint32_t crc)
     size_t skip = base < from ? static_cast<size_t>(from - base) : 0;
     sigjmp_buf recover;
     volatile bool shrank = false;
-    if (sigsetjmp(recover, 1) == 0) {
+    // No signal mask to save (a syscall per window): SA_NODEFER leaves SIGBUS
+    // unblocked inside the handler, so jumping out of it needs no restore.
+    if (sigsetjmp(recover, 0) == 0) {
       tl_recover = &recover;
       crc = kvformat::crc32(std::span<const uint8_t>(bytes + skip, len - skip), crc);
     } else {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "kvtier/format/layout.h"
+#include "kvtier/kvstore/gc.h"
 
 namespace kvstore {
 
@@ -86,6 +87,54 @@ nlohmann::json sweep_json(const SweepResult& r) {
   auto errors = nlohmann::json::array();
   for (const auto& e : r.errors) errors.push_back(e.line());
   return {{"deleted", r.deleted}, {"bytes", r.bytes}, {"skipped", skipped}, {"errors", errors}};
+}
+
+std::string gc_report_text(const GcReport& r) {
+  if (!r.sweep) {
+    Plan all = r.tier_plan;
+    for (const auto& rank : r.ranks) merge_plan(all, Plan(rank.plan));
+    return plan_text(all, true);
+  }
+  std::string out;
+  bool plan_refused = false;
+  for (const auto& rank : r.ranks) {
+    for (const auto& why : rank.refusals) out += fmt::format("refused {}\n", why);
+    plan_refused = plan_refused || (rank.refused && !rank.plan.refusals.empty());
+    if (rank.executed) out += plan_text(rank.plan, false);
+    if (rank.swept) out += sweep_text(*rank.swept);
+    if (rank.error) out += fmt::format("error {}\n", rank.error->line());
+  }
+  if (!r.tier_plan.items.empty()) {
+    out += plan_text(r.tier_plan, false);
+    if (r.tier_swept) out += sweep_text(*r.tier_swept);
+  }
+  if (plan_refused)
+    out += "gc: sweep refused for safety in some rank(s); nothing was deleted there (--force overrides)\n";
+  return out;
+}
+
+void gc_report_json(const GcReport& r, nlohmann::json& out) {
+  Plan all = r.tier_plan;
+  for (const auto& rank : r.ranks) merge_plan(all, Plan(rank.plan));
+  out["plan"] = plan_json(all);
+  if (!r.sweep) return;
+  auto sweeps = nlohmann::json::array();
+  auto refusals = nlohmann::json::array();
+  for (const auto& rank : r.ranks) {
+    for (const auto& why : rank.refusals) refusals.push_back(why);
+    if (!rank.swept) continue;
+    auto j = sweep_json(*rank.swept);
+    j["rank"] = rank.where;
+    j["plan"] = plan_json(rank.plan);
+    sweeps.push_back(j);
+  }
+  if (r.tier_swept) {
+    auto j = sweep_json(*r.tier_swept);
+    j["rank"] = nullptr;
+    sweeps.push_back(j);
+  }
+  out["sweeps"] = sweeps;
+  out["refused"] = refusals;
 }
 
 nlohmann::json header_json(const kvformat::ChunkHeader& h, uint64_t file_size) {

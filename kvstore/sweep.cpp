@@ -13,11 +13,12 @@ namespace kvstore {
 namespace {
 
 // The directory being deleted from. Plan items are sorted by path, so each
-// directory's files are contiguous: one open fd at a time, fsynced (making
-// its unlinks durable) when the sweep moves on.
+// directory's files are contiguous: one open fd at a time. With `sync_each`
+// it is fsynced (making its unlinks durable) when the sweep moves on;
+// without, the caller makes all of them durable at once (syncfs).
 class DirCache {
  public:
-  explicit DirCache(int root_fd) : root_fd_(root_fd) {}
+  DirCache(int root_fd, bool sync_each) : root_fd_(root_fd), sync_each_(sync_each) {}
   ~DirCache() { sync_all(); }
 
   Outcome<int> get(std::string_view parent) {
@@ -44,11 +45,12 @@ class DirCache {
  private:
   void sync_current() {
     if (!fd_.valid()) return;
-    if (::fsync(fd_.get()) != 0) errs_.push_back(io_error(rel_.empty() ? "." : rel_, errno, "fsync"));
+    if (sync_each_ && ::fsync(fd_.get()) != 0) errs_.push_back(io_error(rel_.empty() ? "." : rel_, errno, "fsync"));
     fd_ = Fd();
   }
 
   int root_fd_;
+  bool sync_each_;
   std::string rel_;
   Fd fd_;
   std::vector<Error> errs_;
@@ -101,7 +103,7 @@ Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Er
 Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan) {
   SweepResult res;
   {
-    DirCache dirs(root_fd);
+    DirCache dirs(root_fd, true);
     for (const auto& it : plan.items) {
       if (!it.manifest) continue;
       Error err;
@@ -113,13 +115,20 @@ Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan) {
     auto errs = dirs.sync_all();
     if (!errs.empty()) return errs.front();
   }
-  DirCache dirs(root_fd);
-  for (const auto& it : plan.items) {
-    if (it.manifest) continue;
-    Error err;
-    if (unlink_checked(dirs, it, res, err) == Unlinked::kFailed) res.errors.push_back(err);
+  // Payloads: tens of thousands of directories may be touched, so one
+  // syncfs at the end instead of an fsync per directory. The order that
+  // matters (manifests durable before any payload goes) is kept above.
+  size_t manifests_deleted = res.deleted;
+  {
+    DirCache dirs(root_fd, false);
+    for (const auto& it : plan.items) {
+      if (it.manifest) continue;
+      Error err;
+      if (unlink_checked(dirs, it, res, err) == Unlinked::kFailed) res.errors.push_back(err);
+    }
+    for (auto& e : dirs.sync_all()) res.errors.push_back(std::move(e));
   }
-  for (auto& e : dirs.sync_all()) res.errors.push_back(std::move(e));
+  if (res.deleted > manifests_deleted && ::syncfs(root_fd) != 0) res.errors.push_back(io_error(".", errno, "syncfs"));
   return res;
 }
 

@@ -113,7 +113,7 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
         e.type = type_of_mode(st.st_mode);
         e.st = to_file_stat(st);
       }
-      if (e.type == EntryType::kFile && opt.on_file) opt.on_file(dfd, name, e);
+      if (e.type == EntryType::kFile && opt.on_file && !opt.on_file(dfd, name, e)) continue;
       switch (e.type) {
         case EntryType::kFile: out.files.push_back(std::move(e)); break;
         case EntryType::kDir: subdirs.emplace_back(name, std::move(e.rel)); break;

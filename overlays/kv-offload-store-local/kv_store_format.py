@@ -888,6 +888,10 @@ def _check_manifest_body(body: Mapping[str, Any]) -> None:
             f"boundary {body['boundary']} != {len(chain)} chunks x "
             f"{body['chunk_tokens']} tokens",
         )
+    # Keys chain (each hashes its parent), so a repeat is a writer bug; a
+    # restore would load the same chunk at two positions.
+    if len(set(chain)) != len(chain):
+        raise FormatError(Reason.MANIFEST_INCONSISTENT, "chain repeats a key")
     last = -1
     for g in groups:
         if g["group"] <= last:
@@ -918,6 +922,54 @@ def _int_field(
 
 
 # --------------------------------------------------------------------------
+# Pending record (FORMAT.md section 9.1)
+# --------------------------------------------------------------------------
+
+PENDING_KIND = "pending_chunks"
+MAX_PENDING_BYTES = 64 << 20
+MAX_PENDING_CHUNKS = 1 << 20
+
+
+def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
+    """Canonical JSON naming the chunks (group, key hex) a live writer still
+    means to name in a manifest; sorted, each once."""
+    items = sorted(set(chunks))
+    body = {"chunks": [[g, k] for g, k in items], "format": FORMAT_VERSION, "kind": PENDING_KIND}
+    _check_pending_body(body)
+    return canonical_json(body)
+
+
+def decode_pending_record(data: bytes | bytearray | memoryview) -> list[tuple[int, str]]:
+    value = parse_json(data, MAX_PENDING_BYTES)
+    if not isinstance(value, dict):
+        raise FormatError(Reason.BAD_FIELD, "pending record must be an object")
+    version = value.get("format")
+    if type(version) is not int:
+        raise FormatError(Reason.BAD_FIELD, "format missing")
+    if version != FORMAT_VERSION:
+        raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
+    _check_pending_body(value)
+    return [(g, k) for g, k in value["chunks"]]
+
+
+def _check_pending_body(body: Mapping[str, Any]) -> None:
+    if set(body) != {"chunks", "format", "kind"} or body["kind"] != PENDING_KIND:
+        raise FormatError(Reason.BAD_FIELD, "pending record must be {chunks, format, kind}")
+    chunks = body["chunks"]
+    if not isinstance(chunks, list) or len(chunks) > MAX_PENDING_CHUNKS:
+        raise FormatError(Reason.BAD_FIELD, "chunks must be a list")
+    for c in chunks:
+        if (
+            not isinstance(c, list)
+            or len(c) != 2
+            or type(c[0]) is not int
+            or not 0 <= c[0] <= MAX_GROUP_INDEX
+            or not is_key_hex(c[1])
+        ):
+            raise FormatError(Reason.BAD_FIELD, "chunk must be [group, key hex]")
+
+
+# --------------------------------------------------------------------------
 # Names and paths
 # --------------------------------------------------------------------------
 
@@ -936,6 +988,8 @@ _TEMP = re.compile(
 )
 MANIFEST_DIR = "manifests"
 LOCK_FILE = ".lock"
+PENDING_DIR = "pending"
+_PENDING_NAME = re.compile(r"(?P<pid>[1-9][0-9]{0,18})\.(?P<tid>[1-9][0-9]{0,18})\.json")
 
 
 def is_key_hex(value: Any) -> bool:
@@ -1022,6 +1076,20 @@ def parse_manifest_file_name(name: str) -> tuple[int, str]:
     return int(m["boundary"]), m["tip"]
 
 
+def pending_file_name(pid: int, tid: int) -> str:
+    """`<pid>.<tid>.json` in `pending/`: one writer's pending record."""
+    if not (0 < pid < 10**19 and 0 < tid < 10**19):
+        raise FormatError(Reason.BAD_NAME, f"pending name for {pid}, {tid}")
+    return f"{pid}.{tid}.json"
+
+
+def parse_pending_file_name(name: str) -> tuple[int, int]:
+    m = _PENDING_NAME.fullmatch(name)
+    if m is None:
+        raise FormatError(Reason.BAD_NAME, f"not a pending record name: {name!r}")
+    return int(m["pid"]), int(m["tid"])
+
+
 def temp_name(final_name: str, pid: int, tid: int) -> str:
     """`<final>.tmp.<pid>.<tid>`; tid is threading.get_native_id()."""
     return f"{final_name}.tmp.{pid}.{tid}"
@@ -1067,6 +1135,10 @@ class StoreLayout:
     @property
     def lock(self) -> str:
         return os.path.join(self.base, LOCK_FILE)
+
+    @property
+    def pending_dir(self) -> str:
+        return os.path.join(self.base, PENDING_DIR)
 
     def chunk(self, key_hex: str, group: int) -> str:
         return os.path.join(self.base, chunk_rel_path(key_hex, group))

@@ -38,6 +38,7 @@ def verdict(kind: str, data: bytes) -> str:
         "chunk": f.verify_chunk,
         "manifest": f.decode_manifest,
         "record": f.decode_namespace_record,
+        "pending": f.decode_pending_record,
     }[kind]
     try:
         decode(data)

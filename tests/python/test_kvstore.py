@@ -670,15 +670,20 @@ def test_sweeps_beside_a_live_writer_never_break_a_manifest(kv, tmp_path):
         while not (manifests.is_dir() and any(manifests.iterdir())):
             assert time.monotonic() < deadline, "the writer published nothing"
             time.sleep(0.01)
-        for _ in range(6):
+        for _ in range(12):
             r = kv("gc", "--sweep", "--json", "--grace", "0", "--keep", "2", str(tier))
+            # Exit 0: the summary is the locked scan's, which sees no damage.
             assert r.code == 0, r.out + r.err
             deleted += sum(s["deleted"] for s in json.loads(r.out)["sweeps"])
     finally:
         stop.touch()
         out, _ = writer.communicate(timeout=60)
     assert writer.returncode == 0
-    assert int(out) > 0
+    published, lost = map(int, out.split())
+    assert published > 0
+    # Each boundary is written in two jobs with the lock dropped between them:
+    # only the pending record keeps job 1's chunks from being swept as orphans.
+    assert lost == 0
     assert deleted > 0  # the sweeps did delete superseded manifests and payloads
     r = kv("verify", "--json", str(tier))
     findings = json.loads(r.out)["findings"]
@@ -706,3 +711,247 @@ def test_bench_smoke(kvstore_bin, tmp_path):
     out = r.stdout
     for label in ("ratio verify/cat", "ratio verify/python", "ratio gc/find"):
         assert label in out
+
+
+# --------------------------------------------------------------------------
+# Issue 21: what a reader from the spec, broken stores and a live writer found
+# --------------------------------------------------------------------------
+
+
+def _rewrite_manifest(path: Path, edit) -> None:
+    """Edits a manifest's JSON body and re-signs it (checksum recomputed)."""
+    body = json.loads(path.read_bytes())
+    del body["checksum"]
+    edit(body)
+    body["checksum"] = f"{fmt.crc32(fmt.canonical_json(body)):08x}"
+    path.write_bytes(fmt.canonical_json(body))
+
+
+def test_verify_checks_each_chunks_boundary_token_index(kv, store):
+    two_boundaries(store)
+    # Chunk b of the full group claims to end at token 3 x 64, but it is the
+    # second chunk of the chain: FORMAT.md 5 says 2 x 64. Payload unchanged.
+    path = store.chunk(key_of("b"), FULL_GROUP, 3 * 64)
+    age(path)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1, r.out
+    assert lines(r.out)[:-1] == [
+        f"{store.manifest_rel(['a', 'b'])}: mismatch: names {chunk_in_rank('b', FULL_GROUP)} "
+        "at boundary token index 128; its header says 192",
+    ]
+
+
+def test_verify_checks_a_groups_kind_against_its_segments(kv, store):
+    two_boundaries(store)
+    path = manifest_path(store, ["a", "b"])
+    # A state group (3) whose one entry is a chunk with full-group segments.
+    full_b = store.chunk(key_of("b"), STATE_GROUP + 1, 128)  # full segments, group 3
+    age(full_b)
+    m = store.manifest_for([key_of("a"), key_of("b")])
+    wrong = fmt.ManifestGroup(
+        STATE_GROUP + 1, fmt.GROUP_KIND_STATE, (store.entries[f"{STATE_GROUP + 1}/{key_of('b')}"],)
+    )
+    m = fmt.BoundaryManifest(
+        m.namespace, m.rank, m.boundary, m.chunk_tokens, m.chain, (*m.groups, wrong)
+    )
+    path.write_bytes(fmt.encode_manifest(m))
+    age(path)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1, r.out
+    rel3 = fmt.chunk_rel_path(key_of("b"), STATE_GROUP + 1)
+    assert lines(r.out)[:-1] == [
+        f"{store.manifest_rel(['a', 'b'])}: mismatch: names {rel3} in a state group; "
+        "its segments are those of a full group",
+    ]
+
+
+def test_chain_that_repeats_a_key_is_a_bad_manifest(kv, store):
+    two_boundaries(store)
+    path = manifest_path(store, ["a", "b"])
+
+    def repeat(body):
+        a = body["chain"][0]
+        body["chain"] = [a, a]
+        body["groups"][0]["entries"][1] = body["groups"][0]["entries"][0]
+        body["groups"][1]["entries"][0][0] = a
+
+    _rewrite_manifest(path, repeat)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1, r.out
+    out = lines(r.out)[:-1]
+    assert f"{store.manifest_rel(['a', 'b'])}: bad-manifest: manifest_inconsistent: chain repeats a key" in out
+
+
+def test_symlinked_manifests_folder_refuses_the_sweep(kv, store, tmp_path):
+    two_boundaries(store)
+    real = tmp_path / "elsewhere"
+    (store.base / "manifests").rename(real)
+    (store.base / "manifests").symlink_to(real)
+    before = files_under(store.tier)
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 4, r.out
+    assert f"refused {in_rank(store, 'manifests')}: could not be read (not a readable directory: " \
+        "which chunks are named is unknown)" in lines(r.out)
+    assert files_under(store.tier) == before | {in_rank(store, ".lock")}
+    # --force may skip what it cannot read, never delete what it might name.
+    r = kv("gc", "--sweep", "--force", str(store.tier))
+    assert files_under(store.tier) == before | {in_rank(store, ".lock")}, r.out
+
+
+def test_forced_sweep_beside_unreadable_manifests_leaves_no_dangling_manifest(kv):
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        store, user = _unprivileged_store(Path(tmp))
+        store.boundary(["a"])
+        store.boundary(["a", "b"])
+        store.boundary(["x"])
+        age_tree(store.tier)
+        if user is not None:
+            for dirpath, dirs, files in os.walk(store.tier):
+                for n in dirs + files:
+                    os.chown(Path(dirpath) / n, 65534, 65534)
+            os.chown(store.tier, 65534, 65534)
+        hidden = manifest_path(store, ["x"])
+        if user is not None:
+            os.chown(hidden, 0, 0)
+        hidden.chmod(0)
+        try:
+            r = kv("gc", "--sweep", str(store.tier), user=user)
+            assert r.code == 4, r.out + r.err
+            r = kv("gc", "--sweep", "--force", "--keep", "1", str(store.tier), user=user)
+            assert store.chunk_rel("x", FULL_GROUP) in files_under(store.tier), r.out
+            assert store.chunk_rel("x", STATE_GROUP) in files_under(store.tier), r.out
+        finally:
+            hidden.chmod(0o644)
+        r = kv("verify", "--json", str(store.tier))
+        bad = [f for f in json.loads(r.out)["findings"] if f["kind"] in ("missing", "mismatch")]
+        assert bad == []
+
+
+def test_forced_sweep_beside_an_unlistable_manifests_folder_deletes_no_chunk(kv):
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        store, user = _unprivileged_store(Path(tmp))
+        two_boundaries(store)
+        if user is not None:
+            for dirpath, dirs, files in os.walk(store.tier):
+                for n in dirs + files:
+                    os.chown(Path(dirpath) / n, 65534, 65534)
+            os.chown(store.tier, 65534, 65534)
+            os.chown(store.base / "manifests", 0, 0)
+        (store.base / "manifests").chmod(0)
+        try:
+            chunks = {p for p in files_under(store.tier) if p.endswith(".bin")}
+            r = kv("gc", "--sweep", "--force", str(store.tier), user=user)
+            assert {p for p in files_under(store.tier) if p.endswith(".bin")} == chunks, r.out
+        finally:
+            (store.base / "manifests").chmod(0o755)
+        r = kv("verify", str(store.tier))
+        assert r.code == 0, r.out
+
+
+def _hold_pending(store: Store, chunks: set[tuple[int, str]]) -> subprocess.Popen:
+    """A process that writes a pending record, holds its flock and waits."""
+    code = (
+        "import fcntl, os, sys, threading\n"
+        f"sys.path.insert(0, {str(HERE)!r})\n"
+        "from kvstore_support import fmt\n"
+        f"d = {store.layout.pending_dir!r}\n"
+        "os.makedirs(d, exist_ok=True)\n"
+        "p = os.path.join(d, fmt.pending_file_name(os.getpid(), threading.get_native_id()))\n"
+        "fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)\n"
+        "fcntl.flock(fd, fcntl.LOCK_SH)\n"
+        f"os.write(fd, fmt.encode_pending_record({sorted(chunks)!r}))\n"
+        "print(p, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    proc.pending_path = Path(proc.stdout.readline().strip())
+    return proc
+
+
+def test_live_writers_pending_chunks_survive_a_sweep_with_grace_0(kv, store):
+    two_boundaries(store)
+    # Job 1 of boundary [a, b, c] wrote c's full chunk; its manifest is not out yet.
+    c = store.chunk(key_of("c"), FULL_GROUP, 3 * 64)
+    age(c)
+    writer = _hold_pending(store, {(FULL_GROUP, key_of("c"))})
+    try:
+        r = kv("verify", str(store.tier))
+        assert r.code == 0, r.out  # not an orphan: a live writer expects it
+        r = kv("gc", "--sweep", "--grace", "0", str(store.tier))
+        assert r.code == 0, r.out
+        assert c.exists()
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=30)
+    # The writer is gone: its record is stale and c is an orphan like any other.
+    r = kv("gc", "--sweep", "--grace", "0", str(store.tier))
+    assert r.code == 0, r.out
+    assert not c.exists()
+    assert not writer.pending_path.exists()
+
+
+def test_fresh_namespace_record_temp_survives_grace_0(kv, store):
+    two_boundaries(store)
+    temp = store.tier / f"{store.name}.json.tmp.{os.getpid()}.1"
+    temp.write_bytes(b"{")
+    r = kv("gc", "--sweep", "--grace", "0", str(store.tier))
+    assert r.code == 0, r.out
+    assert temp.exists()  # it may be a writer's, mid-write
+    # Old and unlocked: its writer is gone.
+    age(temp)
+    r = kv("gc", "--sweep", "--grace", "0", str(store.tier))
+    assert not temp.exists(), r.out
+
+
+def test_old_namespace_record_temp_held_by_a_writer_survives(kv, store):
+    two_boundaries(store)
+    temp = store.tier / f"{store.name}.json.tmp.{os.getpid()}.2"
+    temp.write_bytes(b"{")
+    age(temp)
+    import fcntl
+
+    fd = os.open(temp, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        r = kv("gc", "--sweep", "--grace", "0", str(store.tier))
+        assert r.code == 0, r.out
+        assert temp.exists()
+    finally:
+        os.close(fd)
+
+
+def test_sweep_reports_what_the_locked_scan_found(kvstore_bin, store):
+    """A manifest that names a chunk still being written looks broken before
+    the lock; once the writer releases the lock it is whole. The sweep's
+    summary and exit code are those of the scan under the lock."""
+    import fcntl
+
+    store.boundary(["a"])
+    chain = [key_of("a"), key_of("b")]
+    store.chunk(chain[0], FULL_GROUP, 64)
+    b_full = store.chunk(chain[1], FULL_GROUP, 128)
+    b_state = store.chunk(chain[1], STATE_GROUP, 128)
+    store.write_manifest(store.manifest_for(chain))
+    age_tree(store.tier)
+    b_state_bytes = b_state.read_bytes()
+    b_state.unlink()  # "the writer has not renamed it yet"
+    lock = os.open(store.base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    proc = subprocess.Popen(
+        [str(kvstore_bin), "gc", "--sweep", "--json", str(store.tier)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)  # the sweep waits for the lock
+        b_state.write_bytes(b_state_bytes)
+        age(b_state)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert json.loads(out)["summary"]["damage"] == 0
+    assert b_full.exists() and b_state.exists()

@@ -571,6 +571,34 @@ def add_manifests(v: Vectors) -> None:
     variant("state_two_entries", "manifest_inconsistent", "state group with 2 entries",
             sealed(edit(groups=[*groups[:2], {**groups[2], "entries": [
                 [CHAIN[1], 1, 1], [CHAIN[2], 1, 1]]}])))
+    # FORMAT.md 5.1: types, ranges and reader order the spec pins down.
+    variant("entry_checksum_hex_string", "bad_field",
+            "payload_checksum as a hex string: on disk it is a decimal integer",
+            sealed(edit(groups=[*groups[:2], {**groups[2], "entries": [
+                [CHAIN[-1], 1, "0000abcd"]]}])))
+    variant("entry_length_bool", "bad_field", "payload length true: booleans are not integers",
+            sealed(edit(groups=[*groups[:2], {**groups[2], "entries": [[CHAIN[-1], True, 1]]}])))
+    variant("format_true", "bad_field", "format true: booleans are not integers",
+            sealed(edit(format=True)))
+    variant("boundary_over_2_40", "bad_field",
+            "boundary 3 x 2^39 > 2^40, consistent with chunk_tokens 2^39",
+            sealed(edit(boundary=3 << 39, chunk_tokens=1 << 39)))
+    variant("boundary_2_40", OK, "boundary exactly 2^40 (3 chunks would not divide it; 1 does)",
+            f.encode_manifest(f.BoundaryManifest(
+                NS.hex(), 0, 1 << 40, 1 << 40, (CHAIN[0],),
+                (f.ManifestGroup(4, "state", (f.ManifestEntry(CHAIN[0], 5, 0),)),))))
+    variant("format_2_with_unknown_field", "unsupported_version",
+            "the version is judged before any other field", sealed(edit(format=2, extra=1)))
+    variant("chain_repeats_key", "manifest_inconsistent", "chain [k0, k0, k2]",
+            sealed(edit(chain=[CHAIN[0], CHAIN[0], CHAIN[2]],
+                        groups=[{**groups[0], "entries": [groups[0]["entries"][0],
+                                                          groups[0]["entries"][0],
+                                                          groups[0]["entries"][2]]},
+                                *groups[1:]])))
+    variant("non_canonical_whitespace", OK,
+            "spaces after separators: the checksum is over the canonical form, "
+            "so a reader accepts it (writers always write canonical bytes)",
+            json.dumps(json.loads(good), sort_keys=True).encode())
     # fmt: on
 
     # A single flipped bit in every field's value (and in two key names): the
@@ -702,6 +730,11 @@ def add_records(v: Vectors) -> None:
     variant("model_multibyte_too_long", "bad_field", "129 two-byte characters",
             fenced_with(model="\u00e9" * 129))
     variant("tp_size_0", "bad_field", "tp_size 0", fenced_with(tp_size=0))
+    variant("tp_size_bool", "bad_field", "tp_size true: booleans are not integers",
+            fenced_with(tp_size=True))
+    variant("format_version_2_model_missing", "unsupported_version",
+            "the version is judged before any other field",
+            fenced_with(format_version=2, model=_DELETE))
     variant("spec_tokens_string", "bad_field", 'num_speculative_tokens "0"',
             fenced_with(num_speculative_tokens="0"))
     variant("page_sizes_unsorted", "bad_field", "groups 2 then 0",
@@ -740,6 +773,37 @@ def add_records(v: Vectors) -> None:
 
 
 # --- names and retention ------------------------------------------------------
+
+
+def add_pending(v: Vectors) -> None:
+    """Pending records (FORMAT.md 9.1)."""
+
+    def check(data: bytes) -> str:
+        try:
+            f.decode_pending_record(data)
+        except f.FormatError as e:
+            return e.reason.value
+        return OK
+
+    def variant(name: str, verdict: str, note: str, data: bytes) -> None:
+        v.add("pending", name, data, verdict, note, check, ext="json")
+
+    good = f.encode_pending_record([(0, CHAIN[1]), (2, CHAIN[2]), (0, CHAIN[0])])
+    # fmt: off
+    variant("valid_three", OK, "three chunks, sorted by (group, key)", good)
+    variant("valid_empty", OK, "nothing pending", f.encode_pending_record([]))
+    variant("format_2", "unsupported_version", "format 2",
+            good.replace(b'"format":1', b'"format":2'))
+    variant("kind_wrong", "bad_field", "kind pending",
+            good.replace(b'"pending_chunks"', b'"pending"'))
+    variant("group_too_big", "bad_field", "group 1024",
+            f.canonical_json({"chunks": [[1024, CHAIN[0]]], "format": 1, "kind": "pending_chunks"}))
+    variant("group_bool", "bad_field", "group true",
+            f.canonical_json({"chunks": [[True, CHAIN[0]]], "format": 1, "kind": "pending_chunks"}))
+    variant("key_dotdot", "bad_field", "key ../x",
+            f.canonical_json({"chunks": [[0, "../x"]], "format": 1, "kind": "pending_chunks"}))
+    variant("torn", "bad_json", "a record cut mid-write", good[: len(good) // 2])
+    # fmt: on
 
 
 def names_table() -> dict[str, Any]:
@@ -899,6 +963,7 @@ def build() -> dict[str, bytes]:
     add_chunks(v)
     add_manifests(v)
     add_records(v)
+    add_pending(v)
     index = {
         "format": 1,
         "generator": "tests/vectors/generate.py",

@@ -8,6 +8,7 @@ faults in one place.
 """
 
 import ctypes
+import fcntl
 import os
 import threading
 from collections.abc import Sequence
@@ -50,6 +51,9 @@ def write_file_durably(
     tmp = _temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        # kvstore gc deletes a namespace-record temp only when nobody holds
+        # its flock (FORMAT.md 7.1): the record is written outside the lock.
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             for part in parts:
                 write_all(fd, part)

@@ -156,6 +156,18 @@ class ManifestBook:
                 ready.append(name)
         return ready
 
+    def pending_chunks(self) -> set[tuple[int, str]]:
+        """(group, key hex) of chunks waiting candidates need beyond their
+        longest published prefix: what gc must not take for orphans."""
+        published = set(self.published.values())
+        out: set[tuple[int, str]] = set()
+        for candidate, _ in self._pending.values():
+            chain = tuple(h.hex() for h in candidate.chain)
+            done = next((k for k in range(len(chain), 0, -1) if chain[:k] in published), 0)
+            out.update((g, key) for g in candidate.full for key in chain[done:])
+            out.update((g, chain[-1]) for g in candidate.state)
+        return out
+
     # -- publishing ----------------------------------------------------------
 
     def publish(self, name: str) -> None:
@@ -237,21 +249,25 @@ class ManifestBook:
             return
         kept_state = {tree[n][-1] for n in kept}
         removed_dirs: set[str] = set()
+        old_manifests = {}
         for n in superseded:
-            path = os.path.join(self.layout.manifest_dir, n)
-            manifest_chain = tree[n]
             try:
-                with open(path, "rb") as f:
-                    old = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+                with open(os.path.join(self.layout.manifest_dir, n), "rb") as f:
+                    old_manifests[n] = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
             except (OSError, fmt.FormatError):
-                old = None
+                old_manifests[n] = None
             try:
-                os.unlink(path)
+                os.unlink(os.path.join(self.layout.manifest_dir, n))
             except FileNotFoundError:
                 pass
+        # FORMAT.md 7.6: the unlinks are durable before any payload they name
+        # goes, so a power loss cannot bring back a manifest naming a deleted file.
+        durable_io.fsync_dir(self.layout.manifest_dir)
+        for n in superseded:
+            manifest_chain = tree[n]
+            old = old_manifests[n]
             del self.published[n]
             self.stats.manifests_superseded += 1
-            removed_dirs.add(self.layout.manifest_dir)
             if old is None or manifest_chain[-1] in kept_state:
                 continue
             # Full-attention chunks stay (descendants name them); the state

@@ -23,6 +23,7 @@ from .checksum import Checksummer, default_checksum_threads
 from .deps import fmt, init_logger
 from .durable_io import StagedFile
 from .manifests import Ident, ManifestBook
+from .pending import PendingFile
 from .stats import StoreStats
 
 logger = init_logger(__name__)
@@ -97,6 +98,7 @@ class StoreWriter:
         durable_io.fsync_dir(self.layout.base)
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        self._pending_file = PendingFile(self.layout)
         self.manifests.load_existing()
 
     def start(self) -> None:
@@ -140,6 +142,7 @@ class StoreWriter:
             if self._io is not None:
                 self._io.shutdown(wait=True)
             self._checksums.close()
+            self._pending_file.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
@@ -235,6 +238,8 @@ class StoreWriter:
             ready = self._join_commit()
             self._sync_dirs()
             self._publish_ready(ready)
+            if self._locked:
+                self._pending_file.update(self.manifests.pending_chunks())
         finally:
             self._unlock()
 

@@ -1,4 +1,5 @@
-// Typed errors for the format v1 codec. Library calls return Result<T>; only a
+// Typed errors for the format v1 codec. Library calls return Result<T>
+// (kvtier::Result from common/result.h with this Error); only a
 // CLI turns an Error into a message and an exit code. Reason names (see
 // reason_name) are shared with the Python codec and the test vectors.
 #pragma once
@@ -7,6 +8,8 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+
+#include "result.h"
 
 namespace kvformat {
 
@@ -43,42 +46,8 @@ inline Error make_error(Reason reason, std::string message) {
   return Error{reason, std::move(message)};
 }
 
+// The one result type of the repository (common/result.h) with this codec's Error.
 template <class T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}
-  Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}
-
-  bool ok() const { return v_.index() == 0; }
-  explicit operator bool() const { return ok(); }
-
-  T& value() & { return std::get<0>(v_); }
-  const T& value() const& { return std::get<0>(v_); }
-  T&& value() && { return std::get<0>(std::move(v_)); }
-  T& operator*() & { return value(); }
-  const T& operator*() const& { return value(); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
-
-  const Error& error() const { return std::get<1>(v_); }
-
- private:
-  std::variant<T, Error> v_;
-};
-
-template <>
-class [[nodiscard]] Result<void> {
- public:
-  Result() = default;
-  Result(Error error) : error_(std::move(error)), ok_(false) {}
-
-  bool ok() const { return ok_; }
-  explicit operator bool() const { return ok_; }
-  const Error& error() const { return error_; }
-
- private:
-  Error error_{Reason::IoError, {}};
-  bool ok_ = true;
-};
+using Result = kvtier::Result<T, Error>;
 
 }  // namespace kvformat

@@ -20,6 +20,7 @@ using kvtier::Sha256Digest;
 inline constexpr std::string_view kDefaultPrefix = "glm53kv";
 inline constexpr std::string_view kManifestDir = "manifests";
 inline constexpr std::string_view kLockFile = ".lock";
+inline constexpr std::string_view kPendingDir = "pending";
 inline constexpr std::size_t kModelNameMax = 64;
 inline constexpr std::uint32_t kMaxRank = 65535;
 
@@ -76,6 +77,13 @@ struct ManifestName {
   std::string tip;
 };
 Result<ManifestName> parse_manifest_file_name(std::string_view name);
+
+// <pid>.<tid>.json in pending/: one writer's pending record (FORMAT.md 9.1).
+struct PendingName {
+  std::uint64_t pid = 0;
+  std::uint64_t tid = 0;
+};
+std::optional<PendingName> parse_pending_file_name(std::string_view name);
 
 // <final>.tmp.<pid>.<tid>
 std::string temp_name(std::string_view final_name, std::uint64_t pid, std::uint64_t tid);

@@ -11,7 +11,7 @@
 namespace kvstore {
 
 enum class DeleteReason {
-  kStaleTemp,          // writer temp older than the grace period
+  kStaleTemp,          // writer temp older than the grace period, or a dead writer's pending record
   kOrphan,             // state payload named by no manifest, older than grace
   kCorrupt,            // damaged chunk (never one a kept manifest names)
   kBadManifest,        // manifest that parses but names missing/damaged chunks, or is invalid
@@ -45,6 +45,9 @@ struct Plan {
   size_t manifests_planned = 0;
   // Why a sweep must not run without --force (empty: safe to sweep).
   std::vector<std::string> refusals;
+  // Part of the rank could not be read, so no chunk (and no broken-looking
+  // manifest) was planned, with or without --force.
+  bool chunks_withheld = false;
 };
 
 // Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_manifests) over the

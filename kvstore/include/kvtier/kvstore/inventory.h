@@ -28,6 +28,7 @@ enum class FindingKind {
   kForeign,         // a file or directory that is not part of the format
   kOrphan,          // a state-group chunk named by no manifest
   kStaleTemp,       // a writer temp file older than the grace period
+  kBadPending,      // a live writer's pending record cannot be read or parsed
 };
 
 const char* finding_name(FindingKind k);
@@ -49,12 +50,18 @@ struct ChunkRec {
   std::string key;           // from the file name
   bool header_ok = false;    // header parsed and its checksum holds
   bool named = false;        // some parsed manifest names it (set by the scan)
+  bool pending = false;      // a live writer's pending record lists it
   bool payload_ok = false;   // payload checksum verified (verify only)
   bool damaged = false;      // any damage finding on this file
   bool state_group = false;  // header says this group carries state payloads
   uint64_t payload_len = 0;
   uint32_t checksum = 0;
   uint64_t boundary = 0;
+  uint32_t header_length = 0;
+  // verify: the payload checksum over bytes [header_length, crc_done_to),
+  // computed from the read that fetched the header.
+  uint32_t crc_partial = 0;
+  uint64_t crc_done_to = 0;
 };
 
 struct ManifestRef {
@@ -87,6 +94,15 @@ struct TempRec {
   FileStat st;
 };
 
+// A writer's pending record (FORMAT.md 9.1). `live`: its writer still holds
+// the record's flock, so the chunks it lists are in flight, not orphans.
+struct PendingRec {
+  std::string rel;
+  FileStat st;
+  bool live = false;
+  bool parsed = false;
+};
+
 // One rank base (`<prefix>_<model>_<ns>_r<rank>`) or a bare store tree.
 struct RankInventory {
   std::string rel;         // rank base relative to ROOT ("" when ROOT is the rank)
@@ -98,6 +114,11 @@ struct RankInventory {
   std::vector<ChunkRec> chunks;
   std::vector<ManifestRec> manifests;
   std::vector<TempRec> temps;
+  std::vector<PendingRec> pendings;
+  // False when manifests/ could not be read as a real directory (a symlink,
+  // a file, unlistable) or a manifest in it could not be read: then nobody
+  // can say which chunks are unnamed, so no chunk may be planned.
+  bool manifests_readable = true;
   std::vector<Finding> findings;
   uint64_t bytes_total = 0;
 };

@@ -1,11 +1,12 @@
-// Outcome<T>: a value or a typed error, for the kvstore library code.
-// C++20 has no std::expected; this is the small subset we need. Library
-// functions return Outcome; only kvstore/main.cpp prints and picks exit codes.
+// kvstore's typed error and its Outcome<T> (kvtier::Result from
+// common/result.h). Library functions return Outcome; only kvstore/main.cpp
+// prints and picks exit codes.
 #pragma once
 
 #include <string>
 #include <utility>
-#include <variant>
+
+#include "result.h"
 
 namespace kvstore {
 
@@ -27,23 +28,9 @@ struct Error {
 
 Error io_error(std::string path, int err, std::string what);
 
+// The one result type of the repository (common/result.h) with kvstore's Error.
 template <class T>
-class Outcome {
- public:
-  Outcome(T value) : v_(std::move(value)) {}
-  Outcome(Error error) : v_(std::move(error)) {}
-
-  bool ok() const { return v_.index() == 0; }
-  explicit operator bool() const { return ok(); }
-  T& value() { return std::get<0>(v_); }
-  const T& value() const { return std::get<0>(v_); }
-  T& operator*() { return value(); }
-  T* operator->() { return &value(); }
-  const Error& error() const { return std::get<1>(v_); }
-
- private:
-  std::variant<T, Error> v_;
-};
+using Outcome = kvtier::Result<T, Error>;
 
 // For functions with nothing to return but success.
 struct Done {};

@@ -41,6 +41,12 @@ nlohmann::json plan_json(const Plan& plan);
 std::string sweep_text(const SweepResult& r);
 nlohmann::json sweep_json(const SweepResult& r);
 
+// gc's report: the dry run's plan, or per rank what the sweep refused,
+// planned and did; JSON adds "plan" (and "sweeps", "refused") to `out`.
+struct GcReport;
+std::string gc_report_text(const GcReport& r);
+void gc_report_json(const GcReport& r, nlohmann::json& out);
+
 nlohmann::json header_json(const kvformat::ChunkHeader& h, uint64_t file_size);
 std::string header_text(const kvformat::ChunkHeader& h, uint64_t file_size);
 

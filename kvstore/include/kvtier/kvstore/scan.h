@@ -1,6 +1,7 @@
 // Reads a store into RankInventory values: walks ROOT (a rank base, or a tier
 // directory holding several), classifies every entry by FORMAT.md section 2,
-// checks every chunk (header and size; payload checksums too when asked),
+// checks every chunk (header and size; with ScanOptions::payloads the
+// payload pass of verify.h runs before manifests are judged),
 // parses every manifest and cross-checks its references, and records what
 // is wrong as Findings. Nothing here writes to the store.
 #pragma once
@@ -18,13 +19,35 @@ namespace kvstore {
 struct ScanOptions {
   bool payloads = false;     // checksum every payload (verify); else headers only (gc, stat)
   unsigned threads = 0;      // chunk readers; 0 = min(4, cores)
-  // Read block: cache-sized beats big when the data is in the page cache
-  // (the checksum then reads L2, not memory); readahead covers disks.
-  size_t buffer_bytes = 512 << 10;
   int64_t now_ns = 0;
   int64_t grace_ns = 600LL * 1000000000;
   Progress* progress = nullptr;
 };
+
+// verify's first read of a chunk: a chunk this small is read whole with its
+// header and checksummed from that buffer (one read per file).
+inline constexpr size_t kWholeReadBytes = size_t{512} << 10;
+// A namespace-record temp younger than this is never deleted, whatever
+// --grace says (FORMAT.md 8.3).
+inline constexpr int64_t kRecordTempFloorNs = 60LL * 1000000000;
+
+// ROOT's top level: which rank bases to scan, and what else lies there.
+struct TierListing {
+  struct Rank {
+    std::string rel;   // "" when ROOT is the rank base
+    std::string name;
+  };
+  bool root_is_rank = false;
+  std::vector<Rank> ranks;
+  std::vector<Finding> findings;       // foreign entries, symlinks, stale record temps
+  std::vector<TempRec> record_temps;   // namespace-record temps beside the rank bases
+};
+
+Outcome<TierListing> list_tier(int root_fd, const std::string& root_name, const ScanOptions& opt);
+
+// A namespace-record temp may go when it is older than the grace period (and
+// kRecordTempFloorNs) and no process holds its flock (FORMAT.md 7.1, 8.3).
+bool record_temp_is_dead(int tier_fd, const std::string& rel, const FileStat& st, const ScanOptions& opt);
 
 struct StoreScan {
   bool root_is_rank = false;

@@ -3,6 +3,7 @@
 // unnamed payloads (orphans, swept next time) but never a manifest that names
 // a deleted file. Each file is re-checked (same inode, size and mtime as
 // planned) just before it is unlinked; a changed file is kept and reported.
+// Payload unlinks are made durable by one syncfs(2) before returning.
 #pragma once
 
 #include <cstdint>

@@ -53,8 +53,9 @@ struct WalkOptions {
   unsigned threads = 1;
   // If set, called for every regular file instead of the fstatat, with the
   // file's directory fd (so opening it costs one name lookup); it fills e.st
-  // itself. Runs on walker threads.
-  std::function<void(int dir_fd, const char* name, WalkEntry& e)> on_file;
+  // itself and returns false when it took the file over (the walk then does
+  // not list it in WalkResult::files). Runs on walker threads.
+  std::function<bool(int dir_fd, const char* name, WalkEntry& e)> on_file;
 };
 
 struct WalkResult {

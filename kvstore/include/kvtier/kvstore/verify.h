@@ -1,0 +1,22 @@
+// The payload pass of `kvstore verify`: after the scan read every chunk's
+// header, checksum every payload the header read did not already cover, and
+// turn a mismatch into a `corrupt` finding (FORMAT.md 3.5 step 15).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/kvstore/inventory.h"
+
+namespace kvstore {
+
+struct ScanOptions;
+
+// `rels_in_rank[i]` is inv.chunks[i]'s path below `rank_fd`. Adds findings to
+// inv and marks damaged chunks; a chunk that vanished or was replaced since
+// the scan is left as the scan saw it.
+void verify_payloads(int rank_fd, const std::vector<std::string>& rels_in_rank, RankInventory& inv,
+                     const ScanOptions& opt, uint64_t* bytes_read);
+
+}  // namespace kvstore

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+"""This writer's pending record (FORMAT.md section 9.1).
+
+A boundary's chunks can come from several jobs, and the writer drops the
+store lock between jobs; ``kvstore gc --sweep`` would then see chunks no
+manifest names yet. Before each unlock the writer lists them in
+``pending/<pid>.<tid>.json``, a file it holds flock(LOCK_SH) on for as long
+as it lives: gc keeps what a live writer lists and removes the record of a
+writer that has exited. The file is rewritten in place, only under the
+store's shared lock, so gc (under the exclusive lock) never reads it torn.
+"""
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterable
+
+from .deps import fmt
+
+
+class PendingFile:
+    def __init__(self, layout: fmt.StoreLayout):
+        self.layout = layout
+        self.path: str | None = None
+        self._fd: int | None = None
+        self._written: bytes | None = None
+
+    def update(self, chunks: Iterable[tuple[int, str]]) -> None:
+        """Record (group, key hex) pairs; call with the store lock held."""
+        data = fmt.encode_pending_record(chunks)
+        if data == self._written:
+            return
+        if self._fd is None:
+            # Created and locked under the store lock: a sweep never sees it
+            # unlocked while this writer lives.
+            os.makedirs(self.layout.pending_dir, exist_ok=True)
+            name = fmt.pending_file_name(os.getpid(), threading.get_native_id())
+            self.path = os.path.join(self.layout.pending_dir, name)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        self._written = data
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
