@@ -18,6 +18,7 @@ variations a test needs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
@@ -180,7 +181,8 @@ class HybridVllm:
         elif drafter == "swa":
             groups.append((self.swa(), False))
         elif drafter == "eagle-full":
-            groups.append((self.full(), True))
+            # vLLM marks the specs of draft layers (KVCacheSpec.is_draft).
+            groups.append((replace(self.full(), is_draft=True), True))
         return self.kv_cache_config(*groups)
 
     def vllm_config(

@@ -80,10 +80,23 @@ def is_drafter_group(
     ``spec`` is the unwrapped group spec. Only an exact ``SlidingWindowSpec``
     counts: subclasses such as ``SlidingWindowMLASpec`` are target-model
     layers.
+
+    vLLM flags a group ``is_eagle_group`` when ANY of its layers is a draft
+    layer. A drafter whose spec equals the target's (an EAGLE head on a plain
+    Llama, say) is grouped with the target's attention layers; that group
+    holds target KV and its spec is a target layer's (``is_draft`` unset), so
+    it stays eligible. Otherwise the target's KV would never be offloaded.
     """
-    if group.is_eagle_group:
+    if group.is_eagle_group and _only_draft_layers(group):
         return True
     return eagle_speculation and type(spec) is SlidingWindowSpec
+
+
+def _only_draft_layers(group: "KVCacheGroupSpec") -> bool:
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return all(member.is_draft for member in spec.kv_cache_specs.values())
+    return spec.is_draft
 
 
 def select_eligible_groups(
