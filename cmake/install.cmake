@@ -24,7 +24,10 @@ set(KVTIER_BUNDLE_LIBDIR ${CMAKE_INSTALL_LIBDIR}/kvtier)
 
 if(KVTIER_PORTABLE)
   foreach(t IN LISTS KVTIER_TOOLS)
-    target_link_options(${t} PRIVATE -static-libstdc++ -static-libgcc)
+    # --gc-sections drops the unused parts of libstdc++.a, among them
+    # random_device's use of arc4random (glibc 2.36): the tools then need
+    # glibc 2.35 (Ubuntu 22.04, the vLLM images' base).
+    target_link_options(${t} PRIVATE -static-libstdc++ -static-libgcc -Wl,--gc-sections)
     file(RELATIVE_PATH _rel /${CMAKE_INSTALL_BINDIR} /${KVTIER_BUNDLE_LIBDIR})
     set_target_properties(${t} PROPERTIES INSTALL_RPATH "$ORIGIN/${_rel}")
   endforeach()
@@ -42,7 +45,9 @@ endif()
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/anchors ${PROJECT_SOURCE_DIR}/overlays
         DESTINATION ${KVTIER_DATADIR} COMPONENT runtime
-        PATTERN __pycache__ EXCLUDE PATTERN "*.pyc" EXCLUDE)
+        PATTERN __pycache__ EXCLUDE PATTERN "*.pyc" EXCLUDE
+        # the worked example of docs/OVERLAYS.md is not for a serving tree
+        REGEX "/anchors/example-[^/]*$" EXCLUDE REGEX "/overlays/example-[^/]*$" EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
         FILES_MATCHING PATTERN "*.sh"
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
@@ -59,12 +64,13 @@ set(CPACK_PACKAGE_VENDOR "kvtier")
 set(CPACK_PACKAGE_CONTACT "kvtier maintainers <kvtier@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "fail-closed overlays for a pinned vLLM, and the kvstore tool for its KV disk tier")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_COMPONENTS_ALL runtime)
-set(CPACK_DEB_COMPONENT_INSTALL OFF)
+# Only the runtime component: cpack then needs just `overlay` and `kvstore`
+# built (other folders' install rules, e.g. the clang scope tool, stay out).
+set(CPACK_INSTALL_CMAKE_PROJECTS "${CMAKE_BINARY_DIR};kvtier;runtime;/")
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # Depends: from the libraries the tools load
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "bash")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "bash, python3")  # the scripts; python3 runs the knob rules
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 include(CPack)

@@ -1,81 +1,140 @@
-"""docker/build-tools.sh, the builder stage, with a stand-in cmake: the tools
-are laid out with every library they load (glibc and its loader included),
-and the launchers in bin/ run them on that loader with their arguments."""
+"""docker/build-tools.sh, the image's builder stage, for real: it builds and
+installs both tools into a prefix laid out exactly as the image holds it
+(/opt/kvtier), and the tools run from there. The portable build goes into
+<build dir>-image (incremental on later runs); the prefix is moved before use,
+as `COPY --from=builder` does.
+
+The bug this guards (issue 19): the old layout ran the tools through a
+bundled ld.so, so /proc/self/exe was the loader and `overlay` could not find
+its anchors."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from docker_support import DOCKER, write_exec
+from docker_support import DOCKER, REPO
 
-FAKE_CMAKE = r"""#!/bin/sh
-echo "cmake $*" >>"$CMAKE_LOG"
-if [ "$1" = "--build" ]; then
-  mkdir -p "$2/patcher" "$2/kvstore"
-  cp /bin/echo "$2/patcher/overlay"
-  cp /bin/echo "$2/kvstore/kvstore"
-fi
-"""
+# The oldest glibc the image's tools may need: Ubuntu 22.04's, the base of
+# the vLLM serving images.
+GLIBC_FLOOR = (2, 35)
 
 
-@pytest.fixture
-def built(tmp_path) -> tuple[Path, Path, subprocess.CompletedProcess]:
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    write_exec(stubs / "cmake", FAKE_CMAKE)
-    log = tmp_path / "cmake.log"
-    out = tmp_path / "opt" / "kvtier"
+@pytest.fixture(scope="module")
+def image_prefix(build_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("builder") / "opt" / "kvtier"
     res = subprocess.run(
-        [str(DOCKER / "build-tools.sh"), "build", "--src", str(tmp_path),
-         "--build", str(tmp_path / "b"), "--out", str(out)],
-        env={"PATH": f"{stubs}:/usr/bin:/bin", "CMAKE_LOG": str(log)},
+        [str(DOCKER / "build-tools.sh"), "build", "--src", str(REPO),
+         "--build", f"{build_dir}-image", "--out", str(out)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    return out, log, res
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    # COPY --from=builder /opt/kvtier/ /opt/kvtier/: same layout, elsewhere.
+    moved = tmp_path_factory.mktemp("serving") / "opt" / "kvtier"
+    moved.parent.mkdir(parents=True)
+    shutil.copytree(out, moved, symlinks=True)
+    shutil.rmtree(out)
+    return moved
 
 
-def test_layout_and_targets(built):
-    out, log, res = built
-    assert res.returncode == 0, res.stderr
-    assert "--target overlay kvstore" in log.read_text()
-    assert sorted(p.name for p in (out / "libexec").iterdir()) == ["kvstore", "overlay"]
-    libs = {p.name for p in (out / "lib").iterdir()}
-    assert "libc.so.6" in libs
-    assert any(n.startswith("ld-linux") for n in libs)
+def test_layout(image_prefix):
+    for tool in ("overlay", "kvstore"):
+        assert os.access(image_prefix / "bin" / tool, os.X_OK)
+    data = image_prefix / "share/kvtier"
+    assert sorted(p.name for p in (data / "anchors").iterdir()) == sorted(
+        p.name for p in (REPO / "anchors").iterdir() if not p.name.startswith("example-")
+    )
+    assert os.access(data / "docker/bake.sh", os.X_OK)
+    assert not (image_prefix / "libexec").exists()
+    # No C or C++ runtime of the builder's travels into the image.
+    bundled = sorted(p.name for p in (image_prefix / "lib/kvtier").iterdir())
+    assert not [n for n in bundled if re.match(r"(ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s)", n)]
 
 
-def test_launchers_use_the_bundled_loader(built, tmp_path):
-    out, _, res = built
-    assert res.returncode == 0, res.stderr
-    # Moved elsewhere (as COPY --from=builder does), reached through a link.
-    moved = tmp_path / "elsewhere"
-    out.rename(moved)
-    link = tmp_path / "overlay-link"
-    link.symlink_to(moved / "bin" / "overlay")
-    done = subprocess.run(
-        [str(link), "apply", "--root", "/a b"],
-        capture_output=True, text=True, check=True, env={},
-    )  # fmt: skip
-    assert done.stdout == "apply --root /a b\n"
-    text = (moved / "bin" / "kvstore").read_text()
-    assert '"$here/../lib/ld-linux' in text and "--library-path" in text
+@pytest.mark.parametrize("tool", ["overlay", "kvstore"])
+def test_tools_load_only_glibc_from_the_system(image_prefix, tool):
+    ldd = subprocess.run(["ldd", str(image_prefix / "bin" / tool)], capture_output=True, text=True, check=True).stdout
+    assert "not found" not in ldd
+    assert "libstdc++" not in ldd and "libfmt" not in ldd and "libtomlplusplus" not in ldd
+    for line in ldd.splitlines():
+        m = re.search(r"=> (\S+)", line)
+        if m and "/lib/kvtier/" not in m[1]:
+            assert re.search(r"/(libc|libm|libpthread|libdl|librt)\.so", m[1]), line
 
 
-def test_package_list_is_setup_sh(tmp_path):
+def test_glibc_requirement_recorded_and_old_enough(image_prefix):
+    need = (image_prefix / "share/kvtier/GLIBC_REQUIRED").read_text().strip()
+    assert tuple(int(x) for x in need.split(".")) <= GLIBC_FLOOR, need
+
+
+def test_overlay_finds_its_anchors_in_the_image_layout(image_prefix, tree_copy, tmp_path):
+    """`/opt/kvtier/bin/overlay check --root TREE`, no --manifests, through a
+    link and with an empty environment, as the README's container example."""
+    link = tmp_path / "overlay"
+    link.symlink_to(image_prefix / "bin/overlay")
+    for exe in (image_prefix / "bin/overlay", link):
+        res = subprocess.run(
+            [str(exe), "check", "--root", str(tree_copy), "--expect", "pristine"],
+            capture_output=True, text=True, check=False, env={},
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert "ok: pristine" in res.stdout
+
+
+def test_bake_and_gate_run_from_the_image_layout(image_prefix, tree_copy):
+    """The Dockerfile's bake step, then the gate, with the image's own paths."""
+    docker = image_prefix / "share/kvtier/docker"
+    env = {"PATH": "/usr/bin:/bin"}
     res = subprocess.run(
-        [str(DOCKER / "build-tools.sh"), "packages"],
-        capture_output=True, text=True, check=True,
+        [str(docker / "bake.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy)],
+        capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (image_prefix / "share/kvtier/ARTIFACTS.sha256").is_file()
+    knob1 = dict(env, GLM53_KV_OFFLOAD="1", GLM53_KV_OFFLOAD_DIR="/data/kv", GLM53_KV_OFFLOAD_CPU_GB="8")
+    res = subprocess.run(
+        [str(docker / "gate.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy)],
+        capture_output=True, text=True, check=False, env=knob1,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+
+
+def test_bake_refuses_a_system_glibc_older_than_the_tools(image_prefix, tree_copy, tmp_path):
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "getconf").write_text("#!/bin/sh\necho 'glibc 2.17'\n")
+    (stubs / "getconf").chmod(0o755)
+    res = subprocess.run(
+        [str(image_prefix / "share/kvtier/docker/bake.sh"), "--prefix", str(image_prefix),
+         "--root", str(tree_copy), "--artifacts", str(tmp_path / "A")],
+        capture_output=True, text=True, check=False, env={"PATH": f"{stubs}:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert res.returncode == 2 and "need glibc >= " in res.stderr and "has 2.17" in res.stderr
+    assert not (tmp_path / "A").exists()
+    assert "vllm" in os.listdir(tree_copy) and not list(tree_copy.rglob("*.kvtier-journal"))
+
+
+def test_builder_packages_are_a_trimmed_subset_of_setup(tmp_path):
+    res = subprocess.run(
+        [str(DOCKER / "build-tools.sh"), "packages"], capture_output=True, text=True, check=True
+    )
     pkgs = res.stdout.split()
-    assert "shellcheck" in pkgs and "cmake" in pkgs
-    assert len(pkgs) == len(set(pkgs))
+    setup = (REPO / "scripts/setup.sh").read_text()
+    listed = re.search(r"APT_PACKAGES=\((.*?)\)", setup, re.S)[1].split()
+    assert set(pkgs) - {"g++"} <= set(listed)
+    for not_needed in ("clang", "shellcheck", "python3", "python3-pip", "unzip"):
+        assert not_needed not in pkgs
 
 
-def test_usage_errors():
+def test_usage_errors_and_help():
     res = subprocess.run(
         [str(DOCKER / "build-tools.sh"), "build", "--src", "/x"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert res.returncode == 2 and "needs --src, --build and --out" in res.stderr
+    res = subprocess.run([str(DOCKER / "build-tools.sh"), "--help"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and res.stdout.startswith("The Dockerfile's builder stage")
