@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
-"""kvstore benchmark: prints throughputs and ratios (not a test; no pass/fail).
+"""kvstore benchmark: prints each figure, each ratio and the commands behind it
+(not a test; no pass/fail).
 
-1. verify: a rank of 27 MiB chunks (>= 2 GiB) in the page cache. Compares
-   `kvstore verify` with `cat FILES > /dev/null` and with a plain Python loop
-   of read + zlib.crc32 over the same files, all in this run.
-2. gc: a rank of 200,000 small chunks (1,000 chains of 200, one manifest each).
-   Compares `kvstore gc` (dry run) with `find ROOT -type f | wc -l`.
+Parts (--only picks one; default all):
+  verify-large  27 MiB chunks (2.1 GiB) in the page cache, in two states:
+                "written" (the files were just rewritten, then synced) and
+                "re-read" (evicted with fadvise(DONTNEED), then read back by
+                cat). `kvstore verify` against the C reference bench/read_crc.c
+                with the same access pattern (pread 512 KiB, mmap the rest, as
+                many threads); also `cat` and a Python read + zlib.crc32 loop.
+  verify-small  40,000 chunks of 64 KiB: `kvstore verify` against read_crc.c
+                (one pread per file, same threads) and the Python loop.
+  gc            200,000 small chunks (1,000 chains of 200, one manifest each):
+                `kvstore gc` (dry run) against `find ROOT -type f | wc -l`,
+                with kvstore's peak RSS.
+  gc-manifests  110,000 chunks and 10,000 manifests (1,000 chains, a manifest
+                every 11 chunks): the same comparison.
+  sweep         200,000 chunks of which 100,000 are orphans: `kvstore gc
+                --sweep --grace 0` against `xargs rm -f` of the same files then
+                `sync`; the orphans are re-created before every run.
 
-Each figure is the best of --repeat runs after a warm-up read, as wall time
-and as CPU time (user + system, children included: what the command costs
-the machine, robust when other load shares it). Stores are
-generated once under --dir and reused. --smoke runs tiny sizes (for CI).
+Each figure is the best of --repeat runs (commands alternate within a
+repeat), as wall time and as CPU time (user + system of the command). Stores
+are generated once under --dir and reused. --smoke runs tiny sizes (CI).
 
 usage: bench/kvstore_bench.py [--kvstore build/kvstore/kvstore] [--dir /tmp/kvstore-bench]
 """
@@ -18,10 +30,11 @@ usage: bench/kvstore_bench.py [--kvstore build/kvstore/kvstore] [--dir /tmp/kvst
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 import os
 import platform
-import resource
 import subprocess
+import tempfile
 import sys
 import time
 import zlib
@@ -135,38 +148,108 @@ def make_small(tier: Path, files: int, per_chain: int, size: int) -> Path:
     return base
 
 
-def cpu_now() -> float:
-    """CPU seconds (user + system) of this process and its waited-for children."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+@dataclass
+class Took:
+    wall: float
+    cpu: float
+    rss_mib: float
 
 
-def best(fn, repeat: int) -> tuple[float, float]:
-    """Best wall time and best CPU time (user + system) over `repeat` runs."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        c0, t0 = cpu_now(), time.perf_counter()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(cpu_now() - c0)
-    return min(walls), min(cpus)
+GNU_TIME = "/usr/bin/time"
+RSS_FILE = Path(tempfile.gettempdir()) / f"kvstore-bench-rss.{os.getpid()}"
+
+
+def measure(cmd: list[str] | str) -> Took:
+    """Runs one command: wall time, CPU time (user + system, wait4) and, for
+    a plain command line, peak RSS through GNU time (0 where unknown)."""
+    rss = isinstance(cmd, list) and os.path.exists(GNU_TIME)
+    argv = [GNU_TIME, "-f", "%M", "-o", str(RSS_FILE), *cmd] if rss else cmd
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, shell=isinstance(cmd, str), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode()[-400:] if p.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # 1: kvstore found orphans, which the bench stores have
+        raise SystemExit(f"{shown(cmd)}: exit {code}: {err}")
+    rss_mib = int(RSS_FILE.read_text().split()[-1]) / 1024 if rss else 0.0
+    return Took(wall, ru.ru_utime + ru.ru_stime, rss_mib)
+
+
+def best(runs: list[Took]) -> Took:
+    return Took(min(r.wall for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs))
+
+
+def shown(cmd: list[str] | str) -> str:
+    if isinstance(cmd, str):
+        return cmd
+    if cmd[1:2] == ["-c"]:
+        cmd = [cmd[0], "-c", repr(cmd[2]), *cmd[3:]]
+    return " ".join(cmd if len(cmd) < 8 else [*cmd[:5], f"... ({len(cmd) - 5} files)"])
+
+
+def report(title: str, rows: list[tuple[str, list[str] | str, Took]], nbytes: int = 0) -> None:
+    print(title)
+    for label, cmd, t in rows:
+        rate = f" {nbytes / t.wall / 1e9:6.2f} GB/s" if nbytes else ""
+        peak = f"  peak RSS {t.rss_mib:7.1f} MiB" if t.rss_mib else ""
+        print(f"  {label:<26} {t.wall:8.3f} s{rate}  cpu {t.cpu:7.3f} s{peak}")
+        print(f"      $ {shown(cmd)}")
+
+
+def ratio(label: str, num: Took, den: Took, goal: str) -> None:
+    print(f"  ratio {label:<28} wall {num.wall / den.wall:5.2f}x  cpu {num.cpu / den.cpu:5.2f}x  ({goal})")
 
 
 def chunk_files(base: Path) -> list[str]:
     return sorted(str(p) for p in base.rglob("*.bin"))
 
 
-def run_quiet(cmd: list[str], shell: bool = False, ok=(0,)) -> None:
-    r = subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if r.returncode not in ok:
-        raise SystemExit(f"{cmd}: exit {r.returncode}: {r.stderr.decode()[-400:]}")
-
-
-def py_crc_loop(files: list[str]) -> None:
+def evict(files: list[str]) -> None:
+    os.sync()
     for f in files:
-        with open(f, "rb") as fh:
-            zlib.crc32(fh.read())
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def rewrite(files: list[str]) -> None:
+    """Writes every file's bytes again: its pages are now freshly written."""
+    for f in files:
+        data = Path(f).read_bytes()
+        evict([f])
+        fd = os.open(f, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, len(data) - len(view)) :]
+        finally:
+            os.close(fd)
+    os.sync()
+
+
+def read_back(files: list[str]) -> None:
+    evict(files)
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+
+
+def c_reference(root: Path) -> str:
+    """Compiles bench/read_crc.c (ISA-L when its header exists, else zlib)."""
+    out = root / "read_crc"
+    src = REPO / "bench" / "read_crc.c"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        root.mkdir(parents=True, exist_ok=True)
+        isal = Path("/usr/include/isa-l/crc.h").exists()
+        flags = ["-DHAVE_ISAL", "-lisal"] if isal else ["-lz"]
+        subprocess.run(["cc", "-O2", "-o", str(out), str(src), *flags, "-lpthread"], check=True)
+    return str(out)
+
+
+def py_crc_loop(files: list[str]) -> list[str]:
+    code = "import sys, zlib\nfor f in sys.argv[1:]: zlib.crc32(open(f, 'rb').read())"
+    return [sys.executable, "-c", code, *files]
 
 
 def main() -> int:
@@ -177,56 +260,156 @@ def main() -> int:
     ap.add_argument("--chunk-mib", type=float, default=27)
     ap.add_argument("--small-files", type=int, default=200_000)
     ap.add_argument("--small-bytes", type=int, default=1024)
+    ap.add_argument("--verify-files", type=int, default=40_000)
+    ap.add_argument("--verify-kib", type=int, default=64)
+    ap.add_argument("--manifest-chains", type=int, default=1_000)
+    ap.add_argument("--sweep-files", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="kvstore --threads (0: its default)")
+    ap.add_argument("--threads", type=int, default=0, help="kvstore --threads (0: its default, min(4, cores))")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
-    ap.add_argument("--only", choices=("verify", "gc"), help="run one of the two parts")
+    ap.add_argument("--only", choices=PARTS, help="run one part")
     a = ap.parse_args()
     if a.smoke:
         a.big_gib, a.chunk_mib, a.small_files, a.repeat = 0.01, 1, 400, 1
-    kv = a.kvstore
-    threads = ["--threads", str(a.threads)] if a.threads else []
+        a.verify_files, a.manifest_chains, a.sweep_files = 100, 4, 400
+    a.kv_threads = ["--threads", str(a.threads)] if a.threads else []
+    a.ref_threads = str(a.threads or min(4, os.cpu_count() or 1))
     root = Path(a.dir)
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-          f"{platform.system()} {platform.release()}, python {platform.python_version()}")
-
-    if a.only != "gc":
-        bench_verify(a, kv, threads, root)
-    if a.only != "verify":
-        bench_gc(a, kv, threads, root)
+          f"{platform.system()} {platform.release()}, python {platform.python_version()}; "
+          f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for name, fn in PARTS.items():
+        if a.only in (None, name):
+            fn(a, root)
     print(f"load average after the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 
-def bench_verify(a: argparse.Namespace, kv: str, threads: list[str], root: Path) -> None:
+def bench_verify_large(a: argparse.Namespace, root: Path) -> None:
     big = make_big(root / "big", int(a.big_gib * GiB), int(a.chunk_mib * MiB))
     files = chunk_files(big)
     total = sum(os.path.getsize(f) for f in files)
-    print(f"verify: {len(files)} chunks, {total / GiB:.2f} GiB under {big}")
-    run_quiet(["cat", *files])  # into the page cache
-    t_cat, c_cat = best(lambda: run_quiet(["cat", *files]), a.repeat)
-    t_kv, c_kv = best(lambda: run_quiet([kv, "verify", "--quiet", *threads, str(big)]), a.repeat)
-    t_py, c_py = best(lambda: py_crc_loop(files), a.repeat)
-    gbs = lambda t: total / t / 1e9  # noqa: E731
-    print("                               wall            cpu (user+sys)")
-    print(f"  cat > /dev/null          {t_cat:7.3f} s {gbs(t_cat):6.2f} GB/s  {c_cat:7.3f} s")
-    print(f"  kvstore verify           {t_kv:7.3f} s {gbs(t_kv):6.2f} GB/s  {c_kv:7.3f} s")
-    print(f"  python read+zlib.crc32   {t_py:7.3f} s {gbs(t_py):6.2f} GB/s  {c_py:7.3f} s")
-    print(f"  ratio verify/cat    wall {t_cat / t_kv:5.2f}x  cpu {c_cat / c_kv:5.2f}x  (goal >= 0.9x)")
-    print(f"  ratio verify/python wall {t_py / t_kv:5.2f}x  cpu {c_py / c_kv:5.2f}x  (goal >= 4x)")
+    ref = c_reference(root)
+    kv = [a.kvstore, "verify", "--quiet", *a.kv_threads, str(big)]
+    c = [ref, "-m", "-t", a.ref_threads, *files]
+    for state, prepare in (("written", rewrite), ("re-read", read_back)):
+        runs: dict[str, list[Took]] = {"kv": [], "c": []}
+        for _ in range(a.repeat):
+            for name, cmd in (("kv", kv), ("c", c)):
+                prepare(files)
+                runs[name].append(measure(cmd))
+        t_kv, t_c = best(runs["kv"]), best(runs["c"])
+        report(f"verify-large ({state}): {len(files)} chunks, {total / GiB:.2f} GiB",
+               [("kvstore verify", kv, t_kv), ("C read+CRC (same pattern)", c, t_c)], total)
+        ratio("verify/C reference", t_kv, t_c, "goal <= 1.1x")
+    cat = ["cat", *files]
+    py = py_crc_loop(files)
+    t_cat = best([measure(cat) for _ in range(a.repeat)])
+    t_py = best([measure(py) for _ in range(a.repeat)])
+    t_kv = best([measure(kv) for _ in range(a.repeat)])
+    report("verify-large (warm) against cat and Python",
+           [("kvstore verify", kv, t_kv), ("cat > /dev/null", cat, t_cat), ("python read+zlib.crc32", py, t_py)],
+           total)
+    ratio("cat/verify (speed)", t_cat, t_kv, "speed ratio: goal >= 0.9x means verify/cat time <= 1.11x")
+    ratio("verify/python (time)", t_kv, t_py, "goal <= 0.25x")
 
 
-def bench_gc(a: argparse.Namespace, kv: str, threads: list[str], root: Path) -> None:
-    small = make_small(root / "small", a.small_files, 200 if not a.smoke else 20, a.small_bytes)
-    n = sum(1 for _ in small.rglob("*.bin"))
-    print(f"gc: {n} small chunks under {small}")
-    find = f"find {small} -type f | wc -l"
-    run_quiet(find, shell=True)
-    t_find, c_find = best(lambda: run_quiet(find, shell=True), a.repeat)
-    t_gc, c_gc = best(lambda: run_quiet([kv, "gc", "--quiet", *threads, str(small)]), a.repeat)
-    print(f"  find -type f | wc -l     {t_find:7.3f} s  cpu {c_find:7.3f} s")
-    print(f"  kvstore gc (dry run)     {t_gc:7.3f} s  cpu {c_gc:7.3f} s")
-    print(f"  ratio gc/find       wall {t_gc / t_find:5.2f}x  cpu {c_gc / c_find:5.2f}x  (goal <= 2x)")
+def bench_verify_small(a: argparse.Namespace, root: Path) -> None:
+    base = make_small(root / "verify-small", a.verify_files, 200 if not a.smoke else 20, a.verify_kib << 10)
+    files = chunk_files(base)
+    total = sum(os.path.getsize(f) for f in files)
+    ref = c_reference(root)
+    kv = [a.kvstore, "verify", "--quiet", *a.kv_threads, str(base)]
+    c = [ref, "-t", a.ref_threads, *files]
+    py = py_crc_loop(files)
+    read_back(files)
+    runs: dict[str, list[Took]] = {"kv": [], "c": [], "py": []}
+    for _ in range(a.repeat):
+        for name, cmd in (("kv", kv), ("c", c), ("py", py)):
+            runs[name].append(measure(cmd))
+    t_kv, t_c, t_py = best(runs["kv"]), best(runs["c"]), best(runs["py"])
+    report(f"verify-small: {len(files)} chunks of {a.verify_kib} KiB, {total / GiB:.2f} GiB, in the page cache",
+           [("kvstore verify", kv, t_kv), ("C read+CRC", c, t_c), ("python read+zlib.crc32", py, t_py)], total)
+    ratio("verify/C reference", t_kv, t_c, "goal <= 1.0x")
+    ratio("verify/python", t_kv, t_py, "goal < 1x")
+
+
+def gc_against_find(a: argparse.Namespace, base: Path, title: str, goal: str) -> None:
+    n = sum(1 for _ in base.rglob("*.json")) + sum(1 for _ in base.rglob("*.bin"))
+    find = f"find {base} -type f | wc -l"
+    kv = [a.kvstore, "gc", "--quiet", *a.kv_threads, str(base)]
+    measure(find)
+    runs: dict[str, list[Took]] = {"kv": [], "find": []}
+    for _ in range(a.repeat):
+        runs["find"].append(measure(find))
+        runs["kv"].append(measure(kv))
+    t_kv, t_find = best(runs["kv"]), best(runs["find"])
+    report(f"{title}: {n} files under {base}", [("find -type f | wc -l", find, t_find), ("kvstore gc (dry run)", kv, t_kv)])
+    ratio("gc/find", t_kv, t_find, goal)
+
+
+def bench_gc(a: argparse.Namespace, root: Path) -> None:
+    base = make_small(root / "small", a.small_files, 200 if not a.smoke else 20, a.small_bytes)
+    gc_against_find(a, base, "gc", "goal <= 1.4x")
+
+
+def bench_gc_manifests(a: argparse.Namespace, root: Path) -> None:
+    base = make_manifest_heavy(root / "manifests", a.manifest_chains, 110, 11, a.small_bytes)
+    gc_against_find(a, base, "gc-manifests", "goal <= 2x")
+
+
+def make_manifest_heavy(tier: Path, chains: int, per_chain: int, every: int, size: int) -> Path:
+    w = Writer(tier, "bench-manifests")
+    base = Path(w.layout.base)
+    if (base / "manifests").is_dir():
+        return base
+    payload = os.urandom(size)
+    for c in range(chains):
+        chain, entries = [], []
+        for j in range(per_chain):
+            k = key(c * per_chain + j, "heavy")
+            chain.append(k)
+            entries.append(w.chunk(k, (j + 1) * 16, payload))
+            if (j + 1) % every == 0:
+                w.manifest(chain, entries, 16)
+    return base
+
+
+def bench_sweep(a: argparse.Namespace, root: Path) -> None:
+    half = a.sweep_files // 2
+    base = make_small(root / "sweep", half, 200 if not a.smoke else 20, a.small_bytes)
+    w = Writer(root / "sweep", "bench-small")
+    payload = os.urandom(a.small_bytes)
+    orphans = [w.layout.chunk(key(i, "orphan"), 0) for i in range(half)]
+    listing = root / "sweep-orphans.txt"
+    listing.write_text("\n".join(orphans) + "\n")
+
+    def recreate() -> None:
+        for i in range(half):
+            w.chunk(key(i, "orphan"), 16, payload)
+        os.sync()
+
+    kv = [a.kvstore, "gc", "--sweep", "--grace", "0", "--quiet", *a.kv_threads, str(base)]
+    rm = f"xargs rm -f < {listing} && sync"
+    runs: dict[str, list[Took]] = {"kv": [], "rm": []}
+    for _ in range(max(2, a.repeat) if not a.smoke else 1):
+        for name, cmd in (("kv", kv), ("rm", rm)):
+            recreate()
+            runs[name].append(measure(cmd))
+            assert not any(os.path.exists(o) for o in orphans[:50]), f"{shown(cmd)} left orphans"
+    t_kv, t_rm = best(runs["kv"]), best(runs["rm"])
+    report(f"sweep: {a.sweep_files} chunks, {half} of them orphans deleted per run",
+           [("kvstore gc --sweep", kv, t_kv), ("xargs rm -f + sync", rm, t_rm)])
+    ratio("sweep/(rm + sync)", t_kv, t_rm, "goal <= 1.3x")
+
+
+PARTS = {
+    "verify-large": bench_verify_large,
+    "verify-small": bench_verify_small,
+    "gc": bench_gc,
+    "gc-manifests": bench_gc_manifests,
+    "sweep": bench_sweep,
+}
 
 
 if __name__ == "__main__":

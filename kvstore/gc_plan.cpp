@@ -82,6 +82,7 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
   // --force then deletes only what cannot break a manifest: superseded
   // readable manifests and temps.
   bool complete = inv.manifests_readable;
+  for (const auto& m : inv.manifests) complete = complete && m.readable;
   for (const auto& f : inv.findings)
     if (f.kind == FindingKind::kUnreadable || f.kind == FindingKind::kBadPending) complete = false;
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace kvstore {
 namespace {
 
@@ -184,6 +186,38 @@ TEST(Plan, RefusesOnUnreadableManifestOrNamespace) {
                             ".: namespace record missing or invalid",
                         }));
   for (const auto& i : p.items) EXPECT_NE(i.rel, "r/manifests/m1.json");
+}
+
+TEST(Plan, PartlyUnreadableRankPlansNoChunkEvenForced) {
+  // manifests/ could not be listed: which chunks are named is unknown, so
+  // not even --force may delete a chunk (it could be named by an unseen manifest).
+  auto inv = linear_chain();
+  inv.chunks.push_back(chunk(0, "orphan", false));
+  inv.manifests_readable = false;
+  inv.findings.push_back({"r/manifests", FindingKind::kUnreadable, "not a readable directory"});
+  auto p = make_plan(inv, opts(2));
+  EXPECT_TRUE(p.chunks_withheld);
+  EXPECT_FALSE(p.refusals.empty());
+  for (const auto& i : p.items) EXPECT_TRUE(i.manifest) << i.rel;
+  EXPECT_EQ(p.manifests_planned, 3u);  // the superseded readable ones
+}
+
+TEST(Plan, LiveWritersPendingChunkIsNeverAnOrphan) {
+  auto inv = linear_chain();
+  inv.chunks.push_back(chunk(0, "pending", false));
+  inv.chunks.back().pending = true;
+  inv.chunks.push_back(chunk(0, "orphan", false));
+  PendingRec dead;
+  dead.rel = "r/pending/7.7.json";
+  dead.st = old_stat(40);
+  inv.pendings.push_back(dead);
+  auto o = opts(0);
+  o.grace_ns = 0;
+  auto p = make_plan(inv, o);
+  auto got = items(p);
+  EXPECT_EQ(std::count(got.begin(), got.end(), std::pair<std::string, DeleteReason>{"r/orphan_g0.bin", DeleteReason::kOrphan}), 1);
+  EXPECT_EQ(std::count(got.begin(), got.end(), std::pair<std::string, DeleteReason>{"r/pending/7.7.json", DeleteReason::kStaleTemp}), 1);
+  for (const auto& i : p.items) EXPECT_NE(i.rel, "r/pending_g0.bin");
 }
 
 }  // namespace

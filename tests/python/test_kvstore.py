@@ -709,7 +709,11 @@ def test_bench_smoke(kvstore_bin, tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    for label in ("ratio verify/cat", "ratio verify/python", "ratio gc/find"):
+    for part in ("verify-large (written)", "verify-large (re-read)", "verify-small", "gc:",
+                 "gc-manifests", "sweep:"):
+        assert part in out
+    for label in ("ratio verify/C reference", "ratio verify/python", "ratio gc/find",
+                  "ratio sweep/(rm + sync)"):
         assert label in out
 
 
