@@ -14,12 +14,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 
-def make_spec(vllm, offloading_config, *, worker=None, rows: int | None = None):
+def make_spec(
+    vllm, offloading_config, *, worker=None, rows: int | None = None, manager=None
+):
     """An ``OffloadingSpec`` subclass instance over ``offloading_config``.
 
     vllm: a ``hybrid_layout.HybridVllm`` (its ``base`` and ``cpu`` modules).
     worker: what ``get_worker`` returns (default: a namespace holding the
     canonical KV caches it was given, also kept as ``spec.worker_caches``).
+    manager: the manager to hand out instead of the recording one, e.g. the
+    tree's real ``CPUOffloadingManager``.
     """
     base = vllm.base
     cpu_spec = vllm.cpu.CPULoadStoreSpec
@@ -54,7 +58,7 @@ def make_spec(vllm, offloading_config, *, worker=None, rows: int | None = None):
     class RecordingSpec(base.OffloadingSpec):
         def __init__(self, config) -> None:
             super().__init__(config)
-            self.manager = RecordingManager()
+            self.manager = manager if manager is not None else RecordingManager()
             self.worker_caches = None
 
         def get_manager(self):

@@ -222,8 +222,9 @@ def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeyp
     assert sls.verify_store(tmp_path) == []
 
 
-def test_failed_key_is_never_manifested_this_boot(tmp_path, monkeypatch):
+def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path, monkeypatch):
     store, staging = sls.make_store(tmp_path)
+    store._owed.retry_failed_after = 0.0  # retry at the next capture
     maker = sls.JobMaker(staging)
     bad = store.writer.layout.chunk(sls.block_hash(1).hex(), 4)
     real = ksl.durable_io.write_chunk_file
@@ -237,21 +238,38 @@ def test_failed_key_is_never_manifested_this_boot(tmp_path, monkeypatch):
     write_boundary(store, maker, 1)
     assert not os.path.exists(bad)
     assert (sls.block_hash(1), 4) in store.writer.failed
-    assert store.stats.keys_failed == 1
+    # The g4 job failed, and its retry at the g5 job's capture failed again.
+    assert store.stats.keys_failed == 2
     assert sls.manifests(only_base(tmp_path)) == {}
-    # The same key offered again this boot: still not written, not manifested.
-    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
-    sls.run_job(store, maker.state(1, 4))
-    assert not os.path.exists(bad)
+    # Still failing: every retry fails again; nothing is published, no temp.
+    sls.run_job(store, maker.full_chunks(5, 1))
+    assert store.stats.keys_failed == 3
     assert sls.manifests(only_base(tmp_path)) == {}
     assert sls.temp_files(tmp_path) == []
-    # A new boot has a fresh ledger: the key is written and the boundary published.
-    store.shutdown()
-    store2, staging2 = sls.make_store(tmp_path)
-    maker2 = sls.JobMaker(staging2)
-    sls.run_job(store2, maker2.state(1, 4))
+    # The disk works again: the next capture takes the key again from its
+    # staging row (still holding it), writes it in full, and the boundary
+    # that waited for it is published.
+    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
+    sls.run_job(store, maker.full_chunks(6, 1))
     assert os.path.exists(bad)
-    assert len(sls.manifests(only_base(tmp_path))) == 1
+    assert (sls.block_hash(1), 4) not in store.writer.failed
+    assert store.stats.keys_recaptured == 3
+    assert [m.boundary for m in sls.manifests(only_base(tmp_path)).values()] == [32]
+    assert sls.verify_store(tmp_path) == []
+
+
+def test_failed_key_is_not_taken_from_disk(tmp_path, monkeypatch):
+    """A key whose write failed this boot is rewritten, never deduplicated
+    from a file found at its name (its state on disk is unknown)."""
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    write_boundary(store, maker, 0)
+    path = store.writer.layout.chunk(sls.block_hash(0).hex(), 2)
+    store.writer.failed.add((sls.block_hash(0), 2))
+    before = os.stat(path).st_ino
+    sls.run_job(store, maker.state(0, 2))
+    assert os.stat(path).st_ino != before  # a new file, renamed over it
+    assert (sls.block_hash(0), 2) not in store.writer.failed
     assert sls.verify_store(tmp_path) == []
 
 
@@ -330,6 +348,7 @@ def test_keep_zero_keeps_every_manifest(tmp_path):
 
 def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypatch):
     store, staging = sls.make_store(tmp_path)
+    store._owed.retry_failed_after = 0.0
     store.writer.pause_seconds = 0.0
     space = {"ok": False}
     store.writer.resume_probe = lambda: space["ok"]
@@ -359,11 +378,16 @@ def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypat
     sls.run_job(store, maker.full_chunks(3, 1))
     assert store.stats.keys_dropped_paused == 2
     assert len(sls.chunk_files(tmp_path)) == 1
-    # Space is back: the writer resumes on its next job.
+    # Space is back: the writer resumes on its next job, and the keys it
+    # could not write (chunk 1 failed, 2 and 3 dropped while paused) are
+    # captured again from their staging rows, which still hold them.
     space["ok"] = True
     assert store.writer.maybe_resume()
     sls.run_job(store, maker.full_chunks(4, 1))
-    assert len(sls.chunk_files(tmp_path)) == 2
+    assert len(sls.chunk_files(tmp_path)) == 5
+    assert store.stats.keys_recaptured == 3
+    for path in sls.chunk_files(tmp_path):
+        fmt.verify_chunk_file(str(path))
     assert store.writer.pool.used == 0
 
 
@@ -460,11 +484,15 @@ def test_full_budget_drops_stores_and_never_blocks(tmp_path):
     assert store.stats.keys_captured == 3
     assert store.stats.keys_dropped_budget == 2
     assert store.writer.pool.used == 3 * per_key
+    # Once the writer is idle it takes the two dropped keys again from their
+    # staging rows (no store reused them), so all five reach the disk.
     store.writer.drain()
     assert store.writer.pool.used == 0
+    assert store.stats.keys_recaptured == 2
+    assert len(sls.chunk_files(tmp_path)) == 5
     sls.run_job(store, maker.full_chunks(5, 3))
     store.writer.drain()
-    assert store.stats.keys_captured == 6 and len(sls.chunk_files(tmp_path)) == 6
+    assert store.stats.keys_captured == 8 and len(sls.chunk_files(tmp_path)) == 8
 
 
 def test_dedup_only_on_a_header_that_verifies(tmp_path):

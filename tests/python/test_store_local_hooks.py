@@ -14,6 +14,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import harness
@@ -22,6 +23,7 @@ from fake_offloading import FakeTransferWorker, make_spec
 from hybrid_layout import OFFLOADING, HybridVllm, scheduler_output
 
 OVERLAYS = "kv-offload-scope,kv-offload-store-local"
+REPO = Path(__file__).resolve().parents[2]
 BLOCK = 256
 HASH = 64
 NUM_BLOCKS = 64
@@ -139,8 +141,10 @@ def test_both_overlays_apply_and_check_on_the_pinned_tree(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     module = tree_copy / OFFLOADING.replace(".", "/")
-    assert (module / "kv_store_local" / "__init__.py").is_file()
-    assert (module / "kv_store_local" / "vllm_worker.py").is_file()
+    package = REPO / "overlays" / "kv-offload-store-local" / "kv_store_local"
+    for source in package.glob("*.py"):  # every module of the package, installed
+        installed = (module / "kv_store_local" / source.name).read_bytes()
+        assert installed.endswith(source.read_bytes()), source.name
     assert (module / "kv_store_format.py").is_file()
     assert (module / "kv_offload_knobs.py").is_file()
     check = run_overlay(

@@ -2,7 +2,7 @@
 """Captured work, as the serving side hands it to the writer thread."""
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .deps import fmt
 
@@ -18,6 +18,9 @@ class CapturedKey:
     offset: int  # in the capture pool
     size: int
     segments: tuple[fmt.Segment, ...]
+    # Where the bytes came from, so a key the writer could not write can be
+    # captured again while its staging row still holds it (recapture.Owed).
+    origin: Any = field(default=None, compare=False)
     # Payload CRC being computed on the checksum threads (writer side only).
     checksum: "PendingChecksum | None" = field(default=None, compare=False)
     freed: bool = field(default=False, compare=False)

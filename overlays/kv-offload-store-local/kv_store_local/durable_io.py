@@ -103,6 +103,7 @@ class StagedFile:
     fd: int
     header: fmt.ChunkHeader
     size: int
+    origin: Any = None  # CapturedKey.origin, handed back if the write fails
     error: OSError | None = None
 
 

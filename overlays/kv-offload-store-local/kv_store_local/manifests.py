@@ -98,8 +98,8 @@ class ManifestBook:
         missing: set[Ident] = set()
         for ident in candidate.needed():
             if ident in self.failed:
-                self.stats.manifests_dropped += 1
-                return []
+                missing.add(ident)  # waits for the key's rewrite
+                continue
             if ident in self.durable:
                 self.durable.move_to_end(ident)
                 continue
@@ -163,7 +163,9 @@ class ManifestBook:
         out: set[tuple[int, str]] = set()
         for candidate, _ in self._pending.values():
             chain = tuple(h.hex() for h in candidate.chain)
-            done = next((k for k in range(len(chain), 0, -1) if chain[:k] in published), 0)
+            done = next(
+                (k for k in range(len(chain), 0, -1) if chain[:k] in published), 0
+            )
             out.update((g, key) for g in candidate.full for key in chain[done:])
             out.update((g, chain[-1]) for g in candidate.state)
         return out
@@ -253,7 +255,9 @@ class ManifestBook:
         for n in superseded:
             try:
                 with open(os.path.join(self.layout.manifest_dir, n), "rb") as f:
-                    old_manifests[n] = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+                    old_manifests[n] = fmt.decode_manifest(
+                        f.read(fmt.MAX_MANIFEST_BYTES + 1)
+                    )
             except (OSError, fmt.FormatError):
                 old_manifests[n] = None
             try:

@@ -94,3 +94,22 @@ def resolve_rank(
             f"(rank {config_rank}, TP size {config_tp_size})"
         )
     return tp_rank, "initialized TP group"
+
+
+def state_abi(s: Any) -> dict[str, Any]:
+    groups = []
+    for g in s.groups:
+        if g.kind != "state":
+            continue
+        layer = g.layers[0]
+        groups.append(
+            {
+                "group": g.group,
+                "mamba_type": s.mamba_types.get(g.group, ""),
+                "layers": len(g.layers),
+                "states": [
+                    {"dtype": p.dtype, "shape": list(p.shape)} for p in layer.state
+                ],
+            }
+        )
+    return {"groups": groups}

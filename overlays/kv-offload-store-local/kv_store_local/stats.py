@@ -3,6 +3,17 @@
 
 from dataclasses import dataclass
 
+# Why a key was not written when first captured (``StoreStats.drops``).
+DROP_REASONS = {
+    "budget": "keys_dropped_budget",  # capture pool full (retried later)
+    "paused": "keys_dropped_paused",  # writer paused on a full disk (retried)
+    "write_failed": "keys_failed",  # write or fsync failed (retried)
+    "incomplete": "keys_dropped_incomplete",  # chunk not filled by the DMA
+    "window": "keys_dropped_window",  # sliding-window (drafter) group: never written
+    "lost": "keys_lost",  # its staging row was reused before a retry fitted
+    "owed_limit": "keys_lost_owed_limit",  # too many keys waiting for a retry
+}
+
 
 @dataclass
 class StoreStats:
@@ -13,6 +24,10 @@ class StoreStats:
     keys_dropped_budget: int = 0
     keys_dropped_paused: int = 0
     keys_dropped_incomplete: int = 0
+    keys_dropped_window: int = 0
+    keys_recaptured: int = 0
+    keys_lost: int = 0
+    keys_lost_owed_limit: int = 0
     jobs_without_meta: int = 0
     jobs_mismatched: int = 0
     keys_written: int = 0
@@ -25,3 +40,7 @@ class StoreStats:
     manifests_superseded: int = 0
     state_files_removed: int = 0
     enospc_pauses: int = 0
+
+    def drops(self) -> dict[str, int]:
+        """Keys not written when first captured, per reason."""
+        return {reason: getattr(self, name) for reason, name in DROP_REASONS.items()}

@@ -6,7 +6,9 @@ Plain values in (the settings, staging tensors and per-layer refs that
 disables the writer on this rank with one log line.
 """
 
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,23 +18,15 @@ from .captured import Candidate, CapturedJob, CapturedKey
 from .copier import Copier, coalesce
 from .deps import fmt, init_logger, knobs
 from .errors import WriterDisabled
+from .job_plan import Remembered, plan_keys
 from .layout import GroupLayout, StagingTensor, bind_layers
-from .namespace import key_scheme, open_namespace, resolve_rank
-from .side_channel import META_VERSION, key_hash
+from .namespace import key_scheme, open_namespace, resolve_rank, state_abi
+from .recapture import Owed, OwedKeys
+from .side_channel import META_VERSION
 from .stats import StoreStats
 from .writer import StoreWriter
 
 logger = init_logger(__name__)
-
-
-@dataclass
-class Remembered:
-    """A store job between its submission and its completion."""
-
-    chunk_ids: list[int]
-    group_sizes: list[int]
-    block_indices: list[int]
-    meta: Any
 
 
 @dataclass
@@ -52,10 +46,6 @@ class WorkerSettings:
     unsupported: str | None = None  # why this layout cannot be written
 
 
-# (hash, group layout, end token, chunk id, first sub-block, sub-blocks)
-PlannedKey = tuple[bytes, GroupLayout, int, int, int, int]
-
-
 class WorkerStore:
     def __init__(
         self,
@@ -66,6 +56,7 @@ class WorkerStore:
         capture_budget: int | None = None,
         copy_engine: str = "memmove",
         copy_threads: int = 4,
+        recapture: bool = True,
     ):
         self.knobs = settings_knobs
         self.settings = settings
@@ -87,6 +78,15 @@ class WorkerStore:
         self.writer: StoreWriter | None = None
         self.copier: Copier | None = None
         self.disabled_reason: str | None = None
+        # Keys not written yet whose bytes may still be in staging.
+        self._recapture_on = recapture
+        self._owed = OwedKeys(self.stats, keep=recapture)
+        # Owed keys, row generations and every copy out of staging: the
+        # serving thread (capture, remember) and the writer thread (idle
+        # recapture) take turns, key by key.
+        self._lock = threading.Lock()
+        # (origin, reason) of keys the writer thread could not write.
+        self._returned: deque[tuple[Owed, str]] = deque()
 
     # -- start ---------------------------------------------------------------
 
@@ -144,6 +144,8 @@ class WorkerStore:
                 pool,
                 self.knobs.keep_boundaries,
                 stats=self.stats,
+                on_lost=self._on_lost,
+                on_idle=self._recapture_idle,
             )
         except OSError as e:
             raise WriterDisabled(
@@ -191,8 +193,20 @@ class WorkerStore:
         if not self.active:
             return
         src, dst = entry.src_spec, entry.dst_spec
+        chunk_ids = [int(c) for c in dst.block_ids]
+        try:
+            with self._lock:
+                # This job's DMA will overwrite these rows (it is submitted
+                # after this returns): a key still owed from them gets its
+                # last chance now.
+                self._take_returned()
+                keys = self._recapture(self._owed.on_rows(chunk_ids))
+                self._owed.rows_reused(chunk_ids)
+            self._submit_recaptured(keys)
+        except Exception:
+            logger.exception("KV store: recapture before job %d failed", job_id)
         self._remembered[job_id] = Remembered(
-            chunk_ids=[int(c) for c in dst.block_ids],
+            chunk_ids=chunk_ids,
             group_sizes=[int(n) for n in src.group_sizes],
             block_indices=[int(i) for i in src.block_indices],
             meta=getattr(entry, "kv_store_meta", None),
@@ -233,7 +247,14 @@ class WorkerStore:
         ):
             self.stats.jobs_without_meta += 1
             return
-        plan = self._plan(rec, meta)
+        plan = plan_keys(
+            rec,
+            meta,
+            self._slots,
+            self.settings.blocks_per_chunk,
+            self._owed.generation,
+            self.stats,
+        )
         candidates = [
             Candidate(
                 boundary=c["boundary"],
@@ -244,93 +265,111 @@ class WorkerStore:
             )
             for c in meta.get("candidates") or ()
         ]
-        if not self.writer.accepting:
-            self.stats.keys_dropped_paused += len(plan)
-            return
         start = time.perf_counter()
+        with self._lock:
+            # Earlier drops first: their chains are older.
+            self._take_returned()
+            again = self._recapture(self._owed.pending())
+            keys = self._copy(plan, "budget")
+        self.stats.capture_seconds += time.perf_counter() - start
+        self._submit_recaptured(again)
+        self.stats.jobs_captured += 1
+        self.writer.submit(CapturedJob(job_id, keys, candidates))
+
+    def _copy(self, entries: Sequence[Owed], reason: str | None) -> list[CapturedKey]:
+        """Copy what fits into the pool; owe the rest (counted as ``reason``,
+        or as "paused" while the writer is paused; None: not counted again)."""
+        assert self.writer is not None and self.copier is not None
+        pool = self.writer.pool
         runs = []
         keys = []
-        pool = self.writer.pool
-        for hash_, group_layout, token, chunk_id, first, count in plan:
-            size = group_layout.block_bytes * count
-            offset = pool.alloc(size)
+        for entry in entries:
+            layout = entry.layout
+            size = layout.block_bytes * entry.count
+            offset = pool.alloc(size) if self.writer.accepting else None
             if offset is None:
-                self.stats.keys_dropped_budget += 1
-                self._log_drop()
+                paused = not self.writer.accepting
+                self._owed.owe(entry, "paused" if paused else reason)
+                if not paused and reason is not None:
+                    self._log_drop()
                 continue
             dst = offset
-            for layer in group_layout.layers:
+            for layer in layout.layers:
                 t = self._staging[layer.tensor]
                 page = t.width // self.settings.blocks_per_chunk
-                row = t.offset + chunk_id * t.row_stride
-                for j in range(first, first + count):
+                row = t.offset + entry.chunk_id * t.row_stride
+                for j in range(entry.first, entry.first + entry.count):
                     runs.append((t.source, row + j * page, dst, layer.real_bytes))
                     dst += layer.real_bytes
             keys.append(
                 CapturedKey(
-                    hash_,
-                    group_layout.group,
-                    token,
+                    entry.hash,
+                    layout.group,
+                    entry.token,
                     offset,
                     size,
-                    group_layout.segments(count),
+                    layout.segments(entry.count),
+                    origin=entry,
                 )
             )
         self.copier.copy(coalesce(runs))
-        self.stats.capture_seconds += time.perf_counter() - start
-        self.stats.jobs_captured += 1
         self.stats.keys_captured += len(keys)
         self.stats.bytes_captured += sum(k.size for k in keys)
-        self.writer.submit(CapturedJob(job_id, keys, candidates))
+        return keys
 
-    def _plan(self, rec: Remembered, meta: dict) -> list[PlannedKey]:
-        """One entry per key whose chunk the DMA filled completely.
+    def _recapture(self, owed: Iterable[Owed]) -> list[CapturedKey]:
+        """Capture owed keys again, oldest first, while the pool has room.
 
-        Cross-checks the side channel against the transfer spec; keys whose
-        chunk the DMA did not fill completely are left out.
+        Called with the lock held; the caller submits what it returns after
+        letting go of the lock (a writer without a thread writes in submit).
         """
-        keys, groups, tokens = meta["keys"], meta["groups"], meta["tokens"]
-        if not (len(keys) == len(groups) == len(tokens) == len(rec.chunk_ids)):
-            raise ValueError("side channel does not match the job's chunk count")
-        bpc = self.settings.blocks_per_chunk
-        plan = []
-        index = 0
-        for slot, (blocks, block_idx) in enumerate(
-            zip(rec.group_sizes, rec.block_indices, strict=True)
-        ):
-            if blocks == 0:
-                continue
-            layout = self._slots.get(slot)
-            skip = block_idx % bpc
-            chunks = -(-(blocks + skip) // bpc)
-            for c in range(chunks):
-                if index >= len(keys):
-                    raise ValueError("side channel names fewer keys than the spec")
-                if layout is None or groups[index] != layout.group:
-                    raise ValueError(
-                        f"key {index} is group {groups[index]}, spec slot {slot}"
-                    )
-                first = skip if c == 0 else 0
-                last = min(bpc, skip + blocks - c * bpc)
-                count = last - first
-                complete = count == bpc or (layout.kind == "state" and count == 1)
-                if complete:
-                    plan.append(
-                        (
-                            key_hash(keys[index]),
-                            layout,
-                            tokens[index],
-                            rec.chunk_ids[index],
-                            first,
-                            count,
-                        )
-                    )
-                else:
-                    self.stats.keys_dropped_incomplete += 1
-                index += 1
-        if index != len(keys):
-            raise ValueError("side channel names more keys than the spec")
-        return plan
+        assert self.writer is not None
+        if not self.writer.accepting:
+            return []
+        fits = []
+        free = self.writer.pool.capacity - self.writer.pool.used
+        for entry in owed:
+            size = entry.layout.block_bytes * entry.count
+            if size > free:
+                break
+            if self._owed.valid(entry):
+                free -= size
+                fits.append(entry)
+        for entry in fits:
+            self._owed.settle(entry)
+        keys = self._copy(fits, None)
+        self.stats.keys_recaptured += len(keys)
+        return keys
+
+    def _submit_recaptured(self, keys: list[CapturedKey]) -> None:
+        if keys:
+            assert self.writer is not None
+            self.writer.submit(CapturedJob(-1, keys, []))
+
+    def _recapture_idle(self) -> None:
+        """Writer thread, queue empty: take owed keys again, one at a time,
+        so an idle server does not leave chains waiting for the next step."""
+        while self.active:
+            with self._lock:
+                self._take_returned()
+                entry = next(self._owed.pending(), None)
+                keys = self._recapture([entry]) if entry is not None else []
+            if not keys:
+                return  # nothing owed, or no room yet
+            self._submit_recaptured(keys)
+
+    def _on_lost(self, origin: Owed | None, reason: str) -> None:
+        """Writer thread: a captured key was not written (counted there)."""
+        if origin is not None:
+            self._returned.append((origin, reason))
+
+    def _take_returned(self) -> None:
+        while self._returned:
+            origin, reason = self._returned.popleft()
+            if reason == "write_failed":
+                self._owed.owe_failed(origin)
+            else:
+                self._owed.owe(origin, None)
 
     def _log_drop(self) -> None:
         dropped = self.stats.keys_dropped_budget
@@ -342,31 +381,17 @@ class WorkerStore:
             )
 
     def shutdown(self) -> None:
+        """Stop the writer and let go of every view of vLLM's staging memory,
+        so the region can be unmapped right after (no BufferError)."""
         self._remembered.clear()
         if self.writer is not None:
             self.writer.close()
         if self.copier is not None:
             self.copier.close()
+        self._staging = []
+        self._owed = OwedKeys(self.stats, keep=self._recapture_on)
+        self._returned.clear()
 
 
 def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
-
-
-def state_abi(s: WorkerSettings) -> dict[str, Any]:
-    groups = []
-    for g in s.groups:
-        if g.kind != "state":
-            continue
-        layer = g.layers[0]
-        groups.append(
-            {
-                "group": g.group,
-                "mamba_type": s.mamba_types.get(g.group, ""),
-                "layers": len(g.layers),
-                "states": [
-                    {"dtype": p.dtype, "shape": list(p.shape)} for p in layer.state
-                ],
-            }
-        )
-    return {"groups": groups}

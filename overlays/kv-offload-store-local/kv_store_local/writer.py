@@ -10,11 +10,10 @@ they complete are published by the ManifestBook. ENOSPC pauses the writer.
 import errno
 import fcntl
 import os
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from . import durable_io
 from .capture_pool import CapturePool
@@ -22,6 +21,7 @@ from .captured import CapturedJob, CapturedKey
 from .checksum import Checksummer, default_checksum_threads
 from .deps import fmt, init_logger
 from .durable_io import StagedFile
+from .job_queue import JobQueue
 from .manifests import Ident, ManifestBook
 from .pending import PendingFile
 from .stats import StoreStats
@@ -29,7 +29,7 @@ from .stats import StoreStats
 logger = init_logger(__name__)
 
 
-class StoreWriter:
+class StoreWriter(JobQueue):
     """Owns one rank's store directory and the thread that writes it.
 
     Every method but ``submit``/``accepting``/``close``/``wait_idle`` runs on
@@ -49,6 +49,8 @@ class StoreWriter:
         resume_probe: Callable[[], bool] | None = None,
         min_free_bytes: int = 1 << 30,
         checksum_threads: int | None = None,
+        on_lost: Callable[[Any, str], None] | None = None,
+        on_idle: Callable[[], None] | None = None,
     ):
         self.layout = layout
         self.namespace = namespace
@@ -58,6 +60,11 @@ class StoreWriter:
         self.pause_seconds = pause_seconds
         self.min_free_bytes = min_free_bytes
         self.resume_probe = resume_probe or self._enough_space
+        # Told (origin, reason) of every captured key not written, so the
+        # capture side can take it again while staging still holds it.
+        self.on_lost = on_lost
+        # Called on the writer thread whenever its queue runs empty.
+        self.on_idle = on_idle
         self._dirty_dirs: set[str] = set()
         self.manifests = ManifestBook(
             layout,
@@ -70,11 +77,7 @@ class StoreWriter:
         )
         self._made_dirs: set[str] = set()
         self.paused_until: float | None = None
-        self._queue: deque[CapturedJob] = deque()
-        self._cv = threading.Condition()
-        self._stop = False
-        self._thread: threading.Thread | None = None
-        self._busy = False
+        super().__init__(f"kv-store-writer-r{rank}", pause_seconds)
         self._lock_fd: int | None = None
         self._locked = False
         # Files written but not yet synced, and the I/O thread syncing them.
@@ -101,91 +104,39 @@ class StoreWriter:
         self._pending_file = PendingFile(self.layout)
         self.manifests.load_existing()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"kv-store-writer-r{self.rank}", daemon=True
-        )
-        self._thread.start()
-
-    # -- serving-side API ----------------------------------------------------
+    # -- JobQueue hooks ------------------------------------------------------
 
     @property
     def accepting(self) -> bool:
         return self.paused_until is None and not self._stop
 
-    def submit(self, job: CapturedJob) -> None:
-        with self._cv:
-            self._queue.append(job)
-            self._cv.notify()
-        if self._thread is None:
-            self.drain()  # no thread (tests, bench): write right here
+    def _close_resources(self) -> None:
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+        self._checksums.close()
+        self._pending_file.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
-    def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until every submitted job has been processed."""
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while self._queue or self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cv.wait(min(left, 0.05))
-        return True
+    def _timed_out(self) -> None:
+        if self.paused_until is not None:
+            self.maybe_resume()
+        else:
+            self._idle()  # retry what is due
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop after the queued jobs, waiting at most ``timeout`` seconds."""
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._thread is None or not self._thread.is_alive():
-            if self._io is not None:
-                self._io.shutdown(wait=True)
-            self._checksums.close()
-            self._pending_file.close()
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+    def _failed_job(self, job: CapturedJob) -> None:
+        logger.exception("KV store: writer failed on job %d", job.job_id)
+        self._release(job)
 
-    def drain(self) -> None:
-        """Process every queued job on the calling thread (tests, bench)."""
-        while True:
-            with self._cv:
-                if not self._queue:
-                    break
-                job = self._queue.popleft()
-            self.process(job)
-        self.flush()
+    def _idle(self) -> None:
+        if self.on_idle is not None:
+            try:
+                self.on_idle()
+            except Exception:
+                logger.exception("KV store: idle recapture failed")
 
     # -- writer thread -------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._queue and not self._stop:
-                    self._cv.wait(timeout=self.pause_seconds)
-                    if self.paused_until is not None:
-                        break
-                if self._stop and not self._queue:
-                    return
-                job = self._queue.popleft() if self._queue else None
-                self._busy = job is not None
-            if job is not None:
-                try:
-                    self.process(job)
-                except Exception:
-                    logger.exception("KV store: writer failed on job %d", job.job_id)
-                    self._release(job)
-                finally:
-                    with self._cv:
-                        idle = not self._queue
-                    if idle:
-                        self._flush_logged()
-                    with self._cv:
-                        self._busy = False
-                        self._cv.notify_all()
-            elif self.paused_until is not None:
-                self.maybe_resume()
 
     def process(self, job: CapturedJob) -> None:
         """Stage this job's files, then commit the previous job's.
@@ -194,9 +145,15 @@ class StoreWriter:
         N's checksums are computed and its bytes copied into the page cache;
         ``flush`` commits the rest once the queue is empty.
         """
+        self._lock_shared()
+        ready: list[str] = []
+        # Candidates are tracked even while paused: the keys they wait for
+        # may be captured again once space is back.
+        for candidate in job.candidates:
+            ready += self.manifests.register(candidate)
         if self.paused_until is not None and not self.maybe_resume():
-            self.stats.keys_dropped_paused += len(job.keys)
-            self._release(job)
+            self._drop_paused(job.keys)
+            self._publish_ready(ready)
             return
         # Checksums of this job, and of the next one while this one is
         # written (the serving side only appends to the queue).
@@ -205,17 +162,10 @@ class StoreWriter:
             following = self._queue[0] if self._queue else None
         if following is not None:
             self._start_checksums(following)
-        self._lock_shared()
-        ready: list[str] = []
-        for candidate in job.candidates:
-            ready += self.manifests.register(candidate)
         staged: list[StagedFile] = []
         for index, item in enumerate(job.keys):
             if self.paused_until is not None:
-                rest = job.keys[index:]
-                self.stats.keys_dropped_paused += len(rest)
-                for left in rest:
-                    self._free(left)
+                self._drop_paused(job.keys[index:])
                 break
             try:
                 result = self._stage_key(item)
@@ -268,12 +218,6 @@ class StoreWriter:
             item.checksum = None
         self.pool.free(item.offset)
 
-    def _flush_logged(self) -> None:
-        try:
-            self.flush()
-        except Exception:
-            logger.exception("KV store: writer failed committing staged files")
-
     def _lock_shared(self) -> None:
         # Shared lock from reusing/writing chunks until the manifests naming
         # them are published: kvstore gc --sweep takes it exclusively.
@@ -292,6 +236,16 @@ class StoreWriter:
         for item in job.keys:
             self._free(item)
 
+    def _drop_paused(self, keys: list[CapturedKey]) -> None:
+        self.stats.keys_dropped_paused += len(keys)
+        for item in keys:
+            self._free(item)
+            self._lost(item.origin, "paused")
+
+    def _lost(self, origin: Any, reason: str) -> None:
+        if self.on_lost is not None:
+            self.on_lost(origin, reason)
+
     # -- chunks --------------------------------------------------------------
 
     def _stage_key(self, item: CapturedKey) -> StagedFile | tuple[int, int] | None:
@@ -301,10 +255,12 @@ class StoreWriter:
         staged temp file to commit, or None when the key is not written.
         """
         ident = (item.hash, item.group)
-        if ident in self.failed or ident in self._staged:
-            return None  # failed this boot, or already on its way to disk
+        if ident in self._staged:
+            return None  # already on its way to disk
         path = self.layout.chunk(item.hash.hex(), item.group)
-        header = self.manifests.header(ident)
+        # A key whose write failed this boot is never taken from disk: only
+        # a complete new write (temp, fsync, rename, dir fsync) clears it.
+        header = None if ident in self.failed else self.manifests.header(ident)
         if header is not None:
             # Dedup only on a header that verifies; anything else is rewritten.
             self.stats.keys_deduplicated += 1
@@ -329,10 +285,10 @@ class StoreWriter:
                 path, fmt.encode_header(header), payload
             )
         except OSError as e:
-            self._failed_write(ident, path, e)
+            self._failed_write(ident, path, e, item.origin)
             return None
         self.stats.write_seconds += time.perf_counter() - start
-        return StagedFile(ident, path, tmp, fd, header, item.size)
+        return StagedFile(ident, path, tmp, fd, header, item.size, item.origin)
 
     def _start_commit(self, staged: list[StagedFile]) -> None:
         """fsync + rename on the I/O thread while this thread stages more."""
@@ -355,25 +311,30 @@ class StoreWriter:
         for f in staged:
             self._staged.discard(f.ident)
             if f.error is not None:
-                self._failed_write(f.ident, f.path, f.error)
+                self._failed_write(f.ident, f.path, f.error, f.origin)
                 continue
+            self.failed.discard(f.ident)  # rewritten in full this boot
             self.stats.keys_written += 1
             self.stats.bytes_written += f.size
             entry = (f.header.payload_length, f.header.payload_checksum)
             ready += self.manifests.mark_durable(f.ident, entry)
         return ready
 
-    def _failed_write(self, ident: Ident, path: str, e: OSError) -> None:
+    def _failed_write(
+        self, ident: Ident, path: str, e: OSError, origin: Any = None
+    ) -> None:
         self.failed.add(ident)
+        self.manifests.durable.pop(ident, None)
         self.stats.keys_failed += 1
         if e.errno == errno.ENOSPC:
             self._pause()
         logger.warning(
-            "KV store: writing %s failed (%s); this key is not manifested again "
-            "this boot",
+            "KV store: writing %s failed (%s); no manifest names this key until "
+            "it is written again in full",
             path,
             e,
         )
+        self._lost(origin, "write_failed")
 
     def _make_dirs(self, directory: str) -> None:
         if directory in self._made_dirs:

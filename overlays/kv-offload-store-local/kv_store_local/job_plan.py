@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which bytes of a completed store job belong to which key.
+
+The side channel names the job's keys in block order; the transfer spec
+says how many blocks of each slot the DMA copied. They must agree key for
+key, or the job is dropped rather than guessed at.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .layout import GroupLayout
+from .recapture import Owed
+from .side_channel import key_hash
+from .stats import StoreStats
+
+
+@dataclass
+class Remembered:
+    """A store job between its submission and its completion."""
+
+    chunk_ids: list[int]
+    group_sizes: list[int]
+    block_indices: list[int]
+    meta: Any
+
+
+def plan_keys(
+    rec: Remembered,
+    meta: dict,
+    slots: Mapping[int, GroupLayout],
+    blocks_per_chunk: int,
+    generation: Callable[[int], int],
+    stats: StoreStats,
+) -> list[Owed]:
+    """One entry per key whose chunk the DMA filled completely.
+
+    Cross-checks the side channel against the transfer spec; keys whose
+    chunk the DMA did not fill completely are left out.
+    """
+    keys, groups, tokens = meta["keys"], meta["groups"], meta["tokens"]
+    if not (len(keys) == len(groups) == len(tokens) == len(rec.chunk_ids)):
+        raise ValueError("side channel does not match the job's chunk count")
+    bpc = blocks_per_chunk
+    plan = []
+    index = 0
+    for slot, (blocks, block_idx) in enumerate(
+        zip(rec.group_sizes, rec.block_indices, strict=True)
+    ):
+        if blocks == 0:
+            continue
+        layout = slots.get(slot)
+        skip = block_idx % bpc
+        chunks = -(-(blocks + skip) // bpc)
+        for c in range(chunks):
+            if index >= len(keys):
+                raise ValueError("side channel names fewer keys than the spec")
+            if layout is None or groups[index] != layout.group:
+                raise ValueError(
+                    f"key {index} is group {groups[index]}, spec slot {slot}"
+                )
+            first = skip if c == 0 else 0
+            last = min(bpc, skip + blocks - c * bpc)
+            count = last - first
+            complete = count == bpc or (layout.kind == "state" and count == 1)
+            chunk_id = rec.chunk_ids[index]
+            if layout.kind == "window":
+                # No manifest kind names a sliding-window group, so
+                # `kvstore gc` would delete its chunks as orphans.
+                stats.keys_dropped_window += 1
+            elif complete:
+                plan.append(
+                    Owed(
+                        key_hash(keys[index]),
+                        layout,
+                        tokens[index],
+                        chunk_id,
+                        first,
+                        count,
+                        generation(chunk_id),
+                    )
+                )
+            else:
+                stats.keys_dropped_incomplete += 1
+            index += 1
+    if index != len(keys):
+        raise ValueError("side channel names more keys than the spec")
+    return plan

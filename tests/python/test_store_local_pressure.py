@@ -1,0 +1,305 @@
+"""No lost chains under pressure, with vLLM's real CPU offloading manager.
+
+Both overlays are applied to a copy of the pinned tree; the harness runs the
+patched scheduler and worker with the tree's real ``CPUOffloadingManager``
+(LRU, a CPU tier small enough to evict and reuse rows), so a key that is
+already in the CPU tier is never offered for a store again. The test plays
+the GPU (fills the staging rows each store job names) and holds the writer
+back (it drains only every few steps), so captures overflow a small pool;
+other runs fail writes with ENOSPC or EIO. Each run counts the boundary
+manifests published against an unpressured run of the same workload, with
+the recapture on and off (off = the writer before this fix).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import harness
+import pytest
+from fake_offloading import FakeTransferWorker, make_spec
+from hybrid_layout import NUM_GROUPS, OFFLOADING, STATE_GROUPS, HybridVllm
+from hybrid_layout import scheduler_output as step_output
+from store_local_support import fmt
+
+BLOCK = 256
+HASH = 64
+ROW = 64 << 10  # one staging row: the full-attention page (32 KiB) + room
+FULL_PAGE = 32 << 10
+CPU_CHUNKS = 256  # the CPU tier: larger than the pool, as in a deployment
+# (request, prompt blocks, parent request, blocks shared with the parent)
+WORKLOAD = (
+    ("a", 8, None, 0),
+    ("b", 8, "a", 4),
+    ("c", 8, None, 0),
+    ("d", 10, "b", 6),
+    ("e", 8, "c", 6),
+    ("f", 12, "d", 8),
+    ("g", 8, None, 0),
+    ("h", 10, "g", 4),
+)
+
+
+@pytest.fixture(scope="module")
+def patched_tree(overlay_bin, engine_tree, manifests_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("pressure") / "site-packages"
+    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [
+            str(overlay_bin),
+            "apply",
+            "--root",
+            str(root),
+            "--manifests",
+            str(manifests_dir),
+            "--overlays",
+            "kv-offload-scope,kv-offload-store-local",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+def row_bytes(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest() * (ROW // 32)
+
+
+class Run:
+    """One boot of the patched connector on the real manager, and its store."""
+
+    def __init__(self, ns, monkeypatch, root, *, budget, recapture, drain_every):
+        for name, value in {
+            "GLM53_KV_OFFLOAD": "1",
+            "GLM53_KV_OFFLOAD_DIR": str(root),
+            "GLM53_KV_OFFLOAD_CPU_GB": "1",
+            "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES": "0",
+        }.items():
+            monkeypatch.setenv(name, value)
+        self.vllm = HybridVllm(
+            ns, block=BLOCK, hash_unit=HASH, num_blocks=512, max_model_len=64 * BLOCK
+        )
+        kv = self.vllm.hybrid_layout()
+        cfg = self.vllm.vllm_config()
+        manager_mod = ns.load("vllm.v1.kv_offload.cpu.manager")
+        self.manager = manager_mod.CPUOffloadingManager(num_chunks=CPU_CHUNKS)
+        self.gpu = FakeTransferWorker(self.vllm.base)
+        spec = make_spec(
+            self.vllm,
+            self.vllm.offloading_config(cfg, kv),
+            worker=self.gpu,
+            manager=self.manager,
+        )
+        self.scheduler = self.vllm.scheduler.OffloadingConnectorScheduler(
+            spec, cfg, kv
+        )
+        self.worker = self.vllm.worker.OffloadingConnectorWorker(spec, cfg, kv)
+        store = self.worker._kv_store
+        adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
+        recap = sys.modules[f"{OFFLOADING}.kv_store_local.recapture"]
+        self.region = bytearray(CPU_CHUNKS * ROW)
+        staging = [adapter.StagingTensor(self.region, 0, ROW, ROW)]
+        monkeypatch.setattr(adapter, "staging_from_worker", lambda w, c: staging)
+        # A pool a few chunks deep (the knob's floor is 16 MiB), the writer
+        # on the test's thread, and the recapture on or off.
+        store._budget = budget
+        store._recapture_on = recapture
+        store._owed = recap.OwedKeys(store.stats, keep=recapture)
+        store.attach = functools.partial(type(store).attach, store, background=False)
+        refs = [
+            [self.vllm.base.CanonicalKVCacheRef(0, g.kv_cache_spec.page_size_bytes)]
+            for g in (kv.kv_cache_groups[c.group_id] for c in spec.config.groups)
+        ]
+        self.worker._init_worker(
+            self.vllm.base.CanonicalKVCaches(
+                [self.vllm.base.CanonicalKVCacheTensor(None, ROW)], refs
+            )
+        )
+        assert store.active, store.disabled_reason
+        self.store = store
+        self.writer = store.writer
+        self.writer.autodrain = False
+        self.drain_every = drain_every
+        self.steps = 0
+        self.candidates: set[str] = set()
+
+    def request(self, n: int, req_id: str, blocks: int, hashes: list[bytes]):
+        request = self.vllm.request(req_id, hashes, blocks * BLOCK)
+        self.scheduler.on_new_request(request)
+        self.scheduler.get_num_new_matched_tokens(request, 0)
+        block_ids = tuple(
+            [1000 * n + 100 * g + b + 1 for b in range(blocks)]
+            for g in range(NUM_GROUPS)
+        )
+        handoffs = {
+            req_id: [
+                (g, 50000 + 1000 * n + 10 * g + b, b * BLOCK)
+                for b in range(2, blocks + 1, 2)
+                for g in STATE_GROUPS
+            ]
+        }
+        meta = self.scheduler.build_connector_meta(
+            step_output(request, block_ids, handoffs)
+        )
+        self.worker.prepare_store_kv(meta)
+        self.worker.start_kv_transfers(
+            self.vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
+        )
+        for job in meta.store_jobs.values():  # the DMA
+            for key, chunk in zip(
+                job.kv_store_meta["keys"], job.dst_spec.block_ids, strict=True
+            ):
+                self.region[chunk * ROW : (chunk + 1) * ROW] = row_bytes(key)
+            for c in job.kv_store_meta["candidates"]:
+                self.candidates.add(
+                    fmt.manifest_file_name(c["boundary"], c["chain"][-1].hex())
+                )
+        self.gpu.done, self.gpu.submitted = self.gpu.submitted, []
+        self.worker.get_finished(set())
+        self.scheduler.update_connector_output(
+            self.vllm.ns.load("vllm.v1.outputs").KVConnectorOutput(
+                kv_connector_worker_meta=self.worker.build_connector_worker_meta()
+            )
+        )
+        self.steps += 1
+        if self.steps % self.drain_every == 0:
+            self.writer.drain()
+
+    def play(self) -> None:
+        chains: dict[str, list[bytes]] = {}
+        for n, (req_id, blocks, parent, shared) in enumerate(WORKLOAD):
+            per = BLOCK // HASH
+            hashes = list(chains[parent][: shared * per]) if parent else []
+            while len(hashes) < blocks * per:
+                hashes.append(hashlib.sha256(f"{req_id}/{len(hashes)}".encode()).digest())
+            chains[req_id] = hashes
+            self.request(n, req_id, blocks, hashes)
+        # The traffic goes on (new conversations), the writer catches up.
+        for n in range(len(WORKLOAD), len(WORKLOAD) + 4):
+            hashes = [hashlib.sha256(f"z{n}/{i}".encode()).digest() for i in range(8)]
+            self.request(n, f"z{n}", 2, hashes)
+        self.writer.drain()
+
+    def published(self) -> set[str]:
+        return {
+            n
+            for n in os.listdir(self.writer.layout.manifest_dir)
+            if n.endswith(".json")
+        }
+
+    def check_payloads(self) -> None:
+        """Every full-attention chunk holds its own row's bytes."""
+        for path in sorted(
+            p
+            for p in Path(self.writer.layout.base).rglob("*.bin")
+            if "_g0" in p.parent.name
+        ):
+            header = fmt.verify_chunk_file(str(path))
+            key = header.key_hash + (0).to_bytes(4, "big")
+            with open(path, "rb") as f:
+                assert f.read()[-FULL_PAGE:] == row_bytes(key)[:FULL_PAGE]
+
+
+def play(patched_tree, engine_name, monkeypatch, tmp_path, name, **kw) -> Run:
+    with harness.engine(patched_tree, package=engine_name) as ns:
+        run = Run(ns, monkeypatch, tmp_path / name, **kw)
+        run.play()
+        run.check_payloads()
+        run.worker.shutdown()
+    return run
+
+
+def test_recapture_publishes_every_boundary_under_budget_pressure(
+    patched_tree, engine_name, monkeypatch, tmp_path
+):
+    calm = play(
+        patched_tree, engine_name, monkeypatch, tmp_path, "calm",
+        budget=64 << 20, recapture=True, drain_every=1,
+    )  # fmt: skip
+    expected = calm.published()
+    assert expected == calm.candidates and len(expected) >= 20
+    figures = {}
+    for recapture in (False, True):
+        run = play(
+            patched_tree, engine_name, monkeypatch, tmp_path, f"r{int(recapture)}",
+            budget=6 * FULL_PAGE, recapture=recapture, drain_every=3,
+        )  # fmt: skip
+        assert run.candidates == expected  # the same workload, step for step
+        figures[recapture] = (len(run.published()), run.store.stats.drops())
+    print(
+        f"\nbudget pressure: {len(expected)} boundaries without pressure; "
+        f"before (no recapture) {figures[False][0]}, after {figures[True][0]}; "
+        f"drops before {figures[False][1]}, after {figures[True][1]}"
+    )
+    assert figures[False][1]["budget"] > 0
+    assert figures[False][0] < len(expected)  # chains lost without the fix
+    assert figures[True][0] == len(expected)  # every boundary with it
+
+
+@pytest.mark.parametrize("fault", [errno.ENOSPC, errno.EIO])
+def test_recapture_publishes_every_boundary_after_write_faults(
+    patched_tree, engine_name, monkeypatch, tmp_path, fault
+):
+    calm = play(
+        patched_tree, engine_name, monkeypatch, tmp_path, "calm",
+        budget=64 << 20, recapture=True, drain_every=1,
+    )  # fmt: skip
+    expected = calm.published()
+    figures = {}
+    for recapture in (False, True):
+        run = FaultRun(patched_tree, engine_name, monkeypatch, tmp_path, fault)
+        run.go(recapture)
+        figures[recapture] = (len(run.published), run.drops)
+    print(
+        f"\n{errno.errorcode[fault]}: {len(expected)} boundaries without faults; "
+        f"before (no recapture) {figures[False][0]}, after {figures[True][0]}; "
+        f"drops before {figures[False][1]}, after {figures[True][1]}"
+    )
+    assert figures[False][0] < len(expected)
+    assert figures[True][0] == len(expected)
+
+
+class FaultRun:
+    """A run whose patched tree's durable_io fails a burst of chunk writes."""
+
+    def __init__(self, patched_tree, engine_name, monkeypatch, tmp_path, fault):
+        self.tree = patched_tree
+        self.engine = engine_name
+        self.monkeypatch = monkeypatch
+        self.root = tmp_path / f"{errno.errorcode[fault]}"
+        self.fault = fault
+
+    def go(self, recapture: bool) -> None:
+        with harness.engine(self.tree, package=self.engine) as ns:
+            io = ns.load(f"{OFFLOADING}.kv_store_local.durable_io")
+            real = io.write_chunk_file
+            calls = {"n": 0}
+
+            def inject(path, header, payload):
+                calls["n"] += 1
+                if 10 <= calls["n"] < 14:
+                    raise OSError(self.fault, "injected")
+                return real(path, header, payload)
+
+            self.monkeypatch.setattr(io, "write_chunk_file", inject)
+            run = Run(
+                ns, self.monkeypatch, self.root / f"r{int(recapture)}",
+                budget=64 << 20, recapture=recapture, drain_every=1,
+            )  # fmt: skip
+            run.writer.pause_seconds = 0.0  # ENOSPC: space is back at once
+            run.store._owed.retry_failed_after = 0.0
+            run.play()
+            run.check_payloads()
+            run.worker.shutdown()
+            self.monkeypatch.setattr(io, "write_chunk_file", real)
+        self.published = run.published()
+        self.drops = run.store.stats.drops()
