@@ -10,7 +10,8 @@
 #
 # Checks, in this order, stopping at the first failure:
 #   1. every GLM53_KV_OFFLOAD* knob in the environment (the rules of
-#      overlays/kv-offload-scope/kv_offload_knobs.py); --knobs-only stops here;
+#      overlays/kv-offload-scope/kv_offload_knobs.py; GLM53_KV_OFFLOAD_RESTORE=1
+#      only when ORDER lists kv-offload-restore); --knobs-only stops here;
 #   2. the artifacts: the pinned ORDER, each manifest it names (and only
 #      those, with matching overlay/engine fields), every fragment present,
 #      and every file matching the checksummed list bake.sh recorded (missing,
@@ -31,14 +32,14 @@ KVTIER_TOOL=gate
 
 if [[ ${1:-} == --knobs-only ]]; then
   (($# == 1)) || die "--knobs-only takes no other argument"
-  validate_knobs
+  validate_knobs --restore-baked # the full gate checks that it is baked
   log "ok: knobs (knob $KVTIER_KNOB)"
   exit 0
 fi
 parse_tree_args "$0" "$@"
 
 # 1. Knobs: pure checks of the environment, before touching any file.
-validate_knobs
+validate_knobs --restore-baked # RESTORE=1 needs kv-offload-restore in ORDER (below)
 
 # 2. Artifacts.
 resolve_prefix
@@ -46,6 +47,9 @@ artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
 resolve_engine "$prefix" "$engine"
 read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
 for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
+if [[ ${GLM53_KV_OFFLOAD_RESTORE-} == 1 && " ${KVTIER_ORDER[*]} " != *" kv-offload-restore "* ]]; then
+  die "GLM53_KV_OFFLOAD_RESTORE=1 is refused: the kv-offload-restore overlay is not baked (not in ORDER)"
+fi
 
 [[ -f $artifacts ]] || die "$artifacts: missing; run docker/bake.sh to record the artifact list"
 artifacts=$(cd "$(dirname "$artifacts")" && pwd)/$(basename "$artifacts")

@@ -37,13 +37,14 @@ knob_set() { [[ -n ${!1+x} ]]; }
 # engine's interpreter ($python when the caller named one and it runs here,
 # else python3: the module is standard library only, any python3 agrees).
 # Dies (exit 2) on the first bad knob. Sets KVTIER_KNOB to the effective 0|1
-# and KVTIER_KNOBS to every knob name.
+# and KVTIER_KNOBS to every knob name. Arguments go to `check` (the gate
+# passes --restore-baked and then checks ORDER itself).
 validate_knobs() {
   local contract out py=${python:-python3}
   contract=$(dirname "${BASH_SOURCE[0]}")/../overlays/kv-offload-scope/kv_offload_knobs.py
   [[ -f $contract ]] || die "$contract: missing (the knob rules)"
   command -v "$py" >/dev/null || py=python3
-  out=$("$py" "$contract" check 2>&1) || die "$out"
+  out=$("$py" "$contract" check "$@" 2>&1) || die "$out"
   KVTIER_KNOB=$out
   mapfile -t KVTIER_KNOBS < <("$py" "$contract" names)
 }
@@ -268,10 +269,19 @@ build_id() {
   printf 'kvtier-%s' "${sum:0:16}"
 }
 
-# --version of a script: its name, the build id of the artifacts beside it.
+# --version, the same shape for every tool and script:
+#   NAME VERSION
+#   <engine>-<version> build kvtier-<16 hex>     (one line per anchors folder)
+# VERSION is the VERSION file beside anchors/ (the repository's, or
+# share/kvtier/VERSION when installed); the build ids are build_id's.
 print_version() {
-  local script=$1 prefix id
+  local script=$1 prefix d version
   prefix=$(data_dir_of "$(cd "$(dirname "$script")/.." && pwd)")
-  id=$(build_id "$prefix") || exit "$KVTIER_EXIT_REFUSED"
-  printf '%s (kvtier) build %s (%s)\n' "$(basename "$script")" "$id" "$KVTIER_ENGINE_DIR"
+  version=$(cat "$prefix/VERSION" 2>/dev/null) || version=unknown
+  printf '%s %s\n' "$(basename "$script" .sh)" "$version"
+  for d in "$prefix"/anchors/*/; do
+    [[ -f $d/ORDER ]] || continue
+    d=$(basename "$d")
+    printf '%s build %s\n' "$d" "$(build_id "$prefix" "$d")"
+  done
 }

@@ -8,7 +8,8 @@ moment a step does not end as it should:
   2. apply the overlays in their pinned order to a copy, compiling the
      injected code; show `overlay status`
   3. the pre-stop gate: knob 0, knob 1 (with the launch configuration it
-     would use), and a bad knob refused with exit 2
+     would use), RESTORE=1 (the restore overlay is baked), and a bad knob
+     refused with exit 2
   4. drive the patched worker-local store path with generated KV bytes
   5. kvstore: verify, catch a corrupted chunk, gc dry run, sweep, stat
   6. restore (TP pair): write, restart, restore from disk, the bytes equal;
@@ -175,7 +176,7 @@ class Demo:
         serve = ["--", "vllm", "serve", "demo/hybrid-7g", "--tensor-parallel-size", "2"]
         base_env = self.scratch / "serve.env"
         base_env.write_text("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n")
-        plan = ["plan", "--ranks", "0,1", "--engine", self.engine, "--artifacts", artifacts, "--base-env", base_env]
+        plan = ["plan", "--ranks", "0,1", "--master-addr", "10.0.0.1", "--engine", self.engine, "--artifacts", artifacts, "--base-env", base_env]
 
         print("  knob 0: the tier is off; the launch adds nothing")
         self.run([docker / "gate.sh", *common], show=False)
@@ -199,10 +200,14 @@ class Demo:
         self.out.text("connector: " + json.dumps(json.loads(connector), indent=None))
         self.out.text((on / "rank1" / "env").read_text(), limit=12)
 
+        print("  RESTORE=1: accepted, the restore overlay is baked (in ORDER, applied)")
+        restore = dict(on_env, GLM53_KV_OFFLOAD_RESTORE="1")
+        self.run([docker / "gate.sh", *common], env=restore, show=False)
+
         print("  a bad knob: refused before anything is stopped")
-        bad = self.knob_env(**{"": "1", "_DIR": str(self.store), "_CPU_GB": "8", "_RESTORE": "1"})
+        bad = self.knob_env(**{"": "1", "_DIR": str(self.store), "_CPU_GB": "8", "_RESTORE": "2"})
         self.run([docker / "gate.sh", *common], env=bad, expect=2, limit=4)
-        return "knob 0 go, knob 1 go, RESTORE=1 refused (2)"
+        return "knob 0 go, knob 1 go, RESTORE=1 go, RESTORE=2 refused (2)"
 
     def write_store(self) -> str:
         done = self.run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
@@ -445,7 +446,9 @@ def store_only_run(ns, store) -> list[bytes]:
     for root, _, files in sorted(os.walk(base_dir(rig))):
         for name in sorted(files):
             with open(os.path.join(root, name), "rb") as f:
-                out.append(name.encode() + f.read())
+                # a writer's per-process record is named by pid and thread id
+                stable = re.sub(r"\d+\.\d+\.json$", "PID.TID.json", name)
+                out.append(stable.encode() + f.read())
     rig.shutdown()
     return out
 
