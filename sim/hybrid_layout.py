@@ -150,10 +150,13 @@ class HybridVllm:
     # Configs ---------------------------------------------------------------
 
     def kv_cache_config(self, *groups: tuple):
-        """groups: (spec, is_eagle_group) or (spec, is_eagle_group, layers)."""
+        """groups: (spec, is_eagle_group) or (spec, is_eagle_group, layers).
+
+        By default group i holds one layer, `model.layers.{i}.mixer`.
+        """
         group_specs = []
         for index, (spec, is_eagle, *layers) in enumerate(groups):
-            names = layers[0] if layers else [f"g{index}.l0"]
+            names = layers[0] if layers else [f"model.layers.{index}.mixer"]
             group_specs.append(
                 self.kci.KVCacheGroupSpec(
                     layer_names=list(names), kv_cache_spec=spec, is_eagle_group=is_eagle

@@ -581,7 +581,7 @@ def test_worker_lays_out_exactly_the_offloaded_groups(patched):
     offloading_config = vllm.offloading_config(vllm.vllm_config(), layout)
     groups = worker_layout(vllm, layout, offloading_config)
     # Position i of a transfer spec and of the worker layout is config group i.
-    assert groups == [{f"g{g}.l0"} for g in (0, 2, 3, 4, 5)]
+    assert groups == [{f"model.layers.{g}.mixer"} for g in (0, 2, 3, 4, 5)]
 
 
 def test_pristine_worker_would_misalign_a_scoped_config(pristine):

@@ -775,3 +775,21 @@ def test_manifest_names_only_checksummed_files_in_synced_directories(
     assert checked and all(checked)  # combining waits for every slice
     assert store.writer.pool.used == 0
     assert sls.verify_store(tmp_path) == []
+
+
+def test_model_layer_index_comes_from_the_layer_name():
+    index = ksl.layout.model_layer_index
+    assert index("model.layers.12.mixer") == 12
+    assert index("language_model.model.layers.0.self_attn.attn") == 0
+    assert index("g0.l0") is None  # no all-digit component
+    assert index("model.layers.1.experts.3") is None  # two: ambiguous
+    group = ksl.layout.GroupLayout(
+        0,
+        0,
+        "full",
+        (
+            ksl.layout.LayerLayout(0, 8, (), 7),
+            ksl.layout.LayerLayout(1, 8, (), 9),
+        ),
+    )
+    assert [s.layer for s in group.segments(1)] == [7, 9]

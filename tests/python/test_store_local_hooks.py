@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import harness
 import pytest
 from fake_offloading import FakeTransferWorker, make_spec
-from hybrid_layout import OFFLOADING, HybridVllm, scheduler_output
+from hybrid_layout import OFFLOADING, STATE_GROUPS, HybridVllm, scheduler_output
 
 OVERLAYS = "kv-offload-scope,kv-offload-store-local"
 REPO = Path(__file__).resolve().parents[2]
@@ -365,3 +365,73 @@ def test_flush_path_captures_right_after_the_wait(patched, knob_on, monkeypatch)
         assert f.read().endswith(bytes([0xA5]) * page)
     env.worker.shutdown()
     assert not env.store.writer._thread.is_alive()
+
+
+# --------------------------------------------------------------------------
+# The seed's mamba alignment case: 3584-token blocks, hashes every 64 tokens
+
+
+def test_mamba_alignment_3584_on_the_real_scheduler(patched, knob_on):
+    """GLM-style sizes: every group at 3584 tokens a block (56 hashes of 64).
+
+    The real scheduler resolves the mamba alignment to 3584 tokens; the
+    side channel puts the state key at token 3584 and names the boundary's
+    chain by the hash at token 3584 (index 55), the full-attention chunk's."""
+    block, unit = 3584, 64
+    vllm = HybridVllm(
+        patched,
+        block=block,
+        hash_unit=unit,
+        num_blocks=16,
+        max_model_len=4 * block,
+        model="test/hybrid-7g",
+    )
+    kv_cache_config = vllm.hybrid_layout()
+    vllm_config = vllm.vllm_config()
+    spec = make_spec(vllm, vllm.offloading_config(vllm_config, kv_cache_config))
+    config = vllm.scheduler.SchedulerOffloadConfig.from_spec(
+        spec, vllm_config, kv_cache_config
+    )
+    assert config.alignment_tokens == block
+    assert config.tokens_per_hash == unit
+    scheduler = vllm.scheduler.OffloadingConnectorScheduler(
+        spec, vllm_config, kv_cache_config
+    )
+    hashes = [i.to_bytes(4, "big") * 8 for i in range(2 * block // unit)]
+    request = vllm.request("r0", hashes, 2 * block)
+    scheduler.on_new_request(request)
+    assert scheduler.get_num_new_matched_tokens(request, 0) == (0, False)
+    block_ids = tuple([100 * g + b + 1 for b in range(2)] for g in range(7))
+    handoffs = {"r0": [(g, 9000 + g, block) for g in STATE_GROUPS]}
+    meta = scheduler.build_connector_meta(
+        scheduler_output(request, block_ids, handoffs)
+    )
+    metas = [job.kv_store_meta for job in meta.store_jobs.values()]
+    full = [m for m in metas if m["groups"][0] == 0]
+    state = [m for m in metas if m["groups"][0] != 0]
+    assert [m["tokens"] for m in full] == [[block, 2 * block]]
+    assert sorted(m["groups"][0] for m in state) == list(STATE_GROUPS)
+    for m in state:
+        assert m["tokens"] == [block]
+        assert m["keys"][0][:-4] == hashes[block // unit - 1]
+        (candidate,) = m["candidates"]
+        assert candidate["boundary"] == block
+        assert candidate["chunk_tokens"] == block
+        assert candidate["chain"] == [hashes[block // unit - 1]]
+
+
+def test_headers_name_layers_by_the_model_layer_index(patched, knob_on, monkeypatch):
+    """layer_index is the model's (from the layer name), not the position in
+    the group: g3's only layer is model.layers.3, position 0."""
+    vllm = Vllm(patched)
+    env = worker_with_store(vllm, monkeypatch)
+    groups = {g.group: g for g in env.store.settings.groups}
+    assert {g: [layer.index for layer in groups[g].layers] for g in groups} == {
+        0: [0],
+        2: [2],
+        3: [3],
+        4: [4],
+        5: [5],
+    }
+    assert [s.layer for s in groups[3].segments(1)] == [3, 3]  # conv, temporal
+    env.worker.shutdown()

@@ -41,6 +41,9 @@ class LayerLayout:
     tensor: int  # index into the staging tensors
     real_bytes: int  # unpadded page bytes: what the DMA wrote
     state: tuple[StatePart, ...] = ()  # empty for attention layers
+    # The model's layer index (the header's layer_index); None only for
+    # hand-made layouts, which number their layers by position.
+    index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ class GroupLayout:
 
     def segments(self, blocks: int) -> tuple[fmt.Segment, ...]:
         specs = []
-        for index, layer in enumerate(self.layers):
+        for position, layer in enumerate(self.layers):
+            index = position if layer.index is None else layer.index
             if not layer.state:
                 n = layer.real_bytes * blocks
                 specs.append((index, fmt.SegmentKind.KV, fmt.DType.UINT8, (n,), (1,)))
@@ -90,6 +94,13 @@ class GroupLayout:
                 )
             )
         return fmt.make_segments(specs)
+
+
+def model_layer_index(name: str) -> int | None:
+    """The model's layer index in a layer name ("model.layers.12.mixer" ->
+    12): its only all-digit component, or None (not one, or several)."""
+    numbers = [part for part in name.split(".") if part.isdigit()]
+    return int(numbers[0]) if len(numbers) == 1 else None
 
 
 def contiguous(shape: Sequence[int]) -> tuple[int, ...]:
@@ -134,6 +145,8 @@ def bind_layers(
                     f"group {g.group}: the DMA copies {page_bytes} bytes per page, "
                     f"the spec says {layer.real_bytes}"
                 )
-            layers.append(LayerLayout(tensor, layer.real_bytes, layer.state))
+            layers.append(
+                LayerLayout(tensor, layer.real_bytes, layer.state, layer.index)
+            )
         bound.append(GroupLayout(g.group, g.slot, g.kind, tuple(layers)))
     return bound

@@ -10,7 +10,14 @@ from typing import Any
 
 from .deps import knobs
 from .errors import WriterDisabled
-from .layout import DTYPES, GroupLayout, LayerLayout, StagingTensor, StatePart
+from .layout import (
+    DTYPES,
+    GroupLayout,
+    LayerLayout,
+    StagingTensor,
+    StatePart,
+    model_layer_index,
+)
 from .worker_store import WorkerSettings, WorkerStore
 
 
@@ -114,6 +121,12 @@ def settings_from_vllm(
         )
         for name in group_config.layer_names:
             layer_spec = per_layer.get(name, group_spec)
+            index = model_layer_index(name)
+            previous = layers[-1].index if layers else None
+            if index is None or (previous is not None and index <= previous):
+                # The header names each layer by the model's index, in
+                # strictly ascending order within a group.
+                settings.unsupported = f"layer {name}: no model layer index in order"
             if isinstance(layer_spec, MambaSpec):
                 kind = "state"
                 parts = tuple(
@@ -128,12 +141,16 @@ def settings_from_vllm(
                 settings.mamba_types[group_config.group_id] = str(
                     getattr(layer_spec.mamba_type, "value", layer_spec.mamba_type)
                 )
-                layers.append(LayerLayout(-1, sum(p.nbytes for p in parts), parts))
+                layers.append(
+                    LayerLayout(-1, sum(p.nbytes for p in parts), parts, index)
+                )
             elif isinstance(layer_spec, AttentionSpec):
-                layers.append(LayerLayout(-1, layer_spec.unpadded_page_size_bytes))
+                layers.append(
+                    LayerLayout(-1, layer_spec.unpadded_page_size_bytes, (), index)
+                )
             else:
                 settings.unsupported = f"layer {name} has an unsupported KV spec"
-                layers.append(LayerLayout(-1, 0))
+                layers.append(LayerLayout(-1, 0, (), index))
         settings.groups.append(
             GroupLayout(group_config.group_id, slot, kind, tuple(layers))
         )

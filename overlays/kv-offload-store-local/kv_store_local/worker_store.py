@@ -122,7 +122,9 @@ class WorkerStore:
             kv_dtype=s.kv_dtype,
             hash_algorithm=s.hash_algorithm,
             num_speculative_tokens=s.num_speculative_tokens,
-            page_sizes={g.group: g.block_bytes for g in s.groups},
+            # Window (drafter) groups are never written: not part of the layout
+            # a reader needs, so the drafter knob does not fork the namespace.
+            page_sizes={g.group: g.block_bytes for g in s.groups if g.kind != "window"},
             state_abi=state_abi(s),
         )
         # Restore reads a store only under the key scheme it was written with.
