@@ -435,3 +435,13 @@ def test_headers_name_layers_by_the_model_layer_index(patched, knob_on, monkeypa
     }
     assert [s.layer for s in groups[3].segments(1)] == [3, 3]  # conv, temporal
     env.worker.shutdown()
+
+
+def test_capture_budget_is_the_knob(patched, knob_on, monkeypatch):
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_CAPTURE_MIB", "16")
+    env = worker_with_store(Vllm(patched), monkeypatch)
+    assert env.store.writer.pool.capacity == 16 << 20
+    env.worker.shutdown()
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_CAPTURE_MIB", "8")  # below the floor
+    with pytest.raises(ValueError, match="CAPTURE_MIB=8: must be an integer 16.."):
+        worker_with_store(Vllm(patched), monkeypatch)

@@ -135,6 +135,7 @@ class WorkerStore:
             "cpu_gb": self.knobs.cpu_gb,
             "drafter": self.knobs.drafter,
             "blocks_per_chunk": s.blocks_per_chunk,
+            "capture_bytes": self._budget,
         }
         try:
             layout = open_namespace(self.knobs.root, s.model, rank, fenced, info)
