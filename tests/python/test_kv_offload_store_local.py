@@ -793,3 +793,24 @@ def test_model_layer_index_comes_from_the_layer_name():
         ),
     )
     assert [s.layer for s in group.segments(1)] == [7, 9]
+
+
+def test_state_strides_are_read_and_undescribable_views_refused():
+    conv = ksl.layout.StatePart("bfloat16", (4, 3))  # 24 bytes
+    temporal = ksl.layout.StatePart("float32", (2, 4))  # 32 bytes
+    parts = (conv, temporal)
+    dense = [((4, 3), (3, 1), 0), ((2, 4), (4, 1), 24)]
+    read = ksl.layout.state_strides(parts, dense)
+    assert [p.stride for p in read] == [(3, 1), (4, 1)]
+    group = ksl.layout.GroupLayout(2, 1, "state", (ksl.layout.LayerLayout(0, 56, read),))
+    assert [s.stride for s in group.segments(1)] == [(3, 1), (4, 1)]
+    bad = {
+        "transposed conv": [((4, 3), (1, 4), 0), ((2, 4), (4, 1), 24)],
+        "gap before temporal": [((4, 3), (3, 1), 0), ((2, 4), (4, 1), 32)],
+        "other shape": [((3, 4), (4, 1), 0), ((2, 4), (4, 1), 24)],
+        "one tensor missing": [((4, 3), (3, 1), 0)],
+    }
+    for case, views in bad.items():
+        with pytest.raises(ksl.errors.WriterDisabled):
+            ksl.layout.state_strides(parts, views)
+        assert case

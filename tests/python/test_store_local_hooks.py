@@ -445,3 +445,48 @@ def test_capture_budget_is_the_knob(patched, knob_on, monkeypatch):
     monkeypatch.setenv("GLM53_KV_OFFLOAD_CAPTURE_MIB", "8")  # below the floor
     with pytest.raises(ValueError, match="CAPTURE_MIB=8: must be an integer 16.."):
         worker_with_store(Vllm(patched), monkeypatch)
+
+
+class FakeView:
+    """A state tensor's geometry as vLLM's mamba views have it (the block
+    dimension first), for register_kv_caches' hook."""
+
+    def __init__(self, address, shape, stride):
+        self.address, self.shape, self._stride = address, shape, stride
+
+    def data_ptr(self):
+        return self.address
+
+    def stride(self):
+        return self._stride
+
+
+def state_views(transposed: bool = False):
+    # The harness MambaSpec: conv (2, 8) bf16 = 32 bytes, temporal (4, 16) f32.
+    conv_stride = (1, 2) if transposed else (8, 1)
+    return [
+        FakeView(4096, (64, 2, 8), (1024, *conv_stride)),
+        FakeView(4096 + 32, (64, 4, 16), (256, 16, 1)),
+    ]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_state_strides_come_from_the_registered_views(
+    patched, knob_on, monkeypatch, transposed
+):
+    vllm = Vllm(patched)
+    kv_cache_config = vllm.layout()
+    vllm_config = vllm.vllm_config()
+    spec = vllm.spec(vllm_config, kv_cache_config)
+    worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
+    store = worker._kv_store
+    store.note_kv_caches(
+        {f"model.layers.{g}.mixer": state_views(transposed) for g in STATE_GROUPS}
+    )
+    if transposed:
+        assert "not the dense layout" in store.settings.unsupported
+        return
+    assert store.settings.unsupported is None
+    groups = {g.group: g for g in store.settings.groups}
+    (layer,) = groups[3].layers
+    assert [p.stride for p in layer.state] == [(8, 1), (16, 1)]

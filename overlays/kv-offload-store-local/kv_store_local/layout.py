@@ -27,6 +27,9 @@ class StatePart:
 
     dtype: str  # e.g. "bfloat16"
     shape: tuple[int, ...]
+    # Element strides as the tensor lies in vLLM's page (state_strides);
+    # None: not read yet, contiguous assumed.
+    stride: tuple[int, ...] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -76,7 +79,7 @@ class GroupLayout:
                         fmt.SegmentKind.CONV,
                         DTYPES[part.dtype],
                         part.shape,
-                        contiguous(part.shape),
+                        part.stride or contiguous(part.shape),
                     )
                 )
             elif conv:
@@ -90,7 +93,7 @@ class GroupLayout:
                     fmt.SegmentKind.TEMPORAL,
                     DTYPES[temporal.dtype],
                     temporal.shape,
-                    contiguous(temporal.shape),
+                    temporal.stride or contiguous(temporal.shape),
                 )
             )
         return fmt.make_segments(specs)
@@ -110,6 +113,41 @@ def contiguous(shape: Sequence[int]) -> tuple[int, ...]:
         strides.append(step)
         step *= dim
     return tuple(reversed(strides))
+
+
+# One state tensor of a layer as vLLM holds it: shape and element strides
+# without the block dimension, and its byte offset within the block's page.
+StateView = tuple[tuple[int, ...], tuple[int, ...], int]
+
+
+def state_strides(
+    parts: Sequence[StatePart], views: Sequence[StateView]
+) -> tuple[StatePart, ...]:
+    """The parts with the strides vLLM's views have; WriterDisabled when the
+    header cannot describe them: the payload is the page's bytes as they lie,
+    so every part must be dense in its shape's order, back to back in the
+    spec's order."""
+    if len(views) != len(parts):
+        raise WriterDisabled(f"{len(views)} state tensors, the spec has {len(parts)}")
+    out = []
+    offset = 0
+    for i, (part, (shape, stride, start)) in enumerate(zip(parts, views, strict=True)):
+        if tuple(shape) != part.shape:
+            raise WriterDisabled(
+                f"state part {i}: shape {tuple(shape)}, spec {part.shape}"
+            )
+        if start != offset:
+            raise WriterDisabled(
+                f"state part {i} starts at byte {start} of the page, not {offset}"
+            )
+        if tuple(stride) != contiguous(shape):
+            raise WriterDisabled(
+                f"state part {i}: strides {tuple(stride)} are not the dense layout "
+                f"{contiguous(shape)} a chunk header describes"
+            )
+        out.append(StatePart(part.dtype, part.shape, tuple(stride)))
+        offset += part.nbytes
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ The hooks in ``OffloadingConnectorWorker`` build a ``VllmWorkerStore`` (in
 ``_init_worker``); what it hands on to ``WorkerStore`` is plain values.
 """
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .deps import knobs
@@ -16,7 +18,9 @@ from .layout import (
     LayerLayout,
     StagingTensor,
     StatePart,
+    StateView,
     model_layer_index,
+    state_strides,
 )
 from .worker_store import WorkerSettings, WorkerStore
 
@@ -35,6 +39,30 @@ class VllmWorkerStore(WorkerStore):
             tp=initialized_tp,
         )
 
+    def note_kv_caches(self, kv_caches: Mapping[str, Any]) -> None:
+        """vLLM's per-layer caches (register_kv_caches): read the state
+        layers' strides; a layout a header cannot describe disables the
+        writer when it starts."""
+        try:
+            groups = []
+            for g in self.settings.groups:
+                if g.kind != "state":
+                    groups.append(g)
+                    continue
+                names = self.settings.layer_names[g.group]
+                layers = tuple(
+                    replace(
+                        layer, state=state_strides(layer.state, views_of(kv_caches[n]))
+                    )
+                    for n, layer in zip(names, g.layers, strict=True)
+                )
+                groups.append(replace(g, layers=layers))
+            self.settings.groups = groups
+        except WriterDisabled as e:
+            self.settings.unsupported = str(e)
+        except (KeyError, TypeError, AttributeError) as e:
+            self.settings.unsupported = f"cannot read the state layers' views: {e!r}"
+
     def attach_worker(self, worker: Any, kv_caches: Any, is_writer: bool) -> None:
         """Called once the CPU offloading worker exists; starts the writer."""
         try:
@@ -52,6 +80,17 @@ class VllmWorkerStore(WorkerStore):
             for group_refs in kv_caches.group_data_refs
         ]
         self.attach(staging, refs)
+
+
+def views_of(cache: Any) -> list[StateView]:
+    """(shape, element strides, byte offset in the page) of each state
+    tensor of one mamba layer, without the block dimension."""
+    tensors = list(cache) if isinstance(cache, (list, tuple)) else [cache]
+    base = tensors[0].data_ptr()
+    return [
+        (tuple(t.shape[1:]), tuple(t.stride()[1:]), t.data_ptr() - base)
+        for t in tensors
+    ]
 
 
 def initialized_tp() -> tuple[int, int]:
@@ -154,6 +193,7 @@ def settings_from_vllm(
         settings.groups.append(
             GroupLayout(group_config.group_id, slot, kind, tuple(layers))
         )
+        settings.layer_names[group_config.group_id] = list(group_config.layer_names)
     return settings
 
 

@@ -43,6 +43,7 @@ class WorkerSettings:
     blocks_per_chunk: int
     groups: list[GroupLayout] = field(default_factory=list)
     mamba_types: dict[int, str] = field(default_factory=dict)
+    layer_names: dict[int, list[str]] = field(default_factory=dict)  # per group
     unsupported: str | None = None  # why this layout cannot be written
 
 
