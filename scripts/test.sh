@@ -17,4 +17,10 @@ ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" || status=1
 if [ -d tests/python ] && compgen -G "tests/python/test_*.py" >/dev/null; then
   KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q tests/python || status=1
 fi
+# The real-scheduler tier (tests/realsched): the real vLLM 0.33.0 scheduler side, in the venv
+# that setup built (scripts/real-venv.sh prints its python). KVTIER_REAL=0 skips it.
+if [ "${KVTIER_REAL:-1}" != 0 ]; then
+  KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" "$(scripts/real-venv.sh)" -m pytest -q tests/realsched ||
+    status=1
+fi
 exit $status

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Prepares, on this machine, everything the GPU suite needs on the device machine (which has
+# torch and CUDA but no vLLM and no network), as two transfers of under 64 MiB each:
+#   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
+#   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
+#              (Python 3.12, no deps), the files both overlays patch or add (from a real
+#              `overlay apply`), and a release `kvstore` with the shared libraries it needs
+# The suite's own code and the model configs (engine/) travel with the working tree.
+# Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
+#
+#   engine/prepare.sh            (from the project root; about 2 minutes, mostly xz)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/kvtier
+read -r WHEEL_SHA WHEEL_NAME <fixtures/vllm-0.33.0/WHEEL
+WHEEL=$CACHE/wheels/$WHEEL_NAME
+BUILD=${BUILD:-build-engine}
+OUT=$ROOT/.device
+[ "$(sha256sum "$WHEEL" | cut -c1-64)" = "$WHEEL_SHA" ] || {
+  echo "prepare: $WHEEL missing or its sha256 differs from fixtures/vllm-0.33.0/WHEEL" >&2
+  exit 1
+}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+# The parts cut from the wheel are kept while the wheel is the same (they take minutes of
+# xz); the tools, the overlay files and the wheels are made again on every run.
+if [ "$(cat "$OUT/wheel.sha256" 2>/dev/null)" != "$WHEEL_SHA" ]; then
+  rm -rf "$OUT/A" "$OUT/B"
+fi
+rm -rf "$OUT/B/lib" "$OUT/B/whl"
+mkdir -p "$W/tree" "$W/whl" "$OUT/A" "$OUT/B/lib"
+
+# Release build of the two tools from the committed state REV (default HEAD), in its own
+# folder: other people's half-finished edits in the working tree never reach the device.
+REV=${REV:-HEAD}
+rev=$(git rev-parse "$REV")
+SRC=$BUILD/src
+# Tools, overlay files and the writer they verify all come from one revision (a kvstore
+# older than the writer reports the writer's newer folders as foreign: seen on the H200).
+if [ "$(cat "$BUILD/rev" 2>/dev/null)" != "$rev" ]; then
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  git archive "$rev" | tar -x -C "$SRC"
+  echo "$rev" >"$BUILD/rev"
+fi
+if [ ! -f "$BUILD/out/build.ninja" ]; then
+  cmake -S "$SRC" -B "$BUILD/out" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD/out" -j2 --target overlay kvstore >/dev/null
+KVSTORE=$(find "$BUILD/out" -type f -name kvstore -perm -u+x | head -1)
+OVERLAY=$BUILD/out/patcher/overlay
+cp "$KVSTORE" "$OUT/B/kvstore"
+# The image has its own libstdc++; carry only the libraries it may lack.
+ldd "$KVSTORE" | awk '/=> \// {print $3}' | grep -E 'libfmt|libisal' | xargs -r -I{} cp -L {} "$OUT/B/lib/"
+
+# 1. The .py tree: no compiled files except in set A; third_party's .py files and the
+#    dist-info are needed (platform detection reads version("vllm")).
+unzip -q -o "$WHEEL" -x 'vllm/third_party/*' '*.so' 'vllm/vllm-rs' -d "$W/tree"
+unzip -q -o "$WHEEL" 'vllm/third_party/*.py' -d "$W/tree"
+if [ ! -s "$OUT/B/vtree.tar.xz" ] || [ ! -s "$OUT/A/so_C.xz" ]; then
+  (cd "$W/tree" && tar cf - vllm vllm-0.33.0.dist-info | xz -T0 -6 >"$OUT/B/vtree.tar.xz.tmp")
+  # 2. The compiled ops (stable-ABI libtorch extension) alone in set A.
+  unzip -p "$WHEEL" vllm/_C_stable_libtorch.abi3.so | xz -T0 -6 >"$OUT/A/so_C.xz.tmp"
+  mv "$OUT/B/vtree.tar.xz.tmp" "$OUT/B/vtree.tar.xz"
+  mv "$OUT/A/so_C.xz.tmp" "$OUT/A/so_C.xz"
+  echo "$WHEEL_SHA" >"$OUT/wheel.sha256"
+fi
+
+# 3. Both overlays applied to a copy with the real tool; only the offloading folder changes.
+cp -a "$W/tree" "$W/ptree"
+# The two overlays this suite proves, in ORDER's order (a later overlay is not included),
+# with the anchors and fragments of the same committed state.
+mkdir -p "$W/ov" && git archive "$rev" anchors overlays | tar -x -C "$W/ov"
+M=$W/ov/anchors/vllm-0.33.0
+echo "overlays, anchors and tools from $rev" >"$W/apply.log"
+"$OVERLAY" apply --root "$W/ptree" --overlays kv-offload-scope,kv-offload-store-local \
+  --manifests "$M" --fragments "$W/ov/overlays" --check-injected >>"$W/apply.log"
+"$OVERLAY" status --root "$W/ptree" --manifests "$M" --fragments "$W/ov/overlays" >>"$W/apply.log"
+cp "$W/apply.log" "$OUT/B/overlay-apply.log"
+(cd "$W/ptree" && tar cJf "$OUT/B/overlay_files.tar.xz" vllm/distributed/kv_transfer/kv_connector/v1/offloading)
+
+# 4. The wheels the device image lacks (Python 3.12, no deps; see engine/wheels.txt).
+plat=()
+for p in manylinux_2_{17,24,26,27,28,31,34,35}_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+  plat+=(--platform "$p")
+done
+grep -v '^#' engine/wheels.txt | xargs python3 -m pip download -q --no-deps --only-binary=:all: \
+  --python-version 3.12 --implementation cp "${plat[@]}" -d "$W/whl"
+mkdir -p "$OUT/B/whl" && cp "$W/whl"/*.whl "$OUT/B/whl/"
+du -sh "$OUT/A" "$OUT/B"

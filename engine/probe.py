@@ -1,0 +1,204 @@
+"""Functions the GPU suite sends to every vLLM worker through LLM.collective_rpc.
+
+Each takes the worker (vLLM's Worker) as its first argument and returns builtins only. They
+read our writer through the worker's real OffloadingConnector; nothing here changes what the
+engine or the writer does, except that install_recorder wraps WorkerStore.remember to keep a
+copy of what each store job was (GPU block ids, side channel) for the byte comparison.
+
+The GPU bytes are read independently of our writer: from the engine's own KV-cache tensors
+(the attention/mamba layers' bound caches), at the manager block the scheduler stored from,
+for the unpadded page size vLLM's spec reports. Our writer's layout code is not used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import time
+from typing import Any
+
+OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+
+
+def _store(worker: Any) -> tuple[Any, Any]:
+    from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+
+    if not has_kv_transfer_group():
+        return None, None
+    connector_worker = get_kv_transfer_group().connector_worker
+    return connector_worker, getattr(connector_worker, "_kv_store", None)
+
+
+def _rank_info(store: Any) -> dict[str, Any]:
+    """The writer's rank and folder, and the TP group vLLM itself initialized."""
+    info: dict[str, Any] = {"pid": os.getpid()}
+    try:
+        from vllm.distributed.parallel_state import get_tp_group
+
+        group = get_tp_group()
+        info["tp_group"] = [group.rank_in_group, group.world_size]
+    except Exception as e:  # noqa: BLE001 - a report, not a decision
+        info["tp_group"] = f"unavailable: {e}"
+    writer = getattr(store, "writer", None)
+    if writer is not None:
+        info["rank"] = writer.rank
+        info["base"] = writer.layout.base
+    return info
+
+
+def install_recorder(worker: Any) -> dict[str, Any]:
+    connector_worker, store = _store(worker)
+    if connector_worker is None:
+        return {"connector": False}
+    out: dict[str, Any] = {
+        "connector": True,
+        "offloaded_groups": [g.group_id for g in connector_worker.spec.config.groups],
+        "num_groups": len(connector_worker.kv_cache_config.kv_cache_groups),
+        "store": store is not None,
+    }
+    if store is None:
+        return out
+    out.update(
+        active=store.active,
+        disabled=store.disabled_reason,
+        writer_groups=[g.group for g in store.settings.groups],
+        **_rank_info(store),
+    )
+    records: list[dict[str, Any]] = []
+    original = store.remember
+
+    def remember(job_id: int, entry: Any) -> None:
+        meta = getattr(entry, "kv_store_meta", None)
+        if store.active and isinstance(meta, dict) and meta.get("keys"):
+            records.append(
+                {
+                    "job": job_id,
+                    "gpu_blocks": [int(b) for b in entry.src_spec.block_ids],
+                    "group_sizes": [int(n) for n in entry.src_spec.group_sizes],
+                    "keys": [bytes(k) for k in meta["keys"]],
+                    "groups": list(meta["groups"]),
+                    "tokens": list(meta["tokens"]),
+                }
+            )
+        original(job_id, entry)
+
+    store.remember = remember
+    store._probe_records = records
+    return out
+
+
+def _layer_page(worker: Any, name: str, num_blocks: int) -> tuple[Any, int, int]:
+    """(uint8 view of the layer's storage, byte offset of block 0, manager-block stride)."""
+    import torch
+
+    ctx = worker.model_runner.compilation_config.static_forward_context
+    kv = ctx[name].kv_cache
+    first = kv if isinstance(kv, torch.Tensor) else kv[0]
+    elem = first.element_size()
+    ratio = first.shape[0] // num_blocks  # kernel blocks per manager block
+    storage = first.untyped_storage()
+    raw = torch.empty(0, dtype=torch.uint8, device=first.device).set_(
+        storage, 0, (storage.nbytes(),), (1,)
+    )
+    return raw, first.storage_offset() * elem, first.stride(0) * elem * ratio
+
+
+def _unpadded_page(spec: Any) -> int:
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    if isinstance(spec, AttentionSpec):
+        return spec.unpadded_page_size_bytes
+    if isinstance(spec, MambaSpec):
+        return dataclasses.replace(spec, page_size_padded=None).page_size_bytes
+    raise TypeError(type(spec).__name__)
+
+
+def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
+    connector_worker, store = _store(worker)
+    if store is None:
+        return {"store": False}
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    fmt = importlib.import_module(OFFLOADING + ".kv_store_format")
+    out: dict[str, Any] = {
+        "store": True,
+        "active": store.active,
+        "disabled": store.disabled_reason,
+        **_rank_info(store),
+    }
+    if not store.active:
+        return out
+    t = time.time()
+    out["drained"] = store.writer.wait_idle(timeout=120.0)
+    out["drain_s"] = round(time.time() - t, 3)
+    out["stats"] = dataclasses.asdict(store.stats)
+    records = getattr(store, "_probe_records", [])
+    out["jobs_seen"] = len(records)
+    if not compare:
+        return out
+    kv_config = connector_worker.kv_cache_config
+    num_blocks = kv_config.num_blocks
+    pages: dict[str, tuple[Any, int, int, int]] = {}
+    counts = {"keys": 0, "equal": 0, "different": 0, "no_file": 0, "shape": 0}
+    checked: set[tuple[bytes, int]] = set()
+    examples: list[dict[str, Any]] = []
+    per_group: dict[int, int] = {}
+    for rec in records:
+        if len(rec["keys"]) != len(rec["gpu_blocks"]):
+            counts["shape"] += 1
+            continue
+        for key, group, block in zip(rec["keys"], rec["groups"], rec["gpu_blocks"]):
+            hash_ = bytes(key[:-4])
+            if (hash_, group) in checked:
+                continue
+            checked.add((hash_, group))
+            counts["keys"] += 1
+            path = store.writer.layout.chunk(hash_.hex(), group)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                counts["no_file"] += 1
+                continue
+            header = fmt.decode_header(data)
+            payload = data[header.header_length :]
+            group_spec = kv_config.kv_cache_groups[group].kv_cache_spec
+            per_layer = (
+                group_spec.kv_cache_specs
+                if isinstance(group_spec, UniformTypeKVCacheSpecs)
+                else {}
+            )
+            parts = []
+            for name in kv_config.kv_cache_groups[group].layer_names:
+                if name not in pages:
+                    raw, base, stride = _layer_page(worker, name, num_blocks)
+                    size = _unpadded_page(per_layer.get(name, group_spec))
+                    pages[name] = (raw, base, stride, size)
+                raw, base, stride, size = pages[name]
+                start = base + block * stride
+                parts.append(raw[start : start + size].cpu().numpy().tobytes())
+            gpu = b"".join(parts)
+            if gpu == payload:
+                counts["equal"] += 1
+                per_group[group] = per_group.get(group, 0) + 1
+            else:
+                counts["different"] += 1
+                if len(examples) < 5:
+                    first = next(
+                        (i for i, (a, b) in enumerate(zip(gpu, payload)) if a != b),
+                        min(len(gpu), len(payload)),
+                    )
+                    examples.append(
+                        {
+                            "group": group,
+                            "block": block,
+                            "gpu_len": len(gpu),
+                            "payload_len": len(payload),
+                            "first_difference": first,
+                        }
+                    )
+    out["compare"] = counts
+    out["equal_per_group"] = {str(k): v for k, v in sorted(per_group.items())}
+    out["mismatch_examples"] = examples
+    return out
