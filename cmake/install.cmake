@@ -48,6 +48,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/anchors ${PROJECT_SOURCE_DIR}/overlays
         PATTERN __pycache__ EXCLUDE PATTERN "*.pyc" EXCLUDE
         # the worked example of docs/OVERLAYS.md is not for a serving tree
         REGEX "/anchors/example-[^/]*$" EXCLUDE REGEX "/overlays/example-[^/]*$" EXCLUDE)
+install(FILES ${PROJECT_SOURCE_DIR}/VERSION DESTINATION ${KVTIER_DATADIR} COMPONENT runtime)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
         FILES_MATCHING PATTERN "*.sh"
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)

@@ -16,7 +16,7 @@
 #       glibc is the running system's: PREFIX/share/kvtier/GLIBC_REQUIRED
 #       records the newest glibc symbol version the tools need, and bake.sh
 #       refuses an image whose glibc is older.
-#   build-tools.sh --help
+#   build-tools.sh --help | --version
 #
 # Exit: 0 done; 2 bad usage or a layout check failed; otherwise the failing
 # build command's code.
@@ -107,5 +107,6 @@ build)
   build "$@"
   ;;
 -h | --help) help_text "$0" ;;
+--version) print_version "$0" ;;
 *) die "expected a subcommand: packages, install-packages or build (see --help)" ;;
 esac

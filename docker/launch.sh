@@ -93,6 +93,7 @@ plan() {
   local argv=("$@")
 
   # Everything is checked before anything is written.
+  # shellcheck disable=SC2119 # no extra rules for check: the plan's knobs as given
   validate_knobs
   [[ $ranks =~ ^[0-9]{1,4}(,[0-9]{1,4})*$ ]] || die "--ranks $(q "$ranks"): expected e.g. 0,1"
   local rank_list seen=" " r

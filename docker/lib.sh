@@ -269,10 +269,19 @@ build_id() {
   printf 'kvtier-%s' "${sum:0:16}"
 }
 
-# --version of a script: its name, the build id of the artifacts beside it.
+# --version, the same shape for every tool and script:
+#   NAME VERSION
+#   <engine>-<version> build kvtier-<16 hex>     (one line per anchors folder)
+# VERSION is the VERSION file beside anchors/ (the repository's, or
+# share/kvtier/VERSION when installed); the build ids are build_id's.
 print_version() {
-  local script=$1 prefix id
+  local script=$1 prefix d version
   prefix=$(data_dir_of "$(cd "$(dirname "$script")/.." && pwd)")
-  id=$(build_id "$prefix") || exit "$KVTIER_EXIT_REFUSED"
-  printf '%s (kvtier) build %s (%s)\n' "$(basename "$script")" "$id" "$KVTIER_ENGINE_DIR"
+  version=$(cat "$prefix/VERSION" 2>/dev/null) || version=unknown
+  printf '%s %s\n' "$(basename "$script" .sh)" "$version"
+  for d in "$prefix"/anchors/*/; do
+    [[ -f $d/ORDER ]] || continue
+    d=$(basename "$d")
+    printf '%s build %s\n' "$d" "$(build_id "$prefix" "$d")"
+  done
 }

