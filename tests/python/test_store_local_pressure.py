@@ -99,9 +99,7 @@ class Run:
             worker=self.gpu,
             manager=self.manager,
         )
-        self.scheduler = self.vllm.scheduler.OffloadingConnectorScheduler(
-            spec, cfg, kv
-        )
+        self.scheduler = self.vllm.scheduler.OffloadingConnectorScheduler(spec, cfg, kv)
         self.worker = self.vllm.worker.OffloadingConnectorWorker(spec, cfg, kv)
         store = self.worker._kv_store
         adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
@@ -174,15 +172,23 @@ class Run:
         if self.steps % self.drain_every == 0:
             self.writer.drain()
 
-    def play(self) -> None:
+    def conversations(self, first: int = 0, suffix: str = "", drain: bool = False):
+        """The WORKLOAD's requests, in order (ids from ``first``)."""
         chains: dict[str, list[bytes]] = {}
         for n, (req_id, blocks, parent, shared) in enumerate(WORKLOAD):
             per = BLOCK // HASH
             hashes = list(chains[parent][: shared * per]) if parent else []
             while len(hashes) < blocks * per:
-                hashes.append(hashlib.sha256(f"{req_id}/{len(hashes)}".encode()).digest())
+                hashes.append(
+                    hashlib.sha256(f"{req_id}/{len(hashes)}".encode()).digest()
+                )
             chains[req_id] = hashes
-            self.request(n, req_id, blocks, hashes)
+            self.request(first + n, req_id + suffix, blocks, hashes)
+            if drain:
+                self.writer.drain()
+
+    def play(self) -> None:
+        self.conversations()
         # The traffic goes on (new conversations), the writer catches up.
         for n in range(len(WORKLOAD), len(WORKLOAD) + 4):
             hashes = [hashlib.sha256(f"z{n}/{i}".encode()).digest() for i in range(8)]
@@ -303,3 +309,33 @@ class FaultRun:
             self.monkeypatch.setattr(io, "write_chunk_file", real)
         self.published = run.published()
         self.drops = run.store.stats.drops()
+
+
+def test_rows_reused_before_a_retry_are_offered_again(
+    patched_tree, engine_name, monkeypatch, tmp_path
+):
+    """A CPU tier small enough to evict: an owed key whose row a new store
+    takes is lost to the recapture (counted), but the manager evicted it, so
+    the next request with that prefix offers it again and its chain
+    completes; without recapture the keys still resident never do."""
+    monkeypatch.setattr(sys.modules[__name__], "CPU_CHUNKS", 40)
+    results = {}
+    for recapture in (False, True):
+        with harness.engine(patched_tree, package=engine_name) as ns:
+            run = Run(
+                ns, monkeypatch, tmp_path / f"r{int(recapture)}",
+                budget=6 * FULL_PAGE, recapture=recapture, drain_every=3,
+            )  # fmt: skip
+            run.play()
+            run.conversations(first=100, suffix="-again", drain=True)  # they return
+            run.check_payloads()
+            results[recapture] = (len(run.published()), run.store.stats.drops())
+            expected = len(run.candidates)
+            run.worker.shutdown()
+    print(
+        f"\neviction: {expected} candidate boundaries; before (no recapture) "
+        f"{results[False][0]}, after {results[True][0]}; drops after {results[True][1]}"
+    )
+    assert results[True][1]["lost"] > 0  # rows really were reused first
+    assert results[True][0] == expected
+    assert results[False][0] < expected
