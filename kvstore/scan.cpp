@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -125,7 +126,17 @@ struct RankContext {
   const ScanOptions& opt;
   RankInventory& inv;
   std::string ns_hex;  // full namespace hash from the record, "" if unknown
+  std::array<uint8_t, 32> ns_bytes{};
 };
+
+// `hex` spells `bytes` (lowercase), compared without building a string.
+bool hex_equals(std::span<const uint8_t> bytes, std::string_view hex) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  if (hex.size() != bytes.size() * 2) return false;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    if (hex[2 * i] != kDigits[bytes[i] >> 4] || hex[2 * i + 1] != kDigits[bytes[i] & 15]) return false;
+  return true;
+}
 
 // Reads the namespace record `<rank name>.json` from `tier_fd`.
 void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx, const kvformat::RankBaseName& base) {
@@ -163,6 +174,7 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
     return;
   }
   cx.ns_hex = hex;
+  std::copy(hash->begin(), hash->end(), cx.ns_bytes.begin());
   inv.namespace_ok = true;
   inv.namespace_hash = hex;
   // keep-K is a writer setting, not part of the namespace identity: it lives
@@ -177,14 +189,46 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
 // One chunk as the walk found it: the header read while its directory was
 // open (one name lookup per file), and for a chunk that arrived whole in that
 // read, its payload checksum too (verify).
+// One chunk as the walk found it, judged on the walker thread: the header
+// read while its directory was open (one name lookup per file), and for a
+// chunk that arrived whole in that read, its payload checksum too (verify).
 struct Probe {
   ChunkRec rec;
-  std::string rel_in_rank;
   int open_errno = 0;
-  kvformat::Result<kvformat::ChunkHeader> header = kvformat::make_error(kvformat::Reason::IoError, "");
+  std::vector<Finding> findings;
 };
 
-void probe_chunk(int dfd, const char* name, WalkEntry& e, const ScanOptions& opt, Probe& p) {
+// Fills a chunk record from its header and records what is wrong.
+void judge(Probe& p, const kvformat::Result<kvformat::ChunkHeader>& header, const RankContext& cx) {
+  auto& c = p.rec;
+  auto& found = p.findings;
+  if (!header) {
+    auto kind = kind_of(header.error().reason);
+    found.push_back({c.rel, kind, verdict(header.error())});
+    c.damaged = kind != FindingKind::kUnreadable;
+    return;
+  }
+  const auto& hdr = *header;
+  c.header_ok = true;
+  c.payload_len = hdr.payload_length;
+  c.checksum = hdr.payload_checksum;
+  c.boundary = hdr.boundary;
+  c.header_length = static_cast<uint32_t>(hdr.header_length());
+  for (const auto& s : hdr.segments)
+    if (s.kind == kvformat::SegmentKind::Conv || s.kind == kvformat::SegmentKind::Temporal) c.state_group = true;
+  if (!cx.ns_hex.empty() && hdr.namespace_hash != cx.ns_bytes) {
+    found.push_back({c.rel, FindingKind::kWrongNamespace,
+                     fmt::format("header namespace {} differs from the record's {}",
+                                 short_hex(kvformat::to_hex(hdr.namespace_hash)), short_hex(cx.ns_hex))});
+    c.damaged = true;
+  }
+  if (hdr.group != c.group || !hex_equals(hdr.key_hash, c.key)) {
+    found.push_back({c.rel, FindingKind::kMisplaced, fmt::format("header says group {} key {}", hdr.group, hdr.key_hex())});
+    c.damaged = true;
+  }
+}
+
+void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx, Probe& p) {
   int fd = ::openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     p.open_errno = errno;
@@ -195,52 +239,25 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const ScanOptions& opt
   Fd guard(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    p.header = kvformat::make_error(kvformat::Reason::IoError, std::string("fstat: ") + std::strerror(errno));
+    judge(p, kvformat::make_error(kvformat::Reason::IoError, std::string("fstat: ") + std::strerror(errno)), cx);
     return;
   }
   e.st = to_file_stat(st);
+  p.rec.st = e.st;
   // gc and stat need the header only; verify reads a small chunk whole here.
   thread_local std::vector<uint8_t> buf;
-  size_t want = opt.payloads ? kWholeReadBytes : 4096;
+  size_t want = cx.opt.payloads ? kWholeReadBytes : 4096;
   if (buf.size() != want) buf.assign(want, 0);
   size_t have = 0;
-  p.header = read_header(fd, e.st.size, buf, &have);
-  if (!p.header || !opt.payloads) return;
-  uint64_t hl = p.header->header_length();
+  auto header = read_header(fd, e.st.size, buf, &have);
+  judge(p, header, cx);
+  if (!header || !cx.opt.payloads) return;
+  uint64_t hl = header->header_length();
   if (have > hl) {
     p.rec.crc_partial = kvformat::crc32(std::span<const uint8_t>(buf.data() + hl, have - hl));
     p.rec.crc_done_to = have;
   } else {
     p.rec.crc_done_to = hl;
-  }
-}
-
-// Fills a chunk record from its probed header and records what is wrong.
-void judge(Probe& p, const std::string& ns_hex, std::vector<Finding>& found) {
-  auto& c = p.rec;
-  if (!p.header) {
-    auto kind = kind_of(p.header.error().reason);
-    found.push_back({c.rel, kind, verdict(p.header.error())});
-    c.damaged = kind != FindingKind::kUnreadable;
-    return;
-  }
-  const auto& hdr = *p.header;
-  c.header_ok = true;
-  c.payload_len = hdr.payload_length;
-  c.checksum = hdr.payload_checksum;
-  c.boundary = hdr.boundary;
-  c.header_length = static_cast<uint32_t>(hdr.header_length());
-  for (const auto& s : hdr.segments)
-    if (s.kind == kvformat::SegmentKind::Conv || s.kind == kvformat::SegmentKind::Temporal) c.state_group = true;
-  std::string ns = kvformat::to_hex(hdr.namespace_hash);
-  if (!ns_hex.empty() && ns != ns_hex) {
-    found.push_back({c.rel, FindingKind::kWrongNamespace,
-                     fmt::format("header namespace {} differs from the record's {}", short_hex(ns), short_hex(ns_hex))});
-    c.damaged = true;
-  }
-  if (hdr.group != c.group || hdr.key_hex() != c.key) {
-    found.push_back({c.rel, FindingKind::kMisplaced, fmt::format("header says group {} key {}", hdr.group, hdr.key_hex())});
-    c.damaged = true;
   }
 }
 
@@ -380,9 +397,16 @@ void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileSt
   }
 }
 
-using ChunkIndex = std::unordered_map<std::string, size_t>;  // "<group>/<key>" -> index in inv.chunks
-
-std::string ident(uint32_t group, std::string_view key) { return fmt::format("{}/{}", group, key); }
+// (group, key hex) -> index in inv.chunks; the views point into inv.chunks.
+struct ChunkId {
+  uint32_t group;
+  std::string_view key;
+  bool operator==(const ChunkId&) const = default;
+};
+struct ChunkIdHash {
+  size_t operator()(const ChunkId& id) const { return std::hash<std::string_view>{}(id.key) * 31 + id.group; }
+};
+using ChunkIndex = std::unordered_map<ChunkId, size_t, ChunkIdHash>;
 
 void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
                      int rank, RankContext& cx, const ChunkIndex& chunk_at) {
@@ -446,7 +470,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
       for (size_t pos = 0; pos < g.entries.size(); ++pos) {
         const auto& e = g.entries[pos];
         m.refs.push_back({g.group, e.key, e.length, e.checksum, ManifestRef::kNoChunk});
-        auto it = chunk_at.find(ident(g.group, e.key));
+        auto it = chunk_at.find(ChunkId{g.group, e.key});
         if (it == chunk_at.end()) {
           auto path = kvformat::chunk_rel_path(e.key, g.group);
           broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : e.key));
@@ -455,23 +479,23 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
         auto& c = inv.chunks[it->second];
         c.named = true;
         m.refs.back().chunk = static_cast<long>(it->second);
-        auto path = kvformat::chunk_rel_path(e.key, g.group).value();
+        auto path = [&] { return kvformat::chunk_rel_path(e.key, g.group).value(); };
         // FORMAT.md 5: a full group's entry i covers tokens up to (i+1) x
         // chunk_tokens; a state group's single entry is the state at the boundary.
         uint64_t want_boundary = state ? parsed->boundary : (pos + 1) * parsed->chunk_tokens;
         if (c.damaged || !c.header_ok) {
-          broken(FindingKind::kMismatch, fmt::format("names {}, which is damaged or unreadable", path));
+          broken(FindingKind::kMismatch, fmt::format("names {}, which is damaged or unreadable", path()));
         } else if (c.payload_len != e.length || c.checksum != e.checksum) {
           broken(FindingKind::kMismatch,
-                 fmt::format("names {} as length {} checksum {:08x}; its header says length {} checksum {:08x}", path,
+                 fmt::format("names {} as length {} checksum {:08x}; its header says length {} checksum {:08x}", path(),
                              e.length, e.checksum, c.payload_len, c.checksum));
         } else if (c.boundary != want_boundary) {
           broken(FindingKind::kMismatch,
-                 fmt::format("names {} at boundary token index {}; its header says {}", path, want_boundary,
+                 fmt::format("names {} at boundary token index {}; its header says {}", path(), want_boundary,
                              c.boundary));
         } else if (c.state_group != state) {
           broken(FindingKind::kMismatch,
-                 fmt::format("names {} in a {} group; its segments are those of a {} group", path,
+                 fmt::format("names {} in a {} group; its segments are those of a {} group", path(),
                              state ? "state" : "full", c.state_group ? "state" : "full"));
         }
       }
@@ -512,8 +536,8 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   }
   if (base) check_namespace(tier_fd, record_rel, cx, *base);
 
-  // Chunks are probed during the walk, while their directory is open.
-  std::vector<Probe> probes;
+  // Chunks are probed during the walk, while their directory is open, and
+  // go straight into inv.chunks (no second copy of 200,000 records).
   std::mutex probes_mu;
   WalkOptions wopt;
   wopt.threads = reader_threads(opt.threads);
@@ -530,48 +554,42 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
       return true;
     }
     Probe p;
-    probe_chunk(dfd, name, e, opt, p);
-    if (opt.progress) opt.progress->add(1, opt.payloads ? std::min<uint64_t>(e.st.size, kWholeReadBytes) : 0);
     p.rec.rel = join(rank_rel, e.rel);
-    p.rec.st = e.st;
     p.rec.group = leaf->group;
     p.rec.key = std::move(*key);
-    p.rel_in_rank = std::move(e.rel);
+    probe_chunk(dfd, name, e, cx, p);
+    if (opt.progress) opt.progress->add(1, opt.payloads ? std::min<uint64_t>(e.st.size, kWholeReadBytes) : 0);
     std::lock_guard lk(probes_mu);
-    probes.push_back(std::move(p));
+    if (p.open_errno == ENOENT) return false;  // a writer's or another sweep's unlink: not ours to report
+    if (p.open_errno)
+      inv.findings.push_back({p.rec.rel, FindingKind::kUnreadable, fmt::format("cannot open: {}", std::strerror(p.open_errno))});
+    for (auto& f : p.findings) inv.findings.push_back(std::move(f));
+    inv.bytes_total += p.rec.st.size;
+    inv.chunks.push_back(std::move(p.rec));
     return false;
   };
   WalkResult w = walk(rank_fd, wopt);
   Classified found = classify(w, rank_rel, cx);
 
-  std::sort(probes.begin(), probes.end(), [](const Probe& a, const Probe& b) { return a.rec.rel < b.rec.rel; });
-  std::vector<std::string> rels_in_rank;
-  inv.chunks.reserve(probes.size());
-  for (auto& p : probes) {
-    if (p.open_errno == ENOENT) continue;  // a writer's or another sweep's unlink: not ours to report
-    if (p.open_errno) {
-      inv.findings.push_back({p.rec.rel, FindingKind::kUnreadable, fmt::format("cannot open: {}", std::strerror(p.open_errno))});
-    } else {
-      judge(p, cx.ns_hex, inv.findings);
-    }
-    inv.bytes_total += p.rec.st.size;
-    inv.chunks.push_back(std::move(p.rec));
-    rels_in_rank.push_back(std::move(p.rel_in_rank));
-  }
-  probes.clear();
-  probes.shrink_to_fit();
+  std::sort(inv.chunks.begin(), inv.chunks.end(), [](const ChunkRec& a, const ChunkRec& b) { return a.rel < b.rel; });
 
   // verify: the payload pass, before manifests judge the chunks they name.
-  if (opt.payloads) verify_payloads(rank_fd, rels_in_rank, inv, opt, bytes_read);
+  if (opt.payloads) {
+    std::vector<std::string> rels_in_rank;
+    rels_in_rank.reserve(inv.chunks.size());
+    size_t cut = rank_rel.empty() ? 0 : rank_rel.size() + 1;
+    for (const auto& c : inv.chunks) rels_in_rank.push_back(c.rel.substr(cut));
+    verify_payloads(rank_fd, rels_in_rank, inv, opt, bytes_read);
+  }
 
   ChunkIndex chunk_at;
   chunk_at.reserve(inv.chunks.size());
-  for (size_t i = 0; i < inv.chunks.size(); ++i) chunk_at.emplace(ident(inv.chunks[i].group, inv.chunks[i].key), i);
+  for (size_t i = 0; i < inv.chunks.size(); ++i) chunk_at.emplace(ChunkId{inv.chunks[i].group, inv.chunks[i].key}, i);
   std::set<std::pair<uint32_t, std::string>> pending;
   check_pendings(rank_fd, found.pendings, rank_rel, cx, pending);
   check_manifests(rank_fd, found.manifests, rank_rel, inv.rank, cx, chunk_at);
   for (const auto& [group, key] : pending)
-    if (auto it = chunk_at.find(ident(group, key)); it != chunk_at.end()) inv.chunks[it->second].pending = true;
+    if (auto it = chunk_at.find(ChunkId{group, key}); it != chunk_at.end()) inv.chunks[it->second].pending = true;
   for (const auto& c : inv.chunks)
     if (!c.named && !c.pending && !c.damaged && c.header_ok && older_than_grace(c.st, opt))
       inv.findings.push_back(
