@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
 
-from overlay_modules import fmt, ksl, kv_offload_knobs  # noqa: E402
+from overlay_modules import fmt, hybrid_groups, ksl, kv_offload_knobs  # noqa: E402
 
 try:
     import torch
@@ -111,28 +111,7 @@ class Region:
 
 
 def group_layouts() -> list[ksl.layout.GroupLayout]:
-    groups = [
-        ksl.layout.GroupLayout(
-            0,
-            0,
-            "full",
-            tuple(ksl.layout.LayerLayout(i, FULL_PAGE) for i in range(FULL_LAYERS)),
-        )
-    ]
-    state = CONV.nbytes + TEMPORAL.nbytes
-    for slot, g in enumerate(STATE_GROUPS, start=1):
-        groups.append(
-            ksl.layout.GroupLayout(
-                g,
-                slot,
-                "state",
-                tuple(
-                    ksl.layout.LayerLayout(i, state, (CONV, TEMPORAL))
-                    for i in range(STATE_LAYERS)
-                ),
-            )
-        )
-    return groups
+    return hybrid_groups(FULL_LAYERS, FULL_PAGE, STATE_LAYERS, CONV, TEMPORAL)
 
 
 class Filler:

@@ -31,14 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
 
 import harness  # noqa: E402
-from fake_offloading import FakeTransferWorker, make_spec  # noqa: E402
-from hybrid_layout import (  # noqa: E402
-    NUM_GROUPS,
-    OFFLOADING,
-    STATE_GROUPS,
-    HybridVllm,
-    scheduler_output,
-)
+from hybrid_layout import HybridVllm  # noqa: E402
+from store_rig import StoreRig  # noqa: E402
 
 BLOCK = 256  # tokens per block (and per offloaded chunk)
 HASH = 64  # tokens per prefix-cache hash
@@ -80,33 +74,8 @@ def drive(tree: Path, store_dir: Path) -> dict:
             model="demo/hybrid-7g",
             engine_id="demo-engine",
         )
-        kv_cache_config = engine.hybrid_layout()
-        vllm_config = engine.vllm_config()
-        gpu = FakeTransferWorker(engine.base)
-        offloading_config = engine.offloading_config(vllm_config, kv_cache_config)
-        spec = make_spec(engine, offloading_config, worker=gpu, rows=STAGING_ROWS)
-        scheduler = engine.scheduler.OffloadingConnectorScheduler(
-            spec, vllm_config, kv_cache_config
-        )
-        worker = engine.worker.OffloadingConnectorWorker(
-            spec, vllm_config, kv_cache_config
-        )
-        store = worker._kv_store
-        adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
-        region = bytearray(STAGING_ROWS * ROW)
-        staging = [adapter.StagingTensor(region, 0, ROW, ROW)]
-        # The real lookup walks torch storages; ours is one bytearray.
-        adapter.staging_from_worker = lambda w, caches: staging
-        pages = [
-            kv_cache_config.kv_cache_groups[g.group_id].kv_cache_spec.page_size_bytes
-            for g in spec.config.groups
-        ]
-        refs = [[engine.base.CanonicalKVCacheRef(0, p)] for p in pages]
-        worker._init_worker(
-            engine.base.CanonicalKVCaches(
-                [engine.base.CanonicalKVCacheTensor(None, ROW)], refs
-            )
-        )
+        rig = StoreRig(engine, rows=STAGING_ROWS, row_bytes=ROW)
+        store, region = rig.store, rig.region
         if not store.active:
             raise SystemExit(f"demo_store: writer disabled: {store.disabled_reason}")
 
@@ -116,42 +85,22 @@ def drive(tree: Path, store_dir: Path) -> dict:
         for n, (req_id, blocks, parent, fork) in enumerate(REQUESTS):
             hashes = chain_hashes(req_id, blocks, chains.get(parent), fork)
             chains[req_id] = hashes
-            request = engine.request(req_id, hashes, blocks * BLOCK)
-            scheduler.on_new_request(request)
-            scheduler.get_num_new_matched_tokens(request, 0)
-            block_ids = tuple(
-                [10000 * n + 100 * g + b + 1 for b in range(blocks)]
-                for g in range(NUM_GROUPS)
-            )
-            # A state hand-off for every state group at every second block.
-            handoffs = {
-                req_id: [
-                    (g, 50000 + 1000 * n + 10 * g + b, b * BLOCK)
-                    for b in range(2, blocks + 1, 2)
-                    for g in STATE_GROUPS
-                ]
-            }
-            meta = scheduler.build_connector_meta(
-                scheduler_output(request, block_ids, handoffs)
-            )
-            worker.prepare_store_kv(meta)
-            worker.start_kv_transfers(
-                engine.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
-            )
-            # The "DMA": fill every staging row the jobs name with KV bytes.
-            for job in meta.store_jobs.values():
+
+            def dma(job, req_id=req_id) -> None:
+                """Fill every staging row the job names with KV bytes."""
+                nonlocal generated, jobs
+                jobs += 1
                 for chunk in job.dst_spec.block_ids:
                     row = int(chunk) * ROW
                     seed = hashlib.sha256(f"{req_id}/{chunk}".encode()).digest()
                     region[row : row + ROW] = seed * (ROW // len(seed))
                     generated += ROW
-            gpu.done, gpu.submitted = gpu.submitted, []
-            jobs += len(gpu.done)
-            worker.get_finished(set())
+
+            rig.request(n, req_id, blocks, hashes, dma)
         if not store.writer.wait_idle(60):
             raise SystemExit("demo_store: the writer did not drain in 60 s")
         stats = store.stats
-        worker.shutdown()
+        rig.worker.shutdown()
         return {
             "requests": len(REQUESTS),
             "jobs": jobs,

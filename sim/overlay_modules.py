@@ -36,4 +36,35 @@ import kv_store_local.stats  # noqa: E402,F401
 import kv_store_local.worker_store  # noqa: E402,F401
 import kv_store_local.writer  # noqa: E402,F401
 
-__all__ = ["fmt", "ksl", "kv_offload_knobs"]
+__all__ = ["fmt", "hybrid_groups", "ksl", "kv_offload_knobs"]
+
+STATE_GROUPS = (2, 3, 4, 5)
+
+
+def hybrid_groups(
+    full_layers: int,
+    full_real: int,
+    state_layers: int,
+    conv: "ksl.layout.StatePart",
+    temporal: "ksl.layout.StatePart",
+) -> list["ksl.layout.GroupLayout"]:
+    """The writer's view of the 7-group hybrid: g0 full attention (slot 0)
+    and the state groups g2-g5 (slots 1-4); layer i of every group aliases
+    staging tensor i, as the hybrid models' groups share their tensors."""
+    layout = ksl.layout
+    groups = [
+        layout.GroupLayout(
+            0,
+            0,
+            "full",
+            tuple(layout.LayerLayout(i, full_real) for i in range(full_layers)),
+        )
+    ]
+    state_bytes = conv.nbytes + temporal.nbytes
+    for slot, g in enumerate(STATE_GROUPS, start=1):
+        layers = tuple(
+            layout.LayerLayout(i, state_bytes, (conv, temporal))
+            for i in range(state_layers)
+        )
+        groups.append(layout.GroupLayout(g, slot, "state", layers))
+    return groups

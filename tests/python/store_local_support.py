@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from overlay_modules import fmt, ksl, kv_offload_knobs  # noqa: F401
+from overlay_modules import fmt, hybrid_groups, ksl, kv_offload_knobs  # noqa: F401
 
 RANK = 1
 TP_SIZE = 2
@@ -39,28 +39,7 @@ OFFLOADED = (0, *STATE_GROUPS)
 
 
 def group_layouts() -> list[ksl.layout.GroupLayout]:
-    groups = [
-        ksl.layout.GroupLayout(
-            0,
-            0,
-            "full",
-            tuple(ksl.layout.LayerLayout(i, FULL_REAL) for i in range(NUM_LAYERS)),
-        )
-    ]
-    state_bytes = CONV.nbytes + TEMPORAL.nbytes
-    for slot, g in enumerate(STATE_GROUPS, start=1):
-        groups.append(
-            ksl.layout.GroupLayout(
-                g,
-                slot,
-                "state",
-                tuple(
-                    ksl.layout.LayerLayout(i, state_bytes, (CONV, TEMPORAL))
-                    for i in range(NUM_LAYERS)
-                ),
-            )
-        )
-    return groups
+    return hybrid_groups(NUM_LAYERS, FULL_REAL, NUM_LAYERS, CONV, TEMPORAL)
 
 
 def settings(**overrides) -> ksl.worker_store.WorkerSettings:

@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -24,6 +23,7 @@ import harness
 import pytest
 from fake_offloading import make_spec
 from hybrid_layout import HybridVllm, scheduler_output
+from trees import patched_copy, run_overlay
 
 OVERLAY = "kv-offload-scope"
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
@@ -42,12 +42,6 @@ NUM_BLOCKS = 64
 
 # --------------------------------------------------------------------------
 # Trees
-
-
-def run_overlay(overlay_bin, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(overlay_bin), *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def apply_args(root, manifests, fragments) -> list[str]:
@@ -75,11 +69,11 @@ def scope_only(manifests_dir, repo_root, tmp_path_factory) -> list[str]:
 
 @pytest.fixture(scope="module")
 def patched_tree(overlay_bin, engine_tree, scope_only, tmp_path_factory):
-    root = tmp_path_factory.mktemp("scope") / "site-packages"
-    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
-    done = run_overlay(overlay_bin, "apply", *apply_args(root, *scope_only))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root
+    manifests, fragments = scope_only
+    dst = tmp_path_factory.mktemp("scope")
+    return patched_copy(
+        overlay_bin, engine_tree, dst, manifests, OVERLAY, fragments=fragments
+    )
 
 
 @pytest.fixture

@@ -11,28 +11,22 @@ from __future__ import annotations
 import ast
 import os
 import pickle
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import harness
 import pytest
-from fake_offloading import FakeTransferWorker, make_spec
+from fake_offloading import make_spec
 from hybrid_layout import OFFLOADING, STATE_GROUPS, HybridVllm, scheduler_output
+from store_rig import StoreRig
+from trees import patched_copy, run_overlay
 
 OVERLAYS = "kv-offload-scope,kv-offload-store-local"
 REPO = Path(__file__).resolve().parents[2]
 BLOCK = 256
 HASH = 64
 NUM_BLOCKS = 64
-
-
-def run_overlay(overlay_bin, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(overlay_bin), *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def apply_args(root, manifests_dir) -> list[str]:
@@ -48,13 +42,10 @@ def apply_args(root, manifests_dir) -> list[str]:
 
 @pytest.fixture(scope="module")
 def patched_tree(overlay_bin, engine_tree, manifests_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("store-local") / "site-packages"
-    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
-    done = run_overlay(
-        overlay_bin, "apply", "--check-injected", *apply_args(root, manifests_dir)
+    dst = tmp_path_factory.mktemp("store-local")
+    return patched_copy(
+        overlay_bin, engine_tree, dst, manifests_dir, OVERLAYS, check_injected=True
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root
 
 
 @pytest.fixture
@@ -266,28 +257,14 @@ ROW = 64 << 10  # one staging row: the full-attention page (32 KiB) + room
 
 
 def worker_with_store(vllm: Vllm, monkeypatch):
-    kv_cache_config = vllm.layout()
-    vllm_config = vllm.vllm_config()
-    fake = FakeTransferWorker(vllm.base)
-    spec = vllm.spec(vllm_config, kv_cache_config, worker=fake)
-    worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
-    store = worker._kv_store
-    adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
-    region = bytearray(8 * ROW)
-    staging = [adapter.StagingTensor(region, 0, ROW, ROW)]
-    monkeypatch.setattr(adapter, "staging_from_worker", lambda w, caches: staging)
-    pages = [
-        kv_cache_config.kv_cache_groups[g.group_id].kv_cache_spec
-        for g in spec.config.groups
-    ]
-    refs = [[vllm.base.CanonicalKVCacheRef(0, p.page_size_bytes)] for p in pages]
-    caches = vllm.base.CanonicalKVCaches(
-        [vllm.base.CanonicalKVCacheTensor(None, ROW)], refs
-    )
-    worker._init_worker(caches)
-    assert store.active, store.disabled_reason
+    rig = StoreRig(vllm, rows=8, row_bytes=ROW)
+    assert rig.store.active, rig.store.disabled_reason
     return SimpleNamespace(
-        worker=worker, fake=fake, store=store, region=region, spec=spec
+        worker=rig.worker,
+        fake=rig.gpu,
+        store=rig.store,
+        region=rig.region,
+        spec=rig.spec,
     )
 
 

@@ -17,17 +17,15 @@ import errno
 import functools
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import harness
 import pytest
-from fake_offloading import FakeTransferWorker, make_spec
-from hybrid_layout import NUM_GROUPS, OFFLOADING, STATE_GROUPS, HybridVllm
-from hybrid_layout import scheduler_output as step_output
+from hybrid_layout import OFFLOADING, HybridVllm
 from store_local_support import fmt
+from store_rig import StoreRig
+from trees import patched_copy
 
 BLOCK = 256
 HASH = 64
@@ -49,25 +47,14 @@ WORKLOAD = (
 
 @pytest.fixture(scope="module")
 def patched_tree(overlay_bin, engine_tree, manifests_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("pressure") / "site-packages"
-    shutil.copytree(engine_tree, root, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run(
-        [
-            str(overlay_bin),
-            "apply",
-            "--root",
-            str(root),
-            "--manifests",
-            str(manifests_dir),
-            "--overlays",
-            "kv-offload-scope,kv-offload-store-local",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    dst = tmp_path_factory.mktemp("pressure")
+    return patched_copy(
+        overlay_bin,
+        engine_tree,
+        dst,
+        manifests_dir,
+        "kv-offload-scope,kv-offload-store-local",
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root
 
 
 def row_bytes(key: bytes) -> bytes:
@@ -85,89 +72,51 @@ class Run:
             "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES": "0",
         }.items():
             monkeypatch.setenv(name, value)
-        self.vllm = HybridVllm(
+        vllm = HybridVllm(
             ns, block=BLOCK, hash_unit=HASH, num_blocks=512, max_model_len=64 * BLOCK
         )
-        kv = self.vllm.hybrid_layout()
-        cfg = self.vllm.vllm_config()
-        manager_mod = ns.load("vllm.v1.kv_offload.cpu.manager")
-        self.manager = manager_mod.CPUOffloadingManager(num_chunks=CPU_CHUNKS)
-        self.gpu = FakeTransferWorker(self.vllm.base)
-        spec = make_spec(
-            self.vllm,
-            self.vllm.offloading_config(cfg, kv),
-            worker=self.gpu,
-            manager=self.manager,
-        )
-        self.scheduler = self.vllm.scheduler.OffloadingConnectorScheduler(spec, cfg, kv)
-        self.worker = self.vllm.worker.OffloadingConnectorWorker(spec, cfg, kv)
-        store = self.worker._kv_store
-        adapter = sys.modules[f"{OFFLOADING}.kv_store_local.vllm_worker"]
-        recap = sys.modules[f"{OFFLOADING}.kv_store_local.recapture"]
-        self.region = bytearray(CPU_CHUNKS * ROW)
-        staging = [adapter.StagingTensor(self.region, 0, ROW, ROW)]
-        monkeypatch.setattr(adapter, "staging_from_worker", lambda w, c: staging)
-        # A pool a few chunks deep (the knob's floor is 16 MiB), the writer
-        # on the test's thread, and the recapture on or off.
-        store._budget = budget
-        store._recapture_on = recapture
-        store._owed = recap.OwedKeys(store.stats, keep=recapture)
-        store.attach = functools.partial(type(store).attach, store, background=False)
-        refs = [
-            [self.vllm.base.CanonicalKVCacheRef(0, g.kv_cache_spec.page_size_bytes)]
-            for g in (kv.kv_cache_groups[c.group_id] for c in spec.config.groups)
-        ]
-        self.worker._init_worker(
-            self.vllm.base.CanonicalKVCaches(
-                [self.vllm.base.CanonicalKVCacheTensor(None, ROW)], refs
+        manager = ns.load("vllm.v1.kv_offload.cpu.manager")
+        recap = ns.load(f"{OFFLOADING}.kv_store_local.recapture")
+
+        def tune(store) -> None:
+            # A pool a few chunks deep (the knob's floor is 16 MiB), the
+            # writer on the test's thread, and the recapture on or off.
+            store._budget = budget
+            store._recapture_on = recapture
+            store._owed = recap.OwedKeys(store.stats, keep=recapture)
+            store.attach = functools.partial(
+                type(store).attach, store, background=False
             )
+
+        self.rig = StoreRig(
+            vllm,
+            rows=CPU_CHUNKS,
+            row_bytes=ROW,
+            manager=manager.CPUOffloadingManager(num_chunks=CPU_CHUNKS),
+            before_attach=tune,
         )
-        assert store.active, store.disabled_reason
-        self.store = store
-        self.writer = store.writer
+        self.store = self.rig.store
+        assert self.store.active, self.store.disabled_reason
+        self.worker = self.rig.worker
+        self.writer = self.store.writer
         self.writer.autodrain = False
         self.drain_every = drain_every
         self.steps = 0
         self.candidates: set[str] = set()
 
-    def request(self, n: int, req_id: str, blocks: int, hashes: list[bytes]):
-        request = self.vllm.request(req_id, hashes, blocks * BLOCK)
-        self.scheduler.on_new_request(request)
-        self.scheduler.get_num_new_matched_tokens(request, 0)
-        block_ids = tuple(
-            [1000 * n + 100 * g + b + 1 for b in range(blocks)]
-            for g in range(NUM_GROUPS)
-        )
-        handoffs = {
-            req_id: [
-                (g, 50000 + 1000 * n + 10 * g + b, b * BLOCK)
-                for b in range(2, blocks + 1, 2)
-                for g in STATE_GROUPS
-            ]
-        }
-        meta = self.scheduler.build_connector_meta(
-            step_output(request, block_ids, handoffs)
-        )
-        self.worker.prepare_store_kv(meta)
-        self.worker.start_kv_transfers(
-            self.vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
-        )
-        for job in meta.store_jobs.values():  # the DMA
-            for key, chunk in zip(
-                job.kv_store_meta["keys"], job.dst_spec.block_ids, strict=True
-            ):
-                self.region[chunk * ROW : (chunk + 1) * ROW] = row_bytes(key)
-            for c in job.kv_store_meta["candidates"]:
-                self.candidates.add(
-                    fmt.manifest_file_name(c["boundary"], c["chain"][-1].hex())
-                )
-        self.gpu.done, self.gpu.submitted = self.gpu.submitted, []
-        self.worker.get_finished(set())
-        self.scheduler.update_connector_output(
-            self.vllm.ns.load("vllm.v1.outputs").KVConnectorOutput(
-                kv_connector_worker_meta=self.worker.build_connector_worker_meta()
+    def dma(self, job) -> None:
+        region = self.rig.region
+        for key, chunk in zip(
+            job.kv_store_meta["keys"], job.dst_spec.block_ids, strict=True
+        ):
+            region[chunk * ROW : (chunk + 1) * ROW] = row_bytes(key)
+        for c in job.kv_store_meta["candidates"]:
+            self.candidates.add(
+                fmt.manifest_file_name(c["boundary"], c["chain"][-1].hex())
             )
-        )
+
+    def request(self, n: int, req_id: str, blocks: int, hashes: list[bytes]):
+        self.rig.request(n, req_id, blocks, hashes, self.dma)
         self.steps += 1
         if self.steps % self.drain_every == 0:
             self.writer.drain()

@@ -62,10 +62,7 @@ def write_file_durably(
             os.close(fd)
         os.rename(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
     if sync_dir:
         fsync_dir(os.path.dirname(path))
@@ -85,10 +82,7 @@ def write_chunk_file(path: str, header: bytes, payload: memoryview) -> tuple[int
         _start_writeback(fd)
     except BaseException:
         os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
     return fd, tmp
 
@@ -123,10 +117,7 @@ def sync_and_rename(staged: Sequence[StagedFile]) -> None:
             os.rename(f.tmp, f.path)
         except OSError as e:
             f.error = e
-            try:
-                os.unlink(f.tmp)
-            except OSError:
-                pass
+            _remove(f.tmp)
     # One sync per directory per batch, before the writer thread marks any
     # of these files durable (so before a manifest can name them).
     renamed: dict[str, list[StagedFile]] = {}
@@ -139,10 +130,15 @@ def sync_and_rename(staged: Sequence[StagedFile]) -> None:
         except OSError as e:
             for f in files:
                 f.error = e
-                try:
-                    os.unlink(f.path)
-                except OSError:
-                    pass
+                _remove(f.path)
+
+
+def _remove(path: str) -> None:
+    """Best effort: the error being reported is the one that matters."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 _SYNC_FILE_RANGE_WRITE = 2
