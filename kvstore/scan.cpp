@@ -22,59 +22,13 @@
 #include "kvtier/format/pending_record.h"
 #include "kvtier/kvstore/verify.h"
 #include "parallel.h"
+#include "scan_detail.h"
 
 namespace kvstore {
 
 namespace {
 
-std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "/" + b; }
-
-std::vector<std::string_view> split(std::string_view rel) {
-  std::vector<std::string_view> out;
-  for (;;) {
-    size_t slash = rel.find('/');
-    out.push_back(rel.substr(0, slash));
-    if (slash == std::string_view::npos) return out;
-    rel.remove_prefix(slash + 1);
-  }
-}
-
-bool older_than_grace(const FileStat& st, const ScanOptions& opt) { return st.mtime_ns + opt.grace_ns <= opt.now_ns; }
-
-// Reads a whole small file (manifest, namespace record, pending record), refusing big ones.
-Outcome<std::string> read_small(int fd, const std::string& rel, size_t limit) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return io_error(rel, errno, "cannot stat");
-  if (!S_ISREG(st.st_mode)) return io_error(rel, EINVAL, "not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > limit) {
-    Error e;
-    e.kind = ErrorKind::kInvalid;
-    e.path = rel;
-    e.message = fmt::format("larger than {} bytes", limit);
-    return e;
-  }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return io_error(rel, errno, "cannot read");
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  out.resize(done);
-  return out;
-}
-
-std::string short_hex(const std::string& hex) { return hex.substr(0, 16); }
-
-std::string verdict(const kvformat::Error& e) {
-  std::string out(kvformat::reason_name(e.reason));
-  if (!e.message.empty()) out += ": " + e.message;
-  return out;
-}
+using namespace scan_detail;
 
 FindingKind kind_of(kvformat::Reason r) {
   switch (r) {
@@ -83,6 +37,7 @@ FindingKind kind_of(kvformat::Reason r) {
     default: return FindingKind::kCorrupt;
   }
 }
+
 
 // Reads the header of an open chunk of `size` bytes: the first read takes
 // min(size, buf.size()) bytes (so a small chunk arrives whole), a longer
@@ -122,12 +77,6 @@ kvformat::Result<kvformat::ChunkHeader> read_header(int fd, uint64_t size, std::
   return hdr;
 }
 
-struct RankContext {
-  const ScanOptions& opt;
-  RankInventory& inv;
-  std::string ns_hex;  // full namespace hash from the record, "" if unknown
-  std::array<uint8_t, 32> ns_bytes{};
-};
 
 // `hex` spells `bytes` (lowercase), compared without building a string.
 bool hex_equals(std::span<const uint8_t> bytes, std::string_view hex) {
@@ -138,57 +87,7 @@ bool hex_equals(std::span<const uint8_t> bytes, std::string_view hex) {
   return true;
 }
 
-// Reads the namespace record `<rank name>.json` from `tier_fd`.
-void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx, const kvformat::RankBaseName& base) {
-  auto& inv = cx.inv;
-  std::string name = kvformat::namespace_record_name(inv.name);
-  int fd = ::openat(tier_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    inv.findings.push_back({record_rel, err == EACCES ? FindingKind::kUnreadable : FindingKind::kBadNamespace,
-                            err == ENOENT ? "namespace record missing"
-                                          : fmt::format("cannot open: {}", std::strerror(err))});
-    return;
-  }
-  Fd guard(fd);
-  auto bytes = read_small(fd, record_rel, kvformat::kMaxRecordBytes);
-  if (!bytes) {
-    inv.findings.push_back({record_rel, FindingKind::kBadNamespace, bytes.error().message});
-    return;
-  }
-  auto rec = kvformat::parse_namespace_record(*bytes);
-  if (!rec) {
-    inv.findings.push_back({record_rel, FindingKind::kBadNamespace, verdict(rec.error())});
-    return;
-  }
-  auto hash = kvformat::namespace_hash(rec->fenced);
-  if (!hash) {
-    inv.findings.push_back({record_rel, FindingKind::kBadNamespace, verdict(hash.error())});
-    return;
-  }
-  std::string hex = kvformat::to_hex(*hash);
-  if (short_hex(hex) != base.ns_short) {
-    inv.findings.push_back({record_rel, FindingKind::kBadNamespace,
-                            fmt::format("namespace hash {} does not match the directory name's {}", short_hex(hex),
-                                        base.ns_short)});
-    return;
-  }
-  cx.ns_hex = hex;
-  std::copy(hash->begin(), hash->end(), cx.ns_bytes.begin());
-  inv.namespace_ok = true;
-  inv.namespace_hash = hex;
-  // keep-K is a writer setting, not part of the namespace identity: it lives
-  // in info (FORMAT.md 4) and gc only reads it as the default for --keep.
-  if (rec->info.is_object() && rec->info.contains("keep_boundaries") &&
-      rec->info["keep_boundaries"].is_number_unsigned()) {
-    auto k = rec->info["keep_boundaries"].get<uint64_t>();
-    if (k <= 1024) inv.keep_hint = static_cast<uint32_t>(k);
-  }
-}
 
-// One chunk as the walk found it: the header read while its directory was
-// open (one name lookup per file), and for a chunk that arrived whole in that
-// read, its payload checksum too (verify).
 // One chunk as the walk found it, judged on the walker thread: the header
 // read while its directory was open (one name lookup per file), and for a
 // chunk that arrived whole in that read, its payload checksum too (verify).
@@ -261,248 +160,6 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
   }
 }
 
-// What the walk of one rank base found, classified by FORMAT.md section 2.
-struct Classified {
-  std::vector<std::pair<std::string, FileStat>> manifests;  // rel in rank
-  std::vector<std::pair<std::string, FileStat>> pendings;   // rel in rank
-};
-
-Classified classify(const WalkResult& w, const std::string& prefix, RankContext& cx) {
-  auto& inv = cx.inv;
-  Classified out;
-  std::set<std::string> foreign_dirs;
-  for (const auto& d : w.dirs) {
-    auto parts = split(d.rel);
-    bool ok = false;
-    if (parts.size() == 1)
-      ok = parts[0] == kvformat::kManifestDir || parts[0] == kvformat::kPendingDir ||
-           kvformat::is_chunk_top_dir(parts[0]);
-    else if (parts.size() == 2 && kvformat::is_chunk_top_dir(parts[0]))
-      ok = kvformat::parse_chunk_leaf_dir(parts[1]).has_value();
-    if (!ok) foreign_dirs.insert(d.rel);
-  }
-  auto under_foreign = [&](const std::string& rel) {
-    if (foreign_dirs.empty()) return false;
-    for (size_t pos = rel.find('/'); pos != std::string::npos; pos = rel.find('/', pos + 1))
-      if (foreign_dirs.count(rel.substr(0, pos))) return true;
-    return false;
-  };
-  // manifests/ as a symlink, a special file or an unlistable folder.
-  auto manifests_broken = [&](const std::string& rel) {
-    if (rel == kvformat::kManifestDir) inv.manifests_readable = false;
-  };
-  for (const auto& d : foreign_dirs)
-    if (!under_foreign(d))
-      inv.findings.push_back({join(prefix, d), FindingKind::kForeign, "directory not part of the store format"});
-  for (const auto& l : w.links) {
-    if (under_foreign(l.rel)) continue;
-    manifests_broken(l.rel);
-    inv.findings.push_back({join(prefix, l.rel), FindingKind::kSymlink, "symlink, not followed"});
-  }
-  for (const auto& o : w.others) {
-    if (under_foreign(o.rel)) continue;
-    manifests_broken(o.rel);
-    inv.findings.push_back({join(prefix, o.rel), FindingKind::kForeign, "not a regular file"});
-  }
-  for (const auto& p : w.problems) {
-    if (under_foreign(p.rel)) continue;
-    manifests_broken(p.rel);
-    inv.findings.push_back(
-        {join(prefix, p.rel), FindingKind::kUnreadable, fmt::format("{}: {}", p.what, std::strerror(p.err))});
-  }
-
-  for (const auto& f : w.files) {
-    if (under_foreign(f.rel)) continue;
-    auto parts = split(f.rel);
-    std::string rel = join(prefix, f.rel);
-    bool known = false;
-    if (parts.size() == 1 && parts[0] == kvformat::kLockFile) {
-      known = true;
-    } else if (parts.size() == 1 && parts[0] == kvformat::kManifestDir) {
-      inv.manifests_readable = false;  // a file where the manifests folder belongs
-    } else if (parts.size() == 2 && parts[0] == kvformat::kManifestDir) {
-      if (kvformat::parse_manifest_file_name(parts[1])) {
-        out.manifests.emplace_back(f.rel, f.st);
-        known = true;
-      } else if (auto t = kvformat::parse_temp_name(parts[1]); t && kvformat::parse_manifest_file_name(t->final_name)) {
-        inv.temps.push_back({rel, f.st});
-        known = true;
-      }
-    } else if (parts.size() == 2 && parts[0] == kvformat::kPendingDir) {
-      if (kvformat::parse_pending_file_name(parts[1])) {
-        out.pendings.emplace_back(f.rel, f.st);
-        known = true;
-      }
-    } else if (parts.size() == 3) {
-      // Chunk-shaped names are taken over by the walk's probe; what reaches
-      // here is a temp or a name in the wrong fan-out folder.
-      auto leaf = kvformat::parse_chunk_leaf_dir(parts[1]);
-      if (leaf) {
-        if (auto t = kvformat::parse_temp_name(parts[2]);
-            t && kvformat::parse_chunk_file_name(t->final_name, parts[0], leaf->hh)) {
-          inv.temps.push_back({rel, f.st});
-          known = true;
-        }
-      }
-    }
-    if (!known) inv.findings.push_back({rel, FindingKind::kForeign, "not part of the store format"});
-  }
-  for (const auto& t : inv.temps)
-    if (older_than_grace(t.st, cx.opt))
-      inv.findings.push_back({t.rel, FindingKind::kStaleTemp, "writer temp older than the grace period"});
-  if (!inv.manifests_readable)
-    inv.findings.push_back({join(prefix, std::string(kvformat::kManifestDir)), FindingKind::kUnreadable,
-                            "not a readable directory: which chunks are named is unknown"});
-  return out;
-}
-
-// Pending records: a live writer (it holds the record's flock) lists chunks
-// it has written or reused for manifests it has not yet published.
-void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
-                    RankContext& cx, std::set<std::pair<uint32_t, std::string>>& pending) {
-  auto& inv = cx.inv;
-  for (const auto& [rel_in_rank, st] : files) {
-    PendingRec p;
-    p.rel = join(prefix, rel_in_rank);
-    p.st = st;
-    auto fd = open_beneath(rank_fd, rel_in_rank, O_RDONLY | O_NONBLOCK);
-    if (!fd) {
-      if (fd.error().err == ENOENT) continue;  // its writer removed it meanwhile
-      inv.findings.push_back({p.rel, FindingKind::kUnreadable, fd.error().message});
-      continue;
-    }
-    if (::flock(fd->get(), LOCK_EX | LOCK_NB) == 0) {
-      // Nobody holds it: its writer has exited, nothing it listed is in flight.
-      ::flock(fd->get(), LOCK_UN);
-      inv.findings.push_back({p.rel, FindingKind::kStaleTemp, "pending record of a writer that has exited"});
-      inv.pendings.push_back(std::move(p));
-      continue;
-    }
-    p.live = true;
-    auto bytes = read_small(fd->get(), p.rel, kvformat::kMaxPendingBytes);
-    if (!bytes) {
-      inv.findings.push_back({p.rel, FindingKind::kBadPending, bytes.error().message});
-      inv.pendings.push_back(std::move(p));
-      continue;
-    }
-    auto rec = kvformat::parse_pending_record(*bytes);
-    if (!rec) {
-      inv.findings.push_back({p.rel, FindingKind::kBadPending, verdict(rec.error())});
-      inv.pendings.push_back(std::move(p));
-      continue;
-    }
-    p.parsed = true;
-    for (auto& c : *rec) pending.emplace(c.group, std::move(c.key));
-    inv.pendings.push_back(std::move(p));
-  }
-}
-
-// (group, key hex) -> index in inv.chunks; the views point into inv.chunks.
-struct ChunkId {
-  uint32_t group;
-  std::string_view key;
-  bool operator==(const ChunkId&) const = default;
-};
-struct ChunkIdHash {
-  size_t operator()(const ChunkId& id) const { return std::hash<std::string_view>{}(id.key) * 31 + id.group; }
-};
-using ChunkIndex = std::unordered_map<ChunkId, size_t, ChunkIdHash>;
-
-void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
-                     int rank, RankContext& cx, const ChunkIndex& chunk_at) {
-  auto& inv = cx.inv;
-  // Reading and parsing are independent per file: do them on the reader threads.
-  struct Read {
-    bool vanished = false;
-    Outcome<std::string> bytes = Error{};
-    kvformat::Result<kvformat::BoundaryManifest> parsed = kvformat::make_error(kvformat::Reason::IoError, "");
-  };
-  std::vector<Read> reads(files.size());
-  parallel_for(files.size(), reader_threads(cx.opt.threads), [&](size_t i) {
-    auto& r = reads[i];
-    auto fd = open_beneath(rank_fd, files[i].first, O_RDONLY | O_NONBLOCK);
-    if (!fd && fd.error().err == ENOENT) {
-      r.vanished = true;  // superseded by a writer meanwhile
-      return;
-    }
-    r.bytes = fd ? read_small(fd->get(), join(prefix, files[i].first), kvformat::kMaxManifestBytes)
-                 : Outcome<std::string>(fd.error());
-    if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
-  });
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (reads[i].vanished) continue;
-    const auto& [rel_in_rank, st] = files[i];
-    ManifestRec m;
-    m.rel = join(prefix, rel_in_rank);
-    m.name = std::string(split(rel_in_rank).back());
-    m.st = st;
-    if (!reads[i].bytes) {
-      m.readable = reads[i].bytes.error().kind != ErrorKind::kIo;
-      if (!m.readable) inv.manifests_readable = false;
-      inv.findings.push_back({m.rel, m.readable ? FindingKind::kBadManifest : FindingKind::kUnreadable,
-                              reads[i].bytes.error().message});
-      inv.manifests.push_back(std::move(m));
-      continue;
-    }
-    auto& parsed = reads[i].parsed;
-    if (!parsed) {
-      inv.findings.push_back({m.rel, FindingKind::kBadManifest, verdict(parsed.error())});
-      inv.manifests.push_back(std::move(m));
-      continue;
-    }
-    m.parsed = true;
-    m.chain = std::move(parsed->chain);
-    m.boundary = parsed->boundary;
-    auto broken = [&](FindingKind k, std::string detail) {
-      inv.findings.push_back({m.rel, k, std::move(detail)});
-      m.broken = true;
-    };
-    if (kvformat::manifest_file_name(parsed->boundary, m.chain.back()).value() != m.name)
-      broken(FindingKind::kBadManifest, fmt::format("file name does not match its content ({})",
-                                                    kvformat::manifest_file_name(parsed->boundary, m.chain.back()).value()));
-    if (!cx.ns_hex.empty() && parsed->ns != cx.ns_hex)
-      broken(FindingKind::kWrongNamespace,
-             fmt::format("namespace {} differs from the record's {}", short_hex(parsed->ns), short_hex(cx.ns_hex)));
-    if (rank >= 0 && parsed->rank != static_cast<uint32_t>(rank))
-      broken(FindingKind::kBadManifest, fmt::format("rank {} differs from the directory's rank {}", parsed->rank, rank));
-    for (const auto& g : parsed->groups) {
-      bool state = g.kind == kvformat::GroupKind::State;
-      for (size_t pos = 0; pos < g.entries.size(); ++pos) {
-        const auto& e = g.entries[pos];
-        m.refs.push_back({g.group, e.key, e.length, e.checksum, ManifestRef::kNoChunk});
-        auto it = chunk_at.find(ChunkId{g.group, e.key});
-        if (it == chunk_at.end()) {
-          auto path = kvformat::chunk_rel_path(e.key, g.group);
-          broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : e.key));
-          continue;
-        }
-        auto& c = inv.chunks[it->second];
-        c.named = true;
-        m.refs.back().chunk = static_cast<long>(it->second);
-        auto path = [&] { return kvformat::chunk_rel_path(e.key, g.group).value(); };
-        // FORMAT.md 5: a full group's entry i covers tokens up to (i+1) x
-        // chunk_tokens; a state group's single entry is the state at the boundary.
-        uint64_t want_boundary = state ? parsed->boundary : (pos + 1) * parsed->chunk_tokens;
-        if (c.damaged || !c.header_ok) {
-          broken(FindingKind::kMismatch, fmt::format("names {}, which is damaged or unreadable", path()));
-        } else if (c.payload_len != e.length || c.checksum != e.checksum) {
-          broken(FindingKind::kMismatch,
-                 fmt::format("names {} as length {} checksum {:08x}; its header says length {} checksum {:08x}", path(),
-                             e.length, e.checksum, c.payload_len, c.checksum));
-        } else if (c.boundary != want_boundary) {
-          broken(FindingKind::kMismatch,
-                 fmt::format("names {} at boundary token index {}; its header says {}", path(), want_boundary,
-                             c.boundary));
-        } else if (c.state_group != state) {
-          broken(FindingKind::kMismatch,
-                 fmt::format("names {} in a {} group; its segments are those of a {} group", path(),
-                             state ? "state" : "full", c.state_group ? "state" : "full"));
-        }
-      }
-    }
-    inv.manifests.push_back(std::move(m));
-  }
-}
 
 }  // namespace
 
