@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "built.h"
 #include "check.h"
 #include "flags.h"
 #include "fmt/format.h"
@@ -21,7 +22,7 @@ namespace patcher::cxx {
 namespace {
 
 struct Context {
-  std::string tool, root = ".";
+  std::string tool, root = ".", python = "python3";
   std::map<std::string, cxxscope::FileReport> cache;  // key: path + flags + text hash
   std::mutex mu;
 };
@@ -80,10 +81,33 @@ void configure(const std::string& tool, const std::string& root) {
   ctx().root = root;
 }
 
+void configure_root(const std::string& root) {
+  std::lock_guard<std::mutex> g(ctx().mu);
+  ctx().root = root;
+}
+
+void configure_python(const std::string& python) {
+  std::lock_guard<std::mutex> g(ctx().mu);
+  ctx().python = python;
+}
+
 const std::string& tool() { return the_tool(); }
 
+// {python_include} in a flag is the include folder of --python's interpreter.
+Result<std::vector<std::string>> expand(std::vector<std::string> flags) {
+  const std::string key = "{python_include}";
+  for (auto& f : flags)
+    for (size_t p = f.find(key); p != std::string::npos; p = f.find(key, p)) {
+      auto inc = built::python_include(ctx().python);
+      if (!inc) return inc.error();
+      f.replace(p, key.size(), *inc);
+      p += inc->size();
+    }
+  return flags;
+}
+
 Result<std::vector<std::string>> flags_for(const FileSpec& spec) {
-  if (spec.compile_commands.empty()) return spec.compile_flags;
+  if (spec.compile_commands.empty()) return expand(spec.compile_flags);
   std::string db = ctx().root + "/" + spec.compile_commands;
   std::ifstream in(db, std::ios::binary);
   if (!in) return make_error(ErrorKind::Usage, db, "cannot read the compile_commands.json named by " + spec.path);
@@ -93,7 +117,7 @@ Result<std::vector<std::string>> flags_for(const FileSpec& spec) {
   if (!f) return make_error(ErrorKind::Usage, db, f.error());
   std::vector<std::string> out = spec.compile_flags;  // manifest flags add to the entry's
   out.insert(out.end(), f->begin(), f->end());
-  return out;
+  return expand(out);
 }
 
 Result<ScopeMatch> find_scope(const std::vector<std::string>& lines, const std::string& scope, const FileSpec& spec) {

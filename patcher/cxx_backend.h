@@ -22,6 +22,8 @@ bool is_cxx(std::string_view path);
 // Process-wide: where the scope tool is and which tree relative paths and
 // include folders start from. main() sets it once; tests may point it elsewhere.
 void configure(const std::string& tool, const std::string& root);
+void configure_root(const std::string& root);  // the tool stays as found beside the executable
+void configure_python(const std::string& python);  // {python_include} in compile_flags
 const std::string& tool();
 
 // Compile flags of a target: compile_flags, or its compile_commands.json entry.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "cxx_backend.h"
 #include "engine.h"
 #include "locate.h"
 #include "render.h"
@@ -29,6 +30,7 @@ constexpr const char* kExitCodes = R"(Exit codes:
 
 struct Args {
   std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
+  std::string sources;
   std::vector<std::string> overlays;
   bool json = false, check_injected = false, revert = false, diff = false, discard = false;
 };
@@ -67,6 +69,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", a.json, "print a JSON document on stdout");
   app.add_flag("--check-injected", a.check_injected, "apply/check: compile patched files and fragments first");
   app.add_option("--python", a.python, "interpreter for --check-injected")->capture_default_str();
+  app.add_option("--sources", a.sources,
+                 "apply: pinned C/C++ sources that [[built_files]] are rebuilt from on a wheel install "
+                 "(default: the fetch cache's sources/<engine>-<version>, from fixtures/fetch.py --sources)");
   app.add_subcommand("status", "report the state of every overlay and file");
   auto* plan = app.add_subcommand("plan", "show what apply (or revert) would change; writes nothing");
   plan->add_flag("--revert", a.revert, "plan a revert instead of an apply");
@@ -117,12 +122,25 @@ int main(int argc, char** argv) {
   if (!set) return fail(a, set.error());
   auto tree = Tree::open(a.root);
   if (!tree) return fail(a, tree.error());
+  if (a.sources.empty()) {  // the fetch cache: fixtures/fetch.py --sources
+    std::string version = a.engine_version;
+    if (version.empty())
+      if (auto v = detect_engine_version(a.root, a.engine)) version = *v;
+    std::string base;
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = x;
+    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
+    std::string dir = base + "/kvtier/sources/" + a.engine + "-" + version;
+    if (!base.empty() && !version.empty() && ::access(dir.c_str(), F_OK) == 0) a.sources = dir;
+  }
+  cxx::configure_root(a.root);  // C/C++ targets: relative -I and compile_commands start here
+  cxx::configure_python(a.python);
   Session s{std::move(*tree), std::move(*set)};
   Request r;
   r.overlays = a.overlays;
   r.check_injected = a.check_injected;
   r.python = a.python;
   r.expect_pristine = a.expect == "pristine";
+  r.sources = a.sources;
 
   if (cmd == "recover") {
     auto rec = recover_tree(s, a.discard);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "built.h"
+#include "cxx_backend.h"
 #include "fault.h"
 #include "plan.h"
 #include "region.h"
@@ -270,10 +272,27 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
       if (std::find(targets.begin(), targets.end(), f.path) == targets.end()) targets.push_back(f.path);
   Error fatal;
   fatal.kind = ErrorKind::NotExpected;
+  // On a wheel install an overlay with [[built_files]] has its C/C++ sources
+  // and new files outside the tree: they are build inputs (built.h).
+  std::set<std::string> build_inputs;
+  for (const auto& m : set.overlays) {
+    auto wheel = built::wheel_mode(tree, m);
+    if (!wheel) return wheel.error();
+    if (!*wheel) continue;
+    for (const auto& f : m.files)
+      if (cxx::is_cxx(f.path)) build_inputs.insert(f.path);
+    for (const auto& nf : m.new_files)
+      if (cxx::is_cxx(nf.path)) build_inputs.insert(nf.path);
+  }
+  auto as_build_input = [](FileState& fs) {
+    fs.state = "build-input";
+    fs.message = "not in this tree (a wheel install): patched in memory and built into a [[built_files]] binary";
+  };
   for (const auto& p : targets) {
     FileState fs;
     fs.path = p;
-    analyze_target(tree, set, p, fs, &fatal);
+    if (build_inputs.count(p)) as_build_input(fs);
+    else analyze_target(tree, set, p, fs, &fatal);
     if (fatal.kind != ErrorKind::NotExpected) return fatal;
     ts.files.push_back(std::move(fs));
   }
@@ -281,12 +300,31 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
     for (const auto& nf : m.new_files) {
       FileState fs;
       fs.path = nf.path;
-      analyze_new(tree, m, nf, fs, &fatal);
+      fs.is_new = true;
+      if (build_inputs.count(nf.path)) as_build_input(fs);
+      else analyze_new(tree, m, nf, fs, &fatal);
       if (fatal.kind != ErrorKind::NotExpected) return fatal;
       ts.files.push_back(std::move(fs));
     }
+  for (const auto& m : set.overlays) {
+    auto wheel = built::wheel_mode(tree, m);
+    if (!wheel) return wheel.error();
+    if (!*wheel) continue;  // a source tree: its own build makes the binary
+    for (const auto& bf : m.built_files) {
+      FileState fs;
+      fs.path = bf.path;
+      if (auto st = built::analyze(tree, m, bf, fs); !st) return st.error();
+      ts.files.push_back(std::move(fs));
+    }
+  }
   std::vector<std::string> paths;
-  for (const auto& f : ts.files) paths.push_back(f.path);
+  for (const auto& f : ts.files) {
+    paths.push_back(f.path);
+    if (f.is_built) {
+      paths.push_back(built::backup_path(f.path));
+      paths.push_back(built::record_path(f.path));
+    }
+  }
   auto pending = inspect(tree, paths);
   if (!pending) return pending.error();
   ts.journal = pending->journal;
@@ -304,7 +342,10 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
     bool drift = false, tampered = false, half = false, stale = false;
     auto visit = [&](const FileState& fs) {
       bool mine = false;
-      if (fs.is_new) {
+      if (fs.state == "build-input") return;  // judged through its built file
+      if (fs.is_built) {
+        mine = m.find_built(fs.path) != nullptr;
+      } else if (fs.is_new) {
         for (const auto& nf : m.new_files) mine |= nf.path == fs.path;
       } else {
         mine = m.find_file(fs.path) != nullptr;
