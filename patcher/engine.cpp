@@ -5,11 +5,8 @@
 #include <cerrno>
 
 #include <algorithm>
-#include <map>
 #include <set>
 
-#include "built.h"
-#include "cxx_backend.h"
 #include "fmt/format.h"
 #include "plan.h"
 #include "region.h"
@@ -22,7 +19,7 @@ namespace patcher {
 Result<std::vector<std::string>> select_overlays(const ManifestSet& set, const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (const auto& n : names)
-    if (set.index_of(n) < 0)
+    if (!set.find(n))
       return make_error(ErrorKind::Usage, set.dir, "--overlays names \"" + n + "\", which has no manifest here");
   for (const auto& m : set.overlays)
     if (names.empty() || std::find(names.begin(), names.end(), m.overlay) != names.end()) out.push_back(m.overlay);
@@ -40,15 +37,13 @@ std::vector<std::string> all_paths(const ManifestSet& set) {
   for (const auto& m : set.overlays) {
     for (const auto& f : m.files) out.push_back(f.path);
     for (const auto& nf : m.new_files) out.push_back(nf.path);
-    for (const auto& bf : m.built_files)
-      for (const auto& p : {bf.path, built::backup_path(bf.path), built::record_path(bf.path)}) out.push_back(p);
   }
   return out;
 }
 
 // Turns bad overlay states into the error apply/revert/check must stop on.
 Status require_consistent(const TreeState& ts, const std::vector<std::string>& selected, const ManifestSet& set,
-                          bool allow_stale = false) {
+                          bool allow_stale = false, bool rebuilds = false) {
   if (ts.journal) {
     Error e = make_error(ErrorKind::Tampered, kJournalName,
                          ts.journal_problems.empty()
@@ -59,23 +54,44 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
     e.details = ts.journal_problems;
     return e;
   }
+  // One block per drifted file, however many overlays share it.
   Error drift = make_error(ErrorKind::Drift, "", "");
-  for (const auto& name : selected) {
-    const OverlayState* os = ts.overlay(name);
-    if (os->state == "drift") {
-      for (const auto& fs : ts.files) {
-        const Manifest& m = set.overlays[static_cast<size_t>(set.index_of(name))];
-        if (!m.find_file(fs.path) || (fs.state != "drift" && fs.state != "missing")) continue;
-        if (drift.message.empty()) {
-          drift.file = fs.path;
-          drift.message = "drift: " + fs.message;
-        }
-        drift.details.push_back(fs.path + ": " + fs.message);
-        for (const auto& d : fs.details) drift.details.push_back("  " + d);
-      }
-    }
+  std::vector<std::string> files;
+  for (const auto& fs : ts.files) {
+    if (fs.state != "drift" && fs.state != "missing") continue;
+    bool mine = false;
+    for (const auto& name : selected) mine |= set.get(name).find_file(fs.path) != nullptr;
+    if (!mine) continue;
+    files.push_back(fs.path);
+    drift.details.push_back(fs.path + ": " + fs.message);
+    for (const auto& d : fs.details) drift.details.push_back("  " + d);
+    drift.drift.insert(drift.drift.end(), fs.drift.begin(), fs.drift.end());
+  }
+  if (files.size() == 1) {
+    drift.file = files.front();
+    drift.message = "drift: " + ts.file(files.front())->message;
+  } else if (!files.empty()) {
+    std::string list;
+    for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
+    drift.message = "drift in " + std::to_string(files.size()) + " files: " + list;
   }
   if (!drift.message.empty()) return drift;
+  // A file whose other overlay is stale cannot be rebuilt without losing or
+  // silently refreshing that overlay's regions.
+  if (rebuilds)
+    for (const auto& fs : ts.files) {
+      if (fs.state != "stale" || fs.is_new) continue;
+      std::string list;  // stale overlays the caller did not select (selected ones are refused below)
+      for (const auto& o : fs.stale_overlays)
+        if (!contains(selected, o)) list += (list.empty() ? "" : ", ") + o;
+      if (list.empty()) continue;
+      for (const auto& name : selected) {
+        if (!set.get(name).find_file(fs.path)) continue;
+        return make_error(ErrorKind::Tampered, fs.path,
+                          "overlay " + list + " is stale in this file, which overlay " + name +
+                              " also edits; revert " + list + ", then apply again");
+      }
+    }
   for (const auto& name : selected) {
     const OverlayState* os = ts.overlay(name);
     if (os->state == "tampered" || os->state == "half-applied" || (os->state == "stale" && !allow_stale)) {
@@ -99,10 +115,10 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
                                               std::vector<Change>* changes) {
   std::vector<FileChangeReport> out;
   for (const auto& fs : ts.files) {
-    if (fs.is_new || fs.is_built || fs.state == "build-input") continue;
+    if (fs.is_new) continue;
     bool relevant = false;
     for (const auto& name : touched)
-      if (s.set.overlays[static_cast<size_t>(s.set.index_of(name))].find_file(fs.path)) relevant = true;
+      if (s.set.get(name).find_file(fs.path)) relevant = true;
     if (!relevant) continue;
     std::string pristine = join_lines(fs.projection);
     Build b = base_build(fs.projection);
@@ -153,41 +169,13 @@ std::string region_in_text(const std::string& text, int line, const std::string&
 }
 
 // Compiles the given file texts and the selected overlays' fragments.
-// C/C++ files among `files` (patched texts), each with the C/C++ new files
-// of its overlay mapped beside it, for one syntax-only Clang parse each.
-std::vector<cxx::CheckUnit> cxx_units(const Session& s, const std::vector<std::string>& selected,
-                                      const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<cxx::CheckUnit> out;
-  for (const auto& [path, text] : files) {
-    if (!cxx::is_cxx(path)) continue;
-    for (const auto& name : selected) {
-      const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
-      const FileSpec* spec = m.find_file(path);
-      if (!spec) continue;
-      cxx::CheckUnit u{path, text, spec, {}};
-      for (const auto& nf : m.new_files)
-        for (const auto& [p2, t2] : files)
-          if (p2 == nf.path && cxx::is_cxx(p2)) u.new_files[p2] = t2;
-      out.push_back(std::move(u));
-      break;
-    }
-  }
-  return out;
-}
-
 Status compile_all(const Session& s, const Request& r, const std::vector<std::string>& selected,
-                   const std::vector<std::pair<std::string, std::string>>& files, int* count,
-                   std::vector<std::string>* notes = nullptr) {
-  auto cunits = cxx_units(s, selected, files);
-  if (!cunits.empty()) {
-    if (auto st = cxx::check(cunits, notes, nullptr); !st) return st.error();
-    *count += static_cast<int>(cunits.size());
-  }
+                   const std::vector<std::pair<std::string, std::string>>& files, int* count) {
   std::vector<CompileUnit> units;
   for (const auto& [path, text] : files)
     if (is_python(path)) units.push_back(CompileUnit{path, text, false});
   for (const auto& name : selected) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& f : m.files)
       for (const auto& e : f.edits)
         if (is_python(f.path) && e.compile_standalone)
@@ -195,7 +183,7 @@ Status compile_all(const Session& s, const Request& r, const std::vector<std::st
     for (const auto& nf : m.new_files)
       if (is_python(nf.path)) units.push_back(CompileUnit{m.fragments_dir + "/" + nf.source, nf.text, false});
   }
-  *count += static_cast<int>(units.size());
+  *count = static_cast<int>(units.size());
   if (units.empty()) return ok_status();
   auto errors = compile_units(r.python, units);
   if (!errors) return errors.error();
@@ -219,69 +207,11 @@ Status compile_all(const Session& s, const Request& r, const std::vector<std::st
   return err;
 }
 
-// A [[built_files]] binary to rebuild after the compile check (built.h).
-struct PendingBuild {
-  const BuiltFile* bf = nullptr;
-  std::string overlay;
-  FileData original;
-  std::map<std::string, std::string> inputs;  // patched sources and new files
-};
-
 struct Prepared {
   Outcome out;
   std::vector<Change> changes;
   std::vector<std::pair<std::string, std::string>> final_texts;  // for the compile check
-  std::vector<PendingBuild> builds;
 };
-
-// Wheel install: patches the pinned sources (--sources) of `m`'s built files
-// in memory with every wanted overlay, as apply would in a source tree.
-Status prepare_builds(const Session& s, const Request& r, const TreeState& ts, const Manifest& m,
-                      const std::vector<std::string>& wanted, Prepared& p) {
-  for (const auto& bf : m.built_files) {
-    const FileState* fs = ts.file(bf.path);
-    if (!fs || fs->state != "pristine") continue;  // applied: nothing to do; others were refused already
-    if (r.sources.empty())
-      return make_error(ErrorKind::Usage, bf.path,
-                        "overlay " + m.overlay + " rebuilds this binary on a wheel install: pass --sources DIR with "
-                        "the pinned C/C++ sources (python3 fixtures/fetch.py --pins PINS --sources)");
-    auto src_tree = Tree::open(r.sources);
-    if (!src_tree) return src_tree.error();
-    PendingBuild pb{&bf, m.overlay, fs->data, {}};
-    for (const auto& src : bf.sources) {
-      auto data = src_tree->read(src);
-      if (!data) return data.error();
-      if (!data->has_value()) return make_error(ErrorKind::Drift, r.sources + "/" + src, "pinned source is missing");
-      std::string bytes = (**data).bytes;
-      std::string pin = m.find_file(src)->sha256;
-      if (kvtier::sha256_hex(bytes) != pin)
-        return make_error(ErrorKind::Drift, r.sources + "/" + src,
-                          "sha256 differs from the pin " + pin.substr(0, 16) + "...: not the pinned source");
-      Text pristine = split_lines(bytes);
-      Build b = base_build(pristine);
-      for (const auto& om : s.set.overlays) {
-        const FileSpec* spec = om.find_file(src);
-        if (!spec || !contains(wanted, om.overlay)) continue;
-        if (auto st = apply_overlay(b, om, *spec, bytes, src); !st) return st.error();
-      }
-      pb.inputs[src] = b.text();
-      p.final_texts.emplace_back(src, b.text());
-    }
-    for (const auto& om : s.set.overlays) {
-      if (!contains(wanted, om.overlay)) continue;
-      for (const auto& nf : om.new_files)
-        if (cxx::is_cxx(nf.path)) {
-          pb.inputs[nf.path] = new_file_text(nf.path, om, nf);
-          p.final_texts.emplace_back(nf.path, pb.inputs[nf.path]);
-        }
-    }
-    p.out.changes.push_back(FileChangeReport{bf.path, "rebuild", {"+ rebuilt from patched " + bf.sources.front() +
-                                                                  ", original kept in " + built::backup_path(bf.path)},
-                                             "", ""});
-    p.builds.push_back(std::move(pb));
-  }
-  return ok_status();
-}
 
 // The topmost folder on `path`'s way that does not exist ("" when all do).
 Result<std::string> missing_folder(const Tree& tree, const std::string& path) {
@@ -344,7 +274,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   if (!sel) return sel.error();
   p.out.selected = *sel;
   for (const auto& name : *sel) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& a : m.after) {
       const OverlayState* dep = ts.overlay(a);
       bool ok = contains(*sel, a) || dep->state == "applied" || dep->state == "superseded";
@@ -354,7 +284,8 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
                               " first or add it to --overlays");
     }
   }
-  if (auto st = require_consistent(ts, *sel, s.set); !st) return st.error();
+  if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/false, /*rebuilds=*/true); !st)
+    return st.error();
   std::vector<std::string> wanted;
   for (const auto& os : ts.overlays) {
     bool want = contains(*sel, os.name);
@@ -370,10 +301,9 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   p.out.changes = *changes;
   // New files, and parents that must exist.
   for (const auto& name : *sel) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
-      if (fs->state == "build-input") continue;
       std::string text = new_file_text(nf.path, m, nf);
       p.final_texts.emplace_back(nf.path, text);
       if (fs->state == "present") continue;
@@ -392,13 +322,11 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
       p.changes.push_back(create_change(nf.path, text));
     }
     for (const auto& f : m.files) {
-      if (ts.file(f.path)->state == "build-input") continue;
       std::string text = ts.file(f.path)->data.bytes;
       for (const auto& ch : p.out.changes)
         if (ch.path == f.path) text = ch.new_text;
       p.final_texts.emplace_back(f.path, text);
     }
-    if (auto st = prepare_builds(s, r, ts, m, wanted, p); !st) return st.error();
   }
   std::sort(p.final_texts.begin(), p.final_texts.end());
   p.final_texts.erase(std::unique(p.final_texts.begin(), p.final_texts.end()), p.final_texts.end());
@@ -416,7 +344,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     for (const auto& os : ts.overlays) {
       if (contains(*sel, os.name) || !contains(os.after, name)) continue;
       if (os.state == "pristine" || os.state == "superseded") continue;
-      const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(os.name))];
+      const Manifest& m = s.set.get(os.name);
       return make_error(ErrorKind::Usage, m.file,
                         "cannot revert " + name + ": overlay " + os.name + " is " + os.state +
                             " and stacks on it (after = [\"" + name + "\"]); revert " + os.name +
@@ -429,7 +357,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
   // Revert strips the selected overlays' verified regions (later overlays
   // first), so it also works when fragments changed since the apply.
   for (const auto& fs : ts.files) {
-    if (fs.is_new || fs.is_built || !fs.exists) continue;
+    if (fs.is_new || !fs.exists) continue;
     Text text = split_lines(fs.data.bytes);
     std::vector<std::string> lines = text.lines;
     std::vector<std::string> notes;
@@ -451,20 +379,12 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     p.changes.push_back(write_change(fs.path, fs.data, new_text));
   }
   for (const auto& name : *sel) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
       if (fs->state != "present" && fs->state != "stale") continue;
       p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
       p.changes.push_back(delete_change(nf.path, fs->sha));
-    }
-    for (const auto& bf : m.built_files) {  // wheel install: the original binary goes back
-      const FileState* fs = ts.file(bf.path);
-      if (!fs || !fs->is_built || fs->state != "applied") continue;
-      auto ch = built::revert_changes(s.tree, bf, *fs);
-      if (!ch) return ch.error();
-      p.out.changes.push_back(FileChangeReport{bf.path, "restore", {"- original binary of " + m.overlay + " restored"}, "", ""});
-      for (auto& c : *ch) p.changes.push_back(std::move(c));
     }
   }
   if (auto st = plan_rmdirs(s.tree, p); !st) return st.error();
@@ -499,21 +419,13 @@ Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
   if (auto st = lock_tree(s.tree, true); !st) return st.error();
   auto rec = recover(s.tree, all_paths(s.set));
   if (!rec) return rec.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto p = prepare(s, r, *ts);
   if (!p) return p.error();
   p->out.recovered = *rec;
   if (r.check_injected) {
-    if (auto st = compile_all(s, r, p->out.selected, p->final_texts, &p->out.compiled, &p->out.notes); !st)
-      return st.error();
-  }
-  for (const auto& pb : p->builds) {  // after the check: a broken region fails as exit 5 before any build
-    double secs = 0;
-    auto bytes = built::build(*pb.bf, pb.inputs, r.python, &secs);
-    if (!bytes) return bytes.error();
-    p->out.notes.push_back(fmt::format("{}: rebuilt in {:.1f} s", pb.bf->path, secs));
-    for (auto& c : built::apply_changes(*pb.bf, pb.overlay, pb.original, *bytes)) p->changes.push_back(std::move(c));
+    if (auto st = compile_all(s, r, p->out.selected, p->final_texts, &p->out.compiled); !st) return st.error();
   }
   if (auto st = commit(s.tree, p->changes); !st) return st.error();
   return p->out;
@@ -523,7 +435,7 @@ Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
 
 Result<Outcome> status(const Session& s) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   Outcome o;
   o.state = std::move(*ts);
@@ -533,7 +445,7 @@ Result<Outcome> status(const Session& s) {
 
 Result<Outcome> plan_apply(const Session& s, const Request& r) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto p = prepare_apply(s, r, *ts);
   if (!p) return p.error();
@@ -542,7 +454,7 @@ Result<Outcome> plan_apply(const Session& s, const Request& r) {
 
 Result<Outcome> plan_revert(const Session& s, const Request& r) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto p = prepare_revert(s, r, *ts);
   if (!p) return p.error();
@@ -554,7 +466,7 @@ Result<Outcome> revert(const Session& s, const Request& r) { return run_write(s,
 
 Result<Outcome> check(const Session& s, const Request& r) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto sel = select_overlays(s.set, r.overlays);
   if (!sel) return sel.error();
@@ -577,15 +489,13 @@ Result<Outcome> check(const Session& s, const Request& r) {
   if (r.check_injected && !r.expect_pristine) {
     std::vector<std::pair<std::string, std::string>> files;
     for (const auto& name : *sel) {
-      const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
-      for (const auto& f : m.files)
-        if (ts->file(f.path)->state != "build-input") files.emplace_back(f.path, ts->file(f.path)->data.bytes);
-      for (const auto& nf : m.new_files)
-        if (ts->file(nf.path)->state != "build-input") files.emplace_back(nf.path, ts->file(nf.path)->data.bytes);
+      const Manifest& m = s.set.get(name);
+      for (const auto& f : m.files) files.emplace_back(f.path, ts->file(f.path)->data.bytes);
+      for (const auto& nf : m.new_files) files.emplace_back(nf.path, ts->file(nf.path)->data.bytes);
     }
     std::sort(files.begin(), files.end());
     files.erase(std::unique(files.begin(), files.end()), files.end());
-    if (auto st = compile_all(s, r, *sel, files, &o.compiled, &o.notes); !st) return st.error();
+    if (auto st = compile_all(s, r, *sel, files, &o.compiled); !st) return st.error();
   }
   return o;
 }

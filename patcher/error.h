@@ -24,18 +24,39 @@ enum class ErrorKind {
 
 const char* kind_name(ErrorKind k);
 
+// One edit (or file) that does not fit the tree: the structured form of a
+// drift report, for --json and for callers that act on it.
+struct DriftItem {
+  struct Near {
+    size_t line = 0;  // 1-based
+    double score = 0;
+    std::string text;
+  };
+  std::string file, overlay, edit, manifest;
+  std::string kind;  // anchor | scope | scope-refused | pin
+  std::string scope;
+  int expected = 0, found = 0;
+  std::vector<size_t> found_at;  // 1-based lines
+  std::vector<Near> nearest;     // best first
+  std::vector<std::string> diff;  // unified diff from the anchor (or the pinned file) to the tree
+  std::string superseded_by;      // the edit's superseded_by text, when that text is gone upstream
+  std::vector<std::string> elsewhere;  // "line N (in class X/def f)": the anchor outside its scope
+  std::string pin_line;           // kind pin: the manifest line to update
+};
+
 struct Error {
   ErrorKind kind = ErrorKind::Usage;
   std::string file;     // the file the problem is in ("" when none)
   std::string message;  // the problem, one line, without the file name
   std::vector<std::string> details;  // extra lines (drift report, diff, ...)
+  std::vector<DriftItem> drift;      // drift errors: the same report, structured
 
   // "<file>: <message>" — the one-line form every error is printed as.
   std::string line() const { return file.empty() ? message : file + ": " + message; }
 };
 
 inline Error make_error(ErrorKind k, std::string file, std::string msg) {
-  return Error{k, std::move(file), std::move(msg), {}};
+  return Error{k, std::move(file), std::move(msg), {}, {}};
 }
 
 template <class T>

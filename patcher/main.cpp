@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "cxx_backend.h"
 #include "engine.h"
 #include "locate.h"
 #include "render.h"
@@ -30,7 +29,7 @@ constexpr const char* kExitCodes = R"(Exit codes:
 
 struct Args {
   std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
-  std::string sources;
+  std::string pristine;
   std::vector<std::string> overlays;
   bool json = false, check_injected = false, revert = false, diff = false, discard = false;
 };
@@ -44,10 +43,22 @@ std::string self_exe(const char* argv0) {
 
 int fail(const Args& a, const Error& e) {
   if (a.json) std::cout << error_json(e).dump(2) << "\n";
-  std::cerr << "overlay: " << kind_name(e.kind) << ": " << e.line() << "\n";
+  std::cerr << "overlay: " << kind_name(e.kind) << ": " << escape_controls(e.line()) << "\n";
   if (!a.json)
-    for (const auto& d : e.details) std::cerr << "  " << d << "\n";
+    for (const auto& d : e.details) std::cerr << "  " << escape_controls(d) << "\n";
   return static_cast<int>(e.kind);
+}
+
+// ${XDG_CACHE_HOME:-~/.cache}/kvtier/engines/<engine>-<version>: where
+// fixtures/fetch.py keeps verified pristine copies ("" when absent).
+std::string default_pristine_dir(const std::string& engine, const std::string& version,
+                                 const char* kind = "engines") {
+  std::string base;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = x;
+  else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
+  else return "";
+  std::string dir = base + "/kvtier/" + kind + "/" + engine + "-" + version;
+  return ::access(dir.c_str(), F_OK) == 0 ? dir : "";
 }
 
 }  // namespace
@@ -67,11 +78,11 @@ int main(int argc, char** argv) {
   app.add_option("--engine", a.engine, "engine name for the default manifest folder")->capture_default_str();
   app.add_option("--engine-version", a.engine_version, "engine version (default: detected from the tree)");
   app.add_flag("--json", a.json, "print a JSON document on stdout");
+  app.add_option("--pristine", a.pristine,
+                 "folder of pristine copies of the targets, to diff a pin-only drift against (default: the fetch "
+                 "cache, ${XDG_CACHE_HOME:-~/.cache}/kvtier/engines/<engine>-<version>, when present)");
   app.add_flag("--check-injected", a.check_injected, "apply/check: compile patched files and fragments first");
   app.add_option("--python", a.python, "interpreter for --check-injected")->capture_default_str();
-  app.add_option("--sources", a.sources,
-                 "apply: pinned C/C++ sources that [[built_files]] are rebuilt from on a wheel install "
-                 "(default: the fetch cache's sources/<engine>-<version>, from fixtures/fetch.py --sources)");
   app.add_subcommand("status", "report the state of every overlay and file");
   auto* plan = app.add_subcommand("plan", "show what apply (or revert) would change; writes nothing");
   plan->add_flag("--revert", a.revert, "plan a revert instead of an apply");
@@ -94,15 +105,17 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "overlay: usage: " << e.what() << " (see overlay --help)\n";
-    return 2;
+    // --json may not have been parsed yet: look for it, so that every failure
+    // under --json is a JSON document.
+    for (int i = 1; i < argc; ++i) a.json |= std::string(argv[i]) == "--json";
+    return fail(a, make_error(ErrorKind::Usage, "", std::string(e.what()) + " (see overlay --help)"));
   }
   std::string cmd = app.get_subcommands().front()->get_name();
 
+  std::string version = a.engine_version;
   if (a.manifests.empty()) {
     auto anchors = find_anchors_root(self_exe(argv[0]));
     if (!anchors) return fail(a, anchors.error());
-    std::string version = a.engine_version;
     if (version.empty()) {
       auto v = detect_engine_version(a.root, a.engine);
       if (!v) return fail(a, v.error());
@@ -122,25 +135,15 @@ int main(int argc, char** argv) {
   if (!set) return fail(a, set.error());
   auto tree = Tree::open(a.root);
   if (!tree) return fail(a, tree.error());
-  if (a.sources.empty()) {  // the fetch cache: fixtures/fetch.py --sources
-    std::string version = a.engine_version;
-    if (version.empty())
-      if (auto v = detect_engine_version(a.root, a.engine)) version = *v;
-    std::string base;
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = x;
-    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
-    std::string dir = base + "/kvtier/sources/" + a.engine + "-" + version;
-    if (!base.empty() && !version.empty() && ::access(dir.c_str(), F_OK) == 0) a.sources = dir;
-  }
-  cxx::configure_root(a.root);  // C/C++ targets: relative -I and compile_commands start here
-  cxx::configure_python(a.python);
-  Session s{std::move(*tree), std::move(*set)};
+  if (a.pristine.empty() && version.empty())
+    if (auto v = detect_engine_version(a.root, a.engine)) version = *v;
+  if (a.pristine.empty() && !version.empty()) a.pristine = default_pristine_dir(a.engine, version);
+  Session s{std::move(*tree), std::move(*set), a.pristine};
   Request r;
   r.overlays = a.overlays;
   r.check_injected = a.check_injected;
   r.python = a.python;
   r.expect_pristine = a.expect == "pristine";
-  r.sources = a.sources;
 
   if (cmd == "recover") {
     auto rec = recover_tree(s, a.discard);

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <toml++/toml.h>
 
 #include "paths.h"
@@ -48,10 +49,16 @@ const Edit* Manifest::find_edit(const std::string& id) const {
   return nullptr;
 }
 
-int ManifestSet::index_of(const std::string& name) const {
-  for (size_t i = 0; i < overlays.size(); ++i)
-    if (overlays[i].overlay == name) return static_cast<int>(i);
-  return -1;
+const Manifest* ManifestSet::find(const std::string& name) const {
+  for (const auto& m : overlays)
+    if (m.overlay == name) return &m;
+  return nullptr;
+}
+
+const Manifest& ManifestSet::get(const std::string& name) const {
+  const Manifest* m = find(name);
+  if (!m) throw std::logic_error("ManifestSet::get: unknown overlay " + name);
+  return *m;
 }
 
 namespace {
@@ -174,6 +181,10 @@ Result<std::string> load_fragment(const std::string& fragments_dir, const std::s
   }
   if (!data->has_value()) return make_error(ErrorKind::Usage, display, std::string(what) + " file does not exist");
   std::string text = std::move((*data)->bytes);
+  if (text.size() > kMaxFragmentBytes)
+    return make_error(ErrorKind::Usage, display,
+                      std::string(what) + " is " + std::to_string(text.size()) + " bytes; at most " +
+                          std::to_string(kMaxFragmentBytes));
   if (auto s = check_text(text, display, what); !s) return s.error();
   return text;
 }
@@ -202,6 +213,9 @@ Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& f
   if (!anchor) return anchor.error();
   std::string a = strip_one_trailing_newline(*anchor);
   if (trim(a).empty()) return c.err(*t.get("anchor"), "anchor of " + where + " is empty");
+  if (a.size() > kMaxAnchorBytes)
+    return c.err(*t.get("anchor"), "anchor of " + where + " is " + std::to_string(a.size()) + " bytes; at most " +
+                                       std::to_string(kMaxAnchorBytes) + " (an anchor is a few distinctive lines)");
   if (auto s = check_text(a, c.file, ("anchor of " + where).c_str()); !s) return s.error();
   e.anchor_lines = split_lines(a).lines;
   auto occ = get_int(c, t, "occurrences", where, 1);
@@ -407,6 +421,11 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
 namespace {
 
 Result<std::string> read_small_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_size > static_cast<off_t>(kMaxManifestBytes))
+    return make_error(ErrorKind::Usage, path,
+                      "manifest is " + std::to_string(st.st_size) + " bytes; at most " +
+                          std::to_string(kMaxManifestBytes) + " are read");
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorKind::Io, path, "cannot read: " + errno_text(errno));
   std::stringstream ss;

@@ -10,6 +10,11 @@
 
 namespace patcher {
 
+// Input limits, so that any input is answered quickly (exit 2 beyond them).
+inline constexpr size_t kMaxManifestBytes = 4 << 20;
+inline constexpr size_t kMaxAnchorBytes = 64 << 10;
+inline constexpr size_t kMaxFragmentBytes = 4 << 20;
+
 enum class Action { InsertBefore, InsertAfter, Replace };
 const char* action_name(Action a);
 
@@ -73,7 +78,11 @@ struct Manifest {
 struct ManifestSet {
   std::string dir;
   std::vector<Manifest> overlays;
-  int index_of(const std::string& name) const;  // -1 when unknown
+  // The overlay called `name`, or nullptr.
+  const Manifest* find(const std::string& name) const;
+  // The overlay called `name`; the name must be known (a name from this set,
+  // or one select_overlays validated). An unknown name is a programming error.
+  const Manifest& get(const std::string& name) const;
 };
 
 // Parses one manifest text; fragments are read from fragments_dir.

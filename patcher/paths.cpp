@@ -20,6 +20,7 @@ Status validate_rel_path(std::string_view rel, const std::string& manifest_file,
   };
   if (rel.empty()) return bad("is empty");
   if (rel.front() == '/') return bad("is absolute; paths must be relative to the root");
+  if (rel.size() > 4000) return bad("is longer than 4000 bytes");
   for (char c : rel)
     if (c == '\0' || c == '\n' || c == '\r' || c == '\\') return bad("contains a forbidden character");
   size_t start = 0;
@@ -29,6 +30,7 @@ Status validate_rel_path(std::string_view rel, const std::string& manifest_file,
     if (comp.empty()) return bad("has an empty component");
     if (comp == "..") return bad("escapes the root through \"..\"");
     if (comp == ".") return bad("contains a \".\" component");
+    if (comp.size() > 255) return bad("has a component longer than 255 bytes");
     if (slash == std::string_view::npos) break;
     start = slash + 1;
   }
@@ -49,7 +51,7 @@ Result<Tree> Tree::open(const std::string& root) {
   int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    if (e == ENOENT || e == ENOTDIR)
+    if (e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG)
       return make_error(ErrorKind::Usage, root, "root is not a directory: " + errno_text(e));
     return make_error(ErrorKind::Io, root, "cannot open root: " + errno_text(e));
   }
@@ -79,6 +81,7 @@ Result<std::optional<Fd>> Tree::open_parent(std::string_view rel) const {
                             "path goes through a symlink (\"" + walked + "\"); refusing to follow it");
         return make_error(ErrorKind::Usage, std::string(rel), "\"" + walked + "\" is not a directory");
       }
+      if (e == ENAMETOOLONG) return make_error(ErrorKind::Usage, std::string(rel), "name too long");
       return make_error(ErrorKind::Io, std::string(rel), "cannot open directory \"" + walked + "\": " + errno_text(e));
     }
     cur = Fd(fd);
@@ -115,6 +118,7 @@ Result<std::optional<FileData>> Tree::read(std::string_view rel) const {
     int e = errno;
     if (e == ENOENT) return std::optional<FileData>();
     if (e == ELOOP) return make_error(ErrorKind::Usage, std::string(rel), "is a symlink; refusing to follow it");
+    if (e == ENAMETOOLONG) return make_error(ErrorKind::Usage, std::string(rel), "name too long");
     return make_error(ErrorKind::Io, std::string(rel), "cannot open: " + errno_text(e));
   }
   Fd owned(fd);

@@ -49,48 +49,134 @@ std::string where(const BuildLine& l, size_t index) {
   return fmt::format("line {} (inside an injected region)", index + 1);
 }
 
-void drift_report(std::vector<std::string>& out, const std::vector<std::string>& texts, const Build& b,
-                  const Manifest& m, const Edit& e, const std::string& file, LineRange range,
+size_t line_no(const Build& b, size_t index) { return b.lines[index].origin ? b.lines[index].origin : index + 1; }
+
+// "class X/def f" around 0-based `line` of Python text ("" at module level).
+std::string enclosing_scope(const std::vector<std::string>& texts, size_t line) {
+  std::vector<std::string> chain;
+  size_t limit = leading_ws(texts[line]).size();
+  for (size_t i = line + 1; i-- > 0 && limit > 0;) {
+    std::string_view t = trim(texts[i]);
+    if (t.empty()) continue;
+    size_t ind = leading_ws(texts[i]).size();
+    if (ind >= limit) continue;
+    limit = ind;
+    for (const char* kw : {"def ", "async def ", "class "}) {
+      if (t.rfind(kw, 0) != 0) continue;
+      std::string_view rest = t.substr(std::string_view(kw).size());
+      size_t stop = rest.find_first_of("(:[ ");
+      std::string head = std::string(kw == std::string("async def ") ? "def " : kw) + std::string(rest.substr(0, stop));
+      chain.insert(chain.begin(), head);
+      break;
+    }
+  }
+  std::string out;
+  for (auto& c : chain) out += (out.empty() ? "" : "/") + c;
+  return out;
+}
+
+DriftItem base_item(const Manifest& m, const Edit& e, const std::string& file, const std::string& kind) {
+  DriftItem it;
+  it.file = file;
+  it.overlay = m.overlay;
+  it.edit = e.id;
+  it.manifest = m.file;
+  it.kind = kind;
+  it.scope = e.scope;
+  it.expected = e.occurrences;
+  return it;
+}
+
+// An edit whose superseded_by text is gone: a porter must decide whether
+// upstream still does what the edit does, not only fix its anchor.
+void superseded_note(std::vector<std::string>& out, DriftItem& it, const Edit& e) {
+  if (!e.superseded_by) return;
+  it.superseded_by = *e.superseded_by;
+  std::string first = e.superseded_by->substr(0, e.superseded_by->find('\n'));
+  out.push_back("  this edit is superseded_by upstream text that is no longer in the file: \"" + first +
+                (first.size() < e.superseded_by->size() ? " ..." : "") +
+                "\"; where that text was upstream the edit was never applied. Decide whether upstream still does "
+                "what the edit does (then update superseded_by) before fixing the anchor, or the fragment gets "
+                "injected");
+}
+
+void drift_report(std::vector<std::string>& out, std::vector<DriftItem>& items, const std::vector<std::string>& texts,
+                  const Build& b, const Manifest& m, const Edit& e, const std::string& file, LineRange range,
                   const std::vector<size_t>& found) {
+  DriftItem it = base_item(m, e, file, "anchor");
+  it.found = static_cast<int>(found.size());
   std::string scope = e.scope.empty() ? "" : " in scope \"" + e.scope + "\"";
-  out.push_back(fmt::format("{}: edit {}/{}: anchor{} found {} times, expected {}", file, m.overlay, e.id, scope,
+  out.push_back(fmt::format("edit {}/{}: anchor{} found {} times, expected {}", m.overlay, e.id, scope,
                             found.size(), e.occurrences));
+  superseded_note(out, it, e);
   if (!found.empty()) {
     std::string at;
-    for (size_t f : found) at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+    for (size_t f : found) {
+      at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+      it.found_at.push_back(line_no(b, f));
+    }
     out.push_back("  found at " + at);
+    items.push_back(std::move(it));
     return;
   }
   auto near = nearest(texts, range.begin, range.end, e.anchor_lines);
   if (near.empty()) {
     out.push_back("  no candidate lines in the searched range");
+    items.push_back(std::move(it));
     return;
   }
   out.push_back("  nearest lines (similarity):");
-  for (const auto& n : near)
+  for (const auto& n : near) {
     out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[n.line], n.line), n.score, texts[n.line]));
+    it.nearest.push_back(DriftItem::Near{line_no(b, n.line), n.score, texts[n.line]});
+  }
   const NearMatch& best = near.front();
   size_t len = std::min(e.anchor_lines.size(), range.end - best.line);
-  std::vector<std::string> cand(texts.begin() + static_cast<long>(best.line),
-                                texts.begin() + static_cast<long>(best.line + len));
-  auto diff = unified_diff(e.anchor_lines, cand, "anchor " + m.overlay + "/" + e.id + " (" + m.file + ")",
-                           fmt::format("{} line {}", file, b.lines[best.line].origin ? b.lines[best.line].origin : best.line + 1),
-                           1, b.lines[best.line].origin ? b.lines[best.line].origin : best.line + 1);
-  for (auto& d : diff) out.push_back("    " + d);
+  if (e.anchor_lines.size() * len > 250'000) {
+    out.push_back("  (anchor too long to diff)");
+  } else {
+    std::vector<std::string> cand(texts.begin() + static_cast<long>(best.line),
+                                  texts.begin() + static_cast<long>(best.line + len));
+    it.diff = unified_diff(e.anchor_lines, cand, "anchor " + m.overlay + "/" + e.id + " (" + m.file + ")",
+                           fmt::format("{} line {}", file, line_no(b, best.line)), 1, line_no(b, best.line));
+    for (auto& d : it.diff) out.push_back("    " + d);
+  }
+  items.push_back(std::move(it));
 }
 
-void scope_report(std::vector<std::string>& out, const std::vector<std::string>& texts, const Build& b,
-                  const Manifest& m, const Edit& e, const std::string& file, const ScopeMatch& sm) {
+void scope_report(std::vector<std::string>& out, std::vector<DriftItem>& items, const std::vector<std::string>& texts,
+                  const Build& b, const Manifest& m, const Edit& e, const std::string& file, const ScopeMatch& sm) {
+  DriftItem it = base_item(m, e, file, sm.refusal.empty() ? "scope" : "scope-refused");
   if (!sm.refusal.empty()) {
-    out.push_back(fmt::format("{}: edit {}/{}: scope \"{}\": {}", file, m.overlay, e.id, e.scope, sm.refusal));
+    out.push_back(fmt::format("edit {}/{}: scope \"{}\": {}", m.overlay, e.id, e.scope, sm.refusal));
+    items.push_back(std::move(it));
     return;
   }
-  out.push_back(fmt::format("{}: edit {}/{}: scope \"{}\": \"{}\" found {} times, expected 1", file, m.overlay, e.id,
-                            e.scope, sm.segment, sm.found.size()));
+  it.expected = 1;
+  it.found = static_cast<int>(sm.found.size());
+  out.push_back(fmt::format("edit {}/{}: scope \"{}\": \"{}\" found {} times, expected 1", m.overlay, e.id, e.scope,
+                            sm.segment, sm.found.size()));
+  superseded_note(out, it, e);
+  // The anchor text itself may still be there, moved out of its scope.
+  auto anywhere = find_anchor(texts, 0, texts.size(), e.anchor_lines);
+  for (size_t f : anywhere) {
+    std::string in = cxx::is_cxx(file) ? "" : enclosing_scope(texts, f);
+    it.elsewhere.push_back(fmt::format("line {}{}", line_no(b, f), in.empty() ? " (module level)" : " (in " + in + ")"));
+  }
+  if (!it.elsewhere.empty()) {
+    std::string list;
+    for (auto& x : it.elsewhere) list += (list.empty() ? "" : ", ") + x;
+    out.push_back("  the anchor text itself is in the file, outside the scope: " + list +
+                  "; update `scope` if the code moved there");
+  }
   if (!sm.found.empty()) {
     std::string at;
-    for (size_t f : sm.found) at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+    for (size_t f : sm.found) {
+      at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+      it.found_at.push_back(line_no(b, f));
+    }
     out.push_back("  found at " + at);
+    items.push_back(std::move(it));
     return;
   }
   std::vector<NearMatch> scored;
@@ -100,8 +186,11 @@ void scope_report(std::vector<std::string>& out, const std::vector<std::string>&
   if (scored.empty()) out.push_back(cxx::is_cxx(file) ? "  no C/C++ definitions in the searched range"
                                                       : "  no def/class headers in the searched range");
   else out.push_back("  nearest headers (similarity):");
-  for (const auto& s : scored)
-    out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[s.line], s.line), s.score, texts[s.line]));
+  for (const auto& sc : scored) {
+    out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[sc.line], sc.line), sc.score, texts[sc.line]));
+    it.nearest.push_back(DriftItem::Near{line_no(b, sc.line), sc.score, texts[sc.line]});
+  }
+  items.push_back(std::move(it));
 }
 
 }  // namespace
@@ -111,6 +200,7 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
   std::vector<std::string> texts = b.texts();
   std::vector<Op> ops;
   std::vector<std::string> report;
+  std::vector<DriftItem> items;
   std::vector<std::string> failed;
   for (const Edit& e : spec.edits) {
     if (is_superseded(e, pristine_text)) continue;
@@ -125,7 +215,7 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
         sm = find_scope(texts, e.scope);
       }
       if (!sm.ok) {
-        scope_report(report, texts, b, m, e, file, sm);
+        scope_report(report, items, texts, b, m, e, file, sm);
         failed.push_back(e.id + (sm.refusal.empty() ? " (scope)" : " (scope refused)"));
         continue;
       }
@@ -133,7 +223,7 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
     }
     auto found = find_anchor(texts, range.begin, range.end, e.anchor_lines);
     if (found.size() != static_cast<size_t>(e.occurrences)) {
-      drift_report(report, texts, b, m, e, file, range, found);
+      drift_report(report, items, texts, b, m, e, file, range, found);
       failed.push_back(fmt::format("{} (anchor found {} times, expected {})", e.id, found.size(), e.occurrences));
       continue;
     }
@@ -161,6 +251,7 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
     for (auto& f : failed) list += (list.empty() ? "" : ", ") + f;
     Error err = make_error(ErrorKind::Drift, file, "overlay " + m.overlay + ": anchors do not match: " + list);
     err.details = std::move(report);
+    err.drift = std::move(items);
     return err;
   }
   std::string prefix = comment_prefix(file);

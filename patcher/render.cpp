@@ -25,6 +25,8 @@ nlohmann::json state_json(const TreeState& ts) {
   for (const auto& f : ts.files) {
     nlohmann::json fj = {{"path", f.path}, {"new_file", f.is_new}, {"state", f.state}, {"message", f.message},
                          {"details", f.details}, {"pin", f.pin}, {"sha256", f.sha}};
+    fj["drift"] = nlohmann::json::array();
+    for (const auto& d : f.drift) fj["drift"].push_back(drift_json(d));
     fj["overlays"] = nlohmann::json::array();
     for (const auto& fo : f.overlays) {
       nlohmann::json oj = {{"overlay", fo.overlay}, {"state", fo.state}};
@@ -46,22 +48,68 @@ nlohmann::json outcome_json(const std::string& command, const Outcome& o) {
   j["skipped"] = o.skipped;
   j["recovered"] = o.recovered;
   j["compiled"] = o.compiled;
-  j["notes"] = o.notes;
   j["changes"] = nlohmann::json::array();
   for (const auto& c : o.changes) j["changes"].push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
   j["state"] = state_json(o.state);
   return j;
 }
 
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+nlohmann::json drift_json(const DriftItem& d) {
+  nlohmann::json j = {{"kind", d.kind}, {"manifest", d.manifest}};
+  if (!d.overlay.empty()) {
+    j["overlay"] = d.overlay;
+    j["edit"] = d.edit;
+    j["scope"] = d.scope;
+    j["expected"] = d.expected;
+    j["found"] = d.found;
+    j["found_at"] = d.found_at;
+  }
+  j["nearest"] = nlohmann::json::array();
+  for (const auto& n : d.nearest) j["nearest"].push_back({{"line", n.line}, {"score", n.score}, {"text", n.text}});
+  j["diff"] = d.diff;
+  if (!d.superseded_by.empty()) j["superseded_by"] = d.superseded_by;
+  if (!d.elsewhere.empty()) j["anchor_elsewhere"] = d.elsewhere;
+  if (!d.pin_line.empty()) j["pin_line"] = d.pin_line;
+  return j;
+}
+
 nlohmann::json error_json(const Error& e) {
-  return {{"ok", false},
-          {"error",
-           {{"code", static_cast<int>(e.kind)},
-            {"kind", kind_name(e.kind)},
-            {"file", e.file},
-            {"message", e.message},
-            {"line", e.line()},
-            {"details", e.details}}}};
+  nlohmann::json err = {{"code", static_cast<int>(e.kind)},
+                        {"kind", kind_name(e.kind)},
+                        {"file", e.file},
+                        {"message", e.message},
+                        {"line", e.line()}};
+  if (e.drift.empty()) {
+    err["details"] = e.details;
+  } else {
+    // Structured: one entry per file, each with its edits.
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& d : e.drift) {
+      nlohmann::json* slot = nullptr;
+      for (auto& f : files)
+        if (f["file"] == d.file) slot = &f;
+      if (!slot) {
+        files.push_back({{"file", d.file}, {"edits", nlohmann::json::array()}});
+        slot = &files.back();
+      }
+      (*slot)["edits"].push_back(drift_json(d));
+    }
+    err["files"] = files;
+  }
+  return {{"ok", false}, {"error", err}};
 }
 
 std::string state_text(const TreeState& ts) {
@@ -105,7 +153,6 @@ std::string outcome_text(const std::string& command, const Outcome& o, bool with
         out += l + "\n";
   }
   if (o.compiled) out += fmt::format("compiled {} files and fragments: ok\n", o.compiled);
-  for (const auto& n : o.notes) out += "note: " + n + "\n";
   if (o.changes.empty()) out += "nothing to do\n";
   return out;
 }

@@ -11,6 +11,10 @@ namespace patcher {
 nlohmann::json state_json(const TreeState& ts);
 nlohmann::json outcome_json(const std::string& command, const Outcome& o);
 nlohmann::json error_json(const Error& e);
+nlohmann::json drift_json(const DriftItem& d);
+// `s` with control characters (newline, tab, ...) and backslashes escaped, so
+// that a hostile file name cannot break a one-line message.
+std::string escape_controls(const std::string& s);
 nlohmann::json recover_json(const RecoverOutcome& r);
 std::string recover_text(const RecoverOutcome& r);
 

@@ -32,13 +32,14 @@ struct FileOverlay {
 struct FileState {
   std::string path;
   bool is_new = false;  // a [[new_files]] entry
-  bool is_built = false;  // a [[built_files]] entry (binary; see built.h)
   // pristine | applied | partial | tampered | stale | drift | missing | absent | present
   // (stale: regions intact and verified, projection == pin, but the current
   // manifests/fragments would inject something else; revert works, apply refuses)
   std::string state;
   std::string message;  // why, for tampered / drift
   std::vector<std::string> details;  // drift report
+  std::vector<DriftItem> drift;      // the same, structured
+  std::vector<std::string> stale_overlays;  // state stale: the overlays whose regions are out of date
   std::string pin, sha;
   std::vector<FileOverlay> overlays;
   // Kept for planning.
@@ -69,6 +70,8 @@ struct TreeState {
 
 // Fatal errors only for bad input (symlinks, CRLF, non-UTF-8, a sentinel in a
 // pristine file) and I/O; everything else is a state.
-Result<TreeState> analyze(const Tree& tree, const ManifestSet& set);
+// `pristine_dir`, when set, holds verified pristine copies of the targets (the
+// fetch cache): a file that drifted only in its pin then gets a diff from them.
+Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::string& pristine_dir = "");
 
 }  // namespace patcher

@@ -21,7 +21,12 @@ namespace patcher::testing {
 
 namespace fs = std::filesystem;
 
-std::string overlay_bin() { return OVERLAY_BIN; }
+// KVTIER_OVERLAY_BIN runs the tests against another build (e.g. an older
+// commit's binary, to see a regression test fail there).
+std::string overlay_bin() {
+  const char* alt = std::getenv("KVTIER_OVERLAY_BIN");
+  return alt && *alt ? alt : OVERLAY_BIN;
+}
 std::string source_dir() { return KVTIER_SOURCE_DIR; }
 
 std::string read_file(const std::string& path) {
