@@ -1,4 +1,4 @@
-// kvstore's node-exporter textfiles (docs/KVSTORE.md, "Metrics"): one file
+// kvstore's node-exporter textfiles (docs/DEPLOY.md, "Metrics"): one file
 // per command, every series always present (zero when zero), timestamps
 // instead of ages, and per command the last run, its exit code and the last
 // success, carried over from the previous file when this run failed.

@@ -18,7 +18,7 @@ APT_PACKAGES=(
   # rebuild vLLM's fs_io_C extension, strace for the durability test.
   libclang-14-dev libclang-cpp14-dev python3-dev strace
   python3 python3-pip python3-venv unzip
-  # operator checks: promtool (tests/python/test_kvstore_metrics.py), .deb tools
+  # operator checks: promtool (tests/python/test_kvstore_cli.py), .deb tools
   prometheus dpkg-dev
 )
 PIP_PACKAGES=(pytest numpy typing_extensions)
