@@ -5,8 +5,11 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
+#include "built.h"
+#include "cxx_backend.h"
 #include "fmt/format.h"
 #include "plan.h"
 #include "region.h"
@@ -37,6 +40,8 @@ std::vector<std::string> all_paths(const ManifestSet& set) {
   for (const auto& m : set.overlays) {
     for (const auto& f : m.files) out.push_back(f.path);
     for (const auto& nf : m.new_files) out.push_back(nf.path);
+    for (const auto& bf : m.built_files)
+      for (const auto& p : {bf.path, built::backup_path(bf.path), built::record_path(bf.path)}) out.push_back(p);
   }
   return out;
 }
@@ -115,7 +120,7 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
                                               std::vector<Change>* changes) {
   std::vector<FileChangeReport> out;
   for (const auto& fs : ts.files) {
-    if (fs.is_new) continue;
+    if (fs.is_new || fs.is_built || fs.state == "build-input") continue;
     bool relevant = false;
     for (const auto& name : touched)
       if (s.set.get(name).find_file(fs.path)) relevant = true;
@@ -169,8 +174,36 @@ std::string region_in_text(const std::string& text, int line, const std::string&
 }
 
 // Compiles the given file texts and the selected overlays' fragments.
+// C/C++ files among `files` (patched texts), each with the C/C++ new files
+// of its overlay mapped beside it, for one syntax-only Clang parse each.
+std::vector<cxx::CheckUnit> cxx_units(const Session& s, const std::vector<std::string>& selected,
+                                      const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<cxx::CheckUnit> out;
+  for (const auto& [path, text] : files) {
+    if (!cxx::is_cxx(path)) continue;
+    for (const auto& name : selected) {
+      const Manifest& m = s.set.get(name);
+      const FileSpec* spec = m.find_file(path);
+      if (!spec) continue;
+      cxx::CheckUnit u{path, text, spec, {}};
+      for (const auto& nf : m.new_files)
+        for (const auto& [p2, t2] : files)
+          if (p2 == nf.path && cxx::is_cxx(p2)) u.new_files[p2] = t2;
+      out.push_back(std::move(u));
+      break;
+    }
+  }
+  return out;
+}
+
 Status compile_all(const Session& s, const Request& r, const std::vector<std::string>& selected,
-                   const std::vector<std::pair<std::string, std::string>>& files, int* count) {
+                   const std::vector<std::pair<std::string, std::string>>& files, int* count,
+                   std::vector<std::string>* notes = nullptr) {
+  auto cunits = cxx_units(s, selected, files);
+  if (!cunits.empty()) {
+    if (auto st = cxx::check(cunits, notes, nullptr); !st) return st.error();
+    *count += static_cast<int>(cunits.size());
+  }
   std::vector<CompileUnit> units;
   for (const auto& [path, text] : files)
     if (is_python(path)) units.push_back(CompileUnit{path, text, false});
@@ -183,7 +216,7 @@ Status compile_all(const Session& s, const Request& r, const std::vector<std::st
     for (const auto& nf : m.new_files)
       if (is_python(nf.path)) units.push_back(CompileUnit{m.fragments_dir + "/" + nf.source, nf.text, false});
   }
-  *count = static_cast<int>(units.size());
+  *count += static_cast<int>(units.size());
   if (units.empty()) return ok_status();
   auto errors = compile_units(r.python, units);
   if (!errors) return errors.error();
@@ -207,11 +240,69 @@ Status compile_all(const Session& s, const Request& r, const std::vector<std::st
   return err;
 }
 
+// A [[built_files]] binary to rebuild after the compile check (built.h).
+struct PendingBuild {
+  const BuiltFile* bf = nullptr;
+  std::string overlay;
+  FileData original;
+  std::map<std::string, std::string> inputs;  // patched sources and new files
+};
+
 struct Prepared {
   Outcome out;
   std::vector<Change> changes;
   std::vector<std::pair<std::string, std::string>> final_texts;  // for the compile check
+  std::vector<PendingBuild> builds;
 };
+
+// Wheel install: patches the pinned sources (--sources) of `m`'s built files
+// in memory with every wanted overlay, as apply would in a source tree.
+Status prepare_builds(const Session& s, const Request& r, const TreeState& ts, const Manifest& m,
+                      const std::vector<std::string>& wanted, Prepared& p) {
+  for (const auto& bf : m.built_files) {
+    const FileState* fs = ts.file(bf.path);
+    if (!fs || fs->state != "pristine") continue;  // applied: nothing to do; others were refused already
+    if (r.sources.empty())
+      return make_error(ErrorKind::Usage, bf.path,
+                        "overlay " + m.overlay + " rebuilds this binary on a wheel install: pass --sources DIR with "
+                        "the pinned C/C++ sources (python3 fixtures/fetch.py --pins PINS --sources)");
+    auto src_tree = Tree::open(r.sources);
+    if (!src_tree) return src_tree.error();
+    PendingBuild pb{&bf, m.overlay, fs->data, {}};
+    for (const auto& src : bf.sources) {
+      auto data = src_tree->read(src);
+      if (!data) return data.error();
+      if (!data->has_value()) return make_error(ErrorKind::Drift, r.sources + "/" + src, "pinned source is missing");
+      std::string bytes = (**data).bytes;
+      std::string pin = m.find_file(src)->sha256;
+      if (kvtier::sha256_hex(bytes) != pin)
+        return make_error(ErrorKind::Drift, r.sources + "/" + src,
+                          "sha256 differs from the pin " + pin.substr(0, 16) + "...: not the pinned source");
+      Text pristine = split_lines(bytes);
+      Build b = base_build(pristine);
+      for (const auto& om : s.set.overlays) {
+        const FileSpec* spec = om.find_file(src);
+        if (!spec || !contains(wanted, om.overlay)) continue;
+        if (auto st = apply_overlay(b, om, *spec, bytes, src); !st) return st.error();
+      }
+      pb.inputs[src] = b.text();
+      p.final_texts.emplace_back(src, b.text());
+    }
+    for (const auto& om : s.set.overlays) {
+      if (!contains(wanted, om.overlay)) continue;
+      for (const auto& nf : om.new_files)
+        if (cxx::is_cxx(nf.path)) {
+          pb.inputs[nf.path] = new_file_text(nf.path, om, nf);
+          p.final_texts.emplace_back(nf.path, pb.inputs[nf.path]);
+        }
+    }
+    p.out.changes.push_back(FileChangeReport{bf.path, "rebuild", {"+ rebuilt from patched " + bf.sources.front() +
+                                                                  ", original kept in " + built::backup_path(bf.path)},
+                                             "", ""});
+    p.builds.push_back(std::move(pb));
+  }
+  return ok_status();
+}
 
 // The topmost folder on `path`'s way that does not exist ("" when all do).
 Result<std::string> missing_folder(const Tree& tree, const std::string& path) {
@@ -289,7 +380,9 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   std::vector<std::string> wanted;
   for (const auto& os : ts.overlays) {
     bool want = contains(*sel, os.name);
-    if (os.state == "applied" || os.state == "superseded") {
+    if (os.state == "absent") {  // nothing of it is in this tree (built.h)
+      if (want) p.out.skipped.push_back(os.name);
+    } else if (os.state == "applied" || os.state == "superseded") {
       wanted.push_back(os.name);
       if (want) p.out.skipped.push_back(os.name);
     } else if (want) {
@@ -304,6 +397,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
     const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
+      if (fs->state == "build-input") continue;
       std::string text = new_file_text(nf.path, m, nf);
       p.final_texts.emplace_back(nf.path, text);
       if (fs->state == "present") continue;
@@ -322,11 +416,13 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
       p.changes.push_back(create_change(nf.path, text));
     }
     for (const auto& f : m.files) {
+      if (ts.file(f.path)->state == "build-input") continue;
       std::string text = ts.file(f.path)->data.bytes;
       for (const auto& ch : p.out.changes)
         if (ch.path == f.path) text = ch.new_text;
       p.final_texts.emplace_back(f.path, text);
     }
+    if (auto st = prepare_builds(s, r, ts, m, wanted, p); !st) return st.error();
   }
   std::sort(p.final_texts.begin(), p.final_texts.end());
   p.final_texts.erase(std::unique(p.final_texts.begin(), p.final_texts.end()), p.final_texts.end());
@@ -352,12 +448,12 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     }
   if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/true); !st) return st.error();
   for (const auto& os : ts.overlays)
-    if (contains(*sel, os.name) && (os.state == "pristine" || os.state == "superseded"))
+    if (contains(*sel, os.name) && (os.state == "pristine" || os.state == "superseded" || os.state == "absent"))
       p.out.skipped.push_back(os.name);
   // Revert strips the selected overlays' verified regions (later overlays
   // first), so it also works when fragments changed since the apply.
   for (const auto& fs : ts.files) {
-    if (fs.is_new || !fs.exists) continue;
+    if (fs.is_new || fs.is_built || !fs.exists) continue;
     Text text = split_lines(fs.data.bytes);
     std::vector<std::string> lines = text.lines;
     std::vector<std::string> notes;
@@ -385,6 +481,14 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
       if (fs->state != "present" && fs->state != "stale") continue;
       p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
       p.changes.push_back(delete_change(nf.path, fs->sha));
+    }
+    for (const auto& bf : m.built_files) {  // wheel install: the original binary goes back
+      const FileState* fs = ts.file(bf.path);
+      if (!fs || !fs->is_built || fs->state != "applied") continue;
+      auto ch = built::revert_changes(s.tree, bf, *fs);
+      if (!ch) return ch.error();
+      p.out.changes.push_back(FileChangeReport{bf.path, "restore", {"- original binary of " + m.overlay + " restored"}, "", ""});
+      for (auto& c : *ch) p.changes.push_back(std::move(c));
     }
   }
   if (auto st = plan_rmdirs(s.tree, p); !st) return st.error();
@@ -425,7 +529,15 @@ Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
   if (!p) return p.error();
   p->out.recovered = *rec;
   if (r.check_injected) {
-    if (auto st = compile_all(s, r, p->out.selected, p->final_texts, &p->out.compiled); !st) return st.error();
+    if (auto st = compile_all(s, r, p->out.selected, p->final_texts, &p->out.compiled, &p->out.notes); !st)
+      return st.error();
+  }
+  for (const auto& pb : p->builds) {  // after the check: a broken region fails as exit 5 before any build
+    double secs = 0;
+    auto bytes = built::build(*pb.bf, pb.inputs, r.python, &secs);
+    if (!bytes) return bytes.error();
+    p->out.notes.push_back(fmt::format("{}: rebuilt in {:.1f} s", pb.bf->path, secs));
+    for (auto& c : built::apply_changes(*pb.bf, pb.overlay, pb.original, *bytes)) p->changes.push_back(std::move(c));
   }
   if (auto st = commit(s.tree, p->changes); !st) return st.error();
   return p->out;
@@ -477,7 +589,7 @@ Result<Outcome> check(const Session& s, const Request& r) {
   std::vector<std::string> wrong;
   for (const auto& name : *sel) {
     const std::string& st = ts->overlay(name)->state;
-    bool good = st == "superseded" || st == (r.expect_pristine ? "pristine" : "applied");
+    bool good = st == "superseded" || st == "absent" || st == (r.expect_pristine ? "pristine" : "applied");
     if (!good) wrong.push_back(name + " is " + st);
   }
   if (!wrong.empty()) {
@@ -490,12 +602,14 @@ Result<Outcome> check(const Session& s, const Request& r) {
     std::vector<std::pair<std::string, std::string>> files;
     for (const auto& name : *sel) {
       const Manifest& m = s.set.get(name);
-      for (const auto& f : m.files) files.emplace_back(f.path, ts->file(f.path)->data.bytes);
-      for (const auto& nf : m.new_files) files.emplace_back(nf.path, ts->file(nf.path)->data.bytes);
+      for (const auto& f : m.files)
+        if (ts->file(f.path)->state != "build-input") files.emplace_back(f.path, ts->file(f.path)->data.bytes);
+      for (const auto& nf : m.new_files)
+        if (ts->file(nf.path)->state != "build-input") files.emplace_back(nf.path, ts->file(nf.path)->data.bytes);
     }
     std::sort(files.begin(), files.end());
     files.erase(std::unique(files.begin(), files.end()), files.end());
-    if (auto st = compile_all(s, r, *sel, files, &o.compiled); !st) return st.error();
+    if (auto st = compile_all(s, r, *sel, files, &o.compiled, &o.notes); !st) return st.error();
   }
   return o;
 }

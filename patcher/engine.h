@@ -19,6 +19,7 @@ struct Request {
   bool check_injected = false;
   std::string python = "python3";
   bool expect_pristine = false;  // check --expect pristine
+  std::string sources;  // pinned C/C++ sources for [[built_files]] on a wheel install (built.h)
 };
 
 struct FileChangeReport {
@@ -35,6 +36,7 @@ struct Outcome {
   std::vector<FileChangeReport> changes;
   bool recovered = false;  // an interrupted transaction was completed first
   int compiled = 0;        // units compiled by --check-injected
+  std::vector<std::string> notes;  // e.g. C/C++ errors outside the regions that do not count
 };
 
 struct Session {

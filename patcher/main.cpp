@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "cxx_backend.h"
 #include "engine.h"
 #include "locate.h"
 #include "render.h"
@@ -29,7 +30,7 @@ constexpr const char* kExitCodes = R"(Exit codes:
 
 struct Args {
   std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
-  std::string pristine;
+  std::string pristine, sources;
   std::vector<std::string> overlays;
   bool json = false, check_injected = false, revert = false, diff = false, discard = false;
 };
@@ -83,6 +84,9 @@ int main(int argc, char** argv) {
                  "cache, ${XDG_CACHE_HOME:-~/.cache}/kvtier/engines/<engine>-<version>, when present)");
   app.add_flag("--check-injected", a.check_injected, "apply/check: compile patched files and fragments first");
   app.add_option("--python", a.python, "interpreter for --check-injected")->capture_default_str();
+  app.add_option("--sources", a.sources,
+                 "apply: pinned C/C++ sources that [[built_files]] are rebuilt from on a wheel install "
+                 "(default: the fetch cache's sources/<engine>-<version>, from fixtures/fetch.py --sources)");
   app.add_subcommand("status", "report the state of every overlay and file");
   auto* plan = app.add_subcommand("plan", "show what apply (or revert) would change; writes nothing");
   plan->add_flag("--revert", a.revert, "plan a revert instead of an apply");
@@ -138,12 +142,16 @@ int main(int argc, char** argv) {
   if (a.pristine.empty() && version.empty())
     if (auto v = detect_engine_version(a.root, a.engine)) version = *v;
   if (a.pristine.empty() && !version.empty()) a.pristine = default_pristine_dir(a.engine, version);
+  if (a.sources.empty() && !version.empty()) a.sources = default_pristine_dir(a.engine, version, "sources");
+  cxx::configure_root(a.root);  // C/C++ targets: relative -I and compile_commands start here
+  cxx::configure_python(a.python);
   Session s{std::move(*tree), std::move(*set), a.pristine};
   Request r;
   r.overlays = a.overlays;
   r.check_injected = a.check_injected;
   r.python = a.python;
   r.expect_pristine = a.expect == "pristine";
+  r.sources = a.sources;
 
   if (cmd == "recover") {
     auto rec = recover_tree(s, a.discard);

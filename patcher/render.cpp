@@ -48,6 +48,7 @@ nlohmann::json outcome_json(const std::string& command, const Outcome& o) {
   j["skipped"] = o.skipped;
   j["recovered"] = o.recovered;
   j["compiled"] = o.compiled;
+  j["notes"] = o.notes;
   j["changes"] = nlohmann::json::array();
   for (const auto& c : o.changes) j["changes"].push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
   j["state"] = state_json(o.state);
@@ -153,6 +154,7 @@ std::string outcome_text(const std::string& command, const Outcome& o, bool with
         out += l + "\n";
   }
   if (o.compiled) out += fmt::format("compiled {} files and fragments: ok\n", o.compiled);
+  for (const auto& n : o.notes) out += "note: " + n + "\n";
   if (o.changes.empty()) out += "nothing to do\n";
   return out;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "built.h"
+#include "cxx_backend.h"
 #include "diff.h"
 #include "fault.h"
 #include "plan.h"
@@ -327,10 +329,27 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       if (std::find(targets.begin(), targets.end(), f.path) == targets.end()) targets.push_back(f.path);
   Error fatal;
   fatal.kind = ErrorKind::NotExpected;
+  // On a wheel install an overlay with [[built_files]] has its C/C++ sources
+  // and new files outside the tree: they are build inputs (built.h).
+  std::set<std::string> build_inputs;
+  for (const auto& m : set.overlays) {
+    auto wheel = built::wheel_mode(tree, m);
+    if (!wheel) return wheel.error();
+    if (!*wheel) continue;
+    for (const auto& f : m.files)
+      if (cxx::is_cxx(f.path)) build_inputs.insert(f.path);
+    for (const auto& nf : m.new_files)
+      if (cxx::is_cxx(nf.path)) build_inputs.insert(nf.path);
+  }
+  auto as_build_input = [](FileState& fs) {
+    fs.state = "build-input";
+    fs.message = "not in this tree (a wheel install): patched in memory and built into a [[built_files]] binary";
+  };
   for (const auto& p : targets) {
     FileState fs;
     fs.path = p;
-    analyze_target(tree, set, p, fs, pristine_dir, &fatal);
+    if (build_inputs.count(p)) as_build_input(fs);
+    else analyze_target(tree, set, p, fs, pristine_dir, &fatal);
     if (fatal.kind != ErrorKind::NotExpected) return fatal;
     ts.files.push_back(std::move(fs));
   }
@@ -338,12 +357,31 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
     for (const auto& nf : m.new_files) {
       FileState fs;
       fs.path = nf.path;
-      analyze_new(tree, m, nf, fs, &fatal);
+      fs.is_new = true;
+      if (build_inputs.count(nf.path)) as_build_input(fs);
+      else analyze_new(tree, m, nf, fs, &fatal);
       if (fatal.kind != ErrorKind::NotExpected) return fatal;
       ts.files.push_back(std::move(fs));
     }
+  for (const auto& m : set.overlays) {
+    auto wheel = built::wheel_mode(tree, m);
+    if (!wheel) return wheel.error();
+    if (!*wheel) continue;  // a source tree: its own build makes the binary
+    for (const auto& bf : m.built_files) {
+      FileState fs;
+      fs.path = bf.path;
+      if (auto st = built::analyze(tree, m, bf, fs); !st) return st.error();
+      ts.files.push_back(std::move(fs));
+    }
+  }
   std::vector<std::string> paths;
-  for (const auto& f : ts.files) paths.push_back(f.path);
+  for (const auto& f : ts.files) {
+    paths.push_back(f.path);
+    if (f.is_built) {
+      paths.push_back(built::backup_path(f.path));
+      paths.push_back(built::record_path(f.path));
+    }
+  }
   auto pending = inspect(tree, paths);
   if (!pending) return pending.error();
   ts.journal = pending->journal;
@@ -357,11 +395,19 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
     os.name = m.overlay;
     os.summary = m.summary;
     os.after = m.after;
+    bool absent_built = false;  // a [[built_files]] binary missing along with its sources
     int applied = 0, pristine = 0, neutral = 0;
     bool drift = false, tampered = false, half = false, stale = false;
     auto visit = [&](const FileState& fs) {
       bool mine = false;
-      if (fs.is_new) {
+      if (fs.state == "build-input") return;  // judged through its built file
+      if (fs.is_built && fs.state == "absent" && m.find_built(fs.path)) {
+        absent_built = true;
+        return;
+      }
+      if (fs.is_built) {
+        mine = m.find_built(fs.path) != nullptr;
+      } else if (fs.is_new) {
         for (const auto& nf : m.new_files) mine |= nf.path == fs.path;
       } else {
         mine = m.find_file(fs.path) != nullptr;
@@ -409,7 +455,10 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       os.state = "applied";
     else if (pristine)
       os.state = "pristine";
-    else
+    else if (absent_built) {
+      os.state = "absent";  // check accepts it like superseded; status says why
+      os.problems.push_back("neither its C/C++ sources nor the binary built from them is in this tree");
+    } else
       os.state = "superseded";
     ts.overlays.push_back(std::move(os));
   }

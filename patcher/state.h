@@ -32,6 +32,7 @@ struct FileOverlay {
 struct FileState {
   std::string path;
   bool is_new = false;  // a [[new_files]] entry
+  bool is_built = false;  // a [[built_files]] entry (binary; see built.h)
   // pristine | applied | partial | tampered | stale | drift | missing | absent | present
   // (stale: regions intact and verified, projection == pin, but the current
   // manifests/fragments would inject something else; revert works, apply refuses)
