@@ -392,15 +392,27 @@ def _chunk_bytes() -> int:
 
 
 def canonical(trace: dict[str, Any]) -> dict[str, Any]:
-    """The trace without job ids, each step's jobs sorted: which request's job a step
-    builds first follows set order, which differs between processes."""
+    """The trace without job ids and CPU chunk ids, each step's jobs sorted.
+
+    Which request's job a step builds first follows the iteration order of a set of
+    request ids, which differs between processes (string hashing); job ids and the CPU
+    chunks the manager hands out follow that order. GPU blocks, keys and the steps do not.
+    """
+
+    def job(j: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in j.items() if k != "dst"} | {"chunks": len(j["dst"])}
+
     out = dict(trace)
     out["steps"] = [
         {
             "scheduled": dict(sorted(st["scheduled"].items())),
-            "store": sorted(st["store"].values(), key=lambda j: (j["req"], j["src"])),
+            "store": sorted(
+                (job(j) for j in st["store"].values()), key=lambda j: (j["req"], j["src"])
+            ),
         }
         for st in trace["steps"]
     ]
-    out["load_jobs"] = sorted(trace["load_jobs"], key=lambda j: (j["req"], j["src"]))
+    out["load_jobs"] = sorted(
+        (job(j) for j in trace["load_jobs"]), key=lambda j: (j["req"], j["src"])
+    )
     return out
