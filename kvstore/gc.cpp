@@ -100,7 +100,7 @@ Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOp
     auto lock = lock_exclusive(rank_fd, opt.lock_timeout);
     if (!lock) {
       r.refusals.push_back(fmt::format("{}/{}", r.where, lock.error().line()));
-      r.refused = lock.error().kind == ErrorKind::kRefused;
+      r.refused = r.busy = lock.error().kind == ErrorKind::kRefused;
       (r.refused ? report.refused : report.io_failed) = true;
       report.ranks.push_back(std::move(r));
       continue;

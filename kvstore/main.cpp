@@ -209,7 +209,7 @@ struct GcArgs {
 
 // A rank the sweep skipped only because a writer held its lock.
 bool lock_refused(const RankGc& r) {
-  return r.refused && !r.executed && r.plan.items.empty() && r.plan.refusals.empty() && !r.refusals.empty();
+  return r.busy;
 }
 
 int run_gc(const Common& c, const GcArgs& g) {

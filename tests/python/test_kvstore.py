@@ -959,3 +959,23 @@ def test_sweep_reports_what_the_locked_scan_found(kvstore_bin, store):
     assert proc.returncode == 0, out
     assert json.loads(out)["summary"]["damage"] == 0
     assert b_full.exists() and b_state.exists()
+
+
+def test_sweep_waiting_past_lock_timeout_is_busy(kv, store):
+    """A writer holding the lock past --lock-timeout: exit 7, nothing deleted."""
+    import fcntl
+
+    two_boundaries(store)
+    orphan = store.chunk(key_of("z"), FULL_GROUP, 64)
+    age(orphan)
+    lock = os.open(store.base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        r = kv("gc", "--sweep", "--lock-timeout", "0.2", str(store.tier))
+        assert r.code == 7, r.out + r.err
+        assert orphan.exists()
+    finally:
+        os.close(lock)
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 0, r.out
+    assert not orphan.exists()

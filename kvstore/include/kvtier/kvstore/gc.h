@@ -34,6 +34,7 @@ struct RankGc {
   Plan plan;
   std::vector<std::string> refusals;     // why this rank was not swept (sweep only)
   bool refused = false;                  // nothing was deleted here for safety
+  bool busy = false;                     // refused because a writer held the lock past lock_timeout
   bool executed = false;                 // the sweep carried the plan out (swept or error says how)
   std::optional<SweepResult> swept;      // what the sweep did
   std::optional<Error> error;            // an I/O error stopped this rank
