@@ -777,12 +777,18 @@ def test_manifest_names_only_checksummed_files_in_synced_directories(
     assert sls.verify_store(tmp_path) == []
 
 
-def test_model_layer_index_comes_from_the_layer_name():
+def test_model_layer_index_comes_from_the_layer_name(tmp_path):
     index = ksl.layout.model_layer_index
     assert index("model.layers.12.mixer") == 12
     assert index("language_model.model.layers.0.self_attn.attn") == 0
     assert index("g0.l0") is None  # no all-digit component
     assert index("model.layers.1.experts.3") is None  # two: ambiguous
+    # and the namespace says which meaning its headers use
+    store, _ = sls.make_store(tmp_path)
+    record = fmt.decode_namespace_record(
+        Path(store.writer.layout.namespace_record).read_bytes()
+    )
+    assert record.fenced["layer_index"] == "model"
     group = ksl.layout.GroupLayout(
         0,
         0,

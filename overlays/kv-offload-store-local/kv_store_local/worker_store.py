@@ -130,6 +130,9 @@ class WorkerStore:
         )
         # Restore reads a store only under the key scheme it was written with.
         fenced["key_scheme"] = key_scheme(s.hash_algorithm)
+        # Headers name layers by the model's layer index (earlier writers put
+        # the position within the group there): never mix the two in one store.
+        fenced["layer_index"] = "model"
         info = {
             "keep_boundaries": self.knobs.keep_boundaries,
             "rank_source": provenance,
