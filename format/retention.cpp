@@ -1,5 +1,6 @@
 #include "kvtier/format/retention.h"
 
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,8 +16,17 @@ Result<std::set<std::string>> kept_manifests(
     return kept;
   }
   // A trie over the chains: one node per distinct prefix, so ancestry costs one
-  // hash lookup per chain element even for thousands of long chains.
-  std::unordered_map<std::string, std::uint32_t> nodes;  // "<parent>:<key>" -> node
+  // hash lookup per chain element even for thousands of long chains. Edges are
+  // (parent node, key) with the key viewed in `chains`: no string is built.
+  struct Edge {
+    std::uint32_t parent;
+    std::string_view key;
+    bool operator==(const Edge&) const = default;
+  };
+  struct EdgeHash {
+    std::size_t operator()(const Edge& e) const { return std::hash<std::string_view>{}(e.key) * 31 + e.parent; }
+  };
+  std::unordered_map<Edge, std::uint32_t, EdgeHash> nodes;
   std::map<std::string, std::vector<std::uint32_t>> paths;
   std::unordered_map<std::uint32_t, std::vector<std::string>> names_at;
   for (const auto& [name, chain] : chains) {
@@ -25,7 +35,7 @@ Result<std::set<std::string>> kept_manifests(
     path.reserve(chain.size());
     for (const auto& key : chain) {
       const auto [it, inserted] =
-          nodes.try_emplace(std::to_string(node) + ":" + key, nodes.size() + 1);
+          nodes.try_emplace(Edge{node, key}, static_cast<std::uint32_t>(nodes.size() + 1));
       node = it->second;
       path.push_back(node);
     }

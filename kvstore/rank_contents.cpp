@@ -252,21 +252,25 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
              fmt::format("namespace {} differs from the record's {}", short_hex(parsed->ns), short_hex(cx.ns_hex)));
     if (rank >= 0 && parsed->rank != static_cast<uint32_t>(rank))
       broken(FindingKind::kBadManifest, fmt::format("rank {} differs from the directory's rank {}", parsed->rank, rank));
-    for (const auto& g : parsed->groups) {
+    size_t entries = 0;
+    for (const auto& g : parsed->groups) entries += g.entries.size();
+    m.refs.reserve(entries);
+    for (auto& g : parsed->groups) {
       bool state = g.kind == kvformat::GroupKind::State;
       for (size_t pos = 0; pos < g.entries.size(); ++pos) {
-        const auto& e = g.entries[pos];
-        m.refs.push_back({g.group, e.key, e.length, e.checksum, ManifestRef::kNoChunk});
-        auto it = chunk_at.find(ChunkId{g.group, e.key});
+        auto& e = g.entries[pos];
+        m.refs.push_back({g.group, std::move(e.key), e.length, e.checksum, ManifestRef::kNoChunk});
+        const std::string& key = m.refs.back().key;
+        auto it = chunk_at.find(ChunkId{g.group, key});
         if (it == chunk_at.end()) {
-          auto path = kvformat::chunk_rel_path(e.key, g.group);
-          broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : e.key));
+          auto path = kvformat::chunk_rel_path(key, g.group);
+          broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : key));
           continue;
         }
         auto& c = inv.chunks[it->second];
         c.named = true;
         m.refs.back().chunk = static_cast<long>(it->second);
-        auto path = [&] { return kvformat::chunk_rel_path(e.key, g.group).value(); };
+        auto path = [&] { return kvformat::chunk_rel_path(key, g.group).value(); };
         // FORMAT.md 5: a full group's entry i covers tokens up to (i+1) x
         // chunk_tokens; a state group's single entry is the state at the boundary.
         uint64_t want_boundary = state ? parsed->boundary : (pos + 1) * parsed->chunk_tokens;
