@@ -239,9 +239,13 @@ def find_tier(manager: Any) -> LocalStoreTier | None:
 class SchedulerRestore:
     """What the scheduler hooks call when GLM53_KV_OFFLOAD_RESTORE=1."""
 
-    def __init__(self, tier: LocalStoreTier, num_workers: int):
+    def __init__(
+        self, tier: LocalStoreTier, num_workers: int, loaded_group_ids: tuple[int, ...]
+    ):
         self.tier = tier
         tier.num_workers = num_workers
+        # The groups a restore fills: the offloaded ones, original indices.
+        self.loaded_group_ids = loaded_group_ids
 
     @classmethod
     def from_vllm(
@@ -272,7 +276,11 @@ class SchedulerRestore:
             "KV restore: on; lookups answer from the ranks' manifests (%d ranks)",
             config.num_workers,
         )
-        return cls(tier, config.num_workers)
+        return cls(
+            tier,
+            config.num_workers,
+            tuple(g.group_idx for g in config.kv_group_configs),
+        )
 
     def matched_tokens(
         self,

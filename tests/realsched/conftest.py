@@ -25,7 +25,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-OVERLAYS = "kv-offload-scope,kv-offload-store-local"
+OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
 sys.path.insert(0, str(HERE))
 # Block hashes (and so offload keys) must not depend on the process: the pristine engine
 # runs in a subprocess and its keys are compared with this one's.
