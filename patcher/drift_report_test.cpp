@@ -166,7 +166,7 @@ TEST(Staleness, ChangingOneOverlaysFragmentMakesOnlyThatOverlayStale) {
   // example-cache-stats's count-hit sits in scheduler.py beside example-cache's regions.
   std::string frag = w.overlays + "/example-cache-stats/count_hit.py";
   write_file(frag, read_file(frag) + "pass\n");
-  auto j = nlohmann::json::parse(w.run({"status", "--json"}).out);
+  auto j = status_state(w.run({"status", "--json"}).out);
   std::map<std::string, std::string> states;
   for (const auto& o : j["overlays"]) states[o["name"]] = o["state"];
   EXPECT_EQ(states["example-cache-stats"], "stale");

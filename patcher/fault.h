@@ -1,20 +1,25 @@
-// Test-only fault hook. OVERLAY_FAULT selects one named step of a write:
-//   OVERLAY_FAULT=<step>[:<n>]          _exit(kFaultExitCode) the n-th time (default 1st)
-//                                       <step> is reached, as a kill would.
-//   OVERLAY_FAULT=<ERRNO>@<step>[:<n>]  the I/O at that step fails with ERRNO
-//                                       (ENOSPC, EACCES, EROFS, EIO, EDQUOT).
-//   OVERLAY_FAULT=list                  write "overlay-fault-step <step>" to stderr
-//                                       at every step, so tests can kill at each.
+// Fault injection for crash tests, through an interface the tests provide
+// (ninja's DiskInterface is the model). The library marks each named step of
+// a write with fault("step"); a production binary installs no hook, so every
+// step is a no-op there. The test-only binary `overlay-faults` links
+// fault_env.cpp, which installs the OVERLAY_FAULT hook tests drive (kill or
+// fail the I/O at any step; see docs/OVERLAYS.md).
 #pragma once
 
 namespace patcher {
 
-inline constexpr int kFaultExitCode = 99;
+class FaultHook {
+ public:
+  virtual ~FaultHook() = default;
+  // Called at every step. Returns 0, or the errno the I/O at this step must
+  // fail with; may end the process to simulate a kill.
+  virtual int at(const char* step) = 0;
+};
+
+// Installs `hook` for the whole process (nullptr removes it).
+void set_fault_hook(FaultHook* hook);
 
 // Marks a step. Returns 0, or the errno the I/O at this step must fail with.
 int fault(const char* step);
-
-// Re-reads the environment (tests run several scenarios in one process).
-void fault_reset();
 
 }  // namespace patcher

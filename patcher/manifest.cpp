@@ -14,7 +14,7 @@
 #include <toml++/toml.h>
 
 #include "paths.h"
-#include "region.h"
+#include "sentinel.h"
 #include "resolve.h"
 #include "report.h"
 #include "text.h"

@@ -61,7 +61,7 @@ const Ref& ref() {
 void expect_status_matches_disk(const Workspace& w, const std::string& ctx) {
   auto r = w.run({"status", "--json"});
   ASSERT_EQ(r.code, 0) << ctx << r.err;
-  auto st = nlohmann::json::parse(r.out);
+  auto st = status_state(r.out);
   for (const auto& f : st["files"]) {
     if (!f["new_file"].get<bool>()) continue;
     std::string path = f["path"];

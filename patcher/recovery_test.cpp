@@ -118,7 +118,7 @@ TEST(Recovery, StatusShowsEveryLeftoverAndItsFate) {
   ASSERT_TRUE(exists(w.tree + "/.overlay-journal.tmp"));
   auto st = w.run({"status", "--json"});
   ASSERT_EQ(st.code, 0) << st.err;
-  auto j = nlohmann::json::parse(st.out);
+  auto j = status_state(st.out);
   std::set<std::string> reported;
   for (const auto& l : j["leftovers"]) {
     reported.insert(l["path"].get<std::string>());

@@ -1,13 +1,6 @@
-// Sentinels and regions. A region is a begin sentinel, the injected lines and
-// an end sentinel; the begin sentinel names overlay and edit and carries a
-// hash of the injected lines, so tampering is detectable line-exactly.
-//
-//   <indent># >>> overlay <overlay>/<edit> sha256=<16 hex>
-//   <indent>...injected lines...
-//   <indent># <<< overlay <overlay>/<edit>
-//
-// New files start with one header line:
-//   # === overlay <overlay> new-file sha256=<16 hex> (managed by overlay; do not edit)
+// Regions: a begin sentinel, the injected lines and an end sentinel (the
+// syntax is in sentinel.h). Parsing every region of a file, and stripping an
+// overlay's regions to get back the text it was applied to.
 #pragma once
 
 #include <map>
@@ -17,26 +10,9 @@
 
 #include "manifest.h"
 #include "error.h"
+#include "sentinel.h"
 
 namespace patcher {
-
-std::string comment_prefix(std::string_view path);  // "#" or "//", by extension
-std::string region_hash(const std::vector<std::string>& body);
-std::string text_hash(std::string_view text);  // 16 hex digits of sha256
-
-std::string begin_sentinel(const std::string& prefix, const std::string& indent, const std::string& overlay,
-                           const std::string& edit, const std::string& hash);
-std::string end_sentinel(const std::string& prefix, const std::string& indent, const std::string& overlay,
-                         const std::string& edit);
-std::string new_file_header(const std::string& prefix, const std::string& overlay, const std::string& hash);
-
-enum class SentinelKind { None, Begin, End, NewFile, Malformed };
-struct Sentinel {
-  SentinelKind kind = SentinelKind::None;
-  std::string overlay, edit, hash;
-};
-Sentinel parse_sentinel(std::string_view line);
-bool looks_like_sentinel(std::string_view line);
 
 struct Region {
   std::string overlay, edit, hash;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,13 @@ struct FaultStep {
 std::vector<FaultStep> fault_steps(const Workspace& w, const std::vector<std::string>& args);
 
 RunResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+
+// The tree state of `status --json` output, whether it is the document
+// itself or sits under "state" in the shared JSON envelope (docs/JSON.md).
+inline nlohmann::json status_state(const std::string& out) {
+  auto j = nlohmann::json::parse(out);
+  return j.contains("state") && j["state"].is_object() ? j["state"] : j;
+}
 
 std::string overlay_bin();
 std::string source_dir();

@@ -49,7 +49,7 @@ void expect_status_exact(const Workspace& w, const std::string& ctx) {
   const Reference& ref = reference();
   auto r = w.run({"status", "--json"});
   ASSERT_EQ(r.code, 0) << ctx << r.err;
-  auto st = nlohmann::json::parse(r.out);
+  auto st = status_state(r.out);
   std::map<std::string, std::string> file_states;
   for (const auto& f : st["files"]) {
     std::string path = f["path"];
