@@ -35,7 +35,7 @@ void replace_in(const std::string& path, const std::string& from, const std::str
 nlohmann::json status_json(const Workspace& w) {
   auto r = w.run({"status", "--json"});
   EXPECT_EQ(r.code, 0) << r.err;
-  return nlohmann::json::parse(r.out);
+  return nlohmann::json::parse(r.out)["state"];  // every command: {..., "state": {...}}
 }
 
 std::string overlay_state(const nlohmann::json& st, const std::string& name) {

@@ -1,4 +1,5 @@
 // The `overlay` CLI: wires CLI11 to the engine, prints, picks exit codes.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "conventions.h"
 #include "cxx_backend.h"
 #include "engine.h"
 #include "locate.h"
@@ -16,24 +18,23 @@ using namespace patcher;
 
 namespace {
 
-constexpr const char* kExitCodes = R"(Exit codes:
-  0  ok (check: every selected overlay is in the expected state)
-  1  check: the tree is consistent but not in the expected state
-  2  usage, manifest or bad-input error (bad TOML, unknown key, bad path, symlink,
-     CRLF or non-UTF-8 text, overlapping edits, revert refused by stacking)
-  3  drift: a pin or anchor does not match the tree (report shows nearest lines)
-  4  tampered, stale or half-applied (check: also an interrupted transaction)
-  5  --check-injected found a syntax error
-  6  I/O error (read-only tree, disk full, unreadable file)
-  7  busy: another apply/revert/recover holds the tree (a transaction is in progress)
-)";
-
 struct Args {
   std::string root, manifests, fragments, engine = "vllm", engine_version, python = "python3", expect = "applied";
-  std::string pristine, sources;
+  std::string pristine, sources, root_pos, command;
   std::vector<std::string> overlays;
   bool json = false, check_injected = false, revert = false, diff = false, discard = false;
+  bool quiet = false, verbose = false;
 };
+
+// The envelope every --json document shares (docs/JSON.md, cli/).
+nlohmann::json envelope(nlohmann::json j, const Args& a, int code) {
+  j["schema_version"] = kvtier::cli::kSchemaVersion;
+  j["tool"] = "overlay";
+  j["command"] = a.command;
+  j["ok"] = code == 0;
+  j["exit_code"] = code;
+  return j;
+}
 
 std::string self_exe(const char* argv0) {
   char buf[4096];
@@ -43,7 +44,12 @@ std::string self_exe(const char* argv0) {
 }
 
 int fail(const Args& a, const Error& e) {
-  if (a.json) std::cout << error_json(e).dump(2) << "\n";
+  if (a.json) {
+    auto j = error_json(e);
+    // The exit code's name, the same word kvstore uses ("unsafe" for 4).
+    j["error"]["kind"] = kvtier::cli::exit_code_name(static_cast<int>(e.kind));
+    std::cout << envelope(std::move(j), a, static_cast<int>(e.kind)).dump(2) << "\n";
+  }
   std::cerr << "overlay: " << kind_name(e.kind) << ": " << escape_controls(e.line()) << "\n";
   if (!a.json)
     for (const auto& d : e.details) std::cerr << "  " << escape_controls(d) << "\n";
@@ -68,17 +74,20 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   Args a;
   CLI::App app{"overlay: carry source overlays into a pinned engine tree, failing closed.", "overlay"};
-  app.footer(kExitCodes);
+  app.footer(kvtier::cli::exit_code_help());
   app.fallthrough();
   app.require_subcommand(1, 1);
-  app.add_option("--root", a.root, "engine tree to act on (e.g. a site-packages folder)")->required();
+  app.set_version_flag("--version", kvtier::cli::version_text("overlay"));
+  app.add_option("--root", a.root, "engine tree to act on (e.g. a site-packages folder); or ROOT after the command");
+  app.add_flag("-q,--quiet", a.quiet, "print nothing on success (errors still go to stderr)");
+  app.add_flag("-v,--verbose", a.verbose, "more detail: check and apply also print every overlay's and file's state");
   app.add_option("--overlays", a.overlays, "overlays to act on, comma-separated (default: all)")->delimiter(',');
   app.add_option("--manifests", a.manifests,
                  "manifest folder (default: <anchors>/<engine>-<version> next to the executable)");
   app.add_option("--fragments", a.fragments, "overlays folder holding <overlay>/ fragments (default: <manifests>/../../overlays)");
   app.add_option("--engine", a.engine, "engine name for the default manifest folder")->capture_default_str();
   app.add_option("--engine-version", a.engine_version, "engine version (default: detected from the tree)");
-  app.add_flag("--json", a.json, "print a JSON document on stdout");
+  app.add_flag("--json", a.json, "one JSON document on stdout (docs/JSON.md), also on failure");
   app.add_option("--pristine", a.pristine,
                  "folder of pristine copies of the targets, to diff a pin-only drift against (default: the fetch "
                  "cache, ${XDG_CACHE_HOME:-~/.cache}/kvtier/engines/<engine>-<version>, when present)");
@@ -102,19 +111,57 @@ int main(int argc, char** argv) {
   recover_cmd->add_flag("--discard", a.discard,
                         "roll the interrupted transaction back: saved old bytes return, files it created go; "
                         "files someone edited are kept");
+  // ROOT the same way as kvstore: positional after the command, or --root.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    sub->add_option("ROOT", a.root_pos, "engine tree to act on (the same as --root)");
+    sub->footer(kvtier::cli::exit_code_help());
+  }
+  // --json may not have been parsed yet when a failure comes: every failure
+  // under --json is a JSON document.
+  a.json = kvtier::cli::wants_json(argc, argv);
+  if (argc == 1) {
+    std::cerr << app.help();
+    return static_cast<int>(ErrorKind::Usage);
+  }
+  if (std::string bad = kvtier::cli::precheck(app, argc, argv); !bad.empty())
+    return fail(a, make_error(ErrorKind::Usage, "", bad + " (see overlay --help)"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
+    // A subcommand's help lists its own options, then every global one.
+    const CLI::App* sub = nullptr;
+    for (int i = 1; i < argc && sub == nullptr; ++i)
+      for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
+        if (c->get_name() == argv[i]) sub = c;
+    if (sub == nullptr) {
+      std::cout << app.help();
+      return 0;
+    }
+    std::cout << sub->help("overlay") << "\nGlobal options (before or after the command):\n";
+    for (const CLI::Option* o : app.get_options()) {
+      if (o->get_name() == "--help") continue;
+      std::string names = o->get_name(false, true);
+      std::string type = o->get_type_size() == 0 ? "" : " " + o->get_type_name();
+      std::cout << "  " << names << type << "\n      " << o->get_description() << "\n";
+    }
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << kvtier::cli::version_text("overlay");
     return 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    // --json may not have been parsed yet: look for it, so that every failure
-    // under --json is a JSON document.
-    for (int i = 1; i < argc; ++i) a.json |= std::string(argv[i]) == "--json";
     return fail(a, make_error(ErrorKind::Usage, "", std::string(e.what()) + " (see overlay --help)"));
   }
   std::string cmd = app.get_subcommands().front()->get_name();
+  a.command = cmd;
+  if (!a.root.empty() && !a.root_pos.empty() && a.root != a.root_pos)
+    return fail(a, make_error(ErrorKind::Usage, "", "ROOT given twice, as " + a.root_pos + " and --root " + a.root));
+  if (a.root.empty()) a.root = a.root_pos;
+  if (a.root.empty())
+    return fail(a, make_error(ErrorKind::Usage, "", "ROOT is required: overlay " + cmd + " ROOT, or --root ROOT"));
+  if (struct stat st; ::stat(a.root.c_str(), &st) != 0)
+    return fail(a, make_error(ErrorKind::Usage, a.root, "does not exist"));
+  if (a.quiet && a.verbose) return fail(a, make_error(ErrorKind::Usage, "", "-q and -v contradict each other"));
 
   std::string version = a.engine_version;
   if (a.manifests.empty()) {
@@ -157,8 +204,8 @@ int main(int argc, char** argv) {
     auto rec = recover_tree(s, a.discard);
     if (!rec) return fail(a, rec.error());
     if (a.json)
-      std::cout << recover_json(*rec).dump(2) << "\n";
-    else
+      std::cout << envelope(recover_json(*rec), a, 0).dump(2) << "\n";
+    else if (!a.quiet)
       std::cout << recover_text(*rec);
     return 0;
   }
@@ -178,7 +225,10 @@ int main(int argc, char** argv) {
   }
   if (!out) return fail(a, out.error());
   if (a.json) {
-    std::cout << (cmd == "status" ? state_json(out->state) : outcome_json(label, *out)).dump(2) << "\n";
+    // One shape for every command: what it did, then the tree's state.
+    a.command = label;
+    std::cout << envelope(outcome_json(label, *out), a, 0).dump(2) << "\n";
+  } else if (a.quiet) {
   } else if (cmd == "status") {
     std::cout << state_text(out->state);
   } else if (cmd == "check") {
@@ -186,8 +236,10 @@ int main(int argc, char** argv) {
     for (const auto& n : out->selected) std::cout << " " << n;
     std::cout << "\n";
     if (out->compiled) std::cout << "compiled " << out->compiled << " files and fragments: ok\n";
+    if (a.verbose) std::cout << state_text(out->state);
   } else {
     std::cout << outcome_text(label, *out, a.diff);
+    if (a.verbose) std::cout << state_text(out->state);
   }
   return 0;
 }

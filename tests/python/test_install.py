@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-COMMANDS = {"overlay": ["status", "plan", "apply", "check", "revert"],
+COMMANDS = {"overlay": ["status", "plan", "apply", "check", "revert", "recover"],
             "kvstore": ["verify", "gc", "stat", "inspect"]}  # fmt: skip
 
 
@@ -88,7 +88,8 @@ def _complete(tool: Path, completion: Path, words: list[str]) -> list[str]:
 def _help_options(tool: Path, sub: str) -> set[str]:
     done = subprocess.run([str(tool), sub, "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", done.stdout))
+    options = done.stdout.split("\nExit codes")[0]  # the shared footer names other tools' flags
+    return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", options))
 
 
 @pytest.mark.parametrize("tool_name", sorted(COMMANDS))

@@ -159,7 +159,7 @@ def edit_states(overlay_bin, root, scope_only) -> dict[str, str]:
     done = run_overlay(overlay_bin, "status", "--json", *apply_args(root, *scope_only))
     assert done.returncode == 0, done.stdout + done.stderr
     states = {}
-    for file in json.loads(done.stdout)["files"]:
+    for file in json.loads(done.stdout)["state"]["files"]:
         for overlay in file.get("overlays", []):
             if overlay["overlay"] == OVERLAY:
                 states.update({e["id"]: e["state"] for e in overlay["edits"]})
