@@ -314,7 +314,7 @@ def test_gc_sweep_waits_for_a_promotion(ns, store, kvstore_bin):
 
     restarted.restorers[0].before_read = during_read
     hits, _ = restore_b(restarted, hashes)
-    assert seen["rc"] == 4, seen["out"]  # sweep refused: the store is in use
+    assert seen["rc"] == 7, seen["out"]  # busy: the reader holds the store lock (README, Exit codes)
     assert seen["unchanged"]
     assert hits == RESTORED
     assert_restored(restarted, hashes)
