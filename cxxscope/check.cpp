@@ -19,16 +19,20 @@ Verdict judge(const FileReport& report, const std::string& file, const std::vect
     }
     (f.region.empty() ? v.outside : v.in_regions).push_back(std::move(f));
   }
-  // A region is live when at least one of its body lines is outside every
-  // inactive span; the sentinels themselves are comments either way.
+  // A region is live when at least one of its code lines is outside every
+  // inactive span. Directives and comments do not count: "#if 0 ... #endif"
+  // around the code leaves only those lines live.
   for (const auto& r : regions) {
-    if (r.last < r.first + 2) continue;  // nothing between the sentinels (a replace that deletes)
+    std::vector<size_t> lines = r.code_lines;
+    if (lines.empty())
+      for (size_t l = r.first + 1; l < r.last; ++l) lines.push_back(l);
+    if (lines.empty()) continue;  // nothing between the sentinels (a replace that deletes)
     bool live = false;
-    for (size_t l = r.first + 1; l < r.last && !live; ++l) {
+    for (size_t l : lines) {
       bool dead = false;
       for (const auto& [a, b] : report.inactive)
         if (a <= l && l <= b) dead = true;
-      live = !dead;
+      live |= !dead;
     }
     if (!live)
       v.dropped.push_back(Finding{file, r.first, "injected region is in a preprocessor branch the flags drop: it would never be compiled", r.name});

@@ -16,6 +16,9 @@ namespace cxxscope {
 struct InjectedRegion {
   std::string name;           // overlay/edit
   size_t first = 0, last = 0; // 1-based inclusive: the region's lines, sentinels included
+  // 1-based lines holding code (not blank, a comment or a preprocessor
+  // directive); empty = every line between the sentinels.
+  std::vector<size_t> code_lines;
 };
 
 struct Finding {

@@ -49,5 +49,16 @@ TEST(CxxCheck, RegionDroppedByThePreprocessorFailsClosed) {
   EXPECT_EQ(v.dropped[0].region, "ov/dead");
 }
 
+// "#if 0" inside the region leaves its directive lines live; only code counts.
+TEST(CxxCheck, DirectivesAroundDeadCodeDoNotMakeARegionLive) {
+  FileReport rep;
+  rep.ok = true;
+  rep.inactive = {{12, 13}};
+  InjectedRegion r{"ov/dead", 10, 15, {12, 13}};  // 11: #if 0, 14: #endif
+  EXPECT_TRUE(judge(rep, "/t/a.cpp", {r}, {}, false).failed);
+  InjectedRegion live{"ov/live", 10, 15, {12, 13, 14}};
+  EXPECT_FALSE(judge(rep, "/t/a.cpp", {live}, {}, false).failed);
+}
+
 }  // namespace
 }  // namespace cxxscope

@@ -117,9 +117,13 @@ Status analyze(const Tree& tree, const Manifest& m, const BuiltFile& bf, FileSta
   auto record = tree.read(record_path(bf.path));
   if (!record) return record.error();
   if (!data->has_value()) {
-    fs.state = backup->has_value() || record->has_value() ? "tampered" : "missing";
-    fs.message = fs.state == "missing" ? "built file does not exist (not a wheel install of this engine?)"
-                                       : "built file is gone but its overlay backup is there";
+    // Neither the sources nor the binary: a tree without this extension (or a
+    // trimmed copy): nothing of the overlay can apply, so nothing is half-done.
+    fs.state = backup->has_value() || record->has_value() ? "absent-tampered" : "absent";
+    fs.message = fs.state == "absent"
+                     ? "not in this tree, and neither are the sources it is built from: nothing to rebuild"
+                     : "built file is gone but its overlay backup is there";
+    if (fs.state == "absent-tampered") fs.state = "tampered";
     return ok_status();
   }
   fs.exists = true;

@@ -165,7 +165,15 @@ Status check(const std::vector<CheckUnit>& units, std::vector<std::string>* note
     std::vector<cxxscope::InjectedRegion> regions;
     auto parsed = parse_regions(split_lines(u.text).lines, u.path);
     if (!parsed) return parsed.error();
-    for (const auto& r : *parsed) regions.push_back({r.overlay + "/" + r.edit, r.begin + 1, r.end + 1});
+    std::vector<std::string> lines = split_lines(u.text).lines;
+    for (const auto& r : *parsed) {
+      cxxscope::InjectedRegion ir{r.overlay + "/" + r.edit, r.begin + 1, r.end + 1, {}};
+      for (size_t i = r.begin + 1; i < r.end; ++i) {
+        std::string_view t = trim(lines[i]);
+        if (!t.empty() && t[0] != '#' && t.substr(0, 2) != "//") ir.code_lines.push_back(i + 1);
+      }
+      regions.push_back(std::move(ir));
+    }
     std::string abs = c.root + "/" + u.path;
     std::set<std::string> new_abs;
     for (const auto& [p, t] : u.new_files) new_abs.insert(c.root + "/" + p);
