@@ -438,3 +438,26 @@ def test_rebuilt_extension_syncs_before_rename_preload(rebuilt, unpatched, tmp_p
             assert all(ordered), events
         else:
             assert not any(ordered), events
+
+
+# --- manifest errors of the C/C++ keys ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.replace('scope = "fn _store_block"', 'scope = "def _store_block"', 1), "C/C++ scope"),
+        (lambda t: t.replace('sources = ["csrc/fs_io.cpp"]', 'sources = ["csrc/other.cpp"]'), "is not a C/C++ [[files]]"),
+        (lambda t: t.replace("must_compile = true", 'must_compile = "yes"'), "must_compile"),
+        (lambda t: t.replace('path = "csrc/fs_io.cpp"', 'path = "csrc/fs_io.py"', 1), "is for C/C++ targets"),
+        (lambda t: t.replace('"-o", "{output}"]', '"-o", "{output}", 3]'), "array of strings"),
+    ],
+    ids=["python-scope-on-cpp", "built-source-unknown", "must-compile-type", "flags-on-python", "build-not-strings"],
+)
+def test_bad_cxx_manifest_is_refused(tool, manifests, source_tree, tmp_path, change, message):
+    mdir, frags = _manifest_copy(manifests, tmp_path, edit=change)
+    before = snapshot(source_tree)
+    done = _run(tool, source_tree, mdir, frags, "apply")
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and f"{OVERLAY}.toml" in done.stderr
+    assert snapshot(source_tree) == before
