@@ -32,7 +32,7 @@ nlohmann::json state_json(const TreeState& ts) {
       nlohmann::json oj = {{"overlay", fo.overlay}, {"state", fo.state}};
       oj["edits"] = nlohmann::json::array();
       for (const auto& e : fo.edits)
-        oj["edits"].push_back({{"id", e.id}, {"state", e.state}, {"present", e.present}, {"expected", e.expected}});
+        oj["edits"].push_back({{"id", e.id}, {"state", edit_status_name(e.state)}, {"present", e.present}, {"expected", e.expected}});
       fj["overlays"].push_back(oj);
     }
     j["files"].push_back(fj);
@@ -129,7 +129,7 @@ std::string state_text(const TreeState& ts) {
     for (const auto& fo : f.overlays) {
       if (f.is_new) continue;
       std::string edits;
-      for (const auto& e : fo.edits) edits += (edits.empty() ? "" : ", ") + e.id + " " + e.state;
+      for (const auto& e : fo.edits) edits += (edits.empty() ? "" : ", ") + e.id + " " + edit_status_name(e.state);
       out += fmt::format("  {}: {} ({})\n", fo.overlay, fo.state, edits);
     }
     for (const auto& d : f.details) out += "  " + d + "\n";

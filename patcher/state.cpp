@@ -5,12 +5,22 @@
 
 #include "built.h"
 #include "cxx_backend.h"
+#include "diff.h"
 #include "fault.h"
 #include "plan.h"
 #include "region.h"
 #include "sha256.h"
 
 namespace patcher {
+
+const char* edit_status_name(EditStatus s) {
+  switch (s) {
+    case EditStatus::Applied: return "applied";
+    case EditStatus::Missing: return "missing";
+    case EditStatus::Superseded: return "superseded";
+  }
+  return "?";
+}
 
 const OverlayState* TreeState::overlay(const std::string& name) const {
   for (const auto& o : overlays)
@@ -51,7 +61,7 @@ FileOverlay count_edits(const Manifest& m, const FileSpec& spec, const std::stri
     auto it = counts.find(e.id);
     es.present = it == counts.end() ? 0 : it->second;
     if (es.present > es.expected) *duplicate = true;
-    es.state = sup ? "superseded" : (es.present == es.expected ? "applied" : "missing");
+    es.state = sup ? EditStatus::Superseded : (es.present == es.expected ? EditStatus::Applied : EditStatus::Missing);
     expected_total += es.expected;
     present_total += es.present;
     if (es.expected > 0) {
@@ -72,8 +82,8 @@ FileOverlay count_edits(const Manifest& m, const FileSpec& spec, const std::stri
 }
 
 // Tries every overlay on a drifted text, collecting each failing anchor.
-std::vector<std::string> trial_report(const ManifestSet& set, const Text& text, const std::string& path) {
-  std::vector<std::string> out;
+void trial_report(const ManifestSet& set, const Text& text, const std::string& path, const std::string& pristine_dir,
+                  FileState& fs) {
   Build b = base_build(text);
   std::string raw = join_lines(text);
   for (const Manifest& m : set.overlays) {
@@ -85,15 +95,63 @@ std::vector<std::string> trial_report(const ManifestSet& set, const Text& text, 
       b = std::move(trial);
       continue;
     }
-    out.push_back(s.error().line());
-    for (auto& d : s.error().details) out.push_back("  " + d);
+    fs.details.push_back(s.error().message);
+    for (auto& d : s.error().details) fs.details.push_back("  " + d);
+    for (auto& it : s.error().drift) fs.drift.push_back(it);
   }
-  if (out.empty()) out.push_back("every anchor still matches; update the sha256 pin after reviewing the change");
-  return out;
+  if (!fs.details.empty()) return;
+  // Every anchor still matches: only the pin is out of date.
+  DriftItem it;
+  it.file = path;
+  it.kind = "pin";
+  for (const Manifest& m : set.overlays)
+    if (m.find_file(path)) {
+      it.manifest = m.file;
+      break;
+    }
+  it.pin_line = "sha256 = \"" + fs.sha + "\"";
+  fs.details.push_back("every anchor still matches; review the change, then update the pin in " + it.manifest +
+                       " to: " + it.pin_line);
+  if (!pristine_dir.empty()) {
+    auto dir = Tree::open(pristine_dir);
+    auto pristine = dir ? dir->read(path) : Result<std::optional<FileData>>(dir.error());
+    if (pristine && pristine->has_value() && kvtier::sha256_hex((*pristine)->bytes) == fs.pin) {
+      it.diff = unified_file_diff(split_lines((*pristine)->bytes).lines, text.lines, "pinned/" + path, "tree/" + path);
+      fs.details.push_back("  what changed against the pinned file (" + pristine_dir + "):");
+      for (auto& d : it.diff) fs.details.push_back("    " + d);
+    } else {
+      fs.details.push_back("  (no verified pristine copy in " + pristine_dir + " to diff against)");
+    }
+  }
+  fs.drift.push_back(std::move(it));
+}
+
+// Which overlays' regions differ between the file and what the manifests
+// produce now: each line is owned by its innermost region; an overlay whose
+// owned lines differ is stale. When none differs (a region moved), all are.
+std::vector<std::string> stale_by_region(const std::vector<std::string>& lines, const std::vector<Region>& regions,
+                                         const Build& b, const std::vector<std::string>& applied) {
+  std::map<std::string, std::vector<std::string>> have, want;
+  std::vector<int> owner(lines.size(), -1);
+  for (size_t r = 0; r < regions.size(); ++r)
+    for (size_t i = regions[r].begin; i <= regions[r].end && i < lines.size(); ++i) {
+      int cur = owner[i];
+      if (cur < 0 || regions[r].end - regions[r].begin <
+                         regions[static_cast<size_t>(cur)].end - regions[static_cast<size_t>(cur)].begin)
+        owner[i] = static_cast<int>(r);
+    }
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (owner[i] >= 0) have[regions[static_cast<size_t>(owner[i])].overlay].push_back(lines[i]);
+  for (const auto& l : b.lines)
+    if (l.region >= 0) want[b.regions[static_cast<size_t>(l.region)].overlay].push_back(l.text);
+  std::vector<std::string> out;
+  for (const auto& o : applied)
+    if (have[o] != want[o]) out.push_back(o);
+  return out.empty() ? applied : out;
 }
 
 void analyze_target(const Tree& tree, const ManifestSet& set, const std::string& path, FileState& fs,
-                    Error* fatal) {
+                    const std::string& pristine_dir, Error* fatal) {
   std::vector<const Manifest*> touching;
   for (const auto& m : set.overlays)
     if (const FileSpec* f = m.find_file(path)) {
@@ -112,6 +170,10 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   if (!data->has_value()) {
     fs.state = "missing";
     fs.message = "target file does not exist";
+    DriftItem it;
+    it.file = path;
+    it.kind = "missing";
+    fs.drift.push_back(it);
     return;
   }
   fs.exists = true;
@@ -141,12 +203,12 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     fs.state = "drift";
     fs.message = "sha256 " + fs.sha.substr(0, 16) + "... differs from the pin " + fs.pin.substr(0, 16) +
                  "... and the file has no overlay regions (engine changed?)";
-    fs.details = trial_report(set, text, path);
+    trial_report(set, text, path, pristine_dir, fs);
     return;
   }
   for (const Region& r : *regions) {
-    int idx = set.index_of(r.overlay);
-    if (idx < 0 || !set.overlays[static_cast<size_t>(idx)].find_file(path)) {
+    const Manifest* owner = set.find(r.overlay);
+    if (!owner || !owner->find_file(path)) {
       fs.state = "tampered";
       fs.message = "line " + std::to_string(r.begin + 1) + ": region of overlay \"" + r.overlay +
                    "\", which has no edits for this file";
@@ -202,21 +264,26 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     auto s = apply_overlay(b, *m, *m->find_file(path), proj, path);
     if (!s) {
       fs.state = "stale";
-      fs.message = "the regions are intact, but the manifest no longer produces them (" + s.error().message +
-                   "); revert, then apply again";
+      fs.stale_overlays = {m->overlay};
+      fs.message = "the regions of overlay " + m->overlay + " are intact, but its manifest no longer produces them (" +
+                   s.error().message + "); revert it, then apply again";
       fs.details = s.error().details;
       return;
     }
   }
   if (b.text() != fs.data.bytes) {
     fs.state = "stale";
-    fs.message =
-        "the regions are intact, but differ from what the manifests and fragments produce now (fragment changed "
-        "or region moved); revert, then apply again";
+    fs.stale_overlays = stale_by_region(text.lines, *regions, b, fs.applied);
+    std::string list;
+    for (const auto& o : fs.stale_overlays) list += (list.empty() ? "" : ", ") + o;
+    fs.message = "the regions of " + list +
+                 " are intact, but differ from what the manifests and fragments produce now (fragment changed or "
+                 "region moved); revert, then apply again";
     return;
   }
-  fs.state = applied == 0 ? "pristine" : (pristine == 0 ? "applied" : "partial-stack");
-  if (fs.state == "partial-stack") fs.state = "applied";  // some overlays applied, others not: per-overlay states tell
+  // Some overlays applied and others not is still "applied" for the file: the
+  // per-overlay states tell which.
+  fs.state = applied == 0 ? "pristine" : "applied";
 }
 
 void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileState& fs, Error* fatal) {
@@ -264,7 +331,7 @@ void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileSta
 
 }  // namespace
 
-Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
+Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::string& pristine_dir) {
   TreeState ts;
   std::vector<std::string> targets;
   for (const auto& m : set.overlays)
@@ -292,7 +359,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
     FileState fs;
     fs.path = p;
     if (build_inputs.count(p)) as_build_input(fs);
-    else analyze_target(tree, set, p, fs, &fatal);
+    else analyze_target(tree, set, p, fs, pristine_dir, &fatal);
     if (fatal.kind != ErrorKind::NotExpected) return fatal;
     ts.files.push_back(std::move(fs));
   }
@@ -367,7 +434,9 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
         return;
       }
       if (fs.state == "partial") os.problems.push_back(fs.path + ": " + fs.message);
-      if (fs.state == "stale") {
+      bool stale_here = fs.state == "stale" && (fs.is_new || std::find(fs.stale_overlays.begin(), fs.stale_overlays.end(),
+                                                                         m.overlay) != fs.stale_overlays.end());
+      if (stale_here) {
         stale = true;
         os.problems.push_back(fs.path + ": " + fs.message);
         return;
@@ -379,7 +448,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set) {
         if (fo.state == "neutral") ++neutral;
         if (fo.state == "partial") half = true;
         for (const auto& e : fo.edits)
-          if (e.state == "superseded") os.superseded.push_back(fs.path + ": " + e.id);
+          if (e.state == EditStatus::Superseded) os.superseded.push_back(fs.path + ": " + e.id);
       }
     };
     for (const auto& fs : ts.files) visit(fs);

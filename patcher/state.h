@@ -17,9 +17,14 @@
 
 namespace patcher {
 
+// What an edit's regions look like in a file. edit_status_name() is the one
+// place these are named for output (status, --json).
+enum class EditStatus { Applied, Missing, Superseded };
+const char* edit_status_name(EditStatus s);
+
 struct EditState {
   std::string id;
-  std::string state;  // applied | missing | superseded
+  EditStatus state = EditStatus::Missing;
   int present = 0, expected = 0;
 };
 

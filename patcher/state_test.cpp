@@ -54,7 +54,13 @@ TEST(State, AppliedTree) {
   EXPECT_EQ(ts.overlay("example-cache-stats")->state, "applied");
   EXPECT_EQ(ts.file("example/cache_hooks.py")->state, "present");
   for (const auto& fo : ts.file("example/scheduler.py")->overlays)
-    for (const auto& e : fo.edits) EXPECT_NE(e.state, "missing") << fo.overlay << "/" << e.id;
+    for (const auto& e : fo.edits) EXPECT_NE(e.state, EditStatus::Missing) << fo.overlay << "/" << e.id;
+}
+
+TEST(State, EveryEditStatusHasOneName) {
+  EXPECT_STREQ(edit_status_name(EditStatus::Applied), "applied");
+  EXPECT_STREQ(edit_status_name(EditStatus::Missing), "missing");
+  EXPECT_STREQ(edit_status_name(EditStatus::Superseded), "superseded");
 }
 
 TEST(State, AnEditOutsideTheRegionsIsTampered) {
