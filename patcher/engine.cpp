@@ -22,7 +22,7 @@ namespace patcher {
 Result<std::vector<std::string>> select_overlays(const ManifestSet& set, const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (const auto& n : names)
-    if (set.index_of(n) < 0)
+    if (!set.find(n))
       return make_error(ErrorKind::Usage, set.dir, "--overlays names \"" + n + "\", which has no manifest here");
   for (const auto& m : set.overlays)
     if (names.empty() || std::find(names.begin(), names.end(), m.overlay) != names.end()) out.push_back(m.overlay);
@@ -48,7 +48,7 @@ std::vector<std::string> all_paths(const ManifestSet& set) {
 
 // Turns bad overlay states into the error apply/revert/check must stop on.
 Status require_consistent(const TreeState& ts, const std::vector<std::string>& selected, const ManifestSet& set,
-                          bool allow_stale = false) {
+                          bool allow_stale = false, bool rebuilds = false) {
   if (ts.journal) {
     Error e = make_error(ErrorKind::Tampered, kJournalName,
                          ts.journal_problems.empty()
@@ -59,24 +59,45 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
     e.details = ts.journal_problems;
     return e;
   }
+  // One block per drifted file, however many overlays share it.
   Error drift = make_error(ErrorKind::Drift, "", "");
-  for (const auto& name : selected) {
-    const OverlayState* os = ts.overlay(name);
-    if (os->state == "drift") {
-      for (const auto& fs : ts.files) {
-        const Manifest& m = set.overlays[static_cast<size_t>(set.index_of(name))];
-        if ((!m.find_file(fs.path) && !m.find_built(fs.path)) || (fs.state != "drift" && fs.state != "missing"))
-          continue;
-        if (drift.message.empty()) {
-          drift.file = fs.path;
-          drift.message = "drift: " + fs.message;
-        }
-        drift.details.push_back(fs.path + ": " + fs.message);
-        for (const auto& d : fs.details) drift.details.push_back("  " + d);
-      }
-    }
+  std::vector<std::string> files;
+  for (const auto& fs : ts.files) {
+    if (fs.state != "drift" && fs.state != "missing") continue;
+    bool mine = false;
+    for (const auto& name : selected)
+      mine |= set.get(name).find_file(fs.path) != nullptr || set.get(name).find_built(fs.path) != nullptr;
+    if (!mine) continue;
+    files.push_back(fs.path);
+    drift.details.push_back(fs.path + ": " + fs.message);
+    for (const auto& d : fs.details) drift.details.push_back("  " + d);
+    drift.drift.insert(drift.drift.end(), fs.drift.begin(), fs.drift.end());
+  }
+  if (files.size() == 1) {
+    drift.file = files.front();
+    drift.message = "drift: " + ts.file(files.front())->message;
+  } else if (!files.empty()) {
+    std::string list;
+    for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
+    drift.message = "drift in " + std::to_string(files.size()) + " files: " + list;
   }
   if (!drift.message.empty()) return drift;
+  // A file whose other overlay is stale cannot be rebuilt without losing or
+  // silently refreshing that overlay's regions.
+  if (rebuilds)
+    for (const auto& fs : ts.files) {
+      if (fs.state != "stale" || fs.is_new) continue;
+      std::string list;  // stale overlays the caller did not select (selected ones are refused below)
+      for (const auto& o : fs.stale_overlays)
+        if (!contains(selected, o)) list += (list.empty() ? "" : ", ") + o;
+      if (list.empty()) continue;
+      for (const auto& name : selected) {
+        if (!set.get(name).find_file(fs.path)) continue;
+        return make_error(ErrorKind::Tampered, fs.path,
+                          "overlay " + list + " is stale in this file, which overlay " + name +
+                              " also edits; revert " + list + ", then apply again");
+      }
+    }
   for (const auto& name : selected) {
     const OverlayState* os = ts.overlay(name);
     if (os->state == "tampered" || os->state == "half-applied" || (os->state == "stale" && !allow_stale)) {
@@ -103,7 +124,7 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
     if (fs.is_new || fs.is_built || fs.state == "build-input") continue;
     bool relevant = false;
     for (const auto& name : touched)
-      if (s.set.overlays[static_cast<size_t>(s.set.index_of(name))].find_file(fs.path)) relevant = true;
+      if (s.set.get(name).find_file(fs.path)) relevant = true;
     if (!relevant) continue;
     std::string pristine = join_lines(fs.projection);
     Build b = base_build(fs.projection);
@@ -162,7 +183,7 @@ std::vector<cxx::CheckUnit> cxx_units(const Session& s, const std::vector<std::s
   for (const auto& [path, text] : files) {
     if (!cxx::is_cxx(path)) continue;
     for (const auto& name : selected) {
-      const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+      const Manifest& m = s.set.get(name);
       const FileSpec* spec = m.find_file(path);
       if (!spec) continue;
       cxx::CheckUnit u{path, text, spec, {}};
@@ -188,7 +209,7 @@ Status compile_all(const Session& s, const Request& r, const std::vector<std::st
   for (const auto& [path, text] : files)
     if (is_python(path)) units.push_back(CompileUnit{path, text, false});
   for (const auto& name : selected) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& f : m.files)
       for (const auto& e : f.edits)
         if (is_python(f.path) && e.compile_standalone)
@@ -345,7 +366,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   if (!sel) return sel.error();
   p.out.selected = *sel;
   for (const auto& name : *sel) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& a : m.after) {
       const OverlayState* dep = ts.overlay(a);
       bool ok = contains(*sel, a) || dep->state == "applied" || dep->state == "superseded";
@@ -355,7 +376,8 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
                               " first or add it to --overlays");
     }
   }
-  if (auto st = require_consistent(ts, *sel, s.set); !st) return st.error();
+  if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/false, /*rebuilds=*/true); !st)
+    return st.error();
   std::vector<std::string> wanted;
   for (const auto& os : ts.overlays) {
     bool want = contains(*sel, os.name);
@@ -373,7 +395,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   p.out.changes = *changes;
   // New files, and parents that must exist.
   for (const auto& name : *sel) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
       if (fs->state == "build-input") continue;
@@ -419,7 +441,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     for (const auto& os : ts.overlays) {
       if (contains(*sel, os.name) || !contains(os.after, name)) continue;
       if (os.state == "pristine" || os.state == "superseded") continue;
-      const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(os.name))];
+      const Manifest& m = s.set.get(os.name);
       return make_error(ErrorKind::Usage, m.file,
                         "cannot revert " + name + ": overlay " + os.name + " is " + os.state +
                             " and stacks on it (after = [\"" + name + "\"]); revert " + os.name +
@@ -454,7 +476,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     p.changes.push_back(write_change(fs.path, fs.data, new_text));
   }
   for (const auto& name : *sel) {
-    const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+    const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
       if (fs->state != "present" && fs->state != "stale") continue;
@@ -502,7 +524,7 @@ Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
   if (auto st = lock_tree(s.tree, true); !st) return st.error();
   auto rec = recover(s.tree, all_paths(s.set));
   if (!rec) return rec.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto p = prepare(s, r, *ts);
   if (!p) return p.error();
@@ -526,7 +548,7 @@ Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
 
 Result<Outcome> status(const Session& s) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   Outcome o;
   o.state = std::move(*ts);
@@ -536,7 +558,7 @@ Result<Outcome> status(const Session& s) {
 
 Result<Outcome> plan_apply(const Session& s, const Request& r) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto p = prepare_apply(s, r, *ts);
   if (!p) return p.error();
@@ -545,7 +567,7 @@ Result<Outcome> plan_apply(const Session& s, const Request& r) {
 
 Result<Outcome> plan_revert(const Session& s, const Request& r) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto p = prepare_revert(s, r, *ts);
   if (!p) return p.error();
@@ -557,7 +579,7 @@ Result<Outcome> revert(const Session& s, const Request& r) { return run_write(s,
 
 Result<Outcome> check(const Session& s, const Request& r) {
   if (auto st = lock_tree(s.tree, false); !st) return st.error();
-  auto ts = analyze(s.tree, s.set);
+  auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
   auto sel = select_overlays(s.set, r.overlays);
   if (!sel) return sel.error();
@@ -580,7 +602,7 @@ Result<Outcome> check(const Session& s, const Request& r) {
   if (r.check_injected && !r.expect_pristine) {
     std::vector<std::pair<std::string, std::string>> files;
     for (const auto& name : *sel) {
-      const Manifest& m = s.set.overlays[static_cast<size_t>(s.set.index_of(name))];
+      const Manifest& m = s.set.get(name);
       for (const auto& f : m.files)
         if (ts->file(f.path)->state != "build-input") files.emplace_back(f.path, ts->file(f.path)->data.bytes);
       for (const auto& nf : m.new_files)
