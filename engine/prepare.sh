@@ -3,7 +3,7 @@
 # torch and CUDA but no vLLM and no network), as two transfers of under 64 MiB each:
 #   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
 #   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
-#              (Python 3.12, no deps), the files both overlays patch or add (from a real
+#              (Python 3.12, no deps), the files the overlays patch or add (from a real
 #              `overlay apply`), and a release `kvstore` with the shared libraries it needs
 # The suite's own code and the model configs (engine/) travel with the working tree.
 # Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
@@ -66,18 +66,23 @@ if [ ! -s "$OUT/B/vtree.tar.xz" ] || [ ! -s "$OUT/A/so_C.xz" ]; then
   echo "$WHEEL_SHA" >"$OUT/wheel.sha256"
 fi
 
-# 3. Both overlays applied to a copy with the real tool; only the offloading folder changes.
+# 3. The overlays applied to a copy with the real tool; every file they change or add travels.
 cp -a "$W/tree" "$W/ptree"
-# The two overlays this suite proves, in ORDER's order (a later overlay is not included),
-# with the anchors and fragments of the same committed state.
+# The overlays of ORDER (same committed state) that patch the wheel's .py tree, in ORDER's
+# order: vllm-fs-durable builds a C extension from csrc/, which the wheel's tree lacks.
 mkdir -p "$W/ov" && git archive "$rev" anchors overlays | tar -x -C "$W/ov"
 M=$W/ov/anchors/vllm-0.33.0
-echo "overlays, anchors and tools from $rev" >"$W/apply.log"
-"$OVERLAY" apply --root "$W/ptree" --overlays kv-offload-scope,kv-offload-store-local \
+PY_OVERLAYS=" kv-offload-scope kv-offload-store-local kv-offload-restore "
+order=$(grep -v '^#' "$M/ORDER" | while read -r o; do
+  [[ $PY_OVERLAYS == *" $o "* ]] && printf '%s,' "$o"; done)
+echo "overlays ${order%,}; anchors and tools from $rev" >"$W/apply.log"
+"$OVERLAY" apply --root "$W/ptree" --overlays "${order%,}" \
   --manifests "$M" --fragments "$W/ov/overlays" --check-injected >>"$W/apply.log"
 "$OVERLAY" status --root "$W/ptree" --manifests "$M" --fragments "$W/ov/overlays" >>"$W/apply.log"
 cp "$W/apply.log" "$OUT/B/overlay-apply.log"
-(cd "$W/ptree" && tar cJf "$OUT/B/overlay_files.tar.xz" vllm/distributed/kv_transfer/kv_connector/v1/offloading)
+(cd "$W/ptree" && { diff -rq "$W/tree/vllm" vllm 2>&1 || true; } | sed -n 's/^Files .* and \(.*\) differ$/\1/p; s/^Only in \(vllm[^:]*\): \(.*\)$/\1\/\2/p' \
+  >"$W/changed.txt" && cat "$W/changed.txt" >>"$OUT/B/overlay-apply.log" &&
+  tar cJf "$OUT/B/overlay_files.tar.xz" -T "$W/changed.txt")
 
 # 4. The wheels the device image lacks (Python 3.12, no deps; see engine/wheels.txt).
 plat=()

@@ -202,3 +202,106 @@ def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
     out["equal_per_group"] = {str(k): v for k, v in sorted(per_group.items())}
     out["mismatch_examples"] = examples
     return out
+
+
+# -- restore stages -------------------------------------------------------------
+
+
+def block_digests(
+    worker: Any, block_ids: list[list[int]], prompt_len: int
+) -> list[list[str | None]]:
+    """sha256 of the KV bytes of a request's full prompt blocks, per group and position.
+
+    Read from the engine's own KV-cache tensors (every layer of the group, unpadded page),
+    like inspect_worker. Only positions below (prompt_len - 1) // block_size: the blocks a
+    prefix hit can cover (vLLM always computes the last prompt token). The null block (0,
+    a state group's unused position) reads as None.
+    """
+    import hashlib
+
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    kv_config = worker.model_runner.kv_cache_config
+    out: list[list[str | None]] = []
+    for group, ids in enumerate(block_ids):
+        kv_group = kv_config.kv_cache_groups[group]
+        spec = kv_group.kv_cache_spec
+        per_layer = spec.kv_cache_specs if isinstance(spec, UniformTypeKVCacheSpecs) else {}
+        full = (prompt_len - 1) // spec.block_size
+        digests: list[str | None] = []
+        for block in ids[:full]:
+            if block == 0:
+                digests.append(None)
+                continue
+            h = hashlib.sha256()
+            for name in kv_group.layer_names:
+                raw, base, stride = _layer_page(worker, name, kv_config.num_blocks)
+                size = _unpadded_page(per_layer.get(name, spec))
+                start = base + block * stride
+                h.update(raw[start : start + size].cpu().numpy().tobytes())
+            digests.append(h.hexdigest())
+        out.append(digests)
+    return out
+
+
+def install_restore_recorder(worker: Any) -> dict[str, Any]:
+    """Record every promotion this rank ran (keys, chunk files, outcome) and every failure."""
+    connector_worker, store = _store(worker)
+    restore = getattr(connector_worker, "_kv_restore", None)
+    if restore is None:
+        return {"restore": False}
+    fmt = importlib.import_module(OFFLOADING + ".kv_store_format")
+    promotions: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    promote, fail = restore._promote, restore._fail
+
+    def describe(key: bytes) -> dict[str, Any]:
+        item: dict[str, Any] = {"key": key[:-4].hex(), "group": int.from_bytes(key[-4:], "big")}
+        try:
+            item["path"] = store.writer.layout.chunk(item["key"], item["group"])
+            with open(item["path"], "rb") as f:
+                head = fmt.decode_header(f.read(fmt.MAX_HEADER_LENGTH))
+            item["header_length"] = head.header_length
+            item["payload_length"] = head.payload_length
+        except Exception as e:  # noqa: BLE001 - a report, not a decision
+            item["error"] = f"{type(e).__name__}: {e}"
+        return item
+
+    def recorded_promote(keys: Any, chunks: Any) -> bool:
+        ok = promote(keys, chunks)
+        promotions.append({"ok": bool(ok), "keys": [describe(bytes(k)) for k in keys]})
+        return ok
+
+    def recorded_fail(e: Any) -> None:
+        key = getattr(e, "key", None)
+        failures.append(
+            {"reason": e.reason, "key": key[:-4].hex() if key else None, "message": str(e)}
+        )
+        fail(e)
+
+    restore._promote = recorded_promote
+    restore._fail = recorded_fail
+    restore._probe = (promotions, failures)
+    return {"restore": True}
+
+
+def restore_report(worker: Any) -> dict[str, Any]:
+    connector_worker, store = _store(worker)
+    restore = getattr(connector_worker, "_kv_restore", None)
+    if restore is None:
+        return {"restore": False}
+    stats = dataclasses.asdict(restore.stats)
+    stats["failures"] = dict(restore.stats.failures)
+    promotions, failures = getattr(restore, "_probe", ([], []))
+    inventory = restore.inventory
+    return {
+        "restore": True,
+        "active": restore.active,
+        "disabled": restore.disabled_reason,
+        "stats": stats,
+        "manifests": len(inventory.manifests) if inventory is not None else 0,
+        "manifests_bad": sorted(inventory.bad) if inventory is not None else [],
+        "promotions": promotions,
+        "failures": failures,
+        **_rank_info(store),
+    }

@@ -89,6 +89,17 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
             extra["spec_module_path"] = (
                 "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local"
             )
+        if os.environ.get("GLM53_KV_OFFLOAD_RESTORE") == "1":
+            # docker/launch.sh writes "secondary_tiers": [] for every knob; restore needs
+            # the LocalStoreTier entry (docs/overlays/kv-offload-restore.md), so it is added
+            # here, exactly as that page configures it.
+            extra["secondary_tiers"] = [
+                {
+                    "type": "LocalStoreTier",
+                    "module_path": "vllm.distributed.kv_transfer.kv_connector.v1."
+                    "offloading.kv_restore_tier",
+                }
+            ]
         kw["kv_transfer_config"] = {
             "kv_connector": "OffloadingConnector",
             "kv_role": "kv_both",
@@ -103,6 +114,42 @@ def logprob_steps(output) -> list[list[list]]:
     for step in output.outputs[0].logprobs or []:
         steps.append(sorted([int(t), float(lp.logprob)] for t, lp in step.items()))
     return steps
+
+
+def scheduler_restore(llm) -> dict:
+    """The restore tier's scheduler-side stats (in-process engine only)."""
+    try:
+        sched = llm.llm_engine.engine_core.engine_core.scheduler
+        restore = sched.connector.connector_scheduler._kv_restore
+    except AttributeError as e:
+        return {"error": f"not reachable: {e}"}
+    if restore is None:
+        return {"restore": False}
+    stats = restore.tier.stats
+    return {
+        "restore": True,
+        "lookups": dict(stats.lookups),
+        "promotions_ok": stats.promotions_ok,
+        "promotions_failed": stats.promotions_failed,
+        "promotions_fenced": stats.promotions_fenced,
+        "keys_promoted": stats.keys_promoted,
+        "keys_failed": stats.keys_failed,
+    }
+
+
+def record_block_ids(llm) -> dict[str, tuple]:
+    """Wrap the scheduler's _free_request: the request's GPU block ids when it finishes
+    (before any delayed free), by request id. In-process engine only."""
+    sched = llm.llm_engine.engine_core.engine_core.scheduler
+    seen: dict[str, tuple] = {}
+    original = sched._free_request
+
+    def free_request(request, *args, **kwargs):
+        seen[request.request_id] = sched.kv_cache_manager.get_block_ids(request.request_id)
+        return original(request, *args, **kwargs)
+
+    sched._free_request = free_request
+    return seen
 
 
 def main() -> int:
@@ -121,6 +168,14 @@ def main() -> int:
     p.add_argument("--compare", action="store_true", help="compare chunk bytes to GPU")
     p.add_argument("--logprobs", type=int, default=20)
     p.add_argument("--warmup", action="store_true", help="one untimed generate first")
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="one request at a time (each request's prefix-hit split is then the same "
+        "in every engine that holds the same prefixes), with the KV digests of its "
+        "full prompt blocks read right after it finished (in-process engine only)",
+    )
+    p.add_argument("--restore-probe", action="store_true", help="record promotions")
     args = p.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -134,6 +189,10 @@ def main() -> int:
     if args.probe:
         result["install"] = llm.collective_rpc(probe.install_recorder)
         print("PROBE_INSTALLED", result["install"], flush=True)
+    if args.restore_probe:
+        result["restore_install"] = llm.collective_rpc(probe.install_restore_recorder)
+        print("RESTORE_PROBE_INSTALLED", result["restore_install"], flush=True)
+    block_ids = record_block_ids(llm) if args.sequential else {}
 
     prompts, max_tokens = workload(args.workload)
     sp = SamplingParams(
@@ -153,7 +212,26 @@ def main() -> int:
     rounds = []
     for rnd in range(2):
         t = time.time()
-        outs = llm.generate(requests, sp, use_tqdm=False)
+        digests = []
+        if args.sequential:
+            outs = []
+            for req in requests:
+                (out,) = llm.generate([req], sp, use_tqdm=False)
+                outs.append(out)
+                # One request per call: the one the scheduler freed (its internal id may
+                # carry a suffix the output's id lacks).
+                ids = list(block_ids.values())[-1] if len(block_ids) == 1 else None
+                block_ids.clear()
+                digests.append(
+                    llm.collective_rpc(
+                        probe.block_digests,
+                        args=([list(g) for g in ids], len(req["prompt_token_ids"])),
+                    )[0]
+                    if ids is not None
+                    else None
+                )
+        else:
+            outs = llm.generate(requests, sp, use_tqdm=False)
         dt = time.time() - t
         generated = sum(len(o.outputs[0].token_ids) for o in outs)
         prompt_tokens = sum(len(o.prompt_token_ids) for o in outs)
@@ -166,6 +244,8 @@ def main() -> int:
                 "output_tokens_per_s": round(generated / dt, 1),
                 "tokens": [list(o.outputs[0].token_ids) for o in outs],
                 "logprobs": [logprob_steps(o) for o in outs] if args.logprobs else [],
+                "num_cached_tokens": [o.num_cached_tokens for o in outs],
+                "kv_digests": digests,
             }
         )
         print(f"GEN round{rnd} {dt:.3f}s {generated} tokens", flush=True)
@@ -176,6 +256,13 @@ def main() -> int:
         )
         for w in result["workers"]:
             print("WORKER", json.dumps({k: v for k, v in w.items() if k != "jobs"}))
+    if args.restore_probe:
+        result["restore_workers"] = llm.collective_rpc(probe.restore_report)
+        result["restore_scheduler"] = scheduler_restore(llm)
+        for w in result["restore_workers"]:
+            print("RESTORE_WORKER", json.dumps({k: w[k] for k in ("stats", "manifests",
+                  "manifests_bad") if k in w}))  # fmt: skip
+        print("RESTORE_SCHEDULER", json.dumps(result["restore_scheduler"]))
     with open(args.out, "w") as f:
         json.dump(result, f)
     print("STAGE_OK", flush=True)

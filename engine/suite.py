@@ -36,10 +36,14 @@ class Stage:
     wave: int = 1
     gpus: int = 1
     timeout: int = 240
+    store: str | None = None  # store folder name (default: the stage's name)
+    verify: bool = True  # run `kvstore verify` on the store after a knob-1 stage
+    corrupt: str | None = None  # before this stage: flip a payload byte of a chunk that
+    # the named stage restored (restore stages)
 
     @property
     def probe(self) -> bool:
-        return self.knob == "1"
+        return self.knob == "1" and self.verify
 
 
 def stages() -> list[Stage]:
@@ -84,6 +88,25 @@ def stages() -> list[Stage]:
                              (5, "pressure.on2", "1"), (6, "pressure.off2", "0")):  # fmt: skip
         extra = ["--probe"] if knob == "1" else []
         out.append(Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300))
+    # Restore across a restart (docs/overlays/kv-offload-restore.md): engine 1 writes the
+    # store and exits; engine 2, a new process on the same store with RESTORE=1, serves the
+    # same prompts; then one payload byte of a chunk engine 2 restored is flipped and engine
+    # 3 serves them again. One request at a time, so every engine's request sees the same
+    # prefix-hit split as the cold engine's request with the same hit (suite.restore_judge).
+    seq = small + ["--sequential"]
+    for model, path, extra in (("llama", llama, []), ("lfm2", lfm2, hyb)):
+        store = f"restore.{model}"
+        on = {"GLM53_KV_OFFLOAD_RESTORE": "1"}
+        out += [
+            Stage(f"{store}.cold", path, "pristine", None, seq + extra, wave=7, timeout=150),
+            Stage(f"{store}.write", path, "patched", "1", seq + extra + probe,
+                  env={"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=7, store=store, timeout=150),
+            Stage(f"{store}.hit", path, "patched", "1", seq + extra + ["--restore-probe"],
+                  env=on, wave=8, store=store, timeout=150),
+            Stage(f"{store}.bad", path, "patched", "1", seq + extra + ["--restore-probe"],
+                  env=on, wave=9, store=store, verify=False, corrupt=f"{store}.hit",
+                  timeout=150),
+        ]  # fmt: skip
     return out
 
 
@@ -108,7 +131,7 @@ def run_wave(batch: list[Stage], opts: argparse.Namespace, logs: str) -> dict[st
         if st.knob is not None:
             env["GLM53_KV_OFFLOAD"] = st.knob
             if st.knob == "1":
-                store = os.path.join(opts.stores, st.name)
+                store = os.path.join(opts.stores, st.store or st.name)
                 env.update(
                     GLM53_KV_OFFLOAD_DIR=store,
                     GLM53_KV_OFFLOAD_CPU_GB="1",
@@ -137,8 +160,10 @@ def run_wave(batch: list[Stage], opts: argparse.Namespace, logs: str) -> dict[st
         res["errors"] = [
             ln for ln in text.splitlines() if re.search(r"Error|Traceback|FAILED", ln)
         ][:10]
+        res["restore_lines"] = re.findall(r"KV restore: .*", text)[:20]
         if st.probe and rc == 0:
-            res["kvstore_verify"] = kvstore_verify(opts.kvstore, os.path.join(opts.stores, st.name))
+            store = os.path.join(opts.stores, st.store or st.name)
+            res["kvstore_verify"] = kvstore_verify(opts.kvstore, store)
         results[st.name] = res
         print(f"  {st.name}: rc={rc} up={res.get('engine_up_s')}s", flush=True)
     return results
@@ -226,7 +251,214 @@ def check_writer(res: dict, tp: int) -> dict:
     return checks
 
 
-def judge(results: dict[str, dict]) -> dict[str, dict]:
+def corrupt_chunk(restored: dict) -> dict:
+    """Flip one payload byte (the middle one) of the first chunk the stage restored."""
+    for w in restored.get("restore_workers") or []:
+        for promotion in w.get("promotions", []):
+            if not promotion.get("ok"):
+                continue
+            for item in promotion.get("keys", []):
+                if "path" not in item or "header_length" not in item:
+                    continue
+                offset = item["header_length"] + item["payload_length"] // 2
+                with open(item["path"], "r+b") as f:
+                    f.seek(offset)
+                    before = f.read(1)[0]
+                    f.seek(offset)
+                    f.write(bytes([before ^ 0xFF]))
+                return {"key": item["key"], "group": item["group"], "path": item["path"],
+                        "offset": offset, "before": before, "after": before ^ 0xFF}  # fmt: skip
+    return {"error": "the stage restored no chunk: nothing to corrupt"}
+
+
+def _cached(res: dict) -> list[list[int]]:
+    return [list(r.get("num_cached_tokens") or []) for r in res.get("rounds", [])]
+
+
+def matched_logprobs(cold: dict, other: dict) -> dict:
+    """Every request of every round of `other` against the cold engine's same request in
+    the round where it had the same number of cached (prefix-hit) tokens; the same round
+    when none had. Exact equality of every top-20 token and logprob, every step."""
+    cold_rounds, rounds = cold.get("rounds", []), other.get("rounds", [])
+    cold_cached = _cached(cold)
+    steps = diff_steps = unmatched = 0
+    max_abs = 0.0
+    shape_ok = bool(rounds) and len(rounds) == len(cold_rounds)
+    references = []
+    for r, rnd in enumerate(rounds):
+        refs = []
+        for i, steps_i in enumerate(rnd.get("logprobs") or []):
+            hit = (rnd.get("num_cached_tokens") or [None] * (i + 1))[i]
+            ref = next((c for c, cc in enumerate(cold_cached) if i < len(cc) and cc[i] == hit),
+                       None)  # fmt: skip
+            if ref is None:
+                unmatched += 1
+                ref = r
+            refs.append(ref)
+            try:
+                cold_i = cold_rounds[ref]["logprobs"][i]
+            except (IndexError, KeyError, TypeError):
+                shape_ok = False
+                continue
+            if len(cold_i) != len(steps_i):
+                shape_ok = False
+            for sa, sb in zip(cold_i, steps_i, strict=False):
+                steps += 1
+                if [t for t, _ in sa] != [t for t, _ in sb]:
+                    diff_steps += 1
+                    continue
+                for (_, va), (_, vb) in zip(sa, sb, strict=True):
+                    max_abs = max(max_abs, abs(va - vb))
+        references.append(refs)
+    return {
+        "steps": steps,
+        "cold_round_per_request": references,
+        "requests_without_a_cold_request_of_equal_hit": unmatched,
+        "top20_token_sets_differ": diff_steps,
+        "max_abs_logprob_diff": max_abs,
+        "ok": bool(steps) and shape_ok and diff_steps == 0 and max_abs == 0.0,
+    }
+
+
+def same_kv(cold: dict, other: dict) -> dict:
+    """Round 0's KV digests of every full prompt block, per request, group and position,
+    where both engines hold a block (a state group's null positions are skipped)."""
+    a = (cold.get("rounds") or [{}])[0].get("kv_digests") or []
+    b = (other.get("rounds") or [{}])[0].get("kv_digests") or []
+    counts = {"compared": 0, "equal": 0, "different": 0, "missing": 0}
+    where = []
+    for i, (ra, rb) in enumerate(zip(a, b, strict=False)):
+        if ra is None or rb is None:
+            counts["missing"] += 1
+            continue
+        for g, (ga, gb) in enumerate(zip(ra, rb, strict=False)):
+            for pos, (da, db) in enumerate(zip(ga, gb, strict=False)):
+                if da is None or db is None:
+                    continue
+                counts["compared"] += 1
+                if da == db:
+                    counts["equal"] += 1
+                else:
+                    counts["different"] += 1
+                    where.append([i, g, pos])
+    counts["requests"] = min(len(a), len(b))
+    counts["different_at"] = where[:10]
+    counts["ok"] = (
+        counts["compared"] > 0
+        and counts["different"] == 0
+        and counts["missing"] == 0
+        and len(a) == len(b)
+    )
+    return counts
+
+
+def restore_judge(results: dict[str, dict], corruptions: dict[str, dict]) -> dict[str, dict]:
+    verdicts: dict[str, dict] = {}
+    for model in ("llama", "lfm2"):
+        name = f"restore.{model}"
+        cold, write = results.get(f"{name}.cold"), results.get(f"{name}.write")
+        hit, bad = results.get(f"{name}.hit"), results.get(f"{name}.bad")
+        if cold is None:
+            continue
+        if write is not None:
+            v = matched_logprobs(cold, write)
+            v["ok"] = v["ok"] and cold.get("rc") == 0 == write.get("rc")
+            verdicts[f"{name}.write: logprobs == cold"] = v
+        if hit is not None:
+            verdicts[f"{name}.hit: restored after a restart, logprobs and KV bytes == cold"] = (
+                _restored(cold, hit)
+            )
+        if bad is not None:
+            verdicts[f"{name}.bad: corrupted chunk refused, recomputed, logprobs == cold"] = (
+                _refused(cold, hit or {}, bad, corruptions.get(f"{name}.bad", {}))
+            )
+    return verdicts
+
+
+def _external_hits(cold: dict, other: dict) -> int:
+    """Round 0's prefix-hit tokens beyond what the cold engine's GPU cache gave."""
+    a, b = _cached(cold)[:1], _cached(other)[:1]
+    return sum(b[0]) - sum(a[0]) if a and b else 0
+
+
+def _restored(cold: dict, hit: dict) -> dict:
+    sched = hit.get("restore_scheduler") or {}
+    workers = hit.get("restore_workers") or []
+    stats = [w.get("stats", {}) for w in workers]
+    v = {
+        "rc": hit.get("rc"),
+        "scheduler": sched,
+        "worker_stats": stats,
+        "external_hit_tokens": _external_hits(cold, hit),
+        "num_cached_tokens": {"cold": _cached(cold), "restored": _cached(hit)},
+        "logprobs": matched_logprobs(cold, hit),
+        "kv": same_kv(cold, hit),
+    }
+    v["restored"] = (
+        sched.get("keys_promoted", 0) > 0
+        and sched.get("promotions_failed", 1) == 0
+        and bool(stats)
+        and all(s.get("keys_restored", 0) > 0 and s.get("jobs_failed", 1) == 0 for s in stats)
+        and v["external_hit_tokens"] > 0
+    )
+    v["ok"] = (
+        hit.get("rc") == 0 == cold.get("rc")
+        and v["restored"]
+        and v["logprobs"]["ok"]
+        and v["kv"]["ok"]
+    )
+    return v
+
+
+def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
+    sched = bad.get("restore_scheduler") or {}
+    workers = bad.get("restore_workers") or []
+    key = corruption.get("key")
+    failures = [f for w in workers for f in w.get("failures", [])]
+    loaded = [
+        item.get("key")
+        for w in workers
+        for p in w.get("promotions", [])
+        if p.get("ok")
+        for item in p.get("keys", [])
+    ]
+    v = {
+        "rc": bad.get("rc"),
+        "corruption": corruption,
+        "scheduler": sched,
+        "worker_stats": [w.get("stats", {}) for w in workers],
+        "failures": failures[:5],
+        "num_cached_tokens": {"restored": _cached(hit), "after_corruption": _cached(bad)},
+        "logprobs": matched_logprobs(cold, bad),
+        "kv": same_kv(cold, bad),
+    }
+    v["chunk_refused"] = bool(key) and any(
+        f.get("key") == key and f.get("reason") == "payload_checksum_mismatch" for f in failures
+    )
+    v["manifest_marked_bad"] = any(
+        w.get("stats", {}).get("manifests_marked_bad", 0) > 0 and w.get("manifests_bad")
+        for w in workers
+    )
+    v["corrupted_chunk_loaded"] = key in loaded if key else None
+    v["promotion_failed"] = sched.get("promotions_failed", 0) > 0
+    # The request whose restore failed computed more of its prompt than with the restore.
+    hit0, bad0 = _cached(hit)[:1], _cached(bad)[:1]
+    v["recomputed"] = bool(hit0 and bad0) and sum(bad0[0]) < sum(hit0[0])
+    v["ok"] = (
+        bad.get("rc") == 0 == cold.get("rc")
+        and "error" not in corruption
+        and v["chunk_refused"]
+        and v["manifest_marked_bad"]
+        and v["corrupted_chunk_loaded"] is False
+        and v["promotion_failed"]
+        and v["recomputed"]
+        and v["logprobs"]["ok"]
+        and v["kv"]["ok"]
+    )
+    return v
+
+
+def judge(results: dict[str, dict], corruptions: dict[str, dict] | None = None) -> dict[str, dict]:
     verdicts: dict[str, dict] = {}
     for model in ("llama", "lfm2", "nemotronh", "eagle"):
         base = results.get(f"{model}.pristine")
@@ -237,6 +469,7 @@ def judge(results: dict[str, dict]) -> dict[str, dict]:
             name = f"{model}: {variant} logprobs == pristine"
             verdicts[name] = same_logprobs(base, other)
             verdicts[name]["ok"] = verdicts[name]["ok"] and base.get("rc") == 0 == other.get("rc")
+    verdicts.update(restore_judge(results, corruptions or {}))
     for name, res in results.items():
         if res.get("workers") is not None and not name.startswith("pressure"):
             tp = 2 if name.endswith("tp2") else 1
@@ -303,14 +536,20 @@ def main() -> int:
         if s.wave in together:
             s.wave = together[0]
     results: dict[str, dict] = {}
+    corruptions: dict[str, dict] = {}
     t0 = time.time()
     for wave in sorted({s.wave for s in todo}):
         batch = [s for s in todo if s.wave == wave]
+        for st in batch:
+            if st.corrupt:
+                corruptions[st.name] = corrupt_chunk(results.get(st.corrupt, {}))
+                print(f"  corrupted before {st.name}: {corruptions[st.name]}", flush=True)
         print(f"== wave {wave}: {[s.name for s in batch]} t={time.time() - t0:.0f}s", flush=True)
         results.update(run_wave(batch, opts, logs))
-    verdicts = judge(results)
+    verdicts = judge(results, corruptions)
     with open(os.path.join(opts.out, "results.json"), "w") as f:
-        json.dump({"results": results, "verdicts": verdicts}, f, indent=1, default=str)
+        json.dump({"results": results, "verdicts": verdicts, "corruptions": corruptions}, f,
+                  indent=1, default=str)  # fmt: skip
     lines = [f"{'PASS' if v.get('ok') else 'FAIL'}  {k}" for k, v in verdicts.items()]
     lines.append(f"suite wall time {time.time() - t0:.0f} s")
     with open(os.path.join(opts.out, "summary.txt"), "w") as f:

@@ -111,3 +111,167 @@ def test_stage_table_covers_every_claim():
         assert {f"{model}.pristine", f"{model}.knob0", f"{model}.knob1"} <= names
     assert {"llama.mp", "llama.tp2", "lfm2.tp2", "pressure.off", "pressure.on"} <= names
     assert all(s.gpus == 2 for s in suite.stages() if s.name.endswith("tp2"))
+
+
+# -- restore stages -------------------------------------------------------------------------
+
+DIGESTS = [[["a0", "a1"]], [["b0", "b1", "b2", "b3"]]]  # per request, group, position
+
+
+def seq_stage(cached0, cached1, **extra) -> dict:
+    """A sequential restore-suite stage: two requests, two rounds."""
+    rounds = []
+    for cached in (cached0, cached1):
+        rounds.append({"logprobs": [[STEP, STEP], [STEP]], "num_cached_tokens": list(cached),
+                       "kv_digests": copy.deepcopy(DIGESTS), "tokens": [[1, 1], [1]]})  # fmt: skip
+    return {"rc": 0, "rounds": rounds, **extra}
+
+
+def restore_results() -> dict:
+    """cold: request 1 hits 32 GPU tokens in round 0 and both hit in round 1;
+    hit: both restored in round 0; bad: request 0's restore refused (recomputes)."""
+    chunk = {"key": "k0", "group": 0, "path": "/s/c", "header_length": 64, "payload_length": 8}
+    hit_workers = [{"stats": {"keys_restored": 6, "jobs_failed": 0, "manifests_marked_bad": 0},
+                    "promotions": [{"ok": True, "keys": [chunk]}], "failures": [],
+                    "manifests_bad": []}]  # fmt: skip
+    bad_workers = [{"stats": {"keys_restored": 4, "jobs_failed": 1, "manifests_marked_bad": 2},
+                    "promotions": [{"ok": False, "keys": [chunk]},
+                                   {"ok": True, "keys": [dict(chunk, key="k9")]}],
+                    "failures": [{"reason": "payload_checksum_mismatch", "key": "k0"}],
+                    "manifests_bad": ["m0.json", "m1.json"]}]  # fmt: skip
+    return {
+        "restore.llama.cold": seq_stage([0, 32], [32, 64]),
+        "restore.llama.write": seq_stage([0, 32], [32, 64]),
+        "restore.llama.hit": seq_stage(
+            [32, 64], [32, 64], restore_workers=hit_workers,
+            restore_scheduler={"keys_promoted": 6, "promotions_ok": 2, "promotions_failed": 0},
+        ),  # fmt: skip
+        "restore.llama.bad": seq_stage(
+            [0, 32], [32, 64], restore_workers=bad_workers,
+            restore_scheduler={"keys_promoted": 0, "promotions_ok": 0, "promotions_failed": 1},
+        ),  # fmt: skip
+    }
+
+
+CORRUPTED = {"restore.llama.bad": {"key": "k0", "group": 0, "path": "/s/c", "offset": 68}}
+HIT = "restore.llama.hit: restored after a restart, logprobs and KV bytes == cold"
+BAD = "restore.llama.bad: corrupted chunk refused, recomputed, logprobs == cold"
+WRITE = "restore.llama.write: logprobs == cold"
+
+
+def test_restore_verdicts_pass_a_good_run():
+    verdicts = suite.judge(restore_results(), CORRUPTED)
+    for name in (WRITE, HIT, BAD):
+        assert verdicts[name]["ok"], (name, verdicts[name])
+    # Each restored request is compared with the cold request of the same prefix hit.
+    assert verdicts[HIT]["logprobs"]["cold_round_per_request"] == [[1, 1], [1, 1]]
+    assert verdicts[BAD]["logprobs"]["cold_round_per_request"] == [[0, 0], [1, 1]]
+    assert verdicts[HIT]["external_hit_tokens"] == 64
+    assert verdicts[HIT]["kv"]["compared"] == 6
+
+
+def _break(results: dict, stage: str, path: tuple, value) -> dict:
+    results = copy.deepcopy(results)
+    node = results[stage]
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return results
+
+
+@pytest.mark.parametrize(
+    "stage,path,value",
+    [
+        # nothing restored: no key promoted, no worker restored a key, no external hit
+        ("restore.llama.hit", ("restore_scheduler", "keys_promoted"), 0),
+        ("restore.llama.hit", ("restore_workers", 0, "stats", "keys_restored"), 0),
+        ("restore.llama.hit", ("rounds", 0, "num_cached_tokens"), [0, 32]),
+        ("restore.llama.hit", ("restore_scheduler",), {}),
+        # a logprob difference, a different top-20 token, a step missing
+        ("restore.llama.hit", ("rounds", 0, "logprobs", 1, 0), [[5, -0.25], [9, -1.4999]]),
+        ("restore.llama.hit", ("rounds", 1, "logprobs", 0, 1), [[5, -0.25], [8, -1.5]]),
+        ("restore.llama.hit", ("rounds", 0, "logprobs", 0), [STEP]),
+        # a byte mismatch in a restored block; a request without digests
+        ("restore.llama.hit", ("rounds", 0, "kv_digests", 1, 0, 2), "XX"),
+        ("restore.llama.hit", ("rounds", 0, "kv_digests", 0), None),
+        ("restore.llama.hit", ("rc",), 124),
+    ],
+)
+def test_restore_hit_fails_on_each_defect(stage, path, value):
+    verdict = suite.judge(_break(restore_results(), stage, path, value), CORRUPTED)[HIT]
+    assert not verdict["ok"]
+
+
+def test_restore_with_no_digests_at_all_fails():
+    results = restore_results()
+    for rnd in results["restore.llama.hit"]["rounds"]:
+        rnd["kv_digests"] = []
+    assert not suite.judge(results, CORRUPTED)[HIT]["ok"]
+
+
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        # the corrupted chunk loaded (in a promotion that succeeded)
+        (("restore_workers", 0, "promotions", 0, "ok"), True),
+        # the corrupted chunk was not refused for its checksum / another key was
+        (("restore_workers", 0, "failures"), []),
+        (("restore_workers", 0, "failures", 0, "key"), "k1"),
+        # no manifest marked bad
+        (("restore_workers", 0, "stats", "manifests_marked_bad"), 0),
+        (("restore_workers", 0, "manifests_bad"), []),
+        # the scheduler saw no failed promotion
+        (("restore_scheduler", "promotions_failed"), 0),
+        # the request did not recompute (same hit as with the good chunk)
+        (("rounds", 0, "num_cached_tokens"), [32, 64]),
+        # a logprob difference after the fallback; a byte mismatch (the bad chunk's bytes)
+        (("rounds", 0, "logprobs", 0, 0), [[5, -0.2], [9, -1.5]]),
+        (("rounds", 0, "kv_digests", 0, 0, 0), "bad"),
+        (("rc",), 1),
+    ],
+)
+def test_restore_corruption_fails_on_each_defect(path, value):
+    verdict = suite.judge(_break(restore_results(), "restore.llama.bad", path, value), CORRUPTED)
+    assert not verdict[BAD]["ok"]
+
+
+def test_restore_corruption_not_done_fails():
+    verdicts = suite.judge(restore_results(), {"restore.llama.bad": {"error": "nothing"}})
+    assert not verdicts[BAD]["ok"]
+    assert not suite.judge(restore_results(), {})[BAD]["ok"]
+
+
+def test_write_stage_logprob_difference_fails():
+    results = _break(restore_results(), "restore.llama.write",
+                     ("rounds", 0, "logprobs", 0, 0), [[5, -0.3], [9, -1.5]])  # fmt: skip
+    assert not suite.judge(results, CORRUPTED)[WRITE]["ok"]
+
+
+def test_corrupt_chunk_flips_one_payload_byte_of_a_restored_chunk(tmp_path):
+    path = tmp_path / "chunk"
+    path.write_bytes(bytes(range(64)) + b"\x10" * 8)
+    restored = {"restore_workers": [{"promotions": [
+        {"ok": False, "keys": [{"key": "kx", "group": 0, "path": "/nope",
+                                "header_length": 64, "payload_length": 8}]},
+        {"ok": True, "keys": [{"key": "k0", "group": 0, "path": str(path),
+                               "header_length": 64, "payload_length": 8}]}]}]}  # fmt: skip
+    done = suite.corrupt_chunk(restored)
+    assert done["key"] == "k0" and done["offset"] == 68
+    data = path.read_bytes()
+    assert data[:68] == bytes(range(64)) + b"\x10" * 4 and data[68] == 0xEF
+    assert data[69:] == b"\x10" * 3
+    assert "error" in suite.corrupt_chunk({"restore_workers": [{"promotions": []}]})
+
+
+def test_restore_stages_share_one_store_and_run_in_order():
+    by_name = {s.name: s for s in suite.stages()}
+    for model in ("llama", "lfm2"):
+        cold, write, hit, bad = (by_name[f"restore.{model}.{x}"]
+                                 for x in ("cold", "write", "hit", "bad"))  # fmt: skip
+        assert cold.tree == "pristine" and cold.knob is None
+        assert write.store == hit.store == bad.store == f"restore.{model}"
+        assert write.env["GLM53_KV_OFFLOAD_RESTORE"] == "0"
+        assert hit.env["GLM53_KV_OFFLOAD_RESTORE"] == bad.env["GLM53_KV_OFFLOAD_RESTORE"] == "1"
+        assert cold.wave == write.wave < hit.wave < bad.wave
+        assert bad.corrupt == hit.name and not bad.probe
+        assert all("--sequential" in s.args for s in (cold, write, hit, bad))
