@@ -28,8 +28,7 @@ std::string find_tool(const std::string& exe_path) {
   if (const char* env = std::getenv("KVTIER_CXXSCOPE"); env && *env) return env;
   std::string dir = exe_path.substr(0, exe_path.rfind('/') == std::string::npos ? 0 : exe_path.rfind('/'));
   if (dir.empty()) dir = ".";
-  for (const std::string& c : {dir + "/kvtier-cxxscope", dir + "/../../cxxscope/kvtier-cxxscope",
-                               dir + "/../cxxscope/kvtier-cxxscope"})
+  for (const std::string& c : {dir + "/kvtier-cxxscope", dir + "/../cxxscope/kvtier-cxxscope"})
     if (executable(c)) return c;
   return "";
 }

@@ -18,7 +18,7 @@ struct Request {
 };
 
 // $KVTIER_CXXSCOPE, else kvtier-cxxscope beside the executable (installed)
-// or in <exe>/../../cxxscope/ (build tree). "" when none is found.
+// or in <exe>/../cxxscope/ (build tree: build/patcher/overlay). "" when none is found.
 std::string find_tool(const std::string& exe_path);
 
 Result<std::vector<FileReport>> run_tool(const std::string& tool, const std::vector<Request>& requests);

@@ -312,14 +312,23 @@ def test_wheel_replaced_binary_is_tampered(tool, manifests, wheel_tree, sources,
     assert (wheel_tree / "vllm/.fs_io_C.abi3.so.overlay-orig").read_bytes() == (built / SO).read_bytes()
 
 
+@pytest.fixture
+def faults_bin(build_dir, tool) -> Path:
+    """The test-only CLI that honours OVERLAY_FAULT (the shipped one ignores it)."""
+    path = build_dir / "patcher" / "overlay-faults"
+    if not path.is_file():
+        pytest.skip(f"{path} is not built")
+    return path
+
+
 @pytest.mark.parametrize("step", ["temp-write", "temp-fsync", "journal-commit", "rename", "journal-remove"])
 @pytest.mark.parametrize("action", ["apply", "revert"])
-def test_wheel_crash_at_each_step_converges(tool, manifests, wheel_tree, sources, built, step, action):
+def test_wheel_crash_at_each_step_converges(tool, faults_bin, manifests, wheel_tree, sources, built, step, action):
     ov = Overlay(tool, wheel_tree, manifests, sources)
     original = (built / SO).read_bytes()
     if action == "revert":
         assert ov("apply").returncode == 0
-    crashed = ov(action, env={"OVERLAY_FAULT": step})
+    crashed = Overlay(faults_bin, wheel_tree, manifests, sources)(action, env={"OVERLAY_FAULT": step})
     assert crashed.returncode == 99, crashed.stderr
     st = ov("status")
     assert st.returncode == 0, st.stderr
