@@ -122,7 +122,7 @@ json to_body(const BoundaryManifest& m) {
               {"chain", m.chain},
               {"checksum_algorithm", kChecksumCrc32},
               {"chunk_tokens", m.chunk_tokens},
-              {"format", kFormatVersion},
+              {"format", m.format},
               {"groups", groups},
               {"kind", kManifestKind},
               {"namespace", m.ns},
@@ -153,6 +153,8 @@ std::string BoundaryManifest::file_name() const {
 }
 
 Result<std::string> encode_manifest(const BoundaryManifest& m) {
+  if (!readable_version(m.format))
+    return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(m.format));
   json body = to_body(m);
   if (auto r = check_body(body); !r) return r.error();
   auto crc = body_crc(body);
@@ -168,7 +170,7 @@ Result<BoundaryManifest> parse_manifest(std::string_view bytes) {
   if (!value.is_object()) return bad_field("manifest must be an object");
   const auto version = value.contains("format") ? json_int(value["format"]) : std::nullopt;
   if (!version) return bad_field("format missing");
-  if (*version != kFormatVersion)
+  if (!readable_version(static_cast<std::uint64_t>(*version)))
     return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(*version));
   const auto algorithm =
       value.contains("checksum_algorithm") ? json_int(value["checksum_algorithm"]) : std::nullopt;
@@ -190,6 +192,7 @@ Result<BoundaryManifest> parse_manifest(std::string_view bytes) {
   if (auto r = check_body(value); !r) return r.error();
 
   BoundaryManifest m;
+  m.format = static_cast<std::uint16_t>(*version);
   m.ns = value["namespace"].get<std::string>();
   m.rank = static_cast<std::uint32_t>(*json_int(value["rank"]));
   m.boundary = static_cast<std::uint64_t>(*json_int(value["boundary"]));

@@ -69,7 +69,10 @@ TEST(Manifest, ReaderOrder) {
     c[k] = v;
     return sealed(c);
   };
-  EXPECT_EQ(reason_of(with("format", 2)), "unsupported_version");
+  EXPECT_EQ(reason_of(with("format", 3)), "unsupported_version");
+  EXPECT_EQ(reason_of(with("format", 0)), "unsupported_version");
+  EXPECT_EQ(reason_of(with("format", 1)), "ok");  // v1 and v2 share the structure
+  EXPECT_EQ(reason_of(with("format", 2)), "ok");
   EXPECT_EQ(reason_of(with("checksum_algorithm", 2)), "unsupported_checksum_algorithm");
   EXPECT_EQ(reason_of(with("format", "1")), "bad_field");
   EXPECT_EQ(reason_of(with("rank", true)), "bad_field");

@@ -80,6 +80,7 @@ Result<std::vector<std::uint8_t>> encode_vector_spec(std::string_view kind, cons
     h.group = spec["group"].get<std::uint32_t>();
     h.key_hash = hex_bytes(spec["key_hash"]);
     h.boundary = spec["boundary"].get<std::uint64_t>();
+    h.format_version = spec["format_version"].get<std::uint16_t>();
     for (const auto& s : spec["segments"]) {
       h.segments.push_back(Segment{s["layer"].get<std::uint32_t>(),
                                    kind_from(s["kind"].get<std::string>()),
@@ -87,7 +88,8 @@ Result<std::vector<std::uint8_t>> encode_vector_spec(std::string_view kind, cons
                                    s["offset"].get<std::uint64_t>(),
                                    s["length"].get<std::uint64_t>(),
                                    s["shape"].get<std::vector<std::uint64_t>>(),
-                                   s["stride"].get<std::vector<std::uint64_t>>()});
+                                   s["stride"].get<std::vector<std::uint64_t>>(),
+                                   s["part"].get<std::uint8_t>()});
     }
     const auto payload = hex_bytes(spec["payload"]);
     h.payload_length = payload.size();
@@ -99,6 +101,7 @@ Result<std::vector<std::uint8_t>> encode_vector_spec(std::string_view kind, cons
   }
   if (kind == "manifest") {
     BoundaryManifest m;
+    m.format = spec["format"].get<std::uint16_t>();
     m.ns = spec["namespace"].get<std::string>();
     m.rank = spec["rank"].get<std::uint32_t>();
     m.boundary = spec["boundary"].get<std::uint64_t>();

@@ -34,17 +34,18 @@ Result<void> check_segment_table(const std::vector<Segment>& segments,
                                  std::uint64_t payload_length) {
   std::uint64_t expected = 0;
   bool have_previous = false;
-  std::uint32_t prev_layer = 0;
-  std::uint8_t prev_kind = 0;
+  std::uint64_t previous = 0;
   for (std::size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
-    const auto kind = static_cast<std::uint8_t>(s.kind);
     if (s.layer > kMaxLayerIndex) return segment_error(i, "layer " + num(s.layer));
-    if (have_previous && (s.layer < prev_layer || (s.layer == prev_layer && kind <= prev_kind)))
-      return segment_error(i, "not sorted by (layer, kind)");
+    // (layer, kind, part) as one number; v1 parts are all 0, so this is v1's
+    // (layer, kind) rule there.
+    const std::uint64_t order = (std::uint64_t{s.layer} << 16) |
+                                (std::uint64_t{static_cast<std::uint8_t>(s.kind)} << 8) | s.part;
+    if (have_previous && order <= previous)
+      return segment_error(i, "not sorted by (layer, kind, part)");
     have_previous = true;
-    prev_layer = s.layer;
-    prev_kind = kind;
+    previous = order;
     if ((s.kind == SegmentKind::Conv || s.kind == SegmentKind::Temporal) && s.shape.empty())
       return segment_error(i, "state needs shape");
     if (s.offset != expected)
@@ -115,6 +116,8 @@ std::uint32_t ChunkHeader::header_length() const { return header_length_for(segm
 std::string ChunkHeader::key_hex() const { return to_hex(key_hash); }
 
 Result<std::vector<std::uint8_t>> encode_header(const ChunkHeader& h) {
+  if (!readable_version(h.format_version))
+    return make_error(Reason::UnsupportedVersion, "format version " + num(h.format_version));
   if (h.checksum_algorithm != kChecksumCrc32)
     return make_error(Reason::UnsupportedChecksumAlgorithm,
                       "checksum algorithm " + num(h.checksum_algorithm));
@@ -134,13 +137,15 @@ Result<std::vector<std::uint8_t>> encode_header(const ChunkHeader& h) {
       return segment_error(i, "shape/stride rank");
     if (!valid_kind(static_cast<std::uint8_t>(s.kind))) return segment_error(i, "kind");
     if (!valid_dtype(static_cast<std::uint8_t>(s.dtype))) return segment_error(i, "dtype");
+    if (h.format_version == 1 && s.part != 0)
+      return make_error(Reason::ReservedNonzero, "segment " + num(i) + ": v1 has no part");
   }
   if (auto r = check_segment_table(h.segments, h.payload_length); !r) return r.error();
 
   std::vector<std::uint8_t> out;
   out.reserve(h.header_length());
   out.insert(out.end(), kMagic.begin(), kMagic.end());
-  put_le(out, kFormatVersion, 2);
+  put_le(out, h.format_version, 2);
   put_le(out, 0, 2);  // flags
   put_le(out, h.header_length(), 4);
   put_le(out, h.checksum_algorithm, 1);
@@ -159,7 +164,7 @@ Result<std::vector<std::uint8_t>> encode_header(const ChunkHeader& h) {
     put_le(out, static_cast<std::uint8_t>(s.kind), 1);
     put_le(out, static_cast<std::uint8_t>(s.dtype), 1);
     put_le(out, s.shape.size(), 1);
-    put_le(out, 0, 1);  // reserved
+    put_le(out, s.part, 1);  // v1: the reserved byte, 0 (checked above)
     put_le(out, s.offset, 8);
     put_le(out, s.length, 8);
     for (std::size_t d = 0; d < kMaxNdim; ++d) put_le(out, d < s.shape.size() ? s.shape[d] : 0, 8);
@@ -178,7 +183,7 @@ Result<ChunkHeader> parse_header(std::span<const std::uint8_t> buf) {
     return make_error(Reason::BadMagic, "not a kvtier chunk (magic)");
   if (size < 10) return make_error(Reason::Truncated, num(size) + " bytes, version needs 10");
   const auto version = get_le(p + 8, 2);
-  if (version != kFormatVersion)
+  if (!readable_version(version))
     return make_error(Reason::UnsupportedVersion, "format version " + num(version));
   if (size < kFixedHeaderSize)
     return make_error(Reason::Truncated,
@@ -235,11 +240,12 @@ Result<ChunkHeader> parse_header(std::span<const std::uint8_t> buf) {
   h.payload_length = payload_length;
   h.payload_checksum = static_cast<std::uint32_t>(payload_checksum);
   h.checksum_algorithm = static_cast<std::uint8_t>(algorithm);
+  h.format_version = static_cast<std::uint16_t>(version);
   h.segments.reserve(nseg);
   for (std::size_t i = 0; i < nseg; ++i) {
     const std::uint8_t* e = p + kFixedHeaderSize + i * kSegmentEntrySize;
-    const auto kind = e[4], dtype = e[5], ndim = e[6], res = e[7];
-    if (res != 0)
+    const auto kind = e[4], dtype = e[5], ndim = e[6], part = e[7];
+    if (version == 1 && part != 0)  // v1's reserved byte
       return make_error(Reason::ReservedNonzero, "segment " + num(i) + ": reserved byte");
     if (!valid_kind(kind)) return segment_error(i, "kind " + num(kind));
     if (!valid_dtype(dtype)) return segment_error(i, "dtype " + num(dtype));
@@ -250,6 +256,7 @@ Result<ChunkHeader> parse_header(std::span<const std::uint8_t> buf) {
     s.dtype = static_cast<DType>(dtype);
     s.offset = get_le(e + 8, 8);
     s.length = get_le(e + 16, 8);
+    s.part = part;
     for (std::size_t d = 0; d < kMaxNdim; ++d) {
       const auto shape = get_le(e + 24 + 8 * d, 8), stride = get_le(e + 72 + 8 * d, 8);
       if (d < ndim) {
@@ -300,7 +307,7 @@ std::vector<Segment> make_segments(std::span<const SegmentSpec> specs) {
     std::uint64_t length = dtype_itemsize(spec.dtype);
     for (std::uint64_t d : spec.shape) length *= d;
     out.push_back(Segment{spec.layer, spec.kind, spec.dtype, offset, length, spec.shape,
-                          spec.stride});
+                          spec.stride, spec.part});
     offset += length;
   }
   return out;

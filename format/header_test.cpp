@@ -34,7 +34,7 @@ TEST(Header, RoundTrip) {
 TEST(Header, LayoutIsLittleEndianAtDocumentedOffsets) {
   const auto file = make_chunk(state_header(), pattern_bytes(44, 1));
   EXPECT_EQ(std::string(file.begin(), file.begin() + 8), "KVTCHUNK");
-  EXPECT_EQ(file[8], 1);   // version
+  EXPECT_EQ(file[8], 2);   // version (encoders write v2)
   EXPECT_EQ(file[12], header_length_for(2) & 0xFF);
   EXPECT_EQ(file[16], 1);  // CRC-32
   EXPECT_EQ(file[17], 32);  // key length
@@ -111,6 +111,77 @@ TEST(Header, EncodeRefusesWhatWouldNotParse) {
   bad = h;
   bad.segments.clear();
   EXPECT_EQ(reason(bad), "bad_segment_table");
+}
+
+// v2: a KDA-style layer's conv state as one segment per part, each with its
+// own dtype and shape; the part is byte 7 of the entry.
+ChunkHeader kda_header() {
+  std::vector<SegmentSpec> specs = {
+      {12, SegmentKind::Conv, DType::BFloat16, {2, 3}, {3, 1}, 0},
+      {12, SegmentKind::Conv, DType::BFloat16, {2, 3}, {3, 1}, 1},
+      {12, SegmentKind::Conv, DType::Float32, {3, 1}, {1, 1}, 2},
+      {12, SegmentKind::Temporal, DType::Float32, {2, 2, 2}, {4, 2, 1}, 0},
+  };
+  ChunkHeader h = state_header();
+  h.segments = make_segments(specs);
+  h.payload_length = 68;
+  return h;
+}
+
+TEST(Header, V2PartsRoundTripAndSitInByteSeven) {
+  const auto file = make_chunk(kda_header(), pattern_bytes(68, 2));
+  auto h = verify_chunk(file);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(h->format_version, 2);
+  ASSERT_EQ(h->segments.size(), 4u);
+  EXPECT_EQ(h->segments[1].part, 1);
+  EXPECT_EQ(h->segments[2].part, 2);
+  EXPECT_EQ(h->segments[2].dtype, DType::Float32);
+  EXPECT_EQ(h->segments[2].offset, 24u);
+  EXPECT_EQ(h->segments[3].part, 0);
+  EXPECT_EQ(file[144 + 120 * 2 + 7], 2);
+}
+
+TEST(Header, V2OrderIsLayerKindPart) {
+  auto reason = [](const ChunkHeader& h) {
+    auto r = encode_header(h);
+    return r ? std::string("ok") : std::string(reason_name(r.error().reason));
+  };
+  ChunkHeader h = kda_header();
+  std::swap(h.segments[0].part, h.segments[1].part);  // part 1 before part 0
+  EXPECT_EQ(reason(h), "bad_segment_table");
+  h = kda_header();
+  h.segments[1].part = 0;  // (12, conv, 0) twice
+  EXPECT_EQ(reason(h), "bad_segment_table");
+  h = kda_header();
+  h.segments[2].part = 255;  // parts need only ascend
+  EXPECT_EQ(reason(h), "ok");
+}
+
+TEST(Header, V1StillReadsAndHasNoPart) {
+  ChunkHeader h = state_header();
+  h.format_version = 1;
+  auto file = make_chunk(h, pattern_bytes(44, 1));
+  EXPECT_EQ(file[8], 1);
+  auto parsed = verify_chunk(file);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed->format_version, 1);
+  // A v1 encoder cannot write a part; a v1 file whose reserved byte is set
+  // (the same header relabelled) is reserved_nonzero, never a part.
+  ChunkHeader kda = kda_header();
+  kda.format_version = 1;
+  auto r = encode_header(kda);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, Reason::ReservedNonzero);
+  auto v2 = make_chunk(kda_header(), pattern_bytes(68, 2));
+  v2[8] = 1;
+  const std::size_t hl = header_length_for(4);
+  const std::uint32_t crc = crc32(std::span(v2).first(hl - 4));
+  for (int i = 0; i < 4; ++i) v2[hl - 4 + i] = static_cast<std::uint8_t>(crc >> (8 * i));
+  EXPECT_EQ(verdict(v2), "reserved_nonzero");
+  ChunkHeader v3 = state_header();
+  v3.format_version = 3;
+  EXPECT_FALSE(encode_header(v3));
 }
 
 TEST(Header, MaximumSegmentsRoundTrip) {

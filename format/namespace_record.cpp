@@ -19,7 +19,7 @@ Result<void> check_fenced(const json& fenced) {
   const auto version =
       fenced.contains("format_version") ? json_int(fenced["format_version"]) : std::nullopt;
   if (!version) return bad_field("fenced.format_version missing");
-  if (*version != kFormatVersion)
+  if (*version < 0 || !readable_version(static_cast<std::uint64_t>(*version)))
     return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(*version));
   for (const char* name : {"model", "vllm_version", "build_id", "kv_dtype", "hash_algorithm"}) {
     const auto it = fenced.find(name);

@@ -62,8 +62,10 @@ TEST(NamespaceRecord, HashCoversFencedOnly) {
 TEST(NamespaceRecord, FencedChecks) {
   EXPECT_EQ(reason_of(fenced()), "ok");
   auto f = fenced();
-  f["format_version"] = 2;
+  f["format_version"] = 3;
   EXPECT_EQ(reason_of(f), "unsupported_version");
+  f["format_version"] = 2;
+  EXPECT_EQ(reason_of(f), "ok");
   f = fenced();
   f.erase("model");
   EXPECT_EQ(reason_of(f), "bad_field");

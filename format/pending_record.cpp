@@ -41,7 +41,7 @@ Result<std::string> encode_pending_record(std::vector<PendingChunk> chunks) {
   chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
   json list = json::array();
   for (const auto& c : chunks) list.push_back({c.group, c.key});
-  json body{{"chunks", std::move(list)}, {"format", kFormatVersion}, {"kind", kPendingKind}};
+  json body{{"chunks", std::move(list)}, {"format", kPendingFormatVersion}, {"kind", kPendingKind}};
   if (auto r = check_body(body); !r) return r.error();
   return canonical_json(body);
 }
@@ -53,7 +53,7 @@ Result<std::vector<PendingChunk>> parse_pending_record(std::string_view bytes) {
   if (!value.is_object()) return bad_field("pending record must be an object");
   const auto version = value.contains("format") ? json_int(value["format"]) : std::nullopt;
   if (!version) return bad_field("format missing");
-  if (*version != kFormatVersion)
+  if (*version != kPendingFormatVersion)
     return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(*version));
   return check_body(value);
 }

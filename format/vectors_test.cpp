@@ -84,6 +84,7 @@ TEST(Vectors, ValidChunksParseToTheirSpec) {
     EXPECT_EQ(h->key_hex(), spec["key_hash"]);
     EXPECT_EQ(h->group, spec["group"]);
     EXPECT_EQ(h->boundary, spec["boundary"]);
+    EXPECT_EQ(h->format_version, spec["format_version"]);
     ASSERT_EQ(h->segments.size(), spec["segments"].size());
     for (std::size_t i = 0; i < h->segments.size(); ++i) {
       const auto& s = spec["segments"][i];
@@ -92,6 +93,7 @@ TEST(Vectors, ValidChunksParseToTheirSpec) {
       EXPECT_EQ(dtype_name(h->segments[i].dtype), s["dtype"].get<std::string>());
       EXPECT_EQ(h->segments[i].shape, s["shape"].get<std::vector<std::uint64_t>>());
       EXPECT_EQ(h->segments[i].stride, s["stride"].get<std::vector<std::uint64_t>>());
+      EXPECT_EQ(h->segments[i].part, s["part"].get<int>());
     }
   }
 }
@@ -128,7 +130,7 @@ TEST(Vectors, RecordsHashAndNameLikePython) {
     ASSERT_TRUE(parsed);
     EXPECT_EQ(parsed->ns_short, namespace_short(*hash));
   }
-  EXPECT_EQ(seen, 2);
+  EXPECT_EQ(seen, 3);
 }
 
 // Flipped records that still parse: the hash both codecs compute (changed by

@@ -146,8 +146,9 @@ nlohmann::json header_json(const kvformat::ChunkHeader& h, uint64_t file_size) {
                     {"offset", s.offset},
                     {"length", s.length},
                     {"shape", s.shape},
-                    {"stride", s.stride}});
-  return {{"format_version", kvformat::kFormatVersion},
+                    {"stride", s.stride},
+                    {"part", s.part}});
+  return {{"format_version", h.format_version},
           {"header_length", h.header_length()},
           {"checksum_algorithm", h.checksum_algorithm},
           {"namespace", kvformat::to_hex(h.namespace_hash)},
@@ -162,7 +163,7 @@ nlohmann::json header_json(const kvformat::ChunkHeader& h, uint64_t file_size) {
 
 std::string header_text(const kvformat::ChunkHeader& h, uint64_t file_size) {
   std::string out;
-  out += fmt::format("format_version      {}\n", kvformat::kFormatVersion);
+  out += fmt::format("format_version      {}\n", h.format_version);
   out += fmt::format("header_length       {}\n", h.header_length());
   out += fmt::format("checksum_algorithm  {} (crc32)\n", h.checksum_algorithm);
   out += fmt::format("namespace           {}\n", kvformat::to_hex(h.namespace_hash));
@@ -174,9 +175,9 @@ std::string header_text(const kvformat::ChunkHeader& h, uint64_t file_size) {
   out += fmt::format("file_size           {}\n", file_size);
   out += fmt::format("segments            {}\n", h.segments.size());
   for (const auto& s : h.segments) {
-    out += fmt::format("  layer {:>5} {:<8} {:<12} offset {} length {} shape [{}] stride [{}]\n", s.layer,
-                       kvformat::segment_kind_name(s.kind), kvformat::dtype_name(s.dtype), s.offset, s.length,
-                       fmt::join(s.shape, ", "), fmt::join(s.stride, ", "));
+    out += fmt::format("  layer {:>5} {:<8} part {:>3} {:<12} offset {} length {} shape [{}] stride [{}]\n",
+                       s.layer, kvformat::segment_kind_name(s.kind), s.part, kvformat::dtype_name(s.dtype), s.offset,
+                       s.length, fmt::join(s.shape, ", "), fmt::join(s.stride, ", "));
   }
   return out;
 }

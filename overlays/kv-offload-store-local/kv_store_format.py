@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Chunk store format v1: the on-disk contract of the worker-local KV tier.
+"""Chunk store format v2: the on-disk contract of the worker-local KV tier.
 
 This module is the Python half of the codec described in docs/FORMAT.md of the
 kvtier project; `kvstore` (C++) implements the other half. Both are checked
@@ -23,12 +23,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what encoders write
+READABLE_VERSIONS = (1, 2)  # what readers accept (v1: no segment part)
+PENDING_FORMAT_VERSION = 1  # the pending record (9.1) did not change in v2
 MAGIC = b"KVTCHUNK"
 DEFAULT_PREFIX = "glm53kv"
 
 CHECKSUM_CRC32 = 1  # zlib's CRC-32 (reflected 0xEDB88320, init/xorout 0xFFFFFFFF)
-CHECKSUM_CRC32C = 2  # reserved for a later version; v1 readers reject it
+CHECKSUM_CRC32C = 2  # reserved for a later version; v1/v2 readers reject it
 
 FIXED_HEADER_SIZE = 144
 SEGMENT_ENTRY_SIZE = 120
@@ -45,6 +47,7 @@ MAX_LAYER_INDEX = 65535
 MAX_TOKEN_INDEX = 1 << 40
 MAX_PAYLOAD_LENGTH = 1 << 34
 MAX_NDIM = 6
+MAX_PART = 255
 MAX_CHAIN_LENGTH = 1 << 18
 MAX_MANIFEST_GROUPS = MAX_GROUP_INDEX + 1
 MAX_MANIFEST_BYTES = 64 << 20
@@ -84,7 +87,7 @@ class Reason(str, enum.Enum):
 
 
 class FormatError(ValueError):
-    """A file or name that does not follow format v1."""
+    """A file or name that does not follow the format (v1 or v2)."""
 
     def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(f"{reason.value}: {message}")
@@ -135,7 +138,11 @@ def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
 
 @dataclass(frozen=True)
 class Segment:
-    """One contiguous run of the payload: a layer's bytes or one state part."""
+    """One contiguous run of the payload: a layer's bytes or one state part.
+
+    `part` (v2) numbers the tensors of one (layer, kind): a KDA-style layer
+    has conv parts 0, 1, 2 (q, k, v). v1 has no part: it is always 0 there.
+    """
 
     layer: int
     kind: SegmentKind
@@ -144,6 +151,7 @@ class Segment:
     length: int
     shape: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,7 @@ class ChunkHeader:
     payload_length: int
     payload_checksum: int
     checksum_algorithm: int = CHECKSUM_CRC32
+    format_version: int = FORMAT_VERSION
 
     @property
     def header_length(self) -> int:
@@ -171,16 +180,18 @@ def header_length_for(num_segments: int) -> int:
 
 
 def make_segments(
-    specs: Iterable[tuple[int, SegmentKind, DType, Sequence[int], Sequence[int]]],
+    specs: Iterable[tuple[Any, ...]],
 ) -> tuple[Segment, ...]:
-    """Lay out (layer, kind, dtype, shape, stride) parts back to back.
+    """Lay out (layer, kind, dtype, shape, stride[, part]) tuples back to back.
 
     Lengths come from shape and dtype; describe opaque bytes as shape (n,),
-    stride (1,) with dtype UINT8.
+    stride (1,) with dtype UINT8. A 5-tuple is part 0.
     """
     out: list[Segment] = []
     offset = 0
-    for layer, kind, dtype, shape, stride in specs:
+    for spec in specs:
+        layer, kind, dtype, shape, stride = spec[:5]
+        part = spec[5] if len(spec) > 5 else 0
         length = DTYPE_ITEMSIZE[DType(dtype)]
         for dim in shape:
             length *= int(dim)
@@ -193,6 +204,7 @@ def make_segments(
                 length=length,
                 shape=tuple(int(d) for d in shape),
                 stride=tuple(int(s) for s in stride),
+                part=int(part),
             )
         )
         offset += length
@@ -205,7 +217,7 @@ def encode_header(header: ChunkHeader) -> bytes:
     parts = [
         _FIXED.pack(
             MAGIC,
-            FORMAT_VERSION,
+            header.format_version,
             0,
             header.header_length,
             header.checksum_algorithm,
@@ -229,7 +241,7 @@ def encode_header(header: ChunkHeader) -> bytes:
                 int(seg.kind),
                 int(seg.dtype),
                 len(seg.shape),
-                0,
+                seg.part,  # v1: the reserved byte, 0 (checked above)
                 seg.offset,
                 seg.length,
                 *shape,
@@ -247,9 +259,12 @@ def encode_chunk(
     boundary: int,
     segments: Sequence[Segment],
     payload: bytes | bytearray | memoryview,
+    format_version: int = FORMAT_VERSION,
 ) -> bytes:
     """Header + payload in one buffer (tests and small writers)."""
-    header = make_header(namespace_hash, group, key_hash, boundary, segments, payload)
+    header = make_header(
+        namespace_hash, group, key_hash, boundary, segments, payload, format_version
+    )
     return encode_header(header) + bytes(payload)
 
 
@@ -260,6 +275,7 @@ def make_header(
     boundary: int,
     segments: Sequence[Segment],
     payload: bytes | bytearray | memoryview,
+    format_version: int = FORMAT_VERSION,
 ) -> ChunkHeader:
     return ChunkHeader(
         namespace_hash=bytes(namespace_hash),
@@ -269,6 +285,7 @@ def make_header(
         segments=tuple(segments),
         payload_length=len(memoryview(payload).cast("B")),
         payload_checksum=crc32(payload),
+        format_version=format_version,
     )
 
 
@@ -287,7 +304,7 @@ def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
     if size < 10:
         raise FormatError(Reason.TRUNCATED, f"{size} bytes, version needs 10")
     (version,) = struct.unpack_from("<H", buf, 8)
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
     if size < FIXED_HEADER_SIZE:
         raise FormatError(
@@ -350,7 +367,7 @@ def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
             f"{nseg} segments do not fill header length {header_length}",
         )
     segments = tuple(
-        _decode_segment(buf, FIXED_HEADER_SIZE + i * SEGMENT_ENTRY_SIZE, i)
+        _decode_segment(buf, FIXED_HEADER_SIZE + i * SEGMENT_ENTRY_SIZE, i, version)
         for i in range(nseg)
     )
     _check_segment_table(segments, payload_length)
@@ -363,6 +380,7 @@ def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
         payload_length=payload_length,
         payload_checksum=payload_checksum,
         checksum_algorithm=algorithm,
+        format_version=version,
     )
 
 
@@ -419,6 +437,10 @@ def verify_chunk_file(path: str, block_size: int = 8 << 20) -> ChunkHeader:
 
 
 def _check_header_fields(header: ChunkHeader) -> None:
+    if header.format_version not in READABLE_VERSIONS:
+        raise FormatError(
+            Reason.UNSUPPORTED_VERSION, f"format version {header.format_version}"
+        )
     if header.checksum_algorithm != CHECKSUM_CRC32:
         raise FormatError(
             Reason.UNSUPPORTED_CHECKSUM_ALGORITHM,
@@ -447,16 +469,20 @@ def _check_header_fields(header: ChunkHeader) -> None:
             raise FormatError(Reason.BAD_SEGMENT_TABLE, "shape/stride range")
         if not 0 <= seg.layer <= MAX_LAYER_INDEX:
             raise FormatError(Reason.BAD_SEGMENT_TABLE, f"layer {seg.layer}")
+        if not 0 <= seg.part <= MAX_PART:
+            raise FormatError(Reason.BAD_SEGMENT_TABLE, f"part {seg.part}")
+        if seg.part and header.format_version == 1:
+            raise FormatError(Reason.RESERVED_NONZERO, "v1 has no segment part")
     _check_segment_table(header.segments, header.payload_length)
 
 
-def _decode_segment(buf: memoryview, offset: int, index: int) -> Segment:
+def _decode_segment(buf: memoryview, offset: int, index: int, version: int) -> Segment:
     fields = _SEGMENT.unpack_from(buf, offset)
-    layer, kind, dtype, ndim, reserved, seg_offset, length = fields[:7]
+    layer, kind, dtype, ndim, part, seg_offset, length = fields[:7]
     shape_all = fields[7 : 7 + MAX_NDIM]
     stride_all = fields[7 + MAX_NDIM :]
     where = f"segment {index}"
-    if reserved != 0:
+    if version == 1 and part != 0:  # v1's reserved byte
         raise FormatError(Reason.RESERVED_NONZERO, f"{where}: reserved byte")
     if kind not in SegmentKind._value2member_map_:
         raise FormatError(Reason.BAD_SEGMENT_TABLE, f"{where}: kind {kind}")
@@ -474,20 +500,22 @@ def _decode_segment(buf: memoryview, offset: int, index: int) -> Segment:
         length=length,
         shape=tuple(shape_all[:ndim]),
         stride=tuple(stride_all[:ndim]),
+        part=part,
     )
 
 
 def _check_segment_table(segments: Sequence[Segment], payload_length: int) -> None:
     expected_offset = 0
-    previous: tuple[int, int] | None = None
+    previous: tuple[int, int, int] | None = None
     for i, seg in enumerate(segments):
         where = f"segment {i}"
         if seg.layer > MAX_LAYER_INDEX:
             raise FormatError(Reason.BAD_SEGMENT_TABLE, f"{where}: layer {seg.layer}")
-        order = (seg.layer, int(seg.kind))
+        # v1 parts are all 0, so this is v1's (layer, kind) rule there.
+        order = (seg.layer, int(seg.kind), seg.part)
         if previous is not None and order <= previous:
             raise FormatError(
-                Reason.BAD_SEGMENT_TABLE, f"{where}: not sorted by (layer, kind)"
+                Reason.BAD_SEGMENT_TABLE, f"{where}: not sorted by (layer, kind, part)"
             )
         previous = order
         if seg.kind in (SegmentKind.CONV, SegmentKind.TEMPORAL) and not seg.shape:
@@ -633,9 +661,10 @@ def make_fenced(
     num_speculative_tokens: int,
     page_sizes: Mapping[int, int],
     state_abi: Mapping[str, Any],
+    format_version: int = FORMAT_VERSION,
 ) -> dict[str, Any]:
     fenced: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version,
         "model": model,
         "vllm_version": vllm_version,
         "build_id": build_id,
@@ -656,7 +685,7 @@ def check_fenced(fenced: Mapping[str, Any]) -> None:
     version = fenced.get("format_version")
     if type(version) is not int:
         raise FormatError(Reason.BAD_FIELD, "fenced.format_version missing")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
     for name in _FENCED_STR:
         value = fenced.get(name)
@@ -753,6 +782,7 @@ class BoundaryManifest:
     chunk_tokens: int
     chain: tuple[str, ...]  # chunk key hashes from token 0 to the boundary
     groups: tuple[ManifestGroup, ...]
+    format: int = FORMAT_VERSION  # 1 or 2 (same structure)
 
     @property
     def tip(self) -> str:
@@ -769,7 +799,7 @@ def _manifest_body(m: BoundaryManifest) -> dict[str, Any]:
         "chain": list(m.chain),
         "checksum_algorithm": CHECKSUM_CRC32,
         "chunk_tokens": m.chunk_tokens,
-        "format": FORMAT_VERSION,
+        "format": m.format,
         "groups": [
             {
                 "entries": [[e.key, e.length, e.checksum] for e in g.entries],
@@ -785,6 +815,8 @@ def _manifest_body(m: BoundaryManifest) -> dict[str, Any]:
 
 
 def encode_manifest(m: BoundaryManifest) -> bytes:
+    if m.format not in READABLE_VERSIONS:
+        raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {m.format}")
     body = _manifest_body(m)
     _check_manifest_body(body)
     body["checksum"] = f"{crc32(canonical_json(body)):08x}"
@@ -798,7 +830,7 @@ def decode_manifest(data: bytes | bytearray | memoryview) -> BoundaryManifest:
     version = value.get("format")
     if type(version) is not int:
         raise FormatError(Reason.BAD_FIELD, "format missing")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
     algorithm = value.get("checksum_algorithm")
     if type(algorithm) is not int:
@@ -831,6 +863,7 @@ def decode_manifest(data: bytes | bytearray | memoryview) -> BoundaryManifest:
             )
             for g in value["groups"]
         ),
+        format=version,
     )
 
 
@@ -934,7 +967,11 @@ def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
     """Canonical JSON naming the chunks (group, key hex) a live writer still
     means to name in a manifest; sorted, each once."""
     items = sorted(set(chunks))
-    body = {"chunks": [[g, k] for g, k in items], "format": FORMAT_VERSION, "kind": PENDING_KIND}
+    body = {
+        "chunks": [[g, k] for g, k in items],
+        "format": PENDING_FORMAT_VERSION,
+        "kind": PENDING_KIND,
+    }
     _check_pending_body(body)
     return canonical_json(body)
 
@@ -946,7 +983,7 @@ def decode_pending_record(data: bytes | bytearray | memoryview) -> list[tuple[in
     version = value.get("format")
     if type(version) is not int:
         raise FormatError(Reason.BAD_FIELD, "format missing")
-    if version != FORMAT_VERSION:
+    if version != PENDING_FORMAT_VERSION:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
     _check_pending_body(value)
     return [(g, k) for g, k in value["chunks"]]

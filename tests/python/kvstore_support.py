@@ -68,6 +68,7 @@ class Store:
     keep: int | None = 2
     build_id: str = "b1"
     entries: dict[str, fmt.ManifestEntry] = field(default_factory=dict)
+    format_version: int = fmt.FORMAT_VERSION  # 1: a store an old writer left
 
     def __post_init__(self) -> None:
         self.fenced = fmt.make_fenced(
@@ -80,6 +81,7 @@ class Store:
             num_speculative_tokens=0,
             page_sizes={FULL_GROUP: 96, STATE_GROUP: 112},
             state_abi={"layers": 2},
+            format_version=self.format_version,
         )
         self.ns_hash = fmt.namespace_hash(self.fenced)
         self.layout = fmt.StoreLayout.create(
@@ -108,7 +110,13 @@ class Store:
         segs = state_segments() if group == STATE_GROUP else full_segments()
         payload = payload_for(segs, f"{key}/{group}")
         data = fmt.encode_chunk(
-            ns_hash or self.ns_hash, group, bytes.fromhex(key), boundary, segs, payload
+            ns_hash or self.ns_hash,
+            group,
+            bytes.fromhex(key),
+            boundary,
+            segs,
+            payload,
+            self.format_version,
         )
         path = Path(self.layout.chunk(key, group))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +147,7 @@ class Store:
                     (self.entries[f"{STATE_GROUP}/{chain[-1]}"],),
                 ),
             ),
+            format=self.format_version,
         )
 
     def boundary(self, names: list[str]) -> Path:

@@ -1,4 +1,4 @@
-"""Format v1: the Python codec against the shared vectors, and against the C++
+"""Format v1 and v2: the Python codec against the shared vectors, and against the C++
 codec through build/format/kvformat_vectors (both directions, byte for byte)."""
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def _encode_spec(kind: str, spec: dict) -> bytes:
                 s["length"],
                 tuple(s["shape"]),
                 tuple(s["stride"]),
+                s["part"],
             )
             for s in spec["segments"]
         )
@@ -138,6 +139,7 @@ def _encode_spec(kind: str, spec: dict) -> bytes:
             spec["boundary"],
             segments,
             bytes.fromhex(spec["payload"]),
+            spec["format_version"],
         )
     if kind == "manifest":
         return f.encode_manifest(
@@ -155,6 +157,7 @@ def _encode_spec(kind: str, spec: dict) -> bytes:
                     )
                     for g in spec["groups"]
                 ),
+                spec["format"],
             )
         )
     return f.encode_namespace_record(f.NamespaceRecord(spec["fenced"], spec["info"]))
@@ -168,6 +171,12 @@ def test_valid_vectors_reencode_and_round_trip(vector: dict) -> None:
     data = (VECTORS / vector["file"]).read_bytes()
     assert _encode_spec(vector["kind"], vector["spec"]) == data
     spec = vector["spec"]
+    if vector["kind"] == "chunk":
+        header = f.verify_chunk(data)
+        assert header.format_version == spec["format_version"]
+        assert [s.part for s in header.segments] == [
+            s["part"] for s in spec["segments"]
+        ]
     if vector["kind"] == "manifest":
         assert f.decode_manifest(data).file_name == spec["file_name"]
     if vector["kind"] == "record":
@@ -405,6 +414,46 @@ def test_encode_refuses_what_would_not_parse() -> None:
         with pytest.raises(f.FormatError) as err:
             f.encode_header(f.ChunkHeader(**{**vars(header), **change}))
         assert err.value.reason.value == reason
+
+
+def test_v2_parts_six_tuples_and_v1_compatibility() -> None:
+    segments = f.make_segments(
+        [
+            (12, f.SegmentKind.CONV, f.DType.BFLOAT16, (2, 3), (3, 1), 0),
+            (12, f.SegmentKind.CONV, f.DType.BFLOAT16, (2, 3), (3, 1), 1),
+            (12, f.SegmentKind.CONV, f.DType.FLOAT32, (3, 1), (1, 1), 2),
+            (12, f.SegmentKind.TEMPORAL, f.DType.FLOAT32, (2, 2, 2), (4, 2, 1)),
+        ]
+    )
+    assert [(s.part, s.offset, s.length) for s in segments] == [
+        (0, 0, 12),
+        (1, 12, 12),
+        (2, 24, 12),
+        (0, 36, 32),
+    ]
+    ns, key = bytes(range(32)), bytes(range(100, 132))
+    data = f.encode_chunk(ns, 2, key, 48, segments, bytes(68))
+    assert data[8] == 2 and data[144 + 2 * 120 + 7] == 2
+    header = f.verify_chunk(data)
+    assert header.format_version == 2 and header.segments == segments
+    # Order is (layer, kind, part): part 1 before part 0 is a writer bug.
+    swapped = (segments[1], segments[0], *segments[2:])
+    swapped = f.make_segments(
+        [(s.layer, s.kind, s.dtype, s.shape, s.stride, s.part) for s in swapped]
+    )
+    with pytest.raises(f.FormatError) as err:
+        f.encode_chunk(ns, 2, key, 48, swapped, bytes(68))
+    assert err.value.reason is f.Reason.BAD_SEGMENT_TABLE
+    # v1 has no part: the encoder refuses one, and v1 files still read.
+    with pytest.raises(f.FormatError) as err:
+        f.encode_chunk(ns, 2, key, 48, segments, bytes(68), format_version=1)
+    assert err.value.reason is f.Reason.RESERVED_NONZERO
+    conv = f.make_segments([(12, f.SegmentKind.CONV, f.DType.UINT8, (36,), (1,))])
+    old = f.encode_chunk(ns, 2, key, 48, conv, bytes(36), format_version=1)
+    assert old[8] == 1 and f.verify_chunk(old).format_version == 1
+    with pytest.raises(f.FormatError) as err:
+        f.encode_chunk(ns, 2, key, 48, segments, bytes(68), format_version=3)
+    assert err.value.reason is f.Reason.UNSUPPORTED_VERSION
 
 
 def test_store_layout_paths() -> None:

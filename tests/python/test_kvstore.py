@@ -627,6 +627,61 @@ def test_inspect(kv, store):
     assert kv("inspect", str(link)).code == 6
 
 
+def test_v1_and_v2_stores_verify_and_inspect_shows_parts(kv, tmp_path):
+    """kvstore reads format v1 (an old writer's store) and v2 side by side;
+    inspect shows each file's version and, in v2, each segment's part."""
+    old = Store(tmp_path, format_version=1)
+    old.boundary(["a", "b"])
+    new = Store(tmp_path)
+    assert new.name != old.name  # the version is fenced: another namespace
+    new.boundary(["a"])
+    # A KDA-style state payload: conv parts q, k, v, then the temporal state.
+    segs = fmt.make_segments(
+        [
+            (0, fmt.SegmentKind.CONV, fmt.DType.BFLOAT16, (4, 3), (3, 1), 0),
+            (0, fmt.SegmentKind.CONV, fmt.DType.BFLOAT16, (2, 3), (3, 1), 1),
+            (0, fmt.SegmentKind.CONV, fmt.DType.FLOAT32, (2, 3), (3, 1), 2),
+            (0, fmt.SegmentKind.TEMPORAL, fmt.DType.FLOAT32, (2, 4), (4, 1)),
+        ]
+    )
+    key = key_of("a")
+    data = fmt.encode_chunk(
+        new.ns_hash, STATE_GROUP, bytes.fromhex(key), 64, segs, bytes(range(92))
+    )
+    p = chunk_path(new, "a", STATE_GROUP)
+    p.write_bytes(data)
+    header = fmt.decode_header(data)
+    new.entries[f"{STATE_GROUP}/{key}"] = fmt.ManifestEntry(
+        key, header.payload_length, header.payload_checksum
+    )
+    new.write_manifest(new.manifest_for([key]))
+    r = kv("verify", str(tmp_path))
+    assert r.code == 0, r.out + r.err
+    h = json.loads(kv("inspect", "--json", str(p)).out)
+    assert h["format_version"] == 2 and h["payload"] == "ok"
+    assert [(s["kind"], s["part"], s["dtype"]) for s in h["segments"]] == [
+        ("conv", 0, "bfloat16"),
+        ("conv", 1, "bfloat16"),
+        ("conv", 2, "float32"),
+        ("temporal", 0, "float32"),
+    ]
+    text = kv("inspect", str(p)).out
+    assert "format_version      2" in lines(text)
+    assert any(" conv     part   2 float32 " in line for line in lines(text)), text
+    h = json.loads(kv("inspect", "--json", str(chunk_path(old, "b", STATE_GROUP))).out)
+    assert h["format_version"] == 1 and {s["part"] for s in h["segments"]} == {0}
+    # A v1 file whose reserved byte is set stays invalid (it is no part).
+    v1 = chunk_path(old, "b", STATE_GROUP)
+    raw = bytearray(v1.read_bytes())
+    raw[144 + 120 + 7] = 1
+    hl = fmt.header_length_for(len(h["segments"]))
+    raw[hl - 4 : hl] = fmt.crc32(bytes(raw[: hl - 4])).to_bytes(4, "little")
+    v1.write_bytes(bytes(raw))
+    r = kv("inspect", str(v1))
+    assert r.code == 1 and "reserved_nonzero" in r.out, r.out
+    assert kv("verify", str(tmp_path)).code == 1
+
+
 def test_usage_and_io_errors(kv, tmp_path):
     assert kv().code == 2
     assert kv("verify").code == 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the shared format v1 test vectors with the Python codec.
+"""Writes the shared format test vectors (v1 and v2) with the Python codec.
 
 Deterministic: the same codec gives the same bytes, so `--check` (used by the
 test suite) regenerates everything in memory and fails if any committed file
@@ -13,6 +13,7 @@ recorded in index.json; the C++ suite reads the same index and must agree.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import random
@@ -57,8 +58,12 @@ FENCED = f.make_fenced(
         "conv": {"dtype": "bfloat16", "shape": [2, 3]},
         "temporal": {"dtype": "float32", "shape": [2, 2, 2]},
     },
+    format_version=1,
 )
 NS = f.namespace_hash(FENCED)
+# The same store written as v2 (a new namespace hash: new directories).
+FENCED_V2 = {**FENCED, "format_version": 2}
+NS_V2 = f.namespace_hash(FENCED_V2)
 
 
 def seg_spec(seg: f.Segment) -> dict[str, Any]:
@@ -70,11 +75,13 @@ def seg_spec(seg: f.Segment) -> dict[str, Any]:
         "length": seg.length,
         "shape": list(seg.shape),
         "stride": list(seg.stride),
+        "part": seg.part,
     }
 
 
 def chunk_spec(header: f.ChunkHeader, payload: bytes) -> dict[str, Any]:
     return {
+        "format_version": header.format_version,
         "namespace_hash": header.namespace_hash.hex(),
         "group": header.group,
         "key_hash": header.key_hash.hex(),
@@ -98,24 +105,41 @@ STATE_SEGMENTS = f.make_segments(
 )
 
 
+def v1(header: f.ChunkHeader) -> f.ChunkHeader:
+    return dataclasses.replace(header, format_version=1)
+
+
+# A KDA-style layer in v2: one conv segment per conv part (q, k, v), each with
+# its own dtype, shape and strides, then the temporal state.
+KDA_SEGMENTS = f.make_segments(
+    [
+        (12, f.SegmentKind.CONV, f.DType.BFLOAT16, (2, 3), (3, 1), 0),
+        (12, f.SegmentKind.CONV, f.DType.BFLOAT16, (2, 3), (3, 1), 1),
+        (12, f.SegmentKind.CONV, f.DType.FLOAT32, (3, 1), (1, 1), 2),
+        (12, f.SegmentKind.TEMPORAL, f.DType.FLOAT32, (2, 2, 2), (4, 2, 1), 0),
+    ]
+)
+
+
 def valid_chunks() -> dict[str, tuple[f.ChunkHeader, bytes, str]]:
+    """v1 vectors (an old writer's files, still readable) and v2 ones."""
     out = {}
     payload = pattern(160, 1)
     out["kv_two_layers"] = (
-        f.make_header(NS, 0, h("chunk-a"), 16, KV_SEGMENTS, payload),
+        v1(f.make_header(NS, 0, h("chunk-a"), 16, KV_SEGMENTS, payload)),
         payload,
         "full-attention group 0, two kv layers, sha256-sized key",
     )
     payload = pattern(44, 2)
     out["state_conv_temporal"] = (
-        f.make_header(NS, 2, h("chunk-c"), 48, STATE_SEGMENTS, payload),
+        v1(f.make_header(NS, 2, h("chunk-c"), 48, STATE_SEGMENTS, payload)),
         payload,
         "state group 2: one layer split into conv and temporal segments",
     )
     payload = pattern(40, 3)
     opaque = (f.Segment(7, f.SegmentKind.KV, f.DType.UINT8, 0, 40),)
     out["opaque_key16"] = (
-        f.make_header(NS, 1023, h("xxh", 16), 1 << 40, opaque, payload),
+        v1(f.make_header(NS, 1023, h("xxh", 16), 1 << 40, opaque, payload)),
         payload,
         "ndim 0 opaque segment, 16-byte key, max group and boundary",
     )
@@ -124,11 +148,34 @@ def valid_chunks() -> dict[str, tuple[f.ChunkHeader, bytes, str]]:
     ]
     payload = pattern(240, 4)
     out["forty_layers_key64"] = (
-        f.make_header(
-            NS, 5, h("k64", 32) + h("k64b", 32), 7, f.make_segments(specs), payload
+        v1(
+            f.make_header(
+                NS, 5, h("k64", 32) + h("k64b", 32), 7, f.make_segments(specs), payload
+            )
         ),
         payload,
         "40 segments, 64-byte key",
+    )
+    payload = pattern(160, 5)
+    out["v2_kv_two_layers"] = (
+        f.make_header(NS_V2, 0, h("chunk-a"), 16, KV_SEGMENTS, payload),
+        payload,
+        "v2: full-attention group 0, two kv layers (every part 0)",
+    )
+    payload = pattern(68, 6)
+    out["v2_kda_conv_parts"] = (
+        f.make_header(NS_V2, 2, h("chunk-c"), 48, KDA_SEGMENTS, payload),
+        payload,
+        "v2: KDA-style layer 12, conv parts 0, 1, 2 (bf16, bf16, f32), temporal",
+    )
+    payload = pattern(24, 7)
+    parts = f.make_segments(
+        [(4, f.SegmentKind.KV, f.DType.UINT8, (8,), (1,), p) for p in (0, 7, 255)]
+    )
+    out["v2_parts_sparse_255"] = (
+        f.make_header(NS_V2, 1, h("chunk-p", 8), 3, parts, payload),
+        payload,
+        "v2: parts need only ascend (0, 7, 255 on one kv layer)",
     )
     return out
 
@@ -326,8 +373,10 @@ def add_chunks(v: Vectors) -> None:
         )
 
     # fmt: off
-    bad("version_2", "unsupported_version", "version 2, checksum valid",
-        raw_header(header, fixed={"version": 2}))
+    bad("version_0", "unsupported_version", "version 0, checksum valid",
+        raw_header(header, fixed={"version": 0}))
+    bad("version_3", "unsupported_version", "version 3, checksum valid",
+        raw_header(header, fixed={"version": 3}))
     bad("algorithm_crc32c", "unsupported_checksum_algorithm",
         "algorithm 2 (CRC-32C) is reserved in v1", raw_header(header, fixed={"algorithm": 2}))
     bad("header_length_max", "bad_header_length", "header length 0xffffffff",
@@ -355,7 +404,7 @@ def add_chunks(v: Vectors) -> None:
         raw_header(header, fixed={"payload_length": (1 << 34) + 1}))
     bad("segment_count_mismatch", "bad_segment_table", "3 segments claimed, 2 present",
         raw_header(header, fixed={"nseg": 3}))
-    bad("segment_reserved_set", "reserved_nonzero", "segment 1 reserved byte",
+    bad("segment_reserved_set", "reserved_nonzero", "v1: segment 1 reserved byte",
         raw_header(header, seg_fields={1: {"reserved": 1}}))
     bad("segment_kind_0", "bad_segment_table", "segment kind 0",
         raw_header(header, seg_fields={0: {"kind": 0}}))
@@ -404,6 +453,41 @@ def add_chunks(v: Vectors) -> None:
         "one byte after the payload",
         chunk_verdict,
     )  # fmt: skip
+    add_v2_chunks(v, chunks)
+
+
+def add_v2_chunks(v: Vectors, chunks: dict[str, Any]) -> None:
+    """v2 only: the part byte, its order rule, and v1 still refusing it."""
+    header, payload, _ = chunks["v2_kda_conv_parts"]
+    base = f.encode_header(header) + payload
+    hl = header.header_length
+
+    def bad(name: str, verdict: str, note: str, hdr: bytes) -> None:
+        v.add("chunk", name, with_header(hdr, payload), verdict, note, chunk_verdict)
+
+    # fmt: off
+    bad("writer_v2_parts_unsorted", "bad_segment_table", "v2: conv part 1 before part 0",
+        raw_header(header, seg_fields={0: {"reserved": 1}, 1: {"reserved": 0}}))
+    bad("writer_v2_parts_duplicate", "bad_segment_table", "v2: conv part 1 twice",
+        raw_header(header, seg_fields={0: {"reserved": 1}}))
+    bad("writer_v2_temporal_before_conv", "bad_segment_table",
+        "v2: temporal part 0 sorts after every conv part",
+        raw_header(header, raw_segments=[
+            struct.unpack_from("<IBBBBQQ6Q6Q", f.encode_header(header), 144 + 120 * i)
+            for i in (0, 1, 3, 2)]))
+    bad("writer_v1_conv_parts", "reserved_nonzero",
+        "the v2 KDA header relabelled version 1: v1 has no part, the byte is reserved",
+        raw_header(header, fixed={"version": 1}))
+    # fmt: on
+    v.add("chunk", "flip_v2_segment_part", flip(base, 144 + 120 + 7, 0),
+          "header_checksum_mismatch", "v2 KDA chunk, bit 0 of segment 1's part flipped",
+          chunk_verdict)  # fmt: skip
+    v.add("chunk", "flip_v2_format_version", flip(base, 8, 0), "unsupported_version",
+          "v2 KDA chunk, version 2 -> 3", chunk_verdict)  # fmt: skip
+    v.add("chunk", "truncated_v2_in_segment_3", base[: 144 + 3 * 120 + 10], "truncated",
+          "v2 KDA chunk cut inside its last segment entry", chunk_verdict)  # fmt: skip
+    v.add("chunk", "truncated_v2_in_payload", base[: hl + 30], "truncated",
+          "v2 KDA chunk cut in its payload", chunk_verdict)  # fmt: skip
 
 
 # --- manifests ---------------------------------------------------------------
@@ -426,6 +510,7 @@ def base_manifest() -> f.BoundaryManifest:
             f.ManifestGroup(2, "state", (e(CHAIN[-1], 7),)),
             f.ManifestGroup(3, "state", (e(CHAIN[-1], 8),)),
         ),
+        format=1,
     )
 
 
@@ -444,6 +529,7 @@ def manifest_spec(m: f.BoundaryManifest) -> dict[str, Any]:
             }
             for g in m.groups
         ],
+        "format": m.format,
         "file_name": m.file_name,
     }
 
@@ -473,10 +559,15 @@ def add_manifests(v: Vectors) -> None:
     one = f.BoundaryManifest(
         NS.hex(), 0, 3584, 3584, (CHAIN[0],),
         (f.ManifestGroup(4, "state", (f.ManifestEntry(CHAIN[0], 18743296, 0),)),),
+        format=1,
     )  # fmt: skip
     v.add("manifest", "valid_single_state", f.encode_manifest(one), OK,
           "one chunk, one state group, checksum 0", manifest_verdict,
           manifest_spec(one), "json")  # fmt: skip
+    m2 = dataclasses.replace(m, namespace=NS_V2.hex(), format=2)
+    v.add("manifest", "valid_v2_three_chunks", f.encode_manifest(m2), OK,
+          "format 2: the same structure as v1", manifest_verdict,
+          manifest_spec(m2), "json")  # fmt: skip
 
     body = json.loads(good)
 
@@ -509,7 +600,8 @@ def add_manifests(v: Vectors) -> None:
     variant("not_object", "bad_field", "a list", b"[1,2,3]")
     variant("format_missing", "bad_field", "no format", sealed(edit(format=_DELETE)))
     variant("format_string", "bad_field", 'format "1"', sealed(edit(format="1")))
-    variant("format_2", "unsupported_version", "format 2", sealed(edit(format=2)))
+    variant("format_3", "unsupported_version", "format 3", sealed(edit(format=3)))
+    variant("format_0", "unsupported_version", "format 0", sealed(edit(format=0)))
     variant("algorithm_missing", "bad_field", "no checksum_algorithm",
             sealed(edit(checksum_algorithm=_DELETE)))
     variant("algorithm_crc32c", "unsupported_checksum_algorithm", "algorithm 2",
@@ -586,9 +678,10 @@ def add_manifests(v: Vectors) -> None:
     variant("boundary_2_40", OK, "boundary exactly 2^40 (3 chunks would not divide it; 1 does)",
             f.encode_manifest(f.BoundaryManifest(
                 NS.hex(), 0, 1 << 40, 1 << 40, (CHAIN[0],),
-                (f.ManifestGroup(4, "state", (f.ManifestEntry(CHAIN[0], 5, 0),)),))))
-    variant("format_2_with_unknown_field", "unsupported_version",
-            "the version is judged before any other field", sealed(edit(format=2, extra=1)))
+                (f.ManifestGroup(4, "state", (f.ManifestEntry(CHAIN[0], 5, 0),)),),
+                format=1)))
+    variant("format_3_with_unknown_field", "unsupported_version",
+            "the version is judged before any other field", sealed(edit(format=3, extra=1)))
     variant("chain_repeats_key", "manifest_inconsistent", "chain [k0, k0, k2]",
             sealed(edit(chain=[CHAIN[0], CHAIN[0], CHAIN[2]],
                         groups=[{**groups[0], "entries": [groups[0]["entries"][0],
@@ -675,6 +768,7 @@ def add_records(v: Vectors) -> None:
         num_speculative_tokens=3,
         page_sizes={0: 1 << 34},
         state_abi={},
+        format_version=1,
     )
     odd["extra_fenced_key"] = [
         None,
@@ -688,6 +782,10 @@ def add_records(v: Vectors) -> None:
     v.add("record", "valid_escapes", f.encode_namespace_record(rec2), OK,
           "escapes, non-BMP text, an extra fenced key, int64 limits", record_verdict,
           record_spec(rec2, 0), "json")  # fmt: skip
+    rec3 = f.NamespaceRecord(FENCED_V2, info)
+    v.add("record", "valid_kda_v2", f.encode_namespace_record(rec3), OK,
+          "valid_kda written as format v2 (another namespace hash)", record_verdict,
+          record_spec(rec3, 1), "json")  # fmt: skip
 
     good = json.loads(f.encode_namespace_record(rec))
 
@@ -719,8 +817,10 @@ def add_records(v: Vectors) -> None:
             f.canonical_json({**good, "x": 1}))
     variant("info_not_object", "bad_field", "info is a list",
             f.canonical_json({**good, "info": []}))
-    variant("format_version_2", "unsupported_version", "fenced format_version 2",
-            fenced_with(format_version=2))
+    variant("format_version_3", "unsupported_version", "fenced format_version 3",
+            fenced_with(format_version=3))
+    variant("format_version_0", "unsupported_version", "fenced format_version 0",
+            fenced_with(format_version=0))
     variant("format_version_missing", "bad_field", "no format_version",
             fenced_with(format_version=_DELETE))
     variant("model_missing", "bad_field", "no model", fenced_with(model=_DELETE))
@@ -732,9 +832,9 @@ def add_records(v: Vectors) -> None:
     variant("tp_size_0", "bad_field", "tp_size 0", fenced_with(tp_size=0))
     variant("tp_size_bool", "bad_field", "tp_size true: booleans are not integers",
             fenced_with(tp_size=True))
-    variant("format_version_2_model_missing", "unsupported_version",
+    variant("format_version_3_model_missing", "unsupported_version",
             "the version is judged before any other field",
-            fenced_with(format_version=2, model=_DELETE))
+            fenced_with(format_version=3, model=_DELETE))
     variant("spec_tokens_string", "bad_field", 'num_speculative_tokens "0"',
             fenced_with(num_speculative_tokens="0"))
     variant("page_sizes_unsorted", "bad_field", "groups 2 then 0",

@@ -1,4 +1,4 @@
-// Boundary manifest, format v1 (FORMAT.md section 5): canonical JSON naming,
+// Boundary manifest, format v1/v2 (FORMAT.md section 5; same structure): canonical JSON naming,
 // per group, the chunks a boundary needs as [key, payload length, checksum].
 #pragma once
 
@@ -40,6 +40,7 @@ struct BoundaryManifest {
   std::uint64_t chunk_tokens = 0;
   std::vector<std::string> chain;  // chunk key hashes, token 0 to the boundary
   std::vector<ManifestGroup> groups;
+  std::uint16_t format = 2;  // 1 or 2; 2 = kFormatVersion (header.h), what writers write
 
   const std::string& tip() const { return chain.back(); }
   std::string file_name() const;  // b<boundary>_<tip>.json

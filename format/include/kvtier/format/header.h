@@ -1,4 +1,5 @@
-// Chunk file header, format v1 (FORMAT.md section 3): encode, parse, verify.
+// Chunk file header, format v2 (FORMAT.md section 3): encode, parse, verify.
+// Readers accept v1 (no segment part: the byte is reserved, 0) and v2.
 // Parsing never trusts a length or count: every field is bounded before use and
 // the check order (FORMAT.md 3.5) is fixed, so both codecs give one verdict.
 #pragma once
@@ -15,11 +16,16 @@
 
 namespace kvformat {
 
-inline constexpr std::uint16_t kFormatVersion = 1;
+inline constexpr std::uint16_t kFormatVersion = 2;  // what encoders write
+inline constexpr std::uint16_t kMinReadableVersion = 1;   // readers take 1..2
+inline constexpr std::uint16_t kPendingFormatVersion = 1;  // 9.1: unchanged in v2
+inline constexpr bool readable_version(std::uint64_t v) {
+  return v >= kMinReadableVersion && v <= kFormatVersion;
+}
 inline constexpr std::array<std::uint8_t, 8> kMagic = {'K', 'V', 'T', 'C',
                                                        'H', 'U', 'N', 'K'};
 inline constexpr std::uint8_t kChecksumCrc32 = 1;   // zlib's CRC-32
-inline constexpr std::uint8_t kChecksumCrc32c = 2;  // reserved; v1 rejects it
+inline constexpr std::uint8_t kChecksumCrc32c = 2;  // reserved; v1/v2 reject it
 
 inline constexpr std::size_t kFixedHeaderSize = 144;
 inline constexpr std::size_t kSegmentEntrySize = 120;
@@ -64,6 +70,9 @@ struct Segment {
   std::uint64_t length = 0;
   std::vector<std::uint64_t> shape;   // ndim = shape.size() (<= 6)
   std::vector<std::uint64_t> stride;  // same size as shape, in elements
+  // v2: which tensor of this (layer, kind), e.g. KDA conv q/k/v = 0/1/2.
+  // Always 0 in v1, where the byte is reserved.
+  std::uint8_t part = 0;
   bool operator==(const Segment&) const = default;
 };
 
@@ -76,6 +85,7 @@ struct ChunkHeader {
   std::uint64_t payload_length = 0;
   std::uint32_t payload_checksum = 0;
   std::uint8_t checksum_algorithm = kChecksumCrc32;
+  std::uint16_t format_version = kFormatVersion;  // 1 or 2
 
   std::uint32_t header_length() const;
   std::uint64_t file_size() const { return header_length() + payload_length; }
@@ -109,6 +119,7 @@ struct SegmentSpec {
   DType dtype;
   std::vector<std::uint64_t> shape;
   std::vector<std::uint64_t> stride;
+  std::uint8_t part = 0;
 };
 std::vector<Segment> make_segments(std::span<const SegmentSpec> specs);
 
