@@ -180,6 +180,70 @@ def test_state_layers_split_into_conv_and_temporal_segments(tmp_path):
     ]
 
 
+def test_kda_conv_parts_are_one_segment_each(tmp_path, monkeypatch):
+    """A KDA-style layer (q, k, v conv states + temporal) is written as format
+    v2: one CONV segment per conv part with its own dtype, shape and strides
+    (the v1 writer wrote one opaque uint8 CONV segment)."""
+    q = ksl.layout.StatePart("bfloat16", (4, 3))  # 24 bytes
+    k = ksl.layout.StatePart("bfloat16", (2, 3))  # 12 bytes
+    v = ksl.layout.StatePart("float32", (2, 3))  # 24 bytes
+    temporal = ksl.layout.StatePart("float32", (2, 4))  # 32 bytes
+    kda = sls.hybrid_groups(sls.NUM_LAYERS, sls.FULL_REAL, sls.NUM_LAYERS, q, temporal)
+    kda = [
+        g
+        if g.kind != "state"
+        else ksl.layout.GroupLayout(
+            g.group,
+            g.slot,
+            g.kind,
+            tuple(
+                ksl.layout.LayerLayout(i, 92, (q, k, v, temporal), 10 + i)
+                for i in range(sls.NUM_LAYERS)
+            ),
+        )
+        for g in kda
+    ]
+    monkeypatch.setattr(sls, "group_layouts", lambda: kda)
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    job = maker.state(0, 3)
+    sls.run_job(store, job)
+    path = store.writer.layout.chunk(sls.block_hash(0).hex(), 3)
+    header = fmt.verify_chunk_file(path)
+    assert header.format_version == 2
+    conv, tmp = fmt.SegmentKind.CONV, fmt.SegmentKind.TEMPORAL
+    bf16, f32 = fmt.DType.BFLOAT16, fmt.DType.FLOAT32
+    assert [
+        (s.layer, s.kind, s.part, s.dtype, s.shape, s.stride, s.offset, s.length)
+        for s in header.segments
+    ] == [
+        (10, conv, 0, bf16, (4, 3), (3, 1), 0, 24),
+        (10, conv, 1, bf16, (2, 3), (3, 1), 24, 12),
+        (10, conv, 2, f32, (2, 3), (3, 1), 36, 24),
+        (10, tmp, 0, f32, (2, 4), (4, 1), 60, 32),
+        (11, conv, 0, bf16, (4, 3), (3, 1), 92, 24),
+        (11, conv, 1, bf16, (2, 3), (3, 1), 116, 12),
+        (11, conv, 2, f32, (2, 3), (3, 1), 128, 24),
+        (11, tmp, 0, f32, (2, 4), (4, 1), 152, 32),
+    ]
+    # The payload is the DMA's real bytes, layer by layer, parts back to back.
+    data = Path(path).read_bytes()
+    key = (sls.block_hash(0), 3)
+    assert data[header.header_length :] == job.expected[key]
+    # Manifests and the namespace record are v2 too (a v1 store is another
+    # namespace).
+    record = fmt.decode_namespace_record(
+        Path(store.writer.layout.namespace_record).read_bytes()
+    )
+    assert record.fenced["format_version"] == 2
+    for g in sls.STATE_GROUPS:
+        sls.run_job(store, maker.state(1, g))
+    sls.run_job(store, maker.full_chunks(0, 2))
+    (m,) = sls.manifests(Path(store.writer.layout.base)).values()
+    assert m.format == 2 and m.boundary == 32
+    assert sls.verify_store(tmp_path) == []
+
+
 def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeypatch):
     store, staging = sls.make_store(tmp_path)
     maker = sls.JobMaker(staging)

@@ -71,22 +71,19 @@ class GroupLayout:
             if blocks != 1:
                 raise ValueError("a state payload holds exactly one block")
             *conv, temporal = layer.state
-            if len(conv) == 1 and conv[0].dtype in DTYPES:
-                part = conv[0]
+            # One conv segment per conv state (KDA: q, k, v = parts 0, 1, 2),
+            # each with its own dtype, shape and strides (format v2).
+            for part, state in enumerate(conv):
                 specs.append(
                     (
                         index,
                         fmt.SegmentKind.CONV,
-                        DTYPES[part.dtype],
-                        part.shape,
-                        part.stride or contiguous(part.shape),
+                        DTYPES[state.dtype],
+                        state.shape,
+                        state.stride or contiguous(state.shape),
+                        part,
                     )
                 )
-            elif conv:
-                # Several conv states (e.g. q/k/v): one opaque run; their
-                # shapes and dtypes are fenced in the namespace's state ABI.
-                n = sum(part.nbytes for part in conv)
-                specs.append((index, fmt.SegmentKind.CONV, fmt.DType.UINT8, (n,), (1,)))
             specs.append(
                 (
                     index,
