@@ -467,3 +467,46 @@ def test_state_strides_come_from_the_registered_views(
     groups = {g.group: g for g in store.settings.groups}
     (layer,) = groups[3].layers
     assert [p.stride for p in layer.state] == [(8, 1), (16, 1)]
+
+
+def test_state_strides_come_from_the_layers_views_behind_a_raw_page_view(
+    patched, knob_on, monkeypatch
+):
+    # vLLM 0.33.0 registers one raw [B, 1, 1, C] int8 page view per state layer with
+    # the connector; the layer's bind_kv_cache unpacked it into its state views. On the
+    # H200 the writer read the raw view and disabled itself ("state part 0: shape
+    # (1, 1, 1024), spec (2, 256)", LFM2, docs/ENGINE.md run 4).
+    vllm = Vllm(patched)
+    kv_cache_config = vllm.layout()
+    vllm_config = vllm.vllm_config()
+    spec = vllm.spec(vllm_config, kv_cache_config)
+    worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
+    store = worker._kv_store
+    names = [f"model.layers.{g}.mixer" for g in STATE_GROUPS]
+    raw = {n: FakeView(4096, (64, 1, 1, 1024), (1024, 1024, 1024, 1)) for n in names}
+    config = patched.load("vllm.config")
+    context = {n: SimpleNamespace(kv_cache=tuple(state_views())) for n in names}
+    monkeypatch.setattr(
+        config,
+        "_current",
+        SimpleNamespace(compilation_config=SimpleNamespace(static_forward_context=context)),
+    )
+    store.note_kv_caches(raw)
+    assert store.settings.unsupported is None
+    groups = {g.group: g for g in store.settings.groups}
+    (layer,) = groups[3].layers
+    assert [p.stride for p in layer.state] == [(8, 1), (16, 1)]
+
+
+def test_a_raw_page_view_without_a_vllm_config_disables_the_writer(patched, knob_on):
+    vllm = Vllm(patched)
+    kv_cache_config = vllm.layout()
+    vllm_config = vllm.vllm_config()
+    spec = vllm.spec(vllm_config, kv_cache_config)
+    worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
+    store = worker._kv_store
+    store.note_kv_caches(
+        {f"model.layers.{g}.mixer": FakeView(4096, (64, 1, 1, 1024), (1024,) * 3 + (1,))
+         for g in STATE_GROUPS}  # fmt: skip
+    )
+    assert "no vLLM config to find its state views" in store.settings.unsupported

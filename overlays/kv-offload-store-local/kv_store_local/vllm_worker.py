@@ -52,7 +52,8 @@ class VllmWorkerStore(WorkerStore):
                 names = self.settings.layer_names[g.group]
                 layers = tuple(
                     replace(
-                        layer, state=state_strides(layer.state, views_of(kv_caches[n]))
+                        layer,
+                        state=state_strides(layer.state, views_of(state_cache(kv_caches, n))),
                     )
                     for n, layer in zip(names, g.layers, strict=True)
                 )
@@ -80,6 +81,25 @@ class VllmWorkerStore(WorkerStore):
             for group_refs in kv_caches.group_data_refs
         ]
         self.attach(staging, refs)
+
+
+def state_cache(kv_caches: Mapping[str, Any], name: str) -> Any:
+    """One state layer's tensors as its kernels see them. vLLM 0.33.0 registers
+    one raw ``[B, 1, 1, C]`` int8 page view per layer with the connector (seen
+    on the H200: the writer refused LFM2's conv state); the layer's own
+    ``bind_kv_cache`` unpacked it into the state views the forward context
+    holds, whose strides the chunk headers must describe."""
+    cache = kv_caches[name]
+    if isinstance(cache, (list, tuple)):
+        return cache
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    if config is None:
+        raise WriterDisabled(
+            f"{name}: a raw page view and no vLLM config to find its state views"
+        )
+    return config.compilation_config.static_forward_context[name].kv_cache
 
 
 def views_of(cache: Any) -> list[StateView]:
