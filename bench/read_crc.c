@@ -1,7 +1,10 @@
 /* The C reference for bench/kvstore_bench.py: reads and CRC-32s files the way
  * `kvstore verify` does, and nothing else (no header parsing, no findings).
  *
- *   read_crc [-t THREADS] [-m] FILE...   prints the xor of all CRCs
+ *   read_crc [-t THREADS] [-m] LISTFILE   prints the xor of all CRCs
+ *
+ * LISTFILE names one file a line (a list, not argv: 40,000 paths exceed
+ * ARG_MAX).
  *
  * Per file: open; pread the first 512 KiB; with -m, the rest through mmap
  * (64 MiB windows, MAP_POPULATE), else pread in 512 KiB blocks; CRC-32 with
@@ -73,8 +76,21 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[a], "-t") && a + 1 < argc) threads = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-m")) use_mmap = 1;
   }
-  files = argv + a;
-  nfiles = argc - a;
+  if (a >= argc) { fprintf(stderr, "usage: read_crc [-t N] [-m] LISTFILE\n"); return 2; }
+  FILE* list = fopen(argv[a], "r");
+  if (!list) { perror(argv[a]); return 1; }
+  size_t cap = 1024;
+  files = malloc(cap * sizeof *files);
+  char* line = NULL;
+  size_t len = 0;
+  ssize_t got;
+  while ((got = getline(&line, &len, list)) > 0) {
+    if (line[got - 1] == '\n') line[--got] = 0;
+    if (!got) continue;
+    if ((size_t)nfiles == cap) files = realloc(files, (cap *= 2) * sizeof *files);
+    files[nfiles++] = strdup(line);
+  }
+  fclose(list);
   pthread_t t[64];
   if (threads < 1) threads = 1;
   if (threads > 64) threads = 64;
