@@ -19,8 +19,6 @@ Usage: demo_restore.py TREE STORE_DIR  (prints one JSON line of figures)
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
 
 import harness  # noqa: E402
+from demo_driver import run, set_store_knobs  # noqa: E402
 from restore_rig import (  # noqa: E402
     BLOCK,
     HASH,
@@ -75,14 +74,7 @@ def bytes_equal(rig: Rig, hashes, hits: int, n: int) -> int:
 
 
 def drive(tree: Path, store: Path) -> dict:
-    os.environ.update(
-        GLM53_KV_OFFLOAD="1",
-        GLM53_KV_OFFLOAD_DIR=str(store),
-        GLM53_KV_OFFLOAD_CPU_GB="1",
-        GLM53_KV_OFFLOAD_BUILD_ID="demo",
-        GLM53_KV_OFFLOAD_RESTORE="1",
-        PYTHONHASHSEED="0",
-    )
+    set_store_knobs(store, GLM53_KV_OFFLOAD_RESTORE="1", PYTHONHASHSEED="0")
     hashes = chain_hashes("a", PROMPT_BLOCKS)
     with harness.engine(tree) as ns:
         writer = Rig(ns, store, tp=TP)
@@ -126,11 +118,5 @@ def drive(tree: Path, store: Path) -> dict:
     }
 
 
-def main() -> None:
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: demo_restore.py TREE STORE_DIR")
-    print(json.dumps(drive(Path(sys.argv[1]), Path(sys.argv[2]).resolve())))
-
-
 if __name__ == "__main__":
-    main()
+    run("demo_restore.py", drive)

@@ -22,8 +22,6 @@ Usage: demo_store.py TREE STORE_DIR  (prints one JSON line of figures)
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -32,6 +30,7 @@ sys.path.insert(0, str(REPO / "sim"))
 
 import harness  # noqa: E402
 from hybrid_layout import HybridVllm  # noqa: E402
+from demo_driver import run, set_store_knobs  # noqa: E402
 from store_rig import StoreRig  # noqa: E402
 
 BLOCK = 256  # tokens per block (and per offloaded chunk)
@@ -57,13 +56,7 @@ def chain_hashes(req_id: str, blocks: int, parent: list[bytes] | None, fork: int
 
 
 def drive(tree: Path, store_dir: Path) -> dict:
-    os.environ.update(
-        GLM53_KV_OFFLOAD="1",
-        GLM53_KV_OFFLOAD_DIR=str(store_dir),
-        GLM53_KV_OFFLOAD_CPU_GB="1",
-        GLM53_KV_OFFLOAD_KEEP_BOUNDARIES="2",
-        GLM53_KV_OFFLOAD_BUILD_ID="demo",
-    )
+    set_store_knobs(store_dir, GLM53_KV_OFFLOAD_KEEP_BOUNDARIES="2")
     with harness.engine(tree) as ns:
         engine = HybridVllm(
             ns,
@@ -111,11 +104,5 @@ def drive(tree: Path, store_dir: Path) -> dict:
         }
 
 
-def main() -> None:
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: demo_store.py TREE STORE_DIR")
-    print(json.dumps(drive(Path(sys.argv[1]), Path(sys.argv[2]).resolve())))
-
-
 if __name__ == "__main__":
-    main()
+    run("demo_store.py", drive)
