@@ -48,15 +48,7 @@ while (($#)); do
     shift
     break
     ;;
-  -h | --help)
-    help_text "$0"
-    exit 0
-    ;;
-  --version)
-    print_version "$0"
-    exit 0
-    ;;
-  *) die "unknown argument $(q "$1") (see --help)" ;;
+  *) other_arg "$0" "$1" ;;
   esac
 done
 [[ -n $hosts && -n $image ]] || die "--hosts and --image are required"

@@ -26,6 +26,23 @@ die() {
 # A value quoted for an error message, so control characters stay visible.
 q() { printf '%q' "$1"; }
 
+# The last arms of every argument loop: --help, --version, and the error for
+# an argument the script does not know.
+#   *) other_arg "$0" "$1" ;;
+other_arg() {
+  case $2 in
+  -h | --help)
+    help_text "$1"
+    exit 0
+    ;;
+  --version)
+    print_version "$1"
+    exit 0
+    ;;
+  *) die "unknown argument $(q "$2") (see --help)" ;;
+  esac
+}
+
 # ---------------------------------------------------------------- knobs
 
 # Is the knob in the caller's exported environment? Set-but-empty counts as
@@ -235,15 +252,7 @@ parse_tree_args() {
       esac
       shift 2
       ;;
-    -h | --help)
-      help_text "$script"
-      exit 0
-      ;;
-    --version)
-      print_version "$script"
-      exit 0
-      ;;
-    *) die "unknown argument $(q "$1") (see --help)" ;;
+    *) other_arg "$script" "$1" ;;
     esac
   done
 }

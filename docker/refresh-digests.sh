@@ -32,15 +32,7 @@ while (($#)); do
     check=1
     shift
     ;;
-  -h | --help)
-    help_text "$0"
-    exit 0
-    ;;
-  --version)
-    print_version "$0"
-    exit 0
-    ;;
-  *) die "unknown argument $(q "$1") (see --help)" ;;
+  *) other_arg "$0" "$1" ;;
   esac
 done
 [[ -f $dockerfile ]] || die "$dockerfile: does not exist"
