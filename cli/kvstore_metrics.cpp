@@ -31,19 +31,6 @@ class Writer {
   std::string out_;
 };
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 void run_series(Writer& w, const RunInfo& run) {
   std::string l = fmt::format("command=\"{}\"", run.command);
   w.gauge("kvstore_last_run_timestamp_seconds", "When this command last ran (end, Unix seconds).",
@@ -83,7 +70,7 @@ std::string verify_metrics(const kvstore::ScanSummary* s, const RunInfo& run) {
           v.damage + v.garbage);
   w.gauge("kvstore_verify_damage", "Findings that are damage (corrupt or truncated chunks, broken manifests).", v.damage);
   w.family("kvstore_verify_findings", "gauge", "Findings of the last verify by kind.");
-  for (const auto& [kind, n] : v.by_kind) w.sample("kvstore_verify_findings", fmt::format("kind=\"{}\"", escape(kind)), n);
+  for (const auto& [kind, n] : v.by_kind) w.sample("kvstore_verify_findings", fmt::format("kind=\"{}\"", kvstore::label_escape(kind)), n);
   run_series(w, run);
   return w.take();
 }
@@ -137,7 +124,7 @@ std::string stat_metrics(const kvstore::StoreStats* st, const RunInfo& run) {
   w.gauge("kvstore_store_bytes", "Bytes of chunk files in the store.", bytes);
   w.gauge("kvstore_store_manifests", "Boundary manifests in the store.", manifests);
   w.gauge("kvstore_store_temps", "Writer temp files in the store.", temps);
-  auto rl = [](const kvstore::RankStat& r) { return fmt::format("rank=\"{}\",base=\"{}\"", r.rank, escape(r.name)); };
+  auto rl = [](const kvstore::RankStat& r) { return fmt::format("rank=\"{}\",base=\"{}\"", r.rank, kvstore::label_escape(r.name)); };
   auto per_rank = [&](const char* name, const char* help, auto value) {
     w.family(name, "gauge", help);
     for (const auto& r : s.ranks) w.sample(name, rl(r), value(r));
@@ -156,11 +143,11 @@ std::string stat_metrics(const kvstore::StoreStats* st, const RunInfo& run) {
   w.family("kvstore_group_bytes", "gauge", "Bytes of chunk files per rank and KV-cache group.");
   for (const auto& r : s.ranks)
     for (const auto& g : r.groups)
-      w.sample("kvstore_group_bytes", fmt::format("{},group=\"{}\",kind=\"{}\"", rl(r), g.group, escape(g.kind)), g.bytes);
+      w.sample("kvstore_group_bytes", fmt::format("{},group=\"{}\",kind=\"{}\"", rl(r), g.group, kvstore::label_escape(g.kind)), g.bytes);
   w.family("kvstore_group_chunks", "gauge", "Chunk files per rank and KV-cache group.");
   for (const auto& r : s.ranks)
     for (const auto& g : r.groups)
-      w.sample("kvstore_group_chunks", fmt::format("{},group=\"{}\",kind=\"{}\"", rl(r), g.group, escape(g.kind)), g.chunks);
+      w.sample("kvstore_group_chunks", fmt::format("{},group=\"{}\",kind=\"{}\"", rl(r), g.group, kvstore::label_escape(g.kind)), g.chunks);
   run_series(w, run);
   return w.take();
 }

@@ -42,6 +42,8 @@ std::vector<ChainStat> chains_of(const RankInventory& inv, int64_t now_ns) {
   return out;
 }
 
+}  // namespace
+
 std::string label_escape(const std::string& v) {
   std::string out;
   for (char c : v) {
@@ -54,8 +56,6 @@ std::string label_escape(const std::string& v) {
   }
   return out;
 }
-
-}  // namespace
 
 StoreStats compute_stats(const StoreScan& scan, int64_t now_ns) {
   StoreStats s;
