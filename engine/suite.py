@@ -178,19 +178,29 @@ def _logprobs(res: dict) -> list:
     return [r.get("logprobs") for r in res.get("rounds", [])]
 
 
+def _compare_steps(a: list, b: list) -> tuple[int, int, float]:
+    """Two requests' steps of [(token, logprob), ...] compared step by step: the steps,
+    those whose top-20 token sets differ, and the largest logprob difference in the rest."""
+    steps = differ = 0
+    worst = 0.0
+    for sa, sb in zip(a, b, strict=False):
+        steps += 1
+        if [t for t, _ in sa] != [t for t, _ in sb]:
+            differ += 1
+            continue
+        for (_, va), (_, vb) in zip(sa, sb, strict=True):
+            worst = max(worst, abs(va - vb))
+    return steps, differ, worst
+
+
 def same_logprobs(a: dict, b: dict) -> dict:
     la, lb = _logprobs(a), _logprobs(b)
     steps = diff_steps = 0
     max_abs = 0.0
     for ra, rb in zip(la, lb, strict=False):
         for qa, qb in zip(ra or [], rb or [], strict=False):
-            for sa, sb in zip(qa, qb, strict=False):
-                steps += 1
-                if [t for t, _ in sa] != [t for t, _ in sb]:
-                    diff_steps += 1
-                    continue
-                for (_, va), (_, vb) in zip(sa, sb, strict=True):
-                    max_abs = max(max_abs, abs(va - vb))
+            n, differ, worst = _compare_steps(qa, qb)
+            steps, diff_steps, max_abs = steps + n, diff_steps + differ, max(max_abs, worst)
     shape = [[len(q) for q in r or []] for r in la] == [[len(q) for q in r or []] for r in lb]
     return {
         "steps": steps,
@@ -302,13 +312,8 @@ def matched_logprobs(cold: dict, other: dict) -> dict:
                 continue
             if len(cold_i) != len(steps_i):
                 shape_ok = False
-            for sa, sb in zip(cold_i, steps_i, strict=False):
-                steps += 1
-                if [t for t, _ in sa] != [t for t, _ in sb]:
-                    diff_steps += 1
-                    continue
-                for (_, va), (_, vb) in zip(sa, sb, strict=True):
-                    max_abs = max(max_abs, abs(va - vb))
+            n, differ, worst = _compare_steps(cold_i, steps_i)
+            steps, diff_steps, max_abs = steps + n, diff_steps + differ, max(max_abs, worst)
         references.append(refs)
     return {
         "steps": steps,
