@@ -19,7 +19,7 @@ import os
 import re
 import struct
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -823,15 +823,28 @@ def encode_manifest(m: BoundaryManifest) -> bytes:
     return canonical_json(body)
 
 
-def decode_manifest(data: bytes | bytearray | memoryview) -> BoundaryManifest:
-    value = parse_json(data, MAX_MANIFEST_BYTES)
+def _parse_versioned(
+    data: bytes | bytearray | memoryview,
+    limit: int,
+    what: str,
+    versions: Container[int],
+) -> tuple[dict[str, Any], int]:
+    """A JSON object with an integer "format" this reader knows, and that format."""
+    value = parse_json(data, limit)
     if not isinstance(value, dict):
-        raise FormatError(Reason.BAD_FIELD, "manifest must be an object")
+        raise FormatError(Reason.BAD_FIELD, f"{what} must be an object")
     version = value.get("format")
     if type(version) is not int:
         raise FormatError(Reason.BAD_FIELD, "format missing")
-    if version not in READABLE_VERSIONS:
+    if version not in versions:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
+    return value, version
+
+
+def decode_manifest(data: bytes | bytearray | memoryview) -> BoundaryManifest:
+    value, version = _parse_versioned(
+        data, MAX_MANIFEST_BYTES, "manifest", READABLE_VERSIONS
+    )
     algorithm = value.get("checksum_algorithm")
     if type(algorithm) is not int:
         raise FormatError(Reason.BAD_FIELD, "checksum_algorithm missing")
@@ -977,14 +990,9 @@ def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
 
 
 def decode_pending_record(data: bytes | bytearray | memoryview) -> list[tuple[int, str]]:
-    value = parse_json(data, MAX_PENDING_BYTES)
-    if not isinstance(value, dict):
-        raise FormatError(Reason.BAD_FIELD, "pending record must be an object")
-    version = value.get("format")
-    if type(version) is not int:
-        raise FormatError(Reason.BAD_FIELD, "format missing")
-    if version != PENDING_FORMAT_VERSION:
-        raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {version}")
+    value, _ = _parse_versioned(
+        data, MAX_PENDING_BYTES, "pending record", (PENDING_FORMAT_VERSION,)
+    )
     _check_pending_body(value)
     return [(g, k) for g, k in value["chunks"]]
 
