@@ -277,9 +277,7 @@ def plain_files(directory: Path, payloads: list[memoryview]) -> float:
     for i, p in enumerate(payloads):
         fd = os.open(directory / f"plain{i}.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            view = p
-            while view:
-                view = view[os.write(fd, view) :]
+            ksl.durable_io.write_all(fd, p)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -296,9 +294,7 @@ def plain_write(directory: Path, payloads: list[memoryview]) -> float:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for p in payloads:
-            view = p
-            while view:
-                view = view[os.write(fd, view) :]
+            ksl.durable_io.write_all(fd, p)
         os.fsync(fd)
     finally:
         os.close(fd)
