@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
 
 import kv_store_format as fmt  # noqa: E402
+from page_cache import evict  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -203,16 +204,6 @@ def ratio(label: str, num: Took, den: Took, goal: str) -> None:
 
 def chunk_files(base: Path) -> list[str]:
     return sorted(str(p) for p in base.rglob("*.bin"))
-
-
-def evict(files: list[str]) -> None:
-    os.sync()
-    for f in files:
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def rewrite(files: list[str]) -> None:

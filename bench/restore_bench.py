@@ -46,6 +46,7 @@ for folder in ("kv-offload-store-local", "kv-offload-scope", "kv-offload-restore
 
 import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
+from page_cache import evict  # noqa: E402
 from kv_store_local.layout import GroupLayout, LayerLayout, StagingTensor  # noqa: E402
 
 SHAPE = "Llama-3.1-70B, TP 2 (one rank: 80 layers, 4 KV heads x 128, bf16)"
@@ -128,16 +129,6 @@ def chunk_files(store) -> list[str]:
     for top, _, files in os.walk(store.writer.layout.base):
         out += [os.path.join(top, n) for n in files if n.endswith(".bin")]
     return sorted(out)
-
-
-def evict(files: list[str]) -> None:
-    os.sync()
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def plain_read(files: list[str], threads: int, buf_bytes: int) -> float:
