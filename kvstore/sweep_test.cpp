@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "test_tmpdir.h"
 #include "kvtier/kvstore/walk.h"
 
@@ -48,6 +52,41 @@ TEST(Sweep, ChangedFileIsKept) {
   EXPECT_EQ(r->skipped[0].why, "changed since planned, kept");
   EXPECT_TRUE(t.exists("c/x.bin"));
   EXPECT_TRUE(t.exists("c/y.bin"));
+}
+
+// Enough payloads for the unlinks to be split over several threads: every
+// file is still re-checked, and the report stays in path order.
+TEST(Sweep, ManyPayloadsAcrossThreads) {
+  testing::TmpDir t;
+  auto rel = [](int i) { return fmt::format("c{:03}/x{:04}.bin", i % 700, i); };
+  constexpr int kFiles = 2100;
+  for (int i = 0; i < kFiles; ++i) t.write(rel(i), "xx");
+  t.write("m/a.json", "{}");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items.push_back(item(root->get(), "m/a.json", true));
+  std::vector<std::string> rels;
+  for (int i = 0; i < kFiles; ++i) rels.push_back(rel(i));
+  std::sort(rels.begin(), rels.end());  // plans are sorted by path
+  for (const auto& r : rels) p.items.push_back(item(root->get(), r, false));
+  std::vector<std::string> changed;
+  for (size_t i = 0; i < rels.size(); i += 300) {
+    t.write(rels[i], "rewritten");  // new size: must be kept
+    changed.push_back(rels[i]);
+  }
+  auto r = execute_plan(root->get(), p);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->errors.empty());
+  EXPECT_EQ(r->deleted, 1 + rels.size() - changed.size());
+  EXPECT_EQ(r->bytes, 2 + 2 * (rels.size() - changed.size()));
+  ASSERT_EQ(r->skipped.size(), changed.size());
+  for (size_t i = 0; i < changed.size(); ++i) {
+    EXPECT_EQ(r->skipped[i].rel, changed[i]);
+    EXPECT_TRUE(t.exists(changed[i]));
+  }
+  size_t left = 0;
+  for (const auto& f : rels) left += t.exists(f);
+  EXPECT_EQ(left, changed.size());
 }
 
 TEST(Sweep, VanishedFileIsSkipped) {

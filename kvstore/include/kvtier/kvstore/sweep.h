@@ -3,7 +3,9 @@
 // unnamed payloads (orphans, swept next time) but never a manifest that names
 // a deleted file. Each file is re-checked (same inode, size and mtime as
 // planned) just before it is unlinked; a changed file is kept and reported.
-// Payload unlinks are made durable by one syncfs(2) before returning.
+// Payload unlinks run on several threads (contiguous slices of the sorted
+// plan: an unlink can wait on the device) and are made durable by one
+// syncfs(2) before returning.
 #pragma once
 
 #include <cstdint>
