@@ -15,7 +15,11 @@ moment a step does not end as it should:
   6. restore (TP pair): write, restart, restore from disk, the bytes equal;
      a corrupted chunk falls back to recompute
   7. revert the overlays; the tree is byte-identical to the pins again
-  8. a summary
+  8. the C++ overlay vllm-fs-durable on the pinned C++ sources: plan, apply
+     with the Clang scope and compile check, the injected fdatasync/fsync,
+     revert to the pins; then the wheel path: rebuild the pinned extension,
+     revert to its pinned bytes (scripts/demo_cxx.py)
+  9. a summary
 
 Nothing is written outside the scratch folder (--scratch, or a new folder
 under $TMPDIR), which is kept for a look afterwards.
@@ -33,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import demo_cxx
 
 REPO = Path(__file__).resolve().parents[1]
 KNOBS = (
@@ -81,6 +87,9 @@ class Out:
 
 
 class Demo:
+    failure = DemoFailed
+    repo = REPO
+
     def __init__(self, args: argparse.Namespace) -> None:
         self.out = Out()
         self.build = Path(args.build_dir).resolve()
@@ -308,6 +317,7 @@ class Demo:
             ("kvstore", self.kvstore_steps),
             ("restore", self.restore_steps),
             ("revert", self.revert),
+            ("C++ overlay", lambda: demo_cxx.stage(self)),
         ]
         self.scratch.mkdir(parents=True, exist_ok=True)
         print(f"kvtier main job: engine {self.engine}, scratch {self.scratch}")

@@ -20,6 +20,7 @@ STEPS = (
     "kvstore",
     "restore",
     "revert",
+    "C++ overlay",
 )
 
 
@@ -49,7 +50,7 @@ def test_main_job_runs_end_to_end(build_dir, overlay_bin, kvstore_bin, tmp_path)
     )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    summary = out[out.index("== 8. summary") :]
+    summary = out[out.index("== 9. summary") :]
     for step in STEPS:
         line = next(ln for ln in summary.splitlines() if ln.strip().startswith(step))
         assert "FAILED" not in line, line
@@ -57,6 +58,7 @@ def test_main_job_runs_end_to_end(build_dir, overlay_bin, kvstore_bin, tmp_path)
     assert "RESTORE=1 go, RESTORE=2 refused (2)" in summary
     assert "files equal their pins" in summary
     assert "tokens on 2 ranks, bytes equal; corrupted chunk -> recompute" in summary
+    assert "vllm-fs-durable applied, compile-checked, reverted" in summary
     assert summary.rstrip().splitlines()[-1].startswith("demo: ok in ")
     # Nothing outside the scratch folder: no temp files, no repo changes.
     assert list(tmpdir.iterdir()) == []
