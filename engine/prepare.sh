@@ -73,8 +73,10 @@ cp -a "$W/tree" "$W/ptree"
 mkdir -p "$W/ov" && git archive "$rev" anchors overlays | tar -x -C "$W/ov"
 M=$W/ov/anchors/vllm-0.33.0
 PY_OVERLAYS=" kv-offload-scope kv-offload-store-local kv-offload-restore "
+# (an if, not `[[ ]] &&`: a non-.py overlay last in ORDER made the loop's status 1 and set -e
+# ended the script, silently, once vllm-fs-durable was added last)
 order=$(grep -v '^#' "$M/ORDER" | while read -r o; do
-  [[ $PY_OVERLAYS == *" $o "* ]] && printf '%s,' "$o"; done)
+  if [[ $PY_OVERLAYS == *" $o "* ]]; then printf '%s,' "$o"; fi; done)
 echo "overlays ${order%,}; anchors and tools from $rev" >"$W/apply.log"
 "$OVERLAY" apply --root "$W/ptree" --overlays "${order%,}" \
   --manifests "$M" --fragments "$W/ov/overlays" --check-injected >>"$W/apply.log"
