@@ -119,11 +119,10 @@ Status analyze(const Tree& tree, const Manifest& m, const BuiltFile& bf, FileSta
   if (!data->has_value()) {
     // Neither the sources nor the binary: a tree without this extension (or a
     // trimmed copy): nothing of the overlay can apply, so nothing is half-done.
-    fs.state = backup->has_value() || record->has_value() ? "absent-tampered" : "absent";
-    fs.message = fs.state == "absent"
-                     ? "not in this tree, and neither are the sources it is built from: nothing to rebuild"
-                     : "built file is gone but its overlay backup is there";
-    if (fs.state == "absent-tampered") fs.state = "tampered";
+    bool leftovers = backup->has_value() || record->has_value();
+    fs.state = leftovers ? FileStatus::Tampered : FileStatus::Absent;
+    fs.message = leftovers ? "built file is gone but its overlay backup is there"
+                           : "not in this tree, and neither are the sources it is built from: nothing to rebuild";
     return ok_status();
   }
   fs.exists = true;
@@ -131,17 +130,17 @@ Status analyze(const Tree& tree, const Manifest& m, const BuiltFile& bf, FileSta
   fs.sha = kvtier::sha256_hex(fs.data.bytes);
   if (!record->has_value() && !backup->has_value()) {
     if (fs.sha == fs.pin) {
-      fs.state = "pristine";
-      fo.state = "pristine";
+      fs.state = FileStatus::Pristine;
+      fo.state = FileOverlayStatus::Pristine;
       fs.overlays.push_back(fo);
     } else {
-      fs.state = "drift";
+      fs.state = FileStatus::Drift;
       fs.message = "binary sha256 " + fs.sha.substr(0, 16) + "... differs from the pin " + fs.pin.substr(0, 16) +
                    "...: refusing to replace a binary the overlay was not written for";
     }
     return ok_status();
   }
-  fs.state = "tampered";
+  fs.state = FileStatus::Tampered;
   if (!record->has_value()) {
     fs.message = "an overlay backup " + backup_path(bf.path) + " without its record " + record_path(bf.path);
     return ok_status();
@@ -160,8 +159,8 @@ Status analyze(const Tree& tree, const Manifest& m, const BuiltFile& bf, FileSta
                  rec->built.substr(0, 16) + "... (replaced by something else?)";
     return ok_status();
   }
-  fs.state = "applied";
-  fo.state = "applied";
+  fs.state = FileStatus::Applied;
+  fo.state = FileOverlayStatus::Applied;
   fs.overlays.push_back(fo);
   fs.applied.push_back(m.overlay);
   return ok_status();

@@ -63,7 +63,7 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
   Error drift = make_error(ErrorKind::Drift, "", "");
   std::vector<std::string> files;
   for (const auto& fs : ts.files) {
-    if (fs.state != "drift" && fs.state != "missing") continue;
+    if (fs.state != FileStatus::Drift && fs.state != FileStatus::Missing) continue;
     bool mine = false;
     for (const auto& name : selected)
       mine |= set.get(name).find_file(fs.path) != nullptr || set.get(name).find_built(fs.path) != nullptr;
@@ -86,7 +86,7 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
   // silently refreshing that overlay's regions.
   if (rebuilds)
     for (const auto& fs : ts.files) {
-      if (fs.state != "stale" || fs.is_new) continue;
+      if (fs.state != FileStatus::Stale || fs.is_new) continue;
       std::string list;  // stale overlays the caller did not select (selected ones are refused below)
       for (const auto& o : fs.stale_overlays)
         if (!contains(selected, o)) list += (list.empty() ? "" : ", ") + o;
@@ -100,13 +100,15 @@ Status require_consistent(const TreeState& ts, const std::vector<std::string>& s
     }
   for (const auto& name : selected) {
     const OverlayState* os = ts.overlay(name);
-    if (os->state == "tampered" || os->state == "half-applied" || (os->state == "stale" && !allow_stale)) {
+    if (os->state == OverlayStatus::Tampered || os->state == OverlayStatus::HalfApplied ||
+        (os->state == OverlayStatus::Stale && !allow_stale)) {
       std::string first = os->problems.empty() ? "" : os->problems.front();
       size_t colon = first.find(": ");
       std::string file = colon == std::string::npos ? "" : first.substr(0, colon);
       std::string msg = colon == std::string::npos ? first : first.substr(colon + 2);
       Error e = make_error(ErrorKind::Tampered, file,
-                           "overlay " + name + " is " + os->state + ": " + msg + "; refusing to touch the tree");
+                           "overlay " + name + " is " + overlay_status_name(os->state) + ": " + msg +
+                               "; refusing to touch the tree");
       e.details = os->problems;
       return e;
     }
@@ -121,7 +123,7 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
                                               std::vector<Change>* changes) {
   std::vector<FileChangeReport> out;
   for (const auto& fs : ts.files) {
-    if (fs.is_new || fs.is_built || fs.state == "build-input") continue;
+    if (fs.is_new || fs.is_built || fs.state == FileStatus::BuildInput) continue;
     bool relevant = false;
     for (const auto& name : touched)
       if (s.set.get(name).find_file(fs.path)) relevant = true;
@@ -262,7 +264,7 @@ Status prepare_builds(const Session& s, const Request& r, const TreeState& ts, c
                       const std::vector<std::string>& wanted, Prepared& p) {
   for (const auto& bf : m.built_files) {
     const FileState* fs = ts.file(bf.path);
-    if (!fs || fs->state != "pristine") continue;  // applied: nothing to do; others were refused already
+    if (!fs || fs->state != FileStatus::Pristine) continue;  // applied: nothing to do; others were refused already
     if (r.sources.empty())
       return make_error(ErrorKind::Usage, bf.path,
                         "overlay " + m.overlay + " rebuilds this binary on a wheel install: pass --sources DIR with "
@@ -369,7 +371,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
     const Manifest& m = s.set.get(name);
     for (const auto& a : m.after) {
       const OverlayState* dep = ts.overlay(a);
-      bool ok = contains(*sel, a) || dep->state == "applied" || dep->state == "superseded";
+      bool ok = contains(*sel, a) || dep->state == OverlayStatus::Applied || dep->state == OverlayStatus::Superseded;
       if (!ok)
         return make_error(ErrorKind::Usage, m.file,
                           "overlay " + name + " stacks on " + a + " (after), which is not applied; apply " + a +
@@ -381,9 +383,9 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   std::vector<std::string> wanted;
   for (const auto& os : ts.overlays) {
     bool want = contains(*sel, os.name);
-    if (os.state == "absent") {  // nothing of it is in this tree (built.h)
+    if (os.state == OverlayStatus::Absent) {  // nothing of it is in this tree (built.h)
       if (want) p.out.skipped.push_back(os.name);
-    } else if (os.state == "applied" || os.state == "superseded") {
+    } else if (os.state == OverlayStatus::Applied || os.state == OverlayStatus::Superseded) {
       wanted.push_back(os.name);
       if (want) p.out.skipped.push_back(os.name);
     } else if (want) {
@@ -398,10 +400,10 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
     const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
-      if (fs->state == "build-input") continue;
+      if (fs->state == FileStatus::BuildInput) continue;
       std::string text = new_file_text(nf.path, m, nf);
       p.final_texts.emplace_back(nf.path, text);
-      if (fs->state == "present") continue;
+      if (fs->state == FileStatus::Present) continue;
       auto missing = missing_folder(s.tree, nf.path);
       if (!missing) return missing.error();
       if (!missing->empty() && !planned(p.changes, *missing)) {
@@ -417,7 +419,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
       p.changes.push_back(create_change(nf.path, text));
     }
     for (const auto& f : m.files) {
-      if (ts.file(f.path)->state == "build-input") continue;
+      if (ts.file(f.path)->state == FileStatus::BuildInput) continue;
       std::string text = ts.file(f.path)->data.bytes;
       for (const auto& ch : p.out.changes)
         if (ch.path == f.path) text = ch.new_text;
@@ -440,16 +442,17 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
   for (const auto& name : *sel)
     for (const auto& os : ts.overlays) {
       if (contains(*sel, os.name) || !contains(os.after, name)) continue;
-      if (os.state == "pristine" || os.state == "superseded") continue;
+      if (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded) continue;
       const Manifest& m = s.set.get(os.name);
       return make_error(ErrorKind::Usage, m.file,
-                        "cannot revert " + name + ": overlay " + os.name + " is " + os.state +
+                        "cannot revert " + name + ": overlay " + os.name + " is " + overlay_status_name(os.state) +
                             " and stacks on it (after = [\"" + name + "\"]); revert " + os.name +
                             " first or both together");
     }
   if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/true); !st) return st.error();
   for (const auto& os : ts.overlays)
-    if (contains(*sel, os.name) && (os.state == "pristine" || os.state == "superseded" || os.state == "absent"))
+    if (contains(*sel, os.name) && (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded ||
+                                    os.state == OverlayStatus::Absent))
       p.out.skipped.push_back(os.name);
   // Revert strips the selected overlays' verified regions (later overlays
   // first), so it also works when fragments changed since the apply.
@@ -479,13 +482,13 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
-      if (fs->state != "present" && fs->state != "stale") continue;
+      if (fs->state != FileStatus::Present && fs->state != FileStatus::Stale) continue;
       p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
       p.changes.push_back(delete_change(nf.path, fs->sha));
     }
     for (const auto& bf : m.built_files) {  // wheel install: the original binary goes back
       const FileState* fs = ts.file(bf.path);
-      if (!fs || !fs->is_built || fs->state != "applied") continue;
+      if (!fs || !fs->is_built || fs->state != FileStatus::Applied) continue;
       auto ch = built::revert_changes(s.tree, bf, *fs);
       if (!ch) return ch.error();
       p.out.changes.push_back(FileChangeReport{bf.path, "restore", {"- original binary of " + m.overlay + " restored"}, "", ""});
@@ -589,9 +592,10 @@ Result<Outcome> check(const Session& s, const Request& r) {
   o.selected = *sel;
   std::vector<std::string> wrong;
   for (const auto& name : *sel) {
-    const std::string& st = ts->overlay(name)->state;
-    bool good = st == "superseded" || st == "absent" || st == (r.expect_pristine ? "pristine" : "applied");
-    if (!good) wrong.push_back(name + " is " + st);
+    OverlayStatus st = ts->overlay(name)->state;
+    bool good = st == OverlayStatus::Superseded || st == OverlayStatus::Absent ||
+                st == (r.expect_pristine ? OverlayStatus::Pristine : OverlayStatus::Applied);
+    if (!good) wrong.push_back(name + " is " + overlay_status_name(st));
   }
   if (!wrong.empty()) {
     std::string list;
@@ -604,9 +608,10 @@ Result<Outcome> check(const Session& s, const Request& r) {
     for (const auto& name : *sel) {
       const Manifest& m = s.set.get(name);
       for (const auto& f : m.files)
-        if (ts->file(f.path)->state != "build-input") files.emplace_back(f.path, ts->file(f.path)->data.bytes);
+        if (ts->file(f.path)->state != FileStatus::BuildInput) files.emplace_back(f.path, ts->file(f.path)->data.bytes);
       for (const auto& nf : m.new_files)
-        if (ts->file(nf.path)->state != "build-input") files.emplace_back(nf.path, ts->file(nf.path)->data.bytes);
+        if (ts->file(nf.path)->state != FileStatus::BuildInput)
+          files.emplace_back(nf.path, ts->file(nf.path)->data.bytes);
     }
     std::sort(files.begin(), files.end());
     files.erase(std::unique(files.begin(), files.end()), files.end());

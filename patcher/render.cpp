@@ -16,20 +16,20 @@ nlohmann::json state_json(const TreeState& ts) {
   j["overlays"] = nlohmann::json::array();
   for (const auto& o : ts.overlays)
     j["overlays"].push_back({{"name", o.name},
-                             {"state", o.state},
+                             {"state", overlay_status_name(o.state)},
                              {"summary", o.summary},
                              {"after", o.after},
                              {"problems", o.problems},
                              {"superseded", o.superseded}});
   j["files"] = nlohmann::json::array();
   for (const auto& f : ts.files) {
-    nlohmann::json fj = {{"path", f.path}, {"new_file", f.is_new}, {"state", f.state}, {"message", f.message},
-                         {"details", f.details}, {"pin", f.pin}, {"sha256", f.sha}};
+    nlohmann::json fj = {{"path", f.path}, {"new_file", f.is_new}, {"state", file_status_name(f.state)},
+                         {"message", f.message}, {"details", f.details}, {"pin", f.pin}, {"sha256", f.sha}};
     fj["drift"] = nlohmann::json::array();
     for (const auto& d : f.drift) fj["drift"].push_back(drift_json(d));
     fj["overlays"] = nlohmann::json::array();
     for (const auto& fo : f.overlays) {
-      nlohmann::json oj = {{"overlay", fo.overlay}, {"state", fo.state}};
+      nlohmann::json oj = {{"overlay", fo.overlay}, {"state", file_overlay_status_name(fo.state)}};
       oj["edits"] = nlohmann::json::array();
       for (const auto& e : fo.edits)
         oj["edits"].push_back({{"id", e.id}, {"state", edit_status_name(e.state)}, {"present", e.present}, {"expected", e.expected}});
@@ -116,21 +116,21 @@ nlohmann::json error_json(const Error& e) {
 std::string state_text(const TreeState& ts) {
   std::string out;
   for (const auto& o : ts.overlays) {
-    out += fmt::format("overlay {}: {}", o.name, o.state);
+    out += fmt::format("overlay {}: {}", o.name, overlay_status_name(o.state));
     if (!o.summary.empty()) out += "  (" + o.summary + ")";
     out += "\n";
     for (const auto& p : o.problems) out += "  problem: " + p + "\n";
     for (const auto& s : o.superseded) out += "  superseded upstream: " + s + "\n";
   }
   for (const auto& f : ts.files) {
-    out += fmt::format("{} {}: {}", f.is_new ? "new file" : "file", f.path, f.state);
+    out += fmt::format("{} {}: {}", f.is_new ? "new file" : "file", f.path, file_status_name(f.state));
     if (!f.message.empty()) out += " - " + f.message;
     out += "\n";
     for (const auto& fo : f.overlays) {
       if (f.is_new) continue;
       std::string edits;
       for (const auto& e : fo.edits) edits += (edits.empty() ? "" : ", ") + e.id + " " + edit_status_name(e.state);
-      out += fmt::format("  {}: {} ({})\n", fo.overlay, fo.state, edits);
+      out += fmt::format("  {}: {} ({})\n", fo.overlay, file_overlay_status_name(fo.state), edits);
     }
     for (const auto& d : f.details) out += "  " + d + "\n";
   }

@@ -22,6 +22,46 @@ const char* edit_status_name(EditStatus s) {
   return "?";
 }
 
+const char* file_overlay_status_name(FileOverlayStatus s) {
+  switch (s) {
+    case FileOverlayStatus::Pristine: return "pristine";
+    case FileOverlayStatus::Applied: return "applied";
+    case FileOverlayStatus::Partial: return "partial";
+    case FileOverlayStatus::Neutral: return "neutral";
+  }
+  return "?";
+}
+
+const char* file_status_name(FileStatus s) {
+  switch (s) {
+    case FileStatus::Pristine: return "pristine";
+    case FileStatus::Applied: return "applied";
+    case FileStatus::Partial: return "partial";
+    case FileStatus::Tampered: return "tampered";
+    case FileStatus::Stale: return "stale";
+    case FileStatus::Drift: return "drift";
+    case FileStatus::Missing: return "missing";
+    case FileStatus::Absent: return "absent";
+    case FileStatus::Present: return "present";
+    case FileStatus::BuildInput: return "build-input";
+  }
+  return "?";
+}
+
+const char* overlay_status_name(OverlayStatus s) {
+  switch (s) {
+    case OverlayStatus::Pristine: return "pristine";
+    case OverlayStatus::Applied: return "applied";
+    case OverlayStatus::HalfApplied: return "half-applied";
+    case OverlayStatus::Tampered: return "tampered";
+    case OverlayStatus::Stale: return "stale";
+    case OverlayStatus::Drift: return "drift";
+    case OverlayStatus::Superseded: return "superseded";
+    case OverlayStatus::Absent: return "absent";
+  }
+  return "?";
+}
+
 const OverlayState* TreeState::overlay(const std::string& name) const {
   for (const auto& o : overlays)
     if (o.name == name) return &o;
@@ -71,13 +111,13 @@ FileOverlay count_edits(const Manifest& m, const FileSpec& spec, const std::stri
     fo.edits.push_back(es);
   }
   if (expected_total == 0)
-    fo.state = "neutral";
+    fo.state = FileOverlayStatus::Neutral;
   else if (present_total == 0)
-    fo.state = "pristine";
+    fo.state = FileOverlayStatus::Pristine;
   else if (full == with_expect)
-    fo.state = "applied";
+    fo.state = FileOverlayStatus::Applied;
   else
-    fo.state = "partial";
+    fo.state = FileOverlayStatus::Partial;
   return fo;
 }
 
@@ -168,7 +208,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     return;
   }
   if (!data->has_value()) {
-    fs.state = "missing";
+    fs.state = FileStatus::Missing;
     fs.message = "target file does not exist";
     DriftItem it;
     it.file = path;
@@ -195,12 +235,12 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   }
   auto regions = parse_regions(text.lines, path);
   if (!regions) {
-    fs.state = "tampered";
+    fs.state = FileStatus::Tampered;
     fs.message = regions.error().message;
     return;
   }
   if (regions->empty() && fs.sha != fs.pin) {
-    fs.state = "drift";
+    fs.state = FileStatus::Drift;
     fs.message = "sha256 " + fs.sha.substr(0, 16) + "... differs from the pin " + fs.pin.substr(0, 16) +
                  "... and the file has no overlay regions (engine changed?)";
     trial_report(set, text, path, pristine_dir, fs);
@@ -209,7 +249,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   for (const Region& r : *regions) {
     const Manifest* owner = set.find(r.overlay);
     if (!owner || !owner->find_file(path)) {
-      fs.state = "tampered";
+      fs.state = FileStatus::Tampered;
       fs.message = "line " + std::to_string(r.begin + 1) + ": region of overlay \"" + r.overlay +
                    "\", which has no edits for this file";
       return;
@@ -222,7 +262,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     const Manifest& m = *touching[k];
     auto stripped = strip_overlay(lines, m, *m.find_file(path), path, &counts[k]);
     if (!stripped) {
-      fs.state = "tampered";
+      fs.state = FileStatus::Tampered;
       fs.message = stripped.error().message;
       return;
     }
@@ -231,7 +271,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   fs.projection = Text{lines, text.trailing_newline};
   std::string proj = join_lines(fs.projection);
   if (kvtier::sha256_hex(proj) != fs.pin) {
-    fs.state = "tampered";
+    fs.state = FileStatus::Tampered;
     fs.message = "text outside the overlay regions differs from the pristine pin (edited by hand?)";
     return;
   }
@@ -239,21 +279,21 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   int applied = 0, pristine = 0;
   for (size_t k = 0; k < touching.size(); ++k) {
     FileOverlay fo = count_edits(*touching[k], *touching[k]->find_file(path), proj, counts[k], &duplicate);
-    if (fo.state == "partial") partial = true;
-    if (fo.state == "applied") {
+    if (fo.state == FileOverlayStatus::Partial) partial = true;
+    if (fo.state == FileOverlayStatus::Applied) {
       ++applied;
       fs.applied.push_back(fo.overlay);
     }
-    if (fo.state == "pristine") ++pristine;
+    if (fo.state == FileOverlayStatus::Pristine) ++pristine;
     fs.overlays.push_back(std::move(fo));
   }
   if (duplicate) {
-    fs.state = "tampered";
+    fs.state = FileStatus::Tampered;
     fs.message = "an edit's region appears more often than the manifest allows (duplicated region)";
     return;
   }
   if (partial) {
-    fs.state = "partial";
+    fs.state = FileStatus::Partial;
     fs.message = "some regions of an overlay are present and some are missing (half-applied)";
     return;
   }
@@ -263,7 +303,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     if (std::find(fs.applied.begin(), fs.applied.end(), m->overlay) == fs.applied.end()) continue;
     auto s = apply_overlay(b, *m, *m->find_file(path), proj, path);
     if (!s) {
-      fs.state = "stale";
+      fs.state = FileStatus::Stale;
       fs.stale_overlays = {m->overlay};
       fs.message = "the regions of overlay " + m->overlay + " are intact, but its manifest no longer produces them (" +
                    s.error().message + "); revert it, then apply again";
@@ -272,7 +312,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
     }
   }
   if (b.text() != fs.data.bytes) {
-    fs.state = "stale";
+    fs.state = FileStatus::Stale;
     fs.stale_overlays = stale_by_region(text.lines, *regions, b, fs.applied);
     std::string list;
     for (const auto& o : fs.stale_overlays) list += (list.empty() ? "" : ", ") + o;
@@ -283,7 +323,7 @@ void analyze_target(const Tree& tree, const ManifestSet& set, const std::string&
   }
   // Some overlays applied and others not is still "applied" for the file: the
   // per-overlay states tell which.
-  fs.state = applied == 0 ? "pristine" : "applied";
+  fs.state = applied == 0 ? FileStatus::Pristine : FileStatus::Applied;
 }
 
 void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileState& fs, Error* fatal) {
@@ -296,8 +336,8 @@ void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileSta
   FileOverlay fo;
   fo.overlay = m.overlay;
   if (!data->has_value()) {
-    fs.state = "absent";
-    fo.state = "pristine";
+    fs.state = FileStatus::Absent;
+    fo.state = FileOverlayStatus::Pristine;
     fs.overlays.push_back(fo);
     return;
   }
@@ -310,22 +350,22 @@ void analyze_new(const Tree& tree, const Manifest& m, const NewFile& nf, FileSta
   std::string rest = nl == std::string::npos ? std::string() : bytes.substr(nl + 1);
   Sentinel s = parse_sentinel(first);
   if (s.kind != SentinelKind::NewFile || s.overlay != m.overlay) {
-    fs.state = "tampered";
+    fs.state = FileStatus::Tampered;
     fs.message = "file exists but was not created by overlay " + m.overlay + " (no sentinel header)";
     return;
   }
   if (text_hash(rest) != s.hash) {
-    fs.state = "tampered";
+    fs.state = FileStatus::Tampered;
     fs.message = "file was edited by hand (header hash " + s.hash + ", text hash " + text_hash(rest) + ")";
     return;
   }
   if (rest != nf.text) {
-    fs.state = "stale";
+    fs.state = FileStatus::Stale;
     fs.message = "file is intact but differs from its current source " + nf.source + "; revert, then apply again";
     return;
   }
-  fs.state = "present";
-  fo.state = "applied";
+  fs.state = FileStatus::Present;
+  fo.state = FileOverlayStatus::Applied;
   fs.overlays.push_back(fo);
 }
 
@@ -352,7 +392,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       if (cxx::is_cxx(nf.path)) build_inputs.insert(nf.path);
   }
   auto as_build_input = [](FileState& fs) {
-    fs.state = "build-input";
+    fs.state = FileStatus::BuildInput;
     fs.message = "not in this tree (a wheel install): patched in memory and built into a [[built_files]] binary";
   };
   for (const auto& p : targets) {
@@ -410,8 +450,8 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
     bool drift = false, tampered = false, half = false, stale = false;
     auto visit = [&](const FileState& fs) {
       bool mine = false;
-      if (fs.state == "build-input") return;  // judged through its built file
-      if (fs.is_built && fs.state == "absent" && m.find_built(fs.path)) {
+      if (fs.state == FileStatus::BuildInput) return;  // judged through its built file
+      if (fs.is_built && fs.state == FileStatus::Absent && m.find_built(fs.path)) {
         absent_built = true;
         return;
       }
@@ -423,19 +463,20 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
         mine = m.find_file(fs.path) != nullptr;
       }
       if (!mine) return;
-      if (fs.state == "drift" || fs.state == "missing") {
+      if (fs.state == FileStatus::Drift || fs.state == FileStatus::Missing) {
         drift = true;
         os.problems.push_back(fs.path + ": " + fs.message);
         return;
       }
-      if (fs.state == "tampered") {
+      if (fs.state == FileStatus::Tampered) {
         tampered = true;
         os.problems.push_back(fs.path + ": " + fs.message);
         return;
       }
-      if (fs.state == "partial") os.problems.push_back(fs.path + ": " + fs.message);
-      bool stale_here = fs.state == "stale" && (fs.is_new || std::find(fs.stale_overlays.begin(), fs.stale_overlays.end(),
-                                                                         m.overlay) != fs.stale_overlays.end());
+      if (fs.state == FileStatus::Partial) os.problems.push_back(fs.path + ": " + fs.message);
+      bool stale_here = fs.state == FileStatus::Stale &&
+                        (fs.is_new || std::find(fs.stale_overlays.begin(), fs.stale_overlays.end(), m.overlay) !=
+                                          fs.stale_overlays.end());
       if (stale_here) {
         stale = true;
         os.problems.push_back(fs.path + ": " + fs.message);
@@ -443,43 +484,43 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       }
       for (const auto& fo : fs.overlays) {
         if (fo.overlay != m.overlay) continue;
-        if (fo.state == "applied") ++applied;
-        if (fo.state == "pristine") ++pristine;
-        if (fo.state == "neutral") ++neutral;
-        if (fo.state == "partial") half = true;
+        if (fo.state == FileOverlayStatus::Applied) ++applied;
+        if (fo.state == FileOverlayStatus::Pristine) ++pristine;
+        if (fo.state == FileOverlayStatus::Neutral) ++neutral;
+        if (fo.state == FileOverlayStatus::Partial) half = true;
         for (const auto& e : fo.edits)
           if (e.state == EditStatus::Superseded) os.superseded.push_back(fs.path + ": " + e.id);
       }
     };
     for (const auto& fs : ts.files) visit(fs);
     if (drift)
-      os.state = "drift";
+      os.state = OverlayStatus::Drift;
     else if (tampered)
-      os.state = "tampered";
+      os.state = OverlayStatus::Tampered;
     else if (stale)
-      os.state = "stale";
+      os.state = OverlayStatus::Stale;
     else if (half || (applied && pristine)) {
-      os.state = "half-applied";
+      os.state = OverlayStatus::HalfApplied;
       if (!half) os.problems.push_back("some files carry this overlay and some do not");
     } else if (applied)
-      os.state = "applied";
+      os.state = OverlayStatus::Applied;
     else if (pristine)
-      os.state = "pristine";
+      os.state = OverlayStatus::Pristine;
     else if (absent_built) {
-      os.state = "absent";  // check accepts it like superseded; status says why
+      os.state = OverlayStatus::Absent;  // check accepts it like superseded; status says why
       os.problems.push_back("neither its C/C++ sources nor the binary built from them is in this tree");
     } else
-      os.state = "superseded";
+      os.state = OverlayStatus::Superseded;
     ts.overlays.push_back(std::move(os));
   }
   // An applied overlay whose `after` dependency is not applied is inconsistent.
   for (auto& os : ts.overlays) {
-    if (os.state != "applied") continue;
+    if (os.state != OverlayStatus::Applied) continue;
     for (const auto& a : os.after) {
       const OverlayState* dep = ts.overlay(a);
-      if (dep && dep->state == "pristine") {
+      if (dep && dep->state == OverlayStatus::Pristine) {
         os.problems.push_back("applied, but overlay " + a + " it stacks on (after) is not");
-        os.state = "tampered";
+        os.state = OverlayStatus::Tampered;
       }
     }
   }

@@ -17,8 +17,10 @@
 
 namespace patcher {
 
-// What an edit's regions look like in a file. edit_status_name() is the one
-// place these are named for output (status, --json).
+// The states below are named for output (status, --json) in one place each:
+// the *_name() functions. The names are part of the JSON format (docs/JSON.md).
+
+// What an edit's regions look like in a file.
 enum class EditStatus { Applied, Missing, Superseded };
 const char* edit_status_name(EditStatus s);
 
@@ -28,9 +30,26 @@ struct EditState {
   int present = 0, expected = 0;
 };
 
+// One overlay's regions in one file. Neutral: every edit is superseded.
+enum class FileOverlayStatus { Pristine, Applied, Partial, Neutral };
+const char* file_overlay_status_name(FileOverlayStatus s);
+
+// A file against the manifests. Stale: regions intact and verified,
+// projection == pin, but the current manifests/fragments would inject
+// something else; revert works, apply refuses. Absent/Present: a new file (or a
+// built binary) that is not / is there. BuildInput: a C/C++ source outside a
+// wheel install's tree, judged through its built file (built.h).
+enum class FileStatus { Pristine, Applied, Partial, Tampered, Stale, Drift, Missing, Absent, Present, BuildInput };
+const char* file_status_name(FileStatus s);
+
+// An overlay across its files. Absent: neither its C/C++ sources nor its built
+// binary is in the tree; check accepts it like Superseded.
+enum class OverlayStatus { Pristine, Applied, HalfApplied, Tampered, Stale, Drift, Superseded, Absent };
+const char* overlay_status_name(OverlayStatus s);
+
 struct FileOverlay {
   std::string overlay;
-  std::string state;  // pristine | applied | partial | neutral (all superseded)
+  FileOverlayStatus state = FileOverlayStatus::Pristine;
   std::vector<EditState> edits;
 };
 
@@ -38,10 +57,7 @@ struct FileState {
   std::string path;
   bool is_new = false;  // a [[new_files]] entry
   bool is_built = false;  // a [[built_files]] entry (binary; see built.h)
-  // pristine | applied | partial | tampered | stale | drift | missing | absent | present
-  // (stale: regions intact and verified, projection == pin, but the current
-  // manifests/fragments would inject something else; revert works, apply refuses)
-  std::string state;
+  FileStatus state = FileStatus::Pristine;
   std::string message;  // why, for tampered / drift
   std::vector<std::string> details;  // drift report
   std::vector<DriftItem> drift;      // the same, structured
@@ -57,7 +73,7 @@ struct FileState {
 
 struct OverlayState {
   std::string name, summary;
-  std::string state;  // pristine | applied | half-applied | tampered | stale | drift | superseded
+  OverlayStatus state = OverlayStatus::Pristine;
   std::vector<std::string> after;
   std::vector<std::string> problems;
   std::vector<std::string> superseded;  // "path: edit id"

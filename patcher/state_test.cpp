@@ -3,8 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <set>
+
 #include "engine.h"
 #include "test_util.h"
+
+// gtest prints these by their output names in a failure.
+namespace patcher {
+void PrintTo(FileStatus s, std::ostream* os) { *os << file_status_name(s); }
+void PrintTo(OverlayStatus s, std::ostream* os) { *os << overlay_status_name(s); }
+void PrintTo(FileOverlayStatus s, std::ostream* os) { *os << file_overlay_status_name(s); }
+}  // namespace patcher
 
 namespace patcher::testing {
 namespace {
@@ -36,12 +47,12 @@ struct Fixture {
 TEST(State, PristineTreeWithASupersededEdit) {
   Fixture f;
   TreeState ts = f.state();
-  EXPECT_EQ(ts.overlay("example-cache")->state, "pristine");
-  EXPECT_EQ(ts.overlay("example-cache-stats")->state, "pristine");
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::Pristine);
+  EXPECT_EQ(ts.overlay("example-cache-stats")->state, OverlayStatus::Pristine);
   EXPECT_EQ(ts.overlay("example-cache-stats")->superseded,
             std::vector<std::string>{"example/scheduler.py: dataclass-import"});
-  EXPECT_EQ(ts.file("example/scheduler.py")->state, "pristine");
-  EXPECT_EQ(ts.file("example/cache_hooks.py")->state, "absent");
+  EXPECT_EQ(ts.file("example/scheduler.py")->state, FileStatus::Pristine);
+  EXPECT_EQ(ts.file("example/cache_hooks.py")->state, FileStatus::Absent);
   EXPECT_FALSE(ts.journal);
   EXPECT_TRUE(ts.leftovers.empty());
 }
@@ -50,9 +61,9 @@ TEST(State, AppliedTree) {
   Fixture f;
   f.apply_all();
   TreeState ts = f.state();
-  EXPECT_EQ(ts.overlay("example-cache")->state, "applied");
-  EXPECT_EQ(ts.overlay("example-cache-stats")->state, "applied");
-  EXPECT_EQ(ts.file("example/cache_hooks.py")->state, "present");
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::Applied);
+  EXPECT_EQ(ts.overlay("example-cache-stats")->state, OverlayStatus::Applied);
+  EXPECT_EQ(ts.file("example/cache_hooks.py")->state, FileStatus::Present);
   for (const auto& fo : ts.file("example/scheduler.py")->overlays)
     for (const auto& e : fo.edits) EXPECT_NE(e.state, EditStatus::Missing) << fo.overlay << "/" << e.id;
 }
@@ -63,14 +74,109 @@ TEST(State, EveryEditStatusHasOneName) {
   EXPECT_STREQ(edit_status_name(EditStatus::Superseded), "superseded");
 }
 
+// The names are the JSON format (docs/JSON.md): they must never change.
+TEST(State, EveryFileStatusHasOneName) {
+  const std::pair<FileStatus, std::string> all[] = {
+      {FileStatus::Pristine, "pristine"}, {FileStatus::Applied, "applied"},   {FileStatus::Partial, "partial"},
+      {FileStatus::Tampered, "tampered"}, {FileStatus::Stale, "stale"},       {FileStatus::Drift, "drift"},
+      {FileStatus::Missing, "missing"},   {FileStatus::Absent, "absent"},     {FileStatus::Present, "present"},
+      {FileStatus::BuildInput, "build-input"}};
+  std::set<std::string> names;
+  for (const auto& [s, name] : all) {
+    EXPECT_EQ(file_status_name(s), name);
+    names.insert(file_status_name(s));
+  }
+  EXPECT_EQ(names.size(), std::size(all));
+}
+
+TEST(State, EveryOverlayStatusHasOneName) {
+  const std::pair<OverlayStatus, std::string> all[] = {
+      {OverlayStatus::Pristine, "pristine"}, {OverlayStatus::Applied, "applied"},
+      {OverlayStatus::HalfApplied, "half-applied"}, {OverlayStatus::Tampered, "tampered"},
+      {OverlayStatus::Stale, "stale"},       {OverlayStatus::Drift, "drift"},
+      {OverlayStatus::Superseded, "superseded"}, {OverlayStatus::Absent, "absent"}};
+  std::set<std::string> names;
+  for (const auto& [s, name] : all) {
+    EXPECT_EQ(overlay_status_name(s), name);
+    names.insert(overlay_status_name(s));
+  }
+  EXPECT_EQ(names.size(), std::size(all));
+}
+
+TEST(State, EveryFileOverlayStatusHasOneName) {
+  EXPECT_STREQ(file_overlay_status_name(FileOverlayStatus::Pristine), "pristine");
+  EXPECT_STREQ(file_overlay_status_name(FileOverlayStatus::Applied), "applied");
+  EXPECT_STREQ(file_overlay_status_name(FileOverlayStatus::Partial), "partial");
+  EXPECT_STREQ(file_overlay_status_name(FileOverlayStatus::Neutral), "neutral");
+}
+
+// Classification: each overlay's state in each file, on a pristine and an applied tree.
+TEST(State, PerFileOverlayStatesFollowTheRegions) {
+  Fixture f;
+  for (const auto& fo : f.state().file("example/scheduler.py")->overlays)
+    EXPECT_EQ(fo.state, FileOverlayStatus::Pristine) << fo.overlay;
+  f.apply_all();
+  TreeState ts = f.state();
+  EXPECT_EQ(ts.file("example/scheduler.py")->overlays.size(), 2u);
+  for (const auto& fo : ts.file("example/scheduler.py")->overlays)
+    EXPECT_EQ(fo.state, FileOverlayStatus::Applied) << fo.overlay;
+  EXPECT_EQ(ts.file("example/scheduler.py")->applied,
+            (std::vector<std::string>{"example-cache", "example-cache-stats"}));
+}
+
+TEST(State, AMissingRegionIsPartialAndHalfApplied) {
+  Fixture f;
+  f.apply_all();
+  std::string p = f.w.tree_file("example/worker.py");
+  std::string text = read_file(p);
+  std::string region =
+      "# >>> overlay example-cache/worker-import sha256=064866d7b60aaf7a\nfrom example import cache_hooks\n"
+      "# <<< overlay example-cache/worker-import\n";
+  ASSERT_NE(text.find(region), std::string::npos);
+  write_file(p, text.replace(text.find(region), region.size(), ""));
+  TreeState ts = f.state();
+  const FileState* worker = ts.file("example/worker.py");
+  EXPECT_EQ(worker->state, FileStatus::Partial);
+  ASSERT_EQ(worker->overlays.size(), 1u);
+  EXPECT_EQ(worker->overlays[0].state, FileOverlayStatus::Partial);
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::HalfApplied);
+  EXPECT_EQ(ts.overlay("example-cache-stats")->state, OverlayStatus::Applied);
+}
+
+TEST(State, OneFileAppliedAndOnePristineIsHalfApplied) {
+  Fixture f;
+  std::string p = f.w.tree_file("example/worker.py");
+  std::string pristine = read_file(p);
+  f.apply_all();
+  write_file(p, pristine);
+  TreeState ts = f.state();
+  EXPECT_EQ(ts.file("example/worker.py")->state, FileStatus::Pristine);
+  EXPECT_EQ(ts.file("example/scheduler.py")->state, FileStatus::Applied);
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::HalfApplied);
+}
+
+TEST(State, AChangedOrMissingTargetIsDrift) {
+  Fixture f;
+  std::string p = f.w.tree_file("example/worker.py");
+  std::string text = read_file(p);
+  write_file(p, text.replace(text.find("32000"), 5, "32001"));
+  TreeState ts = f.state();
+  EXPECT_EQ(ts.file("example/worker.py")->state, FileStatus::Drift);
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::Drift);
+  ASSERT_EQ(::unlink(p.c_str()), 0);
+  ts = f.state();
+  EXPECT_EQ(ts.file("example/worker.py")->state, FileStatus::Missing);
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::Drift);
+}
+
 TEST(State, AnEditOutsideTheRegionsIsTampered) {
   Fixture f;
   f.apply_all();
   std::string p = f.w.tree_file("example/worker.py");
   write_file(p, read_file(p) + "# by hand\n");
   TreeState ts = f.state();
-  EXPECT_EQ(ts.file("example/worker.py")->state, "tampered");
-  EXPECT_EQ(ts.overlay("example-cache")->state, "tampered");
+  EXPECT_EQ(ts.file("example/worker.py")->state, FileStatus::Tampered);
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::Tampered);
 }
 
 TEST(State, StalenessIsPerOverlay) {
@@ -84,10 +190,10 @@ TEST(State, StalenessIsPerOverlay) {
   f.set = std::move(*set);
   TreeState ts = f.state();
   const FileState* sched = ts.file("example/scheduler.py");
-  EXPECT_EQ(sched->state, "stale");
+  EXPECT_EQ(sched->state, FileStatus::Stale);
   EXPECT_EQ(sched->stale_overlays, std::vector<std::string>{"example-cache-stats"});
-  EXPECT_EQ(ts.overlay("example-cache-stats")->state, "stale");
-  EXPECT_EQ(ts.overlay("example-cache")->state, "applied");
+  EXPECT_EQ(ts.overlay("example-cache-stats")->state, OverlayStatus::Stale);
+  EXPECT_EQ(ts.overlay("example-cache")->state, OverlayStatus::Applied);
 }
 
 }  // namespace
