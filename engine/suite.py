@@ -8,6 +8,9 @@ one wave run side by side on GPU 0 (each engine gets a fixed KV-cache size, so t
 size themselves from free memory); the throughput pair runs alone, one after the other.
 DIR/results.json holds every stage's result and every check; DIR/summary.txt the verdicts.
 Exit 0 when every check of every stage that ran passed.
+
+Why one file over 500 lines: the stage table and the judges are read side by side; a judge
+is only meaningful next to the stage it judges.
 """
 
 from __future__ import annotations

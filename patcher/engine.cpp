@@ -1,3 +1,5 @@
+// Why one file over 500 lines: every verb (status, plan, apply, check, revert, recover) runs
+// the same lock -> analyze -> preflight -> transaction sequence; one file keeps that order visible.
 #include "engine.h"
 
 #include <sys/file.h>

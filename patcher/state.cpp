@@ -1,3 +1,5 @@
+// Why one file over 500 lines: the classification of a tree (file, per-overlay and overlay
+// states) must agree across Python, C/C++ and built files; one file holds all of its rules.
 #include "state.h"
 
 #include <algorithm>

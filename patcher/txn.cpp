@@ -1,3 +1,5 @@
+// Why one file over 500 lines: the journal, the commit point, recovery and discard are
+// one crash-safety argument; kept together it reads top to bottom in the order of the writes.
 #include "txn.h"
 
 #include <fcntl.h>

@@ -30,6 +30,9 @@ in flight across steps: a cache reset that frees its rows cannot be overtaken
 by a late write. Chunk files are immutable (temp + rename), so a file opened
 before keep-K unlinks it still reads as the verified bytes; one unlinked
 before the open is a miss.
+
+Why one file over 500 lines: the inventory and the promotions share this rank's store lock
+and its ledger of bad manifests; one module keeps who holds the lock, and when, in one place.
 """
 
 import ctypes

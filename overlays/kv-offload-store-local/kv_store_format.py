@@ -8,6 +8,10 @@ codec and the vectors together. Standard library only: it runs inside vLLM.
 
 Everything a reader rejects raises `FormatError` carrying a `Reason`; the
 reason values are the names the C++ codec reports for the same bytes.
+
+Why one file over 500 lines: the codec travels as one standard-library module, into the
+engine tree and into the tools and tests that read a store, and it must change as a whole
+with docs/FORMAT.md and the C++ codec.
 """
 
 from __future__ import annotations
