@@ -1,16 +1,9 @@
 #include "compile_check.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <nlohmann/json.hpp>
 
 #include "paths.h"
-
-extern char** environ;
+#include "pipe_run.h"
 
 namespace patcher {
 namespace {
@@ -49,49 +42,11 @@ Result<std::vector<CompileError>> compile_units(const std::string& python, const
   nlohmann::json in = nlohmann::json::array();
   for (const auto& u : units) in.push_back({{"name", u.name}, {"text", u.text}, {"fragment", u.fragment}});
   std::string input = in.dump();
-  int to_child[2], from_child[2];
-  if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0)
-    return make_error(ErrorKind::Io, python, "cannot create pipes: " + errno_text(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
-  std::string dash_c = "-c";
-  std::vector<char*> argv = {const_cast<char*>(python.c_str()), dash_c.data(), const_cast<char*>(kScript), nullptr};
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, python.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(to_child[0]);
-  ::close(from_child[1]);
-  if (rc != 0) {
-    ::close(to_child[1]);
-    ::close(from_child[0]);
-    return make_error(ErrorKind::Usage, python, "cannot run the interpreter (--python): " + errno_text(rc));
-  }
-  size_t done = 0;
-  while (done < input.size()) {
-    ssize_t n = ::write(to_child[1], input.data() + done, input.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;  // the child died; its status says why
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(to_child[1]);
-  std::string output;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(from_child[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    output.append(buf, static_cast<size_t>(n));
-  }
-  ::close(from_child[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  auto run = kvtier::run_with_input({python, "-c", kScript}, input, /*search_path=*/true);
+  if (!run) return make_error(ErrorKind::Usage, python, "cannot run the interpreter (--python): " + run.error());
+  if (!run->exited_ok())
     return make_error(ErrorKind::Usage, python, "the interpreter failed to run the compile check (is it Python 3.8+?)");
+  const std::string& output = run->output;
   std::vector<CompileError> errors;
   try {
     auto j = nlohmann::json::parse(output);

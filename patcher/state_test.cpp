@@ -113,7 +113,8 @@ TEST(State, EveryFileOverlayStatusHasOneName) {
 // Classification: each overlay's state in each file, on a pristine and an applied tree.
 TEST(State, PerFileOverlayStatesFollowTheRegions) {
   Fixture f;
-  for (const auto& fo : f.state().file("example/scheduler.py")->overlays)
+  TreeState before = f.state();  // named: a temporary would die before the loop reads it
+  for (const auto& fo : before.file("example/scheduler.py")->overlays)
     EXPECT_EQ(fo.state, FileOverlayStatus::Pristine) << fo.overlay;
   f.apply_all();
   TreeState ts = f.state();
