@@ -163,3 +163,27 @@ def test_pin_lines_reproduce_the_pins(cache, pin_dir, pins):
     done = fetch(cache, "--pins", str(pin_dir / "PINS"), "--pin-lines", pins[0].path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{pins[0].sha256}  {pins[0].path}"
+
+
+def test_a_download_is_adopted_only_when_it_is_the_pinned_file(tmp_path):
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kvtier_fetch", FETCH)
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    tmp = tmp_path / "dl"
+    tmp.mkdir()
+    (tmp / "x.whl").write_bytes(b"wheel bytes")
+    good = hashlib.sha256(b"wheel bytes").hexdigest()
+    dest = tmp_path / "x.whl"
+
+    with pytest.raises(fetch.FetchError) as bad:
+        fetch._adopt_download(str(tmp), "x.whl", "0" * 64, dest, "WHEEL", "pip download")
+    assert "does not match WHEEL pin" in str(bad.value) and not dest.exists()
+    with pytest.raises(fetch.FetchError) as missing:
+        fetch._adopt_download(str(tmp), "y.whl", good, dest, "WHEEL", "pip download")
+    assert "pip download gave x.whl, not y.whl (see WHEEL)" in str(missing.value)
+
+    fetch._adopt_download(str(tmp), "x.whl", good, dest, "WHEEL", "pip download")
+    assert dest.read_bytes() == b"wheel bytes"
