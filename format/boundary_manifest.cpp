@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "canonical_manifest.h"
 #include "kvtier/format/canonical_json.h"
 #include "kvtier/format/crc32.h"
 #include "kvtier/format/header.h"
@@ -164,6 +165,11 @@ Result<std::string> encode_manifest(const BoundaryManifest& m) {
 }
 
 Result<BoundaryManifest> parse_manifest(std::string_view bytes) {
+  if (auto m = parse_canonical_manifest(bytes)) return std::move(*m);
+  return parse_manifest_json(bytes);
+}
+
+Result<BoundaryManifest> parse_manifest_json(std::string_view bytes) {
   auto parsed = parse_strict_json(bytes, kMaxManifestBytes);
   if (!parsed) return parsed.error();
   json& value = *parsed;

@@ -7,7 +7,9 @@
 //
 // Properties: an accepted manifest re-encodes, and the encoding parses back
 // to the same manifest; a fixed-up input that is accepted is byte-identical
-// to its re-encoding (the format is canonical JSON).
+// to its re-encoding (the format is canonical JSON); parse_manifest (with its
+// canonical-layout scanner) and parse_manifest_json (the JSON path alone)
+// give the same verdict and the same manifest.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -24,7 +26,13 @@ namespace {
 
 void check_round_trip(std::string_view bytes, bool canonical_input) {
   auto m = kvformat::parse_manifest(bytes);
-  if (!m) return;
+  auto general = kvformat::parse_manifest_json(bytes);
+  FUZZ_CHECK(m.ok() == general.ok());
+  if (!m) {
+    FUZZ_CHECK(m.error().reason == general.error().reason);
+    return;
+  }
+  FUZZ_CHECK(*m == *general);
   FUZZ_CHECK(!m->chain.empty());
   auto encoded = kvformat::encode_manifest(*m);
   FUZZ_CHECK(encoded.ok());

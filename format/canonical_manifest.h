@@ -1,0 +1,18 @@
+// The fast path of parse_manifest (private to kvformat): accepts only a
+// manifest in the exact canonical byte layout writers produce, valid in every
+// field and rule; returns nullopt for anything else, so the general parser
+// gives the verdict. A manifest it accepts is the one parse_manifest_json
+// would return (format/canonical_manifest_test.cpp and the manifest fuzzer
+// hold the two paths to that).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "kvtier/format/boundary_manifest.h"
+
+namespace kvformat {
+
+std::optional<BoundaryManifest> parse_canonical_manifest(std::string_view bytes);
+
+}  // namespace kvformat
