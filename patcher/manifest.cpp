@@ -1,18 +1,10 @@
-// Why one file over 500 lines: every key of an overlay manifest is validated here in one pass,
-// so a manifest error always comes from one place with one message style.
+// One overlay manifest: TOML in, a validated Manifest out. Every key is
+// checked here, so a manifest error always comes from one place with one
+// message style. A folder of manifests and their order: manifest_set.cpp.
 #include "manifest.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
-#include <map>
 #include <set>
-#include <sstream>
-#include <stdexcept>
 #include <toml++/toml.h>
 
 #include "paths.h"
@@ -33,15 +25,13 @@ const char* action_name(Action a) {
 }
 
 const FileSpec* Manifest::find_file(const std::string& path) const {
-  for (const auto& f : files)
-    if (f.path == path) return &f;
-  return nullptr;
+  auto it = std::ranges::find(files, path, &FileSpec::path);
+  return it == files.end() ? nullptr : &*it;
 }
 
 const BuiltFile* Manifest::find_built(const std::string& path) const {
-  for (const auto& b : built_files)
-    if (b.path == path) return &b;
-  return nullptr;
+  auto it = std::ranges::find(built_files, path, &BuiltFile::path);
+  return it == built_files.end() ? nullptr : &*it;
 }
 
 const Edit* Manifest::find_edit(const std::string& id) const {
@@ -49,18 +39,6 @@ const Edit* Manifest::find_edit(const std::string& id) const {
     for (const auto& e : f.edits)
       if (e.id == id) return &e;
   return nullptr;
-}
-
-const Manifest* ManifestSet::find(const std::string& name) const {
-  for (const auto& m : overlays)
-    if (m.overlay == name) return &m;
-  return nullptr;
-}
-
-const Manifest& ManifestSet::get(const std::string& name) const {
-  const Manifest* m = find(name);
-  if (!m) throw std::logic_error("ManifestSet::get: unknown overlay " + name);
-  return *m;
 }
 
 namespace {
@@ -271,6 +249,102 @@ Result<Edit> parse_edit(const Ctx& c, const toml::table& t, const std::string& f
   return e;
 }
 
+// The tables of a top-level array of tables ([[files]], ...); none when absent.
+Result<std::vector<const toml::table*>> tables(const Ctx& c, const toml::table& root, const char* key,
+                                               const std::string& not_tables) {
+  std::vector<const toml::table*> out;
+  const toml::node* n = root.get(key);
+  if (!n) return out;
+  const toml::array* arr = n->as_array();
+  if (!arr || !arr->is_array_of_tables()) return c.err(*n, not_tables);
+  for (const toml::node& x : *arr) out.push_back(x.as_table());
+  return out;
+}
+
+// The "path" of a [[files]], [[new_files]] or [[built_files]] table: required,
+// relative, and listed once across all three.
+Result<std::string> table_path(const Ctx& c, const toml::table& t, const std::string& where,
+                               std::set<std::string>& paths) {
+  auto p = get_string(c, t, "path", where, true);
+  if (!p) return p.error();
+  if (auto s = validate_rel_path(*p, c.file, "path"); !s) return s.error();
+  if (!paths.insert(*p).second) return c.err(t, "file \"" + *p + "\" is listed twice");
+  return *p;
+}
+
+// One [[files]] table and its [[files.edits]]; edit ids are unique across the manifest.
+Result<FileSpec> parse_file(const Ctx& c, const toml::table& ft, const std::string& fragments_dir,
+                            std::set<std::string>& paths, std::set<std::string>& ids) {
+  if (auto s = check_keys(c, ft, {"path", "sha256", "edits", "compile_flags", "compile_commands", "must_compile"},
+                          "[[files]]");
+      !s)
+    return s.error();
+  FileSpec f;
+  auto p = table_path(c, ft, "[[files]]", paths);
+  if (!p) return p.error();
+  f.path = *p;
+  auto sha = get_string(c, ft, "sha256", "file \"" + f.path + "\"", true);
+  if (!sha) return sha.error();
+  f.sha256 = *sha;
+  if (!valid_sha(f.sha256))
+    return c.err(*ft.get("sha256"), "sha256 of \"" + f.path + "\" must be 64 lowercase hex digits");
+  const bool cxx = cxxscope::is_cxx_path(f.path);
+  for (const char* key : {"compile_flags", "compile_commands", "must_compile"})
+    if (ft.get(key) && !cxx)
+      return c.err(*ft.get(key), std::string("\"") + key + "\" is for C/C++ targets; \"" + f.path + "\" is not one");
+  auto flags = get_strings(c, ft, "compile_flags", "file \"" + f.path + "\"");
+  if (!flags) return flags.error();
+  f.compile_flags = *flags;
+  auto db = get_string(c, ft, "compile_commands", "file \"" + f.path + "\"", false);
+  if (!db) return db.error();
+  f.compile_commands = *db;
+  if (!f.compile_commands.empty())
+    if (auto s = validate_rel_path(f.compile_commands, c.file, "compile_commands"); !s) return s.error();
+  if (const toml::node* mc = ft.get("must_compile")) {
+    if (!mc->is_boolean()) return c.err(*mc, "\"must_compile\" of \"" + f.path + "\" must be true or false");
+    f.must_compile = *mc->value<bool>();
+  }
+  const toml::node* en = ft.get("edits");
+  if (!en) return c.err(ft, "file \"" + f.path + "\" has no [[files.edits]]");
+  const toml::array* earr = en->as_array();
+  if (!earr || !earr->is_array_of_tables() || earr->empty())
+    return c.err(*en, "\"edits\" of \"" + f.path + "\" must be a non-empty array of tables");
+  for (const toml::node& enode : *earr) {
+    auto e = parse_edit(c, *enode.as_table(), fragments_dir, cxx);
+    if (!e) return e.error();
+    if (!ids.insert(e->id).second) return c.err(enode, "duplicate edit id \"" + e->id + "\"");
+    f.edits.push_back(std::move(*e));
+  }
+  return f;
+}
+
+// One [[built_files]] table; its sources must be C/C++ [[files]] of `m`.
+Result<BuiltFile> parse_built_file(const Ctx& c, const toml::table& bt, const Manifest& m,
+                                   std::set<std::string>& paths) {
+  if (auto s = check_keys(c, bt, {"path", "sha256", "sources", "build"}, "[[built_files]]"); !s) return s.error();
+  BuiltFile bf;
+  auto p = table_path(c, bt, "[[built_files]]", paths);
+  if (!p) return p.error();
+  bf.path = *p;
+  std::string where = "built file \"" + bf.path + "\"";
+  auto sha = get_string(c, bt, "sha256", where, true);
+  if (!sha) return sha.error();
+  bf.sha256 = *sha;
+  if (!valid_sha(bf.sha256)) return c.err(*bt.get("sha256"), "sha256 of " + where + " must be 64 lowercase hex digits");
+  auto srcs = get_strings(c, bt, "sources", where);
+  if (!srcs) return srcs.error();
+  bf.sources = *srcs;
+  if (bf.sources.empty()) return c.err(bt, where + " needs \"sources\": the [[files]] it is built from");
+  for (const auto& src : bf.sources)
+    if (!m.find_file(src) || !cxxscope::is_cxx_path(src))
+      return c.err(*bt.get("sources"), where + ": source \"" + src + "\" is not a C/C++ [[files]] path of this overlay");
+  auto build = get_strings(c, bt, "build", where);
+  if (!build) return build.error();
+  bf.build = *build;
+  if (bf.build.empty() || bf.build[0].empty()) return c.err(bt, where + " needs a \"build\" command (argv)");
+  return bf;
+}
+
 }  // namespace
 
 Result<Manifest> parse_manifest(const std::string& toml_text, const std::string& display_path,
@@ -314,238 +388,39 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
     }
   }
   std::set<std::string> ids, paths;
-  if (const toml::node* n = root.get("files")) {
-    const toml::array* arr = n->as_array();
-    if (!arr || !arr->is_array_of_tables()) return c.err(*n, "\"files\" must be an array of tables ([[files]])");
-    for (const toml::node& fnode : *arr) {
-      const toml::table& ft = *fnode.as_table();
-      if (auto s = check_keys(c, ft, {"path", "sha256", "edits", "compile_flags", "compile_commands", "must_compile"},
-                              "[[files]]");
-          !s)
-        return s.error();
-      FileSpec f;
-      auto p = get_string(c, ft, "path", "[[files]]", true);
-      if (!p) return p.error();
-      f.path = *p;
-      if (auto s = validate_rel_path(f.path, c.file, "path"); !s) return s.error();
-      if (!paths.insert(f.path).second) return c.err(fnode, "file \"" + f.path + "\" is listed twice");
-      auto sha = get_string(c, ft, "sha256", "file \"" + f.path + "\"", true);
-      if (!sha) return sha.error();
-      f.sha256 = *sha;
-      if (!valid_sha(f.sha256))
-        return c.err(*ft.get("sha256"), "sha256 of \"" + f.path + "\" must be 64 lowercase hex digits");
-      const bool cxx = cxxscope::is_cxx_path(f.path);
-      for (const char* key : {"compile_flags", "compile_commands", "must_compile"})
-        if (ft.get(key) && !cxx)
-          return c.err(*ft.get(key), std::string("\"") + key + "\" is for C/C++ targets; \"" + f.path + "\" is not one");
-      auto flags = get_strings(c, ft, "compile_flags", "file \"" + f.path + "\"");
-      if (!flags) return flags.error();
-      f.compile_flags = *flags;
-      auto db = get_string(c, ft, "compile_commands", "file \"" + f.path + "\"", false);
-      if (!db) return db.error();
-      f.compile_commands = *db;
-      if (!f.compile_commands.empty())
-        if (auto s = validate_rel_path(f.compile_commands, c.file, "compile_commands"); !s) return s.error();
-      if (const toml::node* mc = ft.get("must_compile")) {
-        if (!mc->is_boolean()) return c.err(*mc, "\"must_compile\" of \"" + f.path + "\" must be true or false");
-        f.must_compile = *mc->value<bool>();
-      }
-      const toml::node* en = ft.get("edits");
-      if (!en) return c.err(fnode, "file \"" + f.path + "\" has no [[files.edits]]");
-      const toml::array* earr = en->as_array();
-      if (!earr || !earr->is_array_of_tables() || earr->empty())
-        return c.err(*en, "\"edits\" of \"" + f.path + "\" must be a non-empty array of tables");
-      for (const toml::node& enode : *earr) {
-        auto e = parse_edit(c, *enode.as_table(), fragments_dir, cxx);
-        if (!e) return e.error();
-        if (!ids.insert(e->id).second) return c.err(enode, "duplicate edit id \"" + e->id + "\"");
-        f.edits.push_back(std::move(*e));
-      }
-      m.files.push_back(std::move(f));
-    }
+  auto files = tables(c, root, "files", "\"files\" must be an array of tables ([[files]])");
+  if (!files) return files.error();
+  for (const toml::table* ft : *files) {
+    auto f = parse_file(c, *ft, fragments_dir, paths, ids);
+    if (!f) return f.error();
+    m.files.push_back(std::move(*f));
   }
-  if (const toml::node* n = root.get("new_files")) {
-    const toml::array* arr = n->as_array();
-    if (!arr || !arr->is_array_of_tables()) return c.err(*n, "\"new_files\" must be an array of tables");
-    for (const toml::node& nnode : *arr) {
-      const toml::table& nt = *nnode.as_table();
-      if (auto s = check_keys(c, nt, {"path", "source"}, "[[new_files]]"); !s) return s.error();
-      NewFile nf;
-      auto p = get_string(c, nt, "path", "[[new_files]]", true);
-      if (!p) return p.error();
-      nf.path = *p;
-      if (auto s = validate_rel_path(nf.path, c.file, "path"); !s) return s.error();
-      if (!paths.insert(nf.path).second) return c.err(nnode, "file \"" + nf.path + "\" is listed twice");
-      auto src = get_string(c, nt, "source", "new file \"" + nf.path + "\"", true);
-      if (!src) return src.error();
-      nf.source = *src;
-      auto text = load_fragment(fragments_dir, nf.source, c, "source");
-      if (!text) return text.error();
-      nf.text = *text;
-      m.new_files.push_back(std::move(nf));
-    }
+  auto new_files = tables(c, root, "new_files", "\"new_files\" must be an array of tables");
+  if (!new_files) return new_files.error();
+  for (const toml::table* nt : *new_files) {
+    if (auto st = check_keys(c, *nt, {"path", "source"}, "[[new_files]]"); !st) return st.error();
+    NewFile nf;
+    auto p = table_path(c, *nt, "[[new_files]]", paths);
+    if (!p) return p.error();
+    nf.path = *p;
+    auto src = get_string(c, *nt, "source", "new file \"" + nf.path + "\"", true);
+    if (!src) return src.error();
+    nf.source = *src;
+    auto text = load_fragment(fragments_dir, nf.source, c, "source");
+    if (!text) return text.error();
+    nf.text = *text;
+    m.new_files.push_back(std::move(nf));
   }
-  if (const toml::node* n = root.get("built_files")) {
-    const toml::array* arr = n->as_array();
-    if (!arr || !arr->is_array_of_tables()) return c.err(*n, "\"built_files\" must be an array of tables");
-    for (const toml::node& bnode : *arr) {
-      const toml::table& bt = *bnode.as_table();
-      if (auto s = check_keys(c, bt, {"path", "sha256", "sources", "build"}, "[[built_files]]"); !s) return s.error();
-      BuiltFile bf;
-      auto p = get_string(c, bt, "path", "[[built_files]]", true);
-      if (!p) return p.error();
-      bf.path = *p;
-      if (auto s = validate_rel_path(bf.path, c.file, "path"); !s) return s.error();
-      if (!paths.insert(bf.path).second) return c.err(bnode, "file \"" + bf.path + "\" is listed twice");
-      std::string where = "built file \"" + bf.path + "\"";
-      auto sha = get_string(c, bt, "sha256", where, true);
-      if (!sha) return sha.error();
-      bf.sha256 = *sha;
-      if (!valid_sha(bf.sha256)) return c.err(*bt.get("sha256"), "sha256 of " + where + " must be 64 lowercase hex digits");
-      auto srcs = get_strings(c, bt, "sources", where);
-      if (!srcs) return srcs.error();
-      bf.sources = *srcs;
-      if (bf.sources.empty()) return c.err(bnode, where + " needs \"sources\": the [[files]] it is built from");
-      for (const auto& src : bf.sources)
-        if (!m.find_file(src) || !cxxscope::is_cxx_path(src))
-          return c.err(*bt.get("sources"), where + ": source \"" + src + "\" is not a C/C++ [[files]] path of this overlay");
-      auto build = get_strings(c, bt, "build", where);
-      if (!build) return build.error();
-      bf.build = *build;
-      if (bf.build.empty() || bf.build[0].empty()) return c.err(bnode, where + " needs a \"build\" command (argv)");
-      m.built_files.push_back(std::move(bf));
-    }
+  auto built_files = tables(c, root, "built_files", "\"built_files\" must be an array of tables");
+  if (!built_files) return built_files.error();
+  for (const toml::table* bt : *built_files) {
+    auto bf = parse_built_file(c, *bt, m, paths);
+    if (!bf) return bf.error();
+    m.built_files.push_back(std::move(*bf));
   }
   if (m.files.empty() && m.new_files.empty()) return c.err("manifest has neither [[files]] nor [[new_files]]");
   return m;
 }
 
-namespace {
-
-Result<std::string> read_small_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && st.st_size > static_cast<off_t>(kMaxManifestBytes))
-    return make_error(ErrorKind::Usage, path,
-                      "manifest is " + std::to_string(st.st_size) + " bytes; at most " +
-                          std::to_string(kMaxManifestBytes) + " are read");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorKind::Io, path, "cannot read: " + errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
-Result<ManifestSet> load_manifests(const std::string& dir, const std::string& fragments_root) {
-  ManifestSet set;
-  set.dir = dir;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return make_error(ErrorKind::Usage, dir, "manifests folder cannot be opened: " + errno_text(errno));
-  std::vector<std::string> names;
-  while (dirent* ent = ::readdir(d)) {
-    std::string n = ent->d_name;
-    if (n.size() > 5 && n.substr(n.size() - 5) == ".toml") names.push_back(n);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  if (names.empty()) return make_error(ErrorKind::Usage, dir, "no *.toml manifests in this folder");
-  std::vector<Manifest> loaded;
-  for (const auto& n : names) {
-    std::string path = dir + "/" + n;
-    auto text = read_small_file(path);
-    if (!text) return text.error();
-    std::string stem = n.substr(0, n.size() - 5);
-    auto m = parse_manifest(*text, path, fragments_root + "/" + stem);
-    if (!m) return m.error();
-    if (m->overlay != stem)
-      return make_error(ErrorKind::Usage, path,
-                        "overlay = \"" + m->overlay + "\" does not match the file name \"" + n + "\"");
-    loaded.push_back(std::move(*m));
-  }
-  std::map<std::string, const Manifest*> by_name;
-  for (const auto& m : loaded) by_name[m.overlay] = &m;
-  for (const auto& m : loaded) {
-    if (m.engine != loaded[0].engine || m.engine_version != loaded[0].engine_version)
-      return make_error(ErrorKind::Usage, m.file,
-                        "engine " + m.engine + " " + m.engine_version + " differs from " + loaded[0].file + " (" +
-                            loaded[0].engine + " " + loaded[0].engine_version + ")");
-    for (const auto& a : m.after)
-      if (!by_name.count(a))
-        return make_error(ErrorKind::Usage, m.file, "\"after\" names unknown overlay \"" + a + "\"");
-  }
-  // Same target in two overlays: the pins must agree; a new file may not be
-  // another overlay's target or new file.
-  std::map<std::string, std::pair<std::string, const Manifest*>> pins;
-  std::map<std::string, const Manifest*> news;
-  for (const auto& m : loaded) {
-    for (const auto& f : m.files) {
-      auto it = pins.find(f.path);
-      if (it != pins.end() && it->second.first != f.sha256)
-        return make_error(ErrorKind::Usage, m.file,
-                          "sha256 pin of \"" + f.path + "\" differs from the one in " + it->second.second->file);
-      pins.emplace(f.path, std::pair{f.sha256, &m});
-    }
-    for (const auto& nf : m.new_files) {
-      if (news.count(nf.path))
-        return make_error(ErrorKind::Usage, m.file,
-                          "new file \"" + nf.path + "\" is also a new file of " + news[nf.path]->file);
-      news[nf.path] = &m;
-    }
-  }
-  for (const auto& [p, m] : news)
-    if (pins.count(p))
-      return make_error(ErrorKind::Usage, m->file,
-                        "new file \"" + p + "\" is an edited target of " + pins[p].second->file);
-  // Stacking order.
-  std::vector<std::string> order;
-  std::string order_path = dir + "/ORDER";
-  struct stat st {};
-  if (::stat(order_path.c_str(), &st) == 0) {
-    auto text = read_small_file(order_path);
-    if (!text) return text.error();
-    std::set<std::string> seen;
-    for (const auto& raw : split_lines(*text).lines) {
-      std::string_view l = trim(raw);
-      if (l.empty() || l[0] == '#') continue;
-      std::string name(l);
-      if (!by_name.count(name))
-        return make_error(ErrorKind::Usage, order_path, "names overlay \"" + name + "\" that has no manifest");
-      if (!seen.insert(name).second)
-        return make_error(ErrorKind::Usage, order_path, "lists overlay \"" + name + "\" twice");
-      for (const auto& a : by_name[name]->after)
-        if (!seen.count(a))
-          return make_error(ErrorKind::Usage, order_path,
-                            "puts \"" + name + "\" before \"" + a + "\", but " + name + " has after = [\"" + a + "\"]");
-      order.push_back(name);
-    }
-    for (const auto& [name, m] : by_name)
-      if (!seen.count(name))
-        return make_error(ErrorKind::Usage, order_path, "does not list overlay \"" + name + "\"");
-  } else {
-    std::set<std::string> done;
-    while (order.size() < loaded.size()) {
-      bool progressed = false;
-      for (const auto& [name, m] : by_name) {  // map: ties broken by name
-        if (done.count(name)) continue;
-        bool ready = std::all_of(m->after.begin(), m->after.end(), [&](auto& a) { return done.count(a) > 0; });
-        if (!ready) continue;
-        order.push_back(name);
-        done.insert(name);
-        progressed = true;
-        break;
-      }
-      if (!progressed) {
-        for (const auto& [name, m] : by_name)
-          if (!done.count(name))
-            return make_error(ErrorKind::Usage, m->file, "\"after\" forms a cycle through \"" + name + "\"");
-      }
-    }
-  }
-  for (const auto& name : order)
-    for (auto& m : loaded)
-      if (m.overlay == name) set.overlays.push_back(std::move(m));
-  return set;
-}
 
 }  // namespace patcher

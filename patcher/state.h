@@ -90,6 +90,12 @@ struct TreeState {
   const FileState* file(const std::string& path) const;
 };
 
+// One file's state, filled into `fs` (file_state.cpp): a [[files]] target of
+// `set`, or a [[new_files]] entry of `m`. Errors as for analyze().
+Status analyze_file(const Tree& tree, const ManifestSet& set, const std::string& path, FileState& fs,
+                    const std::string& pristine_dir);
+Status analyze_new_file(const Tree& tree, const Manifest& m, const NewFile& nf, FileState& fs);
+
 // Fatal errors only for bad input (symlinks, CRLF, non-UTF-8, a sentinel in a
 // pristine file) and I/O; everything else is a state.
 // `pristine_dir`, when set, holds verified pristine copies of the targets (the

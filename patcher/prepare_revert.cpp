@@ -1,0 +1,124 @@
+// What `overlay revert` (and `overlay plan --revert`) would write: the
+// selected overlays' regions stripped, their new files deleted, built
+// binaries restored, and the folders they created removed once empty.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine_steps.h"
+#include "fmt/format.h"
+#include "plan.h"
+#include "region.h"
+#include "text.h"
+
+namespace patcher::engine_steps {
+
+namespace {
+
+// After the deletions of a revert: every folder the engine created (it holds
+// the marker) that would then hold nothing else is removed, deepest first.
+Status plan_rmdirs(const Tree& tree, Prepared& p) {
+  std::set<std::string> gone;
+  std::vector<std::string> folders;
+  for (const auto& c : p.changes) {
+    if (c.kind != Change::Delete) continue;
+    gone.insert(c.path);
+    for (std::string d = dir_name(c.path); !d.empty(); d = dir_name(d))
+      if (std::find(folders.begin(), folders.end(), d) == folders.end()) folders.push_back(d);
+  }
+  auto depth = [](const std::string& d) { return std::count(d.begin(), d.end(), '/'); };
+  std::stable_sort(folders.begin(), folders.end(),
+                   [&](const std::string& a, const std::string& b) { return depth(a) > depth(b); });
+  for (const auto& d : folders) {
+    std::string marker = d + "/" + kDirMarker;
+    auto t = tree.type(marker);
+    if (!t) return t.error();
+    if (*t != S_IFREG) continue;  // not created by the engine: never removed
+    auto dir = tree.open_parent(marker);
+    if (!dir) return dir.error();
+    if (!dir->has_value()) continue;
+    auto names = list_dir((*dir)->get(), d);
+    if (!names) return names.error();
+    bool empty = true;
+    for (const auto& n : *names) empty &= n == kDirMarker || gone.count(d + "/" + n) > 0;
+    if (!empty) continue;
+    gone.insert(d);
+    p.out.changes.push_back(FileChangeReport{d, "rmdir", {"- folder created by overlay, now empty"}, "", ""});
+    p.changes.push_back(rmdir_change(d));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeState& ts) {
+  Prepared p;
+  p.out.state = ts;
+  auto sel = select_overlays(s.set, r.overlays);
+  if (!sel) return sel.error();
+  p.out.selected = *sel;
+  // Refuse to pull an overlay out from under one that stacks on it.
+  for (const auto& name : *sel)
+    for (const auto& os : ts.overlays) {
+      if (contains(*sel, os.name) || !contains(os.after, name)) continue;
+      if (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded) continue;
+      const Manifest& m = s.set.get(os.name);
+      return make_error(ErrorKind::Usage, m.file,
+                        "cannot revert " + name + ": overlay " + os.name + " is " + overlay_status_name(os.state) +
+                            " and stacks on it (after = [\"" + name + "\"]); revert " + os.name +
+                            " first or both together");
+    }
+  if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/true); !st) return st.error();
+  for (const auto& os : ts.overlays)
+    if (contains(*sel, os.name) && (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded ||
+                                    os.state == OverlayStatus::Absent))
+      p.out.skipped.push_back(os.name);
+  // Revert strips the selected overlays' verified regions (later overlays
+  // first), so it also works when fragments changed since the apply.
+  for (const auto& fs : ts.files) {
+    if (fs.is_new || fs.is_built || !fs.exists) continue;
+    Text text = split_lines(fs.data.bytes);
+    std::vector<std::string> lines = text.lines;
+    std::vector<std::string> notes;
+    auto regions = parse_regions(lines, fs.path);
+    if (!regions) return regions.error();
+    for (const auto& rg : *regions)
+      if (contains(*sel, rg.overlay)) notes.push_back(fmt::format("- {}/{} at line {}", rg.overlay, rg.edit, rg.begin + 1));
+    if (notes.empty()) continue;
+    for (size_t k = s.set.overlays.size(); k-- > 0;) {
+      const Manifest& m = s.set.overlays[k];
+      const FileSpec* spec = m.find_file(fs.path);
+      if (!spec || !contains(*sel, m.overlay)) continue;
+      auto stripped = strip_overlay(lines, m, *spec, fs.path, nullptr);
+      if (!stripped) return stripped.error();
+      lines = std::move(*stripped);
+    }
+    std::string new_text = join_lines(lines, text.trailing_newline);
+    p.out.changes.push_back(FileChangeReport{fs.path, "patch", notes, fs.data.bytes, new_text});
+    p.changes.push_back(write_change(fs.path, fs.data, new_text));
+  }
+  for (const auto& name : *sel) {
+    const Manifest& m = s.set.get(name);
+    for (const auto& nf : m.new_files) {
+      const FileState* fs = ts.file(nf.path);
+      if (fs->state != FileStatus::Present && fs->state != FileStatus::Stale) continue;
+      p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
+      p.changes.push_back(delete_change(nf.path, fs->sha));
+    }
+    for (const auto& bf : m.built_files) {  // wheel install: the original binary goes back
+      const FileState* fs = ts.file(bf.path);
+      if (!fs || !fs->is_built || fs->state != FileStatus::Applied) continue;
+      auto ch = built::revert_changes(s.tree, bf, *fs);
+      if (!ch) return ch.error();
+      p.out.changes.push_back(FileChangeReport{bf.path, "restore", {"- original binary of " + m.overlay + " restored"}, "", ""});
+      for (auto& c : *ch) p.changes.push_back(std::move(c));
+    }
+  }
+  if (auto st = plan_rmdirs(s.tree, p); !st) return st.error();
+  return p;
+}
+
+}  // namespace patcher::engine_steps
