@@ -200,18 +200,24 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   wopt.threads = reader_threads(opt.threads);
   wopt.on_file = [&](int dfd, const char* name, WalkEntry& e) {
     // Only "<hhh>/<hh>_g<g>/<hash>.bin" in matching folders is a chunk.
-    auto parts = split(e.rel);
+    std::string_view rel = e.rel;
+    size_t s1 = rel.find('/');
+    size_t s2 = s1 == std::string_view::npos ? s1 : rel.find('/', s1 + 1);
     std::optional<kvformat::LeafDir> leaf;
     std::optional<std::string> key;
-    if (parts.size() == 3 && kvformat::is_chunk_top_dir(parts[0]) && (leaf = kvformat::parse_chunk_leaf_dir(parts[1])))
-      key = kvformat::parse_chunk_file_name(parts[2], parts[0], leaf->hh);
+    if (s2 != std::string_view::npos && rel.find('/', s2 + 1) == std::string_view::npos) {
+      std::string_view top = rel.substr(0, s1), mid = rel.substr(s1 + 1, s2 - s1 - 1), file = rel.substr(s2 + 1);
+      if (kvformat::is_chunk_top_dir(top) && (leaf = kvformat::parse_chunk_leaf_dir(mid)))
+        key = kvformat::parse_chunk_file_name(file, top, leaf->hh);
+    }
     if (!key) {
       struct stat st;
       if (::fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) e.st = to_file_stat(st);
       return true;
     }
     Probe p;
-    p.rec.rel = join(rank_rel, e.rel);
+    // The walk keeps no entry it was handed (on_file returns false), so its name can move.
+    p.rec.rel = rank_rel.empty() ? std::move(e.rel) : join(rank_rel, e.rel);
     p.rec.group = leaf->group;
     p.rec.key = std::move(*key);
     probe_chunk(dfd, name, e, cx, p);

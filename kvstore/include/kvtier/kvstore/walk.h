@@ -54,7 +54,8 @@ struct WalkOptions {
   // If set, called for every regular file instead of the fstatat, with the
   // file's directory fd (so opening it costs one name lookup); it fills e.st
   // itself and returns false when it took the file over (the walk then does
-  // not list it in WalkResult::files). Runs on walker threads.
+  // not list it in WalkResult::files, and the callee may move from e).
+  // Runs on walker threads.
   std::function<bool(int dir_fd, const char* name, WalkEntry& e)> on_file;
 };
 
