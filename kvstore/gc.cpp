@@ -19,22 +19,13 @@ int64_t wall_now_ns() {
 }
 
 ScanOptions scan_options(const GcOptions& g, int64_t now) {
-  ScanOptions o;
-  o.payloads = g.verify_payloads;
-  o.threads = g.threads;
-  o.now_ns = now;
-  o.grace_ns = g.grace_ns;
-  o.progress = g.progress;
-  return o;
+  return {.payloads = g.verify_payloads, .threads = g.threads, .now_ns = now, .grace_ns = g.grace_ns,
+          .progress = g.progress};
 }
 
 PlanOptions plan_options(const GcOptions& g, const RankInventory& inv, bool locked, int64_t now) {
-  PlanOptions o;
-  o.keep = g.keep ? *g.keep : inv.keep_hint.value_or(2);
-  o.grace_ns = g.grace_ns;
-  o.now_ns = now;
-  o.locked = locked;
-  return o;
+  return {.keep = g.keep ? *g.keep : inv.keep_hint.value_or(2), .grace_ns = g.grace_ns, .now_ns = now,
+          .locked = locked};
 }
 
 // Namespace-record temps beside the rank bases, written outside the lock:
@@ -125,7 +116,7 @@ Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOp
       continue;
     }
     r.executed = true;
-    auto res = execute_plan(root_fd, r.plan);
+    auto res = execute_plan(root_fd, r.plan, opt.progress);
     if (!res) {
       r.error = res.error();
       report.io_failed = true;
@@ -138,7 +129,7 @@ Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOp
   so.now_ns = wall_now_ns();
   report.tier_plan = tier_plan(root_fd, report.scan.record_temps, so);
   if (!report.tier_plan.items.empty()) {
-    auto res = execute_plan(root_fd, report.tier_plan);
+    auto res = execute_plan(root_fd, report.tier_plan, opt.progress);
     if (!res || !res->errors.empty()) report.io_failed = true;
     if (res) report.tier_swept = std::move(*res);
   }

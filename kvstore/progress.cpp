@@ -35,15 +35,33 @@ void Progress::loop() {
   }
 }
 
+namespace {
+
+std::string size_text(uint64_t bytes) {
+  constexpr double kGiB = 1ULL << 30, kMiB = 1ULL << 20;
+  auto b = static_cast<double>(bytes);
+  return b >= kGiB ? fmt::format("{:.2f} GiB", b / kGiB) : fmt::format("{:.1f} MiB", b / kMiB);
+}
+
+}  // namespace
+
+std::string Progress::line(double secs) const {
+  if (sweeping_.load())
+    return fmt::format("{}: deleted {}/{} files, {} of {} freed", label_, deleted_.load(), total_files_.load(),
+                       size_text(freed_.load()), size_text(total_bytes_.load()));
+  std::string out = fmt::format("{}: {} files in {} folders seen", label_, files_.load(), dirs_.load());
+  uint64_t b = bytes_.load(), total = total_bytes_.load();
+  if (b > 0) {
+    out += fmt::format(", {} read", size_text(b));
+    if (total > 0) out += fmt::format(" of {}", size_text(total));
+    if (secs > 0) out += fmt::format(", {:.2f} GB/s", static_cast<double>(b) / secs / 1e9);
+  }
+  return out;
+}
+
 void Progress::draw() {
   double secs = static_cast<double>(now_ns() - start_ns_) / 1e9;
-  uint64_t b = bytes_.load(std::memory_order_relaxed);
-  double gbps = secs > 0 ? static_cast<double>(b) / secs / 1e9 : 0.0;
-  std::string line = fmt::format("\r{}: {}/{} files, {:.2f}/{:.2f} GiB, {:.2f} GB/s\x1b[K", label_,
-                                 files_.load(), total_files_.load(),
-                                 static_cast<double>(b) / (1ULL << 30),
-                                 static_cast<double>(total_bytes_.load()) / (1ULL << 30), gbps);
-  std::fputs(line.c_str(), stderr);
+  std::fputs(("\r" + line(secs) + "\x1b[K").c_str(), stderr);
   std::fflush(stderr);
 }
 

@@ -231,6 +231,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
     inv.chunks.push_back(std::move(p.rec));
     return false;
   };
+  if (opt.progress) wopt.on_dir = [&] { opt.progress->add_dirs(1); };
   WalkResult w = walk(rank_fd, wopt);
   Classified found = classify(w, rank_rel, cx);
 

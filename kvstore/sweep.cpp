@@ -66,7 +66,7 @@ class DirCache {
 
 enum class Unlinked { kYes, kSkipped, kFailed };
 
-Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Error& err) {
+Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Error& err, Progress* progress) {
   auto [parent, name] = split_parent(it.rel);
   auto dfd = dirs.get(parent);
   if (!dfd) {
@@ -103,19 +103,21 @@ Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Er
   }
   res.deleted++;
   res.bytes += it.st.size;
+  if (progress) progress->add_deleted(1, it.st.size);
   return Unlinked::kYes;
 }
 
 }  // namespace
 
-Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan) {
+Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress) {
   SweepResult res;
+  if (progress) progress->start_sweep(plan.items.size(), plan.bytes);
   {
     DirCache dirs(root_fd, true);
     for (const auto& it : plan.items) {
       if (!it.manifest) continue;
       Error err;
-      if (unlink_checked(dirs, it, res, err) == Unlinked::kFailed) {
+      if (unlink_checked(dirs, it, res, err, progress) == Unlinked::kFailed) {
         dirs.sync_all();
         return err;  // no payload is touched after a failed manifest delete
       }
@@ -142,7 +144,7 @@ Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan) {
     DirCache dirs(root_fd, false);
     for (size_t i = begin; i < end; ++i) {
       Error err;
-      if (unlink_checked(dirs, *payloads[i], part, err) == Unlinked::kFailed) part.errors.push_back(err);
+      if (unlink_checked(dirs, *payloads[i], part, err, progress) == Unlinked::kFailed) part.errors.push_back(err);
     }
     for (auto& e : dirs.sync_all()) part.errors.push_back(std::move(e));
   };

@@ -35,6 +35,25 @@ TEST(Sweep, DeletesManifestsThenPayloads) {
   EXPECT_TRUE(t.exists("c/keep.bin"));
 }
 
+TEST(Sweep, CountsDeletionsForTheProgressLine) {
+  testing::TmpDir t;
+  t.write("m/a.json", "{}");
+  t.write("c/x.bin", "xxxx");
+  t.write("c/gone.bin", "g");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items = {item(root->get(), "m/a.json", true), item(root->get(), "c/gone.bin", false),
+             item(root->get(), "c/x.bin", false)};
+  p.bytes = 7;
+  ::unlink((t / "c/gone.bin").c_str());  // already gone: not counted as freed
+  Progress progress(false, "sweep");
+  auto r = execute_plan(root->get(), p, &progress);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(progress.deleted(), 2u);
+  EXPECT_EQ(progress.freed(), 6u);
+  EXPECT_EQ(progress.line(1.0), "sweep: deleted 2/3 files, 0.0 MiB of 0.0 MiB freed");
+}
+
 TEST(Sweep, ChangedFileIsKept) {
   testing::TmpDir t;
   t.write("c/x.bin", "xx");

@@ -85,6 +85,7 @@ struct linux_dirent64 {
 void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt,
               WalkResult& out, std::vector<char>& buf) {
   std::vector<std::pair<std::string, std::string>> subdirs;  // (name, rel)
+  if (opt.on_dir) opt.on_dir();
   for (;;) {
     long n = ::syscall(SYS_getdents64, dfd, buf.data(), buf.size());
     if (n < 0) {

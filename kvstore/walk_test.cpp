@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include <gtest/gtest.h>
 
@@ -18,6 +19,24 @@ std::vector<std::string> rels(const std::vector<WalkEntry>& es) {
   for (const auto& e : es) out.push_back(e.rel);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+TEST(Walk, ReportsEveryDirectoryListed) {
+  testing::TmpDir t;
+  t.write("a/b/one.bin", "1");
+  t.write("a/c/two.bin", "2");
+  t.write("d/three.bin", "3");
+  auto root = open_root(t.path());
+  ASSERT_TRUE(root);
+  for (unsigned threads : {1u, 3u}) {
+    std::atomic<int> dirs{0};
+    WalkOptions opt;
+    opt.threads = threads;
+    opt.on_dir = [&] { dirs++; };
+    auto w = walk(root->get(), opt);
+    EXPECT_EQ(dirs.load(), 5) << threads;  // the root, a, a/b, a/c, d
+    EXPECT_EQ(w.files.size(), 3u);
+  }
 }
 
 TEST(Walk, ListsFilesDirsAndSizes) {

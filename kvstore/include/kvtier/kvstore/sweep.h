@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/kvstore/progress.h"
 #include "kvtier/kvstore/outcome.h"
 #include "kvtier/kvstore/gc_plan.h"
 
@@ -32,6 +33,7 @@ struct SweepResult {
 // Deletes the plan's items below `root_fd`. Returns an Error (and deletes no
 // payload) when a manifest could not be removed. Refusals are the caller's
 // job: execute_plan assumes the plan was accepted.
-Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan);
+// `progress`, if given, counts each deletion (files and bytes freed).
+Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress = nullptr);
 
 }  // namespace kvstore

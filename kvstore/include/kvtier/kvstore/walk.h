@@ -57,6 +57,9 @@ struct WalkOptions {
   // not list it in WalkResult::files, and the callee may move from e).
   // Runs on walker threads.
   std::function<bool(int dir_fd, const char* name, WalkEntry& e)> on_file;
+  // If set, called once for every directory listed (progress counters). Runs
+  // on walker threads.
+  std::function<void()> on_dir;
 };
 
 struct WalkResult {
