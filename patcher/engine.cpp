@@ -74,23 +74,34 @@ Result<TreeState> read_state(const Session& s) {
   return analyze(s.tree, s.set, s.pristine_dir);
 }
 
-template <class Prepare>
-Result<Outcome> run_plan(const Session& s, const Request& r, Prepare prepare) {
+using PrepareFn = Status (*)(const Session&, const Request&, engine_steps::Prepared&);
+
+// The changes `prepare` plans for the overlays the request selects.
+Result<engine_steps::Prepared> prepare_changes(const Session& s, const Request& r, TreeState ts, PrepareFn prepare) {
+  engine_steps::Prepared p;
+  p.out.state = std::move(ts);
+  auto sel = select_overlays(s.set, r.overlays);
+  if (!sel) return sel.error();
+  p.out.selected = std::move(*sel);
+  if (auto st = prepare(s, r, p); !st) return st.error();
+  return p;
+}
+
+Result<Outcome> run_plan(const Session& s, const Request& r, PrepareFn prepare) {
   auto ts = read_state(s);
   if (!ts) return ts.error();
-  auto p = prepare(s, r, *ts);
+  auto p = prepare_changes(s, r, std::move(*ts), prepare);
   if (!p) return p.error();
   return p->out;
 }
 
-template <class Prepare>
-Result<Outcome> run_write(const Session& s, const Request& r, Prepare prepare) {
+Result<Outcome> run_write(const Session& s, const Request& r, PrepareFn prepare) {
   if (auto st = lock_tree(s.tree, true); !st) return st.error();
   auto rec = recover(s.tree, all_paths(s.set));
   if (!rec) return rec.error();
   auto ts = analyze(s.tree, s.set, s.pristine_dir);
   if (!ts) return ts.error();
-  auto p = prepare(s, r, *ts);
+  auto p = prepare_changes(s, r, std::move(*ts), prepare);
   if (!p) return p.error();
   p->out.recovered = *rec;
   if (r.check_injected) {

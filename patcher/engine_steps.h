@@ -47,7 +47,8 @@ struct Prepared {
   std::vector<PendingBuild> builds;
 };
 
-Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeState& ts);
-Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeState& ts);
+// Fill in `p` (its out.state and out.selected already set) for apply or revert.
+Status prepare_apply(const Session& s, const Request& r, Prepared& p);
+Status prepare_revert(const Session& s, const Request& r, Prepared& p);
 
 }  // namespace patcher::engine_steps

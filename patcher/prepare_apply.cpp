@@ -132,28 +132,25 @@ bool planned(const std::vector<Change>& changes, const std::string& dir) {
 
 }  // namespace
 
-Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeState& ts) {
-  Prepared p;
-  p.out.state = ts;
-  auto sel = select_overlays(s.set, r.overlays);
-  if (!sel) return sel.error();
-  p.out.selected = *sel;
-  for (const auto& name : *sel) {
+Status prepare_apply(const Session& s, const Request& r, Prepared& p) {
+  const TreeState& ts = p.out.state;
+  const std::vector<std::string>& sel = p.out.selected;
+  for (const auto& name : sel) {
     const Manifest& m = s.set.get(name);
     for (const auto& a : m.after) {
       const OverlayState* dep = ts.overlay(a);
-      bool ok = contains(*sel, a) || dep->state == OverlayStatus::Applied || dep->state == OverlayStatus::Superseded;
+      bool ok = contains(sel, a) || dep->state == OverlayStatus::Applied || dep->state == OverlayStatus::Superseded;
       if (!ok)
         return make_error(ErrorKind::Usage, m.file,
                           "overlay " + name + " stacks on " + a + " (after), which is not applied; apply " + a +
                               " first or add it to --overlays");
     }
   }
-  if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/false, /*rebuilds=*/true); !st)
+  if (auto st = require_consistent(ts, sel, s.set, /*allow_stale=*/false, /*rebuilds=*/true); !st)
     return st.error();
   std::vector<std::string> wanted;
   for (const auto& os : ts.overlays) {
-    bool want = contains(*sel, os.name);
+    bool want = contains(sel, os.name);
     if (os.state == OverlayStatus::Absent) {  // nothing of it is in this tree (built.h)
       if (want) p.out.skipped.push_back(os.name);
     } else if (os.state == OverlayStatus::Applied || os.state == OverlayStatus::Superseded) {
@@ -163,11 +160,11 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
       wanted.push_back(os.name);
     }
   }
-  auto changes = rebuild(s, ts, wanted, *sel, &p.changes);
+  auto changes = rebuild(s, ts, wanted, sel, &p.changes);
   if (!changes) return changes.error();
   p.out.changes = *changes;
   // New files, and parents that must exist.
-  for (const auto& name : *sel) {
+  for (const auto& name : sel) {
     const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
@@ -200,7 +197,7 @@ Result<Prepared> prepare_apply(const Session& s, const Request& r, const TreeSta
   }
   std::sort(p.final_texts.begin(), p.final_texts.end());
   p.final_texts.erase(std::unique(p.final_texts.begin(), p.final_texts.end()), p.final_texts.end());
-  return p;
+  return ok_status();
 }
 
 }  // namespace patcher::engine_steps

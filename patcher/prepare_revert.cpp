@@ -54,16 +54,13 @@ Status plan_rmdirs(const Tree& tree, Prepared& p) {
 
 }  // namespace
 
-Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeState& ts) {
-  Prepared p;
-  p.out.state = ts;
-  auto sel = select_overlays(s.set, r.overlays);
-  if (!sel) return sel.error();
-  p.out.selected = *sel;
+Status prepare_revert(const Session& s, const Request& /*r*/, Prepared& p) {
+  const TreeState& ts = p.out.state;
+  const std::vector<std::string>& sel = p.out.selected;
   // Refuse to pull an overlay out from under one that stacks on it.
-  for (const auto& name : *sel)
+  for (const auto& name : sel)
     for (const auto& os : ts.overlays) {
-      if (contains(*sel, os.name) || !contains(os.after, name)) continue;
+      if (contains(sel, os.name) || !contains(os.after, name)) continue;
       if (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded) continue;
       const Manifest& m = s.set.get(os.name);
       return make_error(ErrorKind::Usage, m.file,
@@ -71,9 +68,9 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
                             " and stacks on it (after = [\"" + name + "\"]); revert " + os.name +
                             " first or both together");
     }
-  if (auto st = require_consistent(ts, *sel, s.set, /*allow_stale=*/true); !st) return st.error();
+  if (auto st = require_consistent(ts, sel, s.set, /*allow_stale=*/true); !st) return st.error();
   for (const auto& os : ts.overlays)
-    if (contains(*sel, os.name) && (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded ||
+    if (contains(sel, os.name) && (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded ||
                                     os.state == OverlayStatus::Absent))
       p.out.skipped.push_back(os.name);
   // Revert strips the selected overlays' verified regions (later overlays
@@ -86,12 +83,12 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     auto regions = parse_regions(lines, fs.path);
     if (!regions) return regions.error();
     for (const auto& rg : *regions)
-      if (contains(*sel, rg.overlay)) notes.push_back(fmt::format("- {}/{} at line {}", rg.overlay, rg.edit, rg.begin + 1));
+      if (contains(sel, rg.overlay)) notes.push_back(fmt::format("- {}/{} at line {}", rg.overlay, rg.edit, rg.begin + 1));
     if (notes.empty()) continue;
     for (size_t k = s.set.overlays.size(); k-- > 0;) {
       const Manifest& m = s.set.overlays[k];
       const FileSpec* spec = m.find_file(fs.path);
-      if (!spec || !contains(*sel, m.overlay)) continue;
+      if (!spec || !contains(sel, m.overlay)) continue;
       auto stripped = strip_overlay(lines, m, *spec, fs.path, nullptr);
       if (!stripped) return stripped.error();
       lines = std::move(*stripped);
@@ -100,7 +97,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     p.out.changes.push_back(FileChangeReport{fs.path, "patch", notes, fs.data.bytes, new_text});
     p.changes.push_back(write_change(fs.path, fs.data, new_text));
   }
-  for (const auto& name : *sel) {
+  for (const auto& name : sel) {
     const Manifest& m = s.set.get(name);
     for (const auto& nf : m.new_files) {
       const FileState* fs = ts.file(nf.path);
@@ -118,7 +115,7 @@ Result<Prepared> prepare_revert(const Session& s, const Request& r, const TreeSt
     }
   }
   if (auto st = plan_rmdirs(s.tree, p); !st) return st.error();
-  return p;
+  return ok_status();
 }
 
 }  // namespace patcher::engine_steps

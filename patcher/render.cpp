@@ -41,18 +41,11 @@ nlohmann::json state_json(const TreeState& ts) {
 }
 
 nlohmann::json outcome_json(const std::string& command, const Outcome& o) {
-  nlohmann::json j;
-  j["ok"] = true;
-  j["command"] = command;
-  j["selected"] = o.selected;
-  j["skipped"] = o.skipped;
-  j["recovered"] = o.recovered;
-  j["compiled"] = o.compiled;
-  j["notes"] = o.notes;
-  j["changes"] = nlohmann::json::array();
-  for (const auto& c : o.changes) j["changes"].push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
-  j["state"] = state_json(o.state);
-  return j;
+  nlohmann::json changes = nlohmann::json::array();
+  for (const auto& c : o.changes) changes.push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
+  return {{"ok", true},           {"command", command},       {"selected", o.selected},
+          {"skipped", o.skipped}, {"recovered", o.recovered}, {"compiled", o.compiled},
+          {"notes", o.notes},     {"changes", changes},       {"state", state_json(o.state)}};
 }
 
 std::string escape_controls(const std::string& s) {
