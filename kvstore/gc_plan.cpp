@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -25,16 +26,18 @@ const char* reason_name(DeleteReason r) {
 }
 
 std::vector<bool> keep_set(const std::vector<ManifestRec>& ms, uint32_t keep) {
-  std::map<std::string, std::vector<std::string>> chains;
-  for (const auto& m : ms)
-    if (m.parsed && !m.broken) chains.emplace(m.rel, m.chain);
+  // The chains are viewed where the scan left them, not copied.
+  std::vector<std::span<const std::string>> chains;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (ms[i].parsed && !ms[i].broken) {
+      chains.emplace_back(ms[i].chain);
+      which.push_back(i);
+    }
   std::vector<bool> kept(ms.size(), false);
-  auto names = kvformat::kept_manifests(chains, keep);
-  for (size_t i = 0; i < ms.size(); ++i) {
-    if (!ms[i].parsed || ms[i].broken) continue;
-    // An out-of-range K keeps everything: deleting nothing is the safe failure.
-    kept[i] = !names || names->count(ms[i].rel) > 0;
-  }
+  auto flags = kvformat::kept_chains(chains, keep);
+  // An out-of-range K keeps everything: deleting nothing is the safe failure.
+  for (size_t k = 0; k < which.size(); ++k) kept[which[k]] = !flags || (*flags)[k];
   return kept;
 }
 

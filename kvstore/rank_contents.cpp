@@ -195,47 +195,32 @@ void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileSt
 }
 
 
-void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
-                     int rank, RankContext& cx, const ChunkIndex& chunk_at) {
+namespace {
+
+// Records one manifest read by check_manifests and cross-checks the chunks it names.
+void judge_manifest(const std::pair<std::string, FileStat>& file, bool vanished, const Outcome<std::string>& bytes,
+                    kvformat::Result<kvformat::BoundaryManifest>& parsed, const std::string& prefix, int rank,
+                    RankContext& cx, const ChunkIndex& chunk_at) {
   auto& inv = cx.inv;
-  // Reading and parsing are independent per file: do them on the reader threads.
-  struct Read {
-    bool vanished = false;
-    Outcome<std::string> bytes = Error{};
-    kvformat::Result<kvformat::BoundaryManifest> parsed = kvformat::make_error(kvformat::Reason::IoError, "");
-  };
-  std::vector<Read> reads(files.size());
-  parallel_for(files.size(), reader_threads(cx.opt.threads), [&](size_t i) {
-    auto& r = reads[i];
-    auto fd = open_beneath(rank_fd, files[i].first, O_RDONLY | O_NONBLOCK);
-    if (!fd && fd.error().err == ENOENT) {
-      r.vanished = true;  // superseded by a writer meanwhile
-      return;
-    }
-    r.bytes = fd ? read_small(fd->get(), join(prefix, files[i].first), kvformat::kMaxManifestBytes)
-                 : Outcome<std::string>(fd.error());
-    if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
-  });
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (reads[i].vanished) continue;
-    const auto& [rel_in_rank, st] = files[i];
+  if (vanished) return;
+  {
+    const auto& [rel_in_rank, st] = file;
     ManifestRec m;
     m.rel = join(prefix, rel_in_rank);
     m.name = std::string(split(rel_in_rank).back());
     m.st = st;
-    if (!reads[i].bytes) {
-      m.readable = reads[i].bytes.error().kind != ErrorKind::kIo;
+    if (!bytes) {
+      m.readable = bytes.error().kind != ErrorKind::kIo;
       if (!m.readable) inv.manifests_readable = false;
       inv.findings.push_back({m.rel, m.readable ? FindingKind::kBadManifest : FindingKind::kUnreadable,
-                              reads[i].bytes.error().message});
+                              bytes.error().message});
       inv.manifests.push_back(std::move(m));
-      continue;
+      return;
     }
-    auto& parsed = reads[i].parsed;
     if (!parsed) {
       inv.findings.push_back({m.rel, FindingKind::kBadManifest, verdict(parsed.error())});
       inv.manifests.push_back(std::move(m));
-      continue;
+      return;
     }
     m.parsed = true;
     m.chain = std::move(parsed->chain);
@@ -291,7 +276,46 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
         }
       }
     }
+    // Resolved refs reach their key through the chunk record; only an
+    // unresolved one (synthetic inventories) needs its own copy.
+    for (auto& r : m.refs) std::string().swap(r.key);
     inv.manifests.push_back(std::move(m));
+  }
+}
+
+}  // namespace
+
+void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
+                     int rank, RankContext& cx, const ChunkIndex& chunk_at) {
+  auto& inv = cx.inv;
+  // Reading and parsing are independent per file: do them on the reader
+  // threads, a batch at a time, so the bytes and parsed trees held at once
+  // stay bounded however many manifests the store has.
+  struct Read {
+    bool vanished = false;
+    Outcome<std::string> bytes = Error{};
+    kvformat::Result<kvformat::BoundaryManifest> parsed = kvformat::make_error(kvformat::Reason::IoError, "");
+  };
+  const unsigned threads = reader_threads(cx.opt.threads);
+  const size_t batch = size_t{64} * threads;
+  inv.manifests.reserve(inv.manifests.size() + files.size());
+  for (size_t first = 0; first < files.size(); first += batch) {
+    size_t n = std::min(batch, files.size() - first);
+    std::vector<Read> reads(n);
+    parallel_for(n, threads, [&](size_t k) {
+      auto& r = reads[k];
+      const std::string& rel = files[first + k].first;
+      auto fd = open_beneath(rank_fd, rel, O_RDONLY | O_NONBLOCK);
+      if (!fd && fd.error().err == ENOENT) {
+        r.vanished = true;  // superseded by a writer meanwhile
+        return;
+      }
+      r.bytes = fd ? read_small(fd->get(), join(prefix, rel), kvformat::kMaxManifestBytes)
+                   : Outcome<std::string>(fd.error());
+      if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
+    });
+    for (size_t k = 0; k < n; ++k) judge_manifest(files[first + k], reads[k].vanished, reads[k].bytes,
+                                                  reads[k].parsed, prefix, rank, cx, chunk_at);
   }
 }
 

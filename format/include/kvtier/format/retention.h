@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,5 +20,10 @@ inline constexpr std::uint32_t kMaxKeepBoundaries = 1024;
 // superseded.
 Result<std::set<std::string>> kept_manifests(
     const std::map<std::string, std::vector<std::string>>& chains, std::uint32_t keep);
+
+// The same over chains held by the caller (no copy): kept[i] says whether
+// chains[i]'s manifest is retained.
+Result<std::vector<bool>> kept_chains(std::span<const std::span<const std::string>> chains,
+                                      std::uint32_t keep);
 
 }  // namespace kvformat
