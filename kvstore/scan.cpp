@@ -161,6 +161,29 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
 }
 
 
+// Sorts chunk records by path: the order is sorted as indexes, then applied
+// by following the permutation's cycles, so each record moves about once
+// (sorting the records themselves moved them ~17 times each at 40,000).
+void sort_by_rel(std::vector<ChunkRec>& chunks) {
+  std::vector<uint32_t> order(chunks.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return chunks[a].rel < chunks[b].rel; });
+  // order[i] is the record that belongs at i.
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] == i) continue;
+    ChunkRec held = std::move(chunks[i]);
+    size_t at = i;
+    while (order[at] != i) {
+      size_t from = order[at];
+      chunks[at] = std::move(chunks[from]);
+      order[at] = static_cast<uint32_t>(at);
+      at = from;
+    }
+    chunks[at] = std::move(held);
+    order[at] = static_cast<uint32_t>(at);
+  }
+}
+
 }  // namespace
 
 Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const std::string& rank_name,
@@ -235,7 +258,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   WalkResult w = walk(rank_fd, wopt);
   Classified found = classify(w, rank_rel, cx);
 
-  std::sort(inv.chunks.begin(), inv.chunks.end(), [](const ChunkRec& a, const ChunkRec& b) { return a.rel < b.rel; });
+  sort_by_rel(inv.chunks);
 
   // verify: the payload pass, before manifests judge the chunks they name.
   if (opt.payloads) {

@@ -69,6 +69,28 @@ Scanned scan(const TmpDir& tier, bool payloads = false) {
 
 std::string in_rank(const std::string& rel) { return std::string(kRank) + "/" + rel; }
 
+TEST(Scan, ChunksComeSortedByPathWithTheirOwnFields) {
+  TmpDir tier;
+  std::vector<std::string> rels;
+  for (int i = 0; i < 150; ++i) {
+    const auto k = key_hex((i * 37) % 150);  // written out of order, in many folders
+    const uint32_t group = static_cast<uint32_t>(i % 3);
+    tier.write(in_rank(chunk_rel(k, group)), chunk_bytes(k, group, 10 + i));
+    rels.push_back(in_rank(chunk_rel(k, group)));
+  }
+  auto s = scan(tier, true);
+  std::sort(rels.begin(), rels.end());
+  ASSERT_EQ(s.inv.chunks.size(), rels.size());
+  for (size_t i = 0; i < rels.size(); ++i) {
+    const ChunkRec& c = s.inv.chunks[i];
+    EXPECT_EQ(c.rel, rels[i]);
+    // Each record still carries its own file's facts after the reorder.
+    EXPECT_EQ(in_rank(chunk_rel(c.key, c.group)), c.rel);
+    EXPECT_EQ(c.st.size, c.header_length + c.payload_len);
+    EXPECT_TRUE(c.payload_ok) << c.rel;
+  }
+}
+
 TEST(Scan, ClassifiesChunksTempsAndForeignFiles) {
   TmpDir tier;
   const auto k = key_hex(1);
