@@ -43,24 +43,16 @@ glibc_required() {
 
 build() {
   local src="" bdir="" out=""
-  while (($#)); do
-    case $1 in
-    --src | --build | --out)
-      (($# >= 2)) || die "$1 needs a value"
-      case $1 in
-      --src) src=$2 ;;
-      --build) bdir=$2 ;;
-      --out) out=$2 ;;
-      esac
-      shift 2
-      ;;
+  parse_options '--src=src --build=bdir --out=out' "$@"
+  if ((${#KVTIER_REST[@]})); then
+    case ${KVTIER_REST[0]} in
     -h | --help)
       help_text "$0"
       exit 0
       ;;
-    *) die "unknown argument $(q "$1") (see --help)" ;;
+    *) die "unknown argument $(q "${KVTIER_REST[0]}") (see --help)" ;;
     esac
-  done
+  fi
   [[ -n $src && -n $bdir && -n $out ]] || die "build needs --src, --build and --out"
   [[ -f $src/CMakeLists.txt ]] || die "--src $(q "$src"): no CMakeLists.txt there"
   mkdir -p "$out"

@@ -27,30 +27,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 hosts="" image="" tree="" prefix=$(cd "$here/.." && pwd) base_env="" name=kvtier-serve python=""
 image_prefix=/opt/kvtier master_port=29501
-while (($#)); do
-  case $1 in
-  --hosts | --image | --tree | --prefix | --base-env | --name | --python | --image-prefix | --master-port)
-    (($# >= 2)) || die "$1 needs a value"
-    case $1 in
-    --image-prefix) image_prefix=$2 ;;
-    --master-port) master_port=$2 ;;
-    --hosts) hosts=$2 ;;
-    --image) image=$2 ;;
-    --tree) tree=$2 ;;
-    --prefix) prefix=$2 ;;
-    --base-env) base_env=$2 ;;
-    --name) name=$2 ;;
-    --python) python=$2 ;;
-    esac
-    shift 2
-    ;;
-  --)
-    shift
-    break
-    ;;
-  *) other_arg "$0" "$1" ;;
-  esac
-done
+parse_options '--hosts=hosts --image=image --tree=tree --prefix=prefix --base-env=base_env --name=name
+  --python=python --image-prefix=image_prefix --master-port=master_port' "$@"
+set -- "${KVTIER_REST[@]}"
+if (($#)); then
+  [[ $1 == -- ]] || other_arg "$0" "$1"
+  shift
+fi
 [[ -n $hosts && -n $image ]] || die "--hosts and --image are required"
 IFS=, read -ra host_list <<<"$hosts"
 

@@ -67,29 +67,13 @@ drop_expandable() {
 plan() {
   local ranks="" out="" prefix engine="" artifacts="" base_env="" master_addr="" master_port=29501
   prefix=$(cd "$(dirname "$0")/.." && pwd)
-  while (($#)); do
-    case $1 in
-    --ranks | --out | --prefix | --engine | --artifacts | --base-env | --master-addr | --master-port)
-      (($# >= 2)) || die "$1 needs a value"
-      case $1 in
-      --master-addr) master_addr=$2 ;;
-      --master-port) master_port=$2 ;;
-      --ranks) ranks=$2 ;;
-      --out) out=$2 ;;
-      --prefix) prefix=$2 ;;
-      --engine) engine=$2 ;;
-      --artifacts) artifacts=$2 ;;
-      --base-env) base_env=$2 ;;
-      esac
-      shift 2
-      ;;
-    --)
-      shift
-      break
-      ;;
-    *) die "unknown argument $(q "$1") (see --help)" ;;
-    esac
-  done
+  parse_options '--ranks=ranks --out=out --prefix=prefix --engine=engine --artifacts=artifacts
+    --base-env=base_env --master-addr=master_addr --master-port=master_port' "$@"
+  set -- "${KVTIER_REST[@]}"
+  if (($#)); then
+    [[ $1 == -- ]] || die "unknown argument $(q "$1") (see --help)"
+    shift
+  fi
   local argv=("$@")
 
   # Everything is checked before anything is written.

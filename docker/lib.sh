@@ -1,11 +1,11 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # sets KVTIER_* globals for the scripts that source it
-# Shared by bake.sh, gate.sh and launch.sh. Sourced, never run.
+# Shared by the docker/ scripts. Sourced, never run.
 #
-# One place for: the knob rules, where the pinned overlay order lives
-# (anchors/<engine>-<version>/ORDER), what counts as an overlay artifact, and
-# how the `overlay` CLI is called. The scripts differ only in what they do
-# with the answers.
+# One place for: option parsing, the knob rules, where the pinned overlay
+# order lives (anchors/<engine>-<version>/ORDER), what counts as an overlay
+# artifact, and how the `overlay` CLI is called. The scripts differ only in
+# what they do with the answers.
 
 # Exit code for every refusal of the gate, the launch plan and bake's own
 # checks: "bad input, nothing was touched".
@@ -41,6 +41,27 @@ other_arg() {
     ;;
   *) die "unknown argument $(q "$2") (see --help)" ;;
   esac
+}
+
+# The value options of a script or subcommand, one loop for all. SPEC names
+# them as --option=variable words; each takes the next argument as its value,
+# stored in that variable (printf -v: a caller's local works, bash scopes
+# dynamically). Parsing stops at the first argument SPEC does not name (`--`,
+# --help, --version, a flag, a mistake): it and all after it are left in
+# KVTIER_REST for the caller to judge.
+#   parse_options '--out=out --ranks=ranks' "$@"
+#   set -- "${KVTIER_REST[@]}"
+parse_options() {
+  local _spec=" ${1//[[:space:]]/ } " _var
+  shift
+  while (($#)) && [[ $1 == --* && $_spec == *" $1="* ]]; do
+    _var=${_spec#*" $1="}
+    _var=${_var%% *}
+    (($# >= 2)) || die "$1 needs a value"
+    printf -v "$_var" '%s' "$2"
+    shift 2
+  done
+  KVTIER_REST=("$@")
 }
 
 # ---------------------------------------------------------------- knobs
@@ -238,23 +259,9 @@ parse_tree_args() {
   shift
   prefix=$(cd "$(dirname "$script")/.." && pwd)
   engine="" overlay_bin="" root="" python="" artifacts=""
-  while (($#)); do
-    case $1 in
-    --prefix | --engine | --overlay | --root | --python | --artifacts)
-      (($# >= 2)) || die "$1 needs a value"
-      case $1 in
-      --prefix) prefix=$2 ;;
-      --engine) engine=$2 ;;
-      --overlay) overlay_bin=$2 ;;
-      --root) root=$2 ;;
-      --python) python=$2 ;;
-      --artifacts) artifacts=$2 ;;
-      esac
-      shift 2
-      ;;
-    *) other_arg "$script" "$1" ;;
-    esac
-  done
+  parse_options '--prefix=prefix --engine=engine --overlay=overlay_bin --root=root --python=python
+    --artifacts=artifacts' "$@"
+  ((${#KVTIER_REST[@]} == 0)) || other_arg "$script" "${KVTIER_REST[0]}"
 }
 
 # Makes $prefix absolute and points it at the data folder (data_dir_of).
