@@ -16,11 +16,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
-CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format.py"
+CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format"
 
 
 def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
+    """A module file, or a package folder (its submodules found beside it)."""
+    if path.is_dir():
+        spec = importlib.util.spec_from_file_location(
+            name, path / "__init__.py", submodule_search_locations=[str(path)]
+        )
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -498,12 +504,15 @@ def test_namespace_hash_ignores_info_and_key_order() -> None:
 def test_codec_imports_only_the_standard_library() -> None:
     import ast
 
-    tree = ast.parse(CODEC.read_text())
     modules = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            modules.add(node.module.split(".")[0])
+    siblings = {p.stem for p in CODEC.glob("*.py")}
+    for source in CODEC.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and node.module in siblings, source.name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules.add(node.module.split(".")[0])
     assert modules, "no imports found"
     assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules

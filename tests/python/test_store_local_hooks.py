@@ -132,11 +132,11 @@ def test_both_overlays_apply_and_check_on_the_pinned_tree(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     module = tree_copy / OFFLOADING.replace(".", "/")
-    package = REPO / "overlays" / "kv-offload-store-local" / "kv_store_local"
-    for source in package.glob("*.py"):  # every module of the package, installed
-        installed = (module / "kv_store_local" / source.name).read_bytes()
-        assert installed.endswith(source.read_bytes()), source.name
-    assert (module / "kv_store_format.py").is_file()
+    for name in ("kv_store_local", "kv_store_format"):
+        package = REPO / "overlays" / "kv-offload-store-local" / name
+        for source in package.glob("*.py"):  # every module of the package, installed
+            installed = (module / name / source.name).read_bytes()
+            assert installed.endswith(source.read_bytes()), f"{name}/{source.name}"
     assert (module / "kv_offload_knobs.py").is_file()
     check = run_overlay(
         overlay_bin, "check", "--check-injected", *apply_args(tree_copy, manifests_dir)

@@ -2,7 +2,7 @@
 """What this package takes from beside it, found the same way everywhere.
 
 Inside vLLM the format codec and the knob contract are sibling modules of
-this package (``offloading/kv_store_format.py``, ``kv_offload_knobs.py``).
+this package (``offloading/kv_store_format/``, ``kv_offload_knobs.py``).
 The tests, the benchmark and the main job load the package straight from
 the overlay folders, where both are top-level modules.
 """

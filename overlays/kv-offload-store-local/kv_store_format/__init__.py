@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Chunk store format v2: the on-disk contract of the worker-local KV tier.
+
+This package is the Python half of the codec described in docs/FORMAT.md of the
+kvtier project; `kvstore` (C++, format/) implements the other half. Both are
+checked against the same test vectors, so any change here must change the spec,
+the C++ codec and the vectors together. Standard library only: it runs inside
+vLLM.
+
+Everything a reader rejects raises `FormatError` carrying a `Reason`; the
+reason values are the names the C++ codec reports for the same bytes.
+
+One module a concept, named as in the C++ codec; import the package
+(`import kv_store_format as fmt`), which re-exports every public name:
+
+- constants: versions, magic, sizes and limits;
+- format_error: `Reason`, `FormatError`;
+- checksum: `crc32`, the checksum of headers, payloads and manifests;
+- segment: the segment table (`Segment`, `SegmentKind`, `DType`);
+- header: the chunk header (`ChunkHeader`, encode, decode);
+- chunk: a whole chunk file (`encode_chunk`, `verify_chunk_file`);
+- canonical_json: canonical JSON and the strict parser;
+- json_fields: the field checks the JSON records share;
+- namespace_record, boundary_manifest, pending_record: the JSON records;
+- names, layout: file names and one rank's paths (`StoreLayout`);
+- retention: keep-K retention (`kept_manifests`).
+"""
+
+from .boundary_manifest import (
+    GROUP_KIND_FULL,
+    GROUP_KIND_STATE,
+    MANIFEST_KIND,
+    BoundaryManifest,
+    ManifestEntry,
+    ManifestGroup,
+    decode_manifest,
+    encode_manifest,
+)
+from .canonical_json import (
+    MAX_JSON_DEPTH,
+    canonical_json,
+    parse_json,
+)
+from .checksum import crc32
+from .chunk import (
+    check_file_size,
+    check_payload_checksum,
+    encode_chunk,
+    read_chunk_header,
+    verify_chunk,
+    verify_chunk_file,
+)
+from .constants import (
+    CHECKSUM_CRC32,
+    CHECKSUM_CRC32C,
+    DEFAULT_PREFIX,
+    FIXED_HEADER_SIZE,
+    FORMAT_VERSION,
+    HEADER_CHECKSUM_SIZE,
+    MAGIC,
+    MAX_CHAIN_LENGTH,
+    MAX_GROUP_INDEX,
+    MAX_HEADER_LENGTH,
+    MAX_KEEP_BOUNDARIES,
+    MAX_KEY_HASH_BYTES,
+    MAX_LAYER_INDEX,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_GROUPS,
+    MAX_NDIM,
+    MAX_PART,
+    MAX_PAYLOAD_LENGTH,
+    MAX_RANK,
+    MAX_RECORD_BYTES,
+    MAX_SEGMENTS,
+    MAX_TOKEN_INDEX,
+    MIN_HEADER_LENGTH,
+    MIN_KEY_HASH_BYTES,
+    MODEL_NAME_MAX,
+    NS_SHORT_HEX,
+    PENDING_FORMAT_VERSION,
+    READABLE_VERSIONS,
+    SEGMENT_ENTRY_SIZE,
+)
+from .format_error import (
+    FormatError,
+    Reason,
+)
+from .header import (
+    ChunkHeader,
+    decode_header,
+    encode_header,
+    header_length_for,
+    make_header,
+)
+from .layout import StoreLayout
+from .names import (
+    LOCK_FILE,
+    MANIFEST_DIR,
+    PENDING_DIR,
+    RankBaseName,
+    chunk_rel_path,
+    is_key_hex,
+    manifest_file_name,
+    namespace_record_name,
+    parse_chunk_rel_path,
+    parse_manifest_file_name,
+    parse_pending_file_name,
+    parse_rank_base_name,
+    parse_temp_name,
+    pending_file_name,
+    rank_base_name,
+    sanitize_model,
+    temp_name,
+)
+from .namespace_record import (
+    NamespaceRecord,
+    check_fenced,
+    decode_namespace_record,
+    encode_namespace_record,
+    make_fenced,
+    namespace_hash,
+)
+from .pending_record import (
+    MAX_PENDING_BYTES,
+    MAX_PENDING_CHUNKS,
+    PENDING_KIND,
+    decode_pending_record,
+    encode_pending_record,
+)
+from .retention import kept_manifests
+from .segment import (
+    DTYPE_ITEMSIZE,
+    DType,
+    Segment,
+    SegmentKind,
+    make_segments,
+)
+
+__all__ = [
+    "BoundaryManifest",
+    "CHECKSUM_CRC32",
+    "CHECKSUM_CRC32C",
+    "ChunkHeader",
+    "DEFAULT_PREFIX",
+    "DTYPE_ITEMSIZE",
+    "DType",
+    "FIXED_HEADER_SIZE",
+    "FORMAT_VERSION",
+    "FormatError",
+    "GROUP_KIND_FULL",
+    "GROUP_KIND_STATE",
+    "HEADER_CHECKSUM_SIZE",
+    "LOCK_FILE",
+    "MAGIC",
+    "MANIFEST_DIR",
+    "MANIFEST_KIND",
+    "MAX_CHAIN_LENGTH",
+    "MAX_GROUP_INDEX",
+    "MAX_HEADER_LENGTH",
+    "MAX_JSON_DEPTH",
+    "MAX_KEEP_BOUNDARIES",
+    "MAX_KEY_HASH_BYTES",
+    "MAX_LAYER_INDEX",
+    "MAX_MANIFEST_BYTES",
+    "MAX_MANIFEST_GROUPS",
+    "MAX_NDIM",
+    "MAX_PART",
+    "MAX_PAYLOAD_LENGTH",
+    "MAX_PENDING_BYTES",
+    "MAX_PENDING_CHUNKS",
+    "MAX_RANK",
+    "MAX_RECORD_BYTES",
+    "MAX_SEGMENTS",
+    "MAX_TOKEN_INDEX",
+    "MIN_HEADER_LENGTH",
+    "MIN_KEY_HASH_BYTES",
+    "MODEL_NAME_MAX",
+    "ManifestEntry",
+    "ManifestGroup",
+    "NS_SHORT_HEX",
+    "NamespaceRecord",
+    "PENDING_DIR",
+    "PENDING_FORMAT_VERSION",
+    "PENDING_KIND",
+    "READABLE_VERSIONS",
+    "RankBaseName",
+    "Reason",
+    "SEGMENT_ENTRY_SIZE",
+    "Segment",
+    "SegmentKind",
+    "StoreLayout",
+    "canonical_json",
+    "check_fenced",
+    "check_file_size",
+    "check_payload_checksum",
+    "chunk_rel_path",
+    "crc32",
+    "decode_header",
+    "decode_manifest",
+    "decode_namespace_record",
+    "decode_pending_record",
+    "encode_chunk",
+    "encode_header",
+    "encode_manifest",
+    "encode_namespace_record",
+    "encode_pending_record",
+    "header_length_for",
+    "is_key_hex",
+    "kept_manifests",
+    "make_fenced",
+    "make_header",
+    "make_segments",
+    "manifest_file_name",
+    "namespace_hash",
+    "namespace_record_name",
+    "parse_chunk_rel_path",
+    "parse_json",
+    "parse_manifest_file_name",
+    "parse_pending_file_name",
+    "parse_rank_base_name",
+    "parse_temp_name",
+    "pending_file_name",
+    "rank_base_name",
+    "read_chunk_header",
+    "sanitize_model",
+    "temp_name",
+    "verify_chunk",
+    "verify_chunk_file",
+]

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A whole chunk file: header then payload, built in memory or verified."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+from .checksum import crc32
+from .constants import MAX_HEADER_LENGTH
+from .format_error import FormatError, Reason
+from .header import ChunkHeader, decode_header, encode_header, make_header
+
+_MAKE_HEADER = inspect.signature(make_header)
+
+
+def encode_chunk(*args: Any, **kwargs: Any) -> bytes:
+    """Header + payload in one buffer (tests and small writers).
+
+    Takes make_header's arguments: namespace_hash, group, key_hash, boundary,
+    segments, payload[, format_version].
+    """
+    payload = _MAKE_HEADER.bind(*args, **kwargs).arguments["payload"]
+    return encode_header(make_header(*args, **kwargs)) + bytes(payload)
+
+
+def check_file_size(header: ChunkHeader, file_size: int) -> None:
+    expected = header.header_length + header.payload_length
+    if file_size < expected:
+        raise FormatError(
+            Reason.TRUNCATED, f"{file_size} bytes, chunk needs {expected}"
+        )
+    if file_size > expected:
+        raise FormatError(
+            Reason.TRAILING_BYTES, f"{file_size} bytes, chunk is {expected}"
+        )
+
+
+def check_payload_checksum(header: ChunkHeader, computed: int) -> None:
+    if computed != header.payload_checksum:
+        raise FormatError(
+            Reason.PAYLOAD_CHECKSUM_MISMATCH,
+            f"payload checksum {header.payload_checksum:08x}, computed {computed:08x}",
+        )
+
+
+def verify_chunk(data: bytes | bytearray | memoryview) -> ChunkHeader:
+    """Full check of a whole chunk file held in memory."""
+    buf = memoryview(data).cast("B")
+    header = decode_header(buf)
+    check_file_size(header, len(buf))
+    check_payload_checksum(header, crc32(buf[header.header_length :]))
+    return header
+
+
+def read_chunk_header(path: str) -> ChunkHeader:
+    """Parse the header of a chunk file and check its size (not the payload)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        header = decode_header(f.read(min(size, MAX_HEADER_LENGTH)))
+    check_file_size(header, size)
+    return header
+
+
+def verify_chunk_file(path: str, block_size: int = 8 << 20) -> ChunkHeader:
+    """Header, size and payload checksum of a chunk file, read in blocks."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(min(size, MAX_HEADER_LENGTH))
+        header = decode_header(head)
+        check_file_size(header, size)
+        value = crc32(memoryview(head)[header.header_length :])
+        while block := f.read(block_size):
+            value = crc32(block, value)
+    check_payload_checksum(header, value)
+    return header
