@@ -31,29 +31,45 @@ by a late write. Chunk files are immutable (temp + rename), so a file opened
 before keep-K unlinks it still reads as the verified bytes; one unlinked
 before the open is a miss.
 
-Why one file over 500 lines: the inventory and the promotions share this rank's store lock
-and its ledger of bad manifests; one module keeps who holds the lock, and when, in one place.
+Modules: kv_restore_inventory (the manifests and the keys they prove),
+kv_restore_read (one chunk file checked and read into memory), and this one
+(the knob, the counters, the promotions and the hooks' entry points).
 """
 
-import ctypes
 import errno
 import fcntl
 import logging
 import os
 import time
-import zlib
 from collections import Counter, deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 try:
     from . import kv_restore_reports as reports
     from . import kv_store_format as fmt
+    from .kv_restore_inventory import Inventory, Proof
+    from .kv_restore_read import (
+        PromotionFailed,
+        buffer_address,
+        check_header,
+        coalesce_runs,
+        read_into,
+    )
 except ImportError:  # loaded as a top-level module: tests, tools
-    import kv_restore_reports as reports  # type: ignore[no-redef]
     import kv_store_format as fmt  # type: ignore[no-redef]
+
+    import kv_restore_reports as reports  # type: ignore[no-redef]
+    from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
+    from kv_restore_read import (  # type: ignore[no-redef]
+        PromotionFailed,
+        buffer_address,
+        check_header,
+        coalesce_runs,
+        read_into,
+    )
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +77,6 @@ ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
 RESCAN_SECONDS = 1.0
 READERS = 4  # files read and verified at once
 WINDOW = 8  # verified payloads waiting for the scatter, at most
-_IOV_MAX = 1024  # iovecs one preadv takes (Linux UIO_MAXIOV)
 
 
 class RestoreRefused(ValueError):
@@ -101,27 +116,11 @@ def key_scheme_refusal(fenced: Mapping[str, Any]) -> str | None:
     return None
 
 
-def offload_key(key_hex: str, group: int) -> bytes:
-    """vLLM's OffloadKey: the block hash plus the 4-byte big-endian group."""
-    return bytes.fromhex(key_hex) + group.to_bytes(4, "big")
-
-
-@dataclass(frozen=True)
-class Proof:
-    """One key a manifest of this rank proves, and what its file must say."""
-
-    manifest: str  # manifest file name
-    key_hex: str
-    group: int
-    kind: str  # fmt.GROUP_KIND_FULL or fmt.GROUP_KIND_STATE
-    boundary: int  # the chunk header's boundary_token_index
-    length: int
-    checksum: int
-    chunk_tokens: int
-
-
 @dataclass
 class RestoreStats:
+    """This rank's restore counters; the GPU suite's probe records them by
+    these names (docs/engine/run*-results.json), so they stay one flat record."""
+
     manifests_loaded: int = 0
     manifests_rejected: int = 0
     manifests_marked_bad: int = 0
@@ -130,199 +129,7 @@ class RestoreStats:
     keys_restored: int = 0
     bytes_restored: int = 0
     read_seconds: float = 0.0
-    failures: Counter = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        self.failures = Counter()
-
-
-class PromotionFailed(Exception):
-    def __init__(self, reason: str, message: str, key: bytes | None = None):
-        super().__init__(message)
-        self.reason = reason
-        self.key = key
-
-
-class Inventory:
-    """The keys this rank's manifests prove; memory only after the scan."""
-
-    def __init__(self, manifest_dir: str, namespace: bytes, rank: int):
-        self.manifest_dir = manifest_dir
-        self.namespace_hex = namespace.hex()
-        self.rank = rank
-        self.manifests: dict[str, list[Proof]] = {}
-        self.bad: set[str] = set()
-        self._by_key: dict[bytes, dict[str, Proof]] = {}
-
-    def scan(self, stats: RestoreStats) -> None:
-        """Load new manifests, forget removed ones (names only if unchanged)."""
-        try:
-            names = {
-                n
-                for n in os.listdir(self.manifest_dir)
-                if n.endswith(".json") and ".tmp." not in n
-            }
-        except FileNotFoundError:
-            names = set()
-        for gone in [n for n in self.manifests if n not in names]:
-            self._drop(gone)
-        self.bad &= names
-        for name in sorted(names - self.manifests.keys() - self.bad):
-            proofs = self._load(name)
-            if proofs is None:
-                stats.manifests_rejected += 1
-                self.bad.add(name)
-                continue
-            stats.manifests_loaded += 1
-            self.manifests[name] = proofs
-            for p in proofs:
-                self._by_key.setdefault(offload_key(p.key_hex, p.group), {})[name] = p
-
-    def _load(self, name: str) -> list[Proof] | None:
-        path = os.path.join(self.manifest_dir, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                m = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
-        except (OSError, fmt.FormatError) as e:
-            logger.warning("KV restore: manifest %s not used: %s", path, e)
-            return None
-        if (
-            m.namespace != self.namespace_hex
-            or m.rank != self.rank
-            or m.file_name != name
-        ):
-            logger.warning(
-                "KV restore: manifest %s not used: namespace, rank or name differ",
-                path,
-            )
-            return None
-        proofs = []
-        for g in m.groups:
-            for i, e in enumerate(g.entries):
-                boundary = (
-                    (i + 1) * m.chunk_tokens
-                    if g.kind == fmt.GROUP_KIND_FULL
-                    else m.boundary
-                )
-                proofs.append(
-                    Proof(
-                        name,
-                        e.key,
-                        g.group,
-                        g.kind,
-                        boundary,
-                        e.length,
-                        e.checksum,
-                        m.chunk_tokens,
-                    )
-                )
-        return proofs
-
-    def _drop(self, name: str) -> None:
-        for p in self.manifests.pop(name, ()):
-            key = offload_key(p.key_hex, p.group)
-            named = self._by_key.get(key)
-            if named is not None:
-                named.pop(name, None)
-                if not named:
-                    del self._by_key[key]
-
-    def mark_bad(self, key: bytes) -> list[str]:
-        """Stop using every manifest that names ``key``; returns their names."""
-        names = list(self._by_key.get(key, {}))
-        for name in names:
-            self._drop(name)
-            self.bad.add(name)
-        return names
-
-    def proof(self, key: bytes) -> Proof | None:
-        named = self._by_key.get(key)
-        if not named:
-            return None
-        return named[min(named)]
-
-    def keys(self) -> set[bytes]:
-        return set(self._by_key)
-
-
-def _address(buf: Any) -> int:
-    if hasattr(buf, "data_ptr"):
-        return buf.data_ptr()
-    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
-
-
-def check_header(
-    head: bytes, proof: Proof, namespace: bytes, segments: Sequence[fmt.Segment]
-) -> fmt.ChunkHeader:
-    """The header checks of a promotion, in docs/FORMAT.md's order.
-
-    First the codec's reading order (3.5 steps 1-13) on the file's first
-    bytes, then what the manifest entry and this boot require: namespace,
-    group, key, boundary index, payload length and checksum, segment table.
-    """
-    header = fmt.decode_header(head)
-    if header.namespace_hash != namespace:
-        raise PromotionFailed("foreign_namespace", "chunk of another namespace")
-    if header.group != proof.group:
-        raise PromotionFailed("wrong_group", f"group {header.group} != {proof.group}")
-    if header.key_hash.hex() != proof.key_hex:
-        raise PromotionFailed("wrong_key", "key hash differs from the manifest")
-    if header.boundary != proof.boundary:
-        raise PromotionFailed(
-            "wrong_boundary", f"boundary {header.boundary} != {proof.boundary}"
-        )
-    if (
-        header.payload_length != proof.length
-        or header.payload_checksum != proof.checksum
-    ):
-        raise PromotionFailed(
-            "manifest_mismatch", "payload length or checksum differs from the manifest"
-        )
-    if tuple(header.segments) != tuple(segments):
-        raise PromotionFailed(
-            "layout_mismatch", "segment table differs from this boot's layout"
-        )
-    return header
-
-
-def coalesce_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merge (address, length) runs that follow each other in memory."""
-    out: list[list[int]] = []
-    for address, length in runs:
-        if out and out[-1][0] + out[-1][1] == address:
-            out[-1][1] += length
-        else:
-            out.append([address, length])
-    return [(a, n) for a, n in out]
-
-
-def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
-    """preadv the file from ``offset`` into the memory runs; the CRC of the bytes.
-
-    Returns -1 when the file ends early (a truncated file: a miss).
-    """
-    views = [
-        memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in runs
-    ]
-    crc = 0
-    index = 0
-    done = 0  # bytes of views[index] already read
-    while index < len(views):
-        batch = [views[index][done:]] + views[index + 1 : index + _IOV_MAX]
-        n = os.preadv(fd, batch, offset)
-        if n == 0:
-            return -1
-        offset += n
-        while n:
-            take = min(n, len(views[index]) - done)
-            n -= take
-            done += take
-            if done == len(views[index]):
-                crc = zlib.crc32(views[index], crc)
-                index += 1
-                done = 0
-    return crc & 0xFFFFFFFF
+    failures: Counter = field(default_factory=Counter)  # per failure reason
 
 
 class WorkerRestore:
@@ -400,7 +207,9 @@ class WorkerRestore:
 
     def _scan(self) -> None:
         assert self.inventory is not None
-        self.inventory.scan(self.stats)
+        loaded, rejected = self.inventory.scan()
+        self.stats.manifests_loaded += loaded
+        self.stats.manifests_rejected += rejected
         self._last_scan = time.monotonic()
 
     # -- hooks -----------------------------------------------------------------
@@ -421,7 +230,8 @@ class WorkerRestore:
                 self._ready_sent = True
             current = self.inventory.keys() if self.inventory is not None else set()
             out += [
-                (reports.KEY_UP, reports.key_digest(k)) for k in current - self._reported
+                (reports.KEY_UP, reports.key_digest(k))
+                for k in current - self._reported
             ]
             out += [
                 (reports.KEY_DOWN, reports.key_digest(k))
@@ -489,7 +299,9 @@ class WorkerRestore:
         assert self.inventory is not None
         proof = self.inventory.proof(key)
         if proof is None:
-            raise PromotionFailed("no_manifest", "no manifest of this rank proves it", key)
+            raise PromotionFailed(
+                "no_manifest", "no manifest of this rank proves it", key
+            )
         if proof.group not in self._groups:
             raise PromotionFailed("unknown_group", f"group {proof.group}", key)
         path = self._store.writer.layout.chunk(proof.key_hex, proof.group)
@@ -545,7 +357,9 @@ class WorkerRestore:
             head = os.pread(fd, min(size, fmt.MAX_HEADER_LENGTH), 0)
             header = check_header(head, proof, self._namespace, layout.segments(count))
             fmt.check_file_size(header, size)
-            crc = read_into(fd, header.header_length, self._runs(layout, chunk, first, count))
+            crc = read_into(
+                fd, header.header_length, self._runs(layout, chunk, first, count)
+            )
             if crc < 0:
                 raise fmt.FormatError(fmt.Reason.TRUNCATED, "file ended while reading")
             fmt.check_payload_checksum(header, crc)
@@ -566,7 +380,7 @@ class WorkerRestore:
         for layer in layout.layers:
             t = self._store._staging[layer.tensor]
             page = t.width // bpc
-            row = _address(t.source) + t.offset + chunk * t.row_stride
+            row = buffer_address(t.source) + t.offset + chunk * t.row_stride
             for j in range(first, first + count):
                 runs.append((row + j * page, layer.real_bytes))
         return coalesce_runs(runs)
@@ -588,4 +402,3 @@ class WorkerRestore:
             e,
             names,
         )
-
