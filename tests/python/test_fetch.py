@@ -187,3 +187,36 @@ def test_a_download_is_adopted_only_when_it_is_the_pinned_file(tmp_path):
 
     fetch._adopt_download(str(tmp), "x.whl", good, dest, "WHEEL", "pip download")
     assert dest.read_bytes() == b"wheel bytes"
+
+
+def test_a_cached_download_runs_only_for_a_missing_or_wrong_file(tmp_path):
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kvtier_fetch", FETCH)
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    folder = tmp_path / "wheels"
+    good = hashlib.sha256(b"wheel bytes").hexdigest()
+    calls = []
+
+    def download(tmp: str) -> None:
+        calls.append(tmp)
+        (Path(tmp) / "x.whl").write_bytes(b"wheel bytes")
+
+    def cached() -> Path:
+        return fetch._cached_download(folder, "x.whl", good, "WHEEL", "pip download", download)
+
+    assert cached().read_bytes() == b"wheel bytes" and len(calls) == 1
+    assert cached() == folder / "x.whl" and len(calls) == 1  # current: no download
+    (folder / "x.whl").write_bytes(b"stale")
+    assert cached().read_bytes() == b"wheel bytes" and len(calls) == 2
+    assert [p.name for p in folder.iterdir()] == ["x.whl"]  # the private folder is gone
+
+    def failing(tmp: str) -> None:
+        raise fetch.FetchError(fetch.EXIT_IO, "pip download failed (exit 1)")
+
+    (folder / "x.whl").write_bytes(b"stale")
+    with pytest.raises(fetch.FetchError):
+        fetch._cached_download(folder, "x.whl", good, "WHEEL", "pip download", failing)
+    assert (folder / "x.whl").read_bytes() == b"stale"  # a failed download keeps it
