@@ -130,8 +130,9 @@ def _scanned_sources(
     ]
     # Overlay fragments and new modules run inside the engine too; their imports
     # must be met the same way.
+    # A new package's __init__.py resolves its relative imports inside itself.
     for path, module in sorted(_overlay_sources(engine_name, engine_version).items()):
-        out.append((str(path.relative_to(REPO_ROOT)), path, module, False))
+        out.append((str(path.relative_to(REPO_ROOT)), path, module, path.name == "__init__.py"))
     return out
 
 
