@@ -94,7 +94,8 @@ def write_store(root: Path, tokens: int) -> tuple[SimpleNamespace, list[bytes]]:
         key = hashlib.sha256(b"bench/%d" % i).digest()
         seed = hashlib.sha256(key).digest()
         payload[:] = seed * (len(payload) // len(seed))
-        chunk = fmt.encode_chunk(ns, 0, key, (i + 1) * CHUNK_TOKENS, segments, payload)
+        header = fmt.make_header(ns, 0, key, (i + 1) * CHUNK_TOKENS, segments, payload)
+        chunk = fmt.encode_chunk(header, payload)
         path = store_layout.chunk(key.hex(), 0)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:

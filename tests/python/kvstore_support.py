@@ -109,7 +109,7 @@ class Store:
         """Writes one chunk file (idempotent) and returns its path."""
         segs = state_segments() if group == STATE_GROUP else full_segments()
         payload = payload_for(segs, f"{key}/{group}")
-        data = fmt.encode_chunk(
+        header = fmt.make_header(
             ns_hash or self.ns_hash,
             group,
             bytes.fromhex(key),
@@ -118,6 +118,7 @@ class Store:
             payload,
             self.format_version,
         )
+        data = fmt.encode_chunk(header, payload)
         path = Path(self.layout.chunk(key, group))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)

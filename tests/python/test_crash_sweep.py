@@ -109,14 +109,11 @@ class CrashStore:
     def chunk(self, name: str, group: int, boundary: int) -> Path:
         key = key_of(name)
         segs = segments(group)
-        data = fmt.encode_chunk(
-            self.ns_hash,
-            group,
-            bytes.fromhex(key),
-            boundary,
-            segs,
-            payload(segs, f"{name}/{group}"),
+        body = payload(segs, f"{name}/{group}")
+        header = fmt.make_header(
+            self.ns_hash, group, bytes.fromhex(key), boundary, segs, body
         )
+        data = fmt.encode_chunk(header, body)
         path = Path(self.layout.chunk(key, group))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)

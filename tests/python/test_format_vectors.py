@@ -138,15 +138,17 @@ def _encode_spec(kind: str, spec: dict) -> bytes:
             )
             for s in spec["segments"]
         )
-        return f.encode_chunk(
+        payload = bytes.fromhex(spec["payload"])
+        header = f.make_header(
             bytes.fromhex(spec["namespace_hash"]),
             spec["group"],
             bytes.fromhex(spec["key_hash"]),
             spec["boundary"],
             segments,
-            bytes.fromhex(spec["payload"]),
+            payload,
             spec["format_version"],
         )
+        return f.encode_chunk(header, payload)
     if kind == "manifest":
         return f.encode_manifest(
             f.BoundaryManifest(
@@ -233,7 +235,9 @@ def _big_chunk(size: int) -> bytes:
         ]
     )
     ns = f.namespace_hash({"format_version": 1, "x": "big"})
-    return f.encode_chunk(ns, 0, rng.randbytes(32), 3584, segments, payload)
+    return f.encode_chunk(
+        f.make_header(ns, 0, rng.randbytes(32), 3584, segments, payload), payload
+    )
 
 
 def test_big_chunk_both_ways(vectors_bin: Path, tmp_path: Path) -> None:
@@ -374,9 +378,10 @@ def _state_chunk() -> tuple[bytes, int]:
             (3, f.SegmentKind.TEMPORAL, f.DType.FLOAT32, (2, 2, 2), (4, 2, 1)),
         ]
     )
-    data = f.encode_chunk(
+    header = f.make_header(
         bytes(range(32)), 2, bytes(range(100, 132)), 3584, segments, bytes(44)
     )
+    data = f.encode_chunk(header, bytes(44))
     return data, f.header_length_for(2)
 
 
@@ -438,7 +443,7 @@ def test_v2_parts_six_tuples_and_v1_compatibility() -> None:
         (0, 36, 32),
     ]
     ns, key = bytes(range(32)), bytes(range(100, 132))
-    data = f.encode_chunk(ns, 2, key, 48, segments, bytes(68))
+    data = f.encode_chunk(f.make_header(ns, 2, key, 48, segments, bytes(68)), bytes(68))
     assert data[8] == 2 and data[144 + 2 * 120 + 7] == 2
     header = f.verify_chunk(data)
     assert header.format_version == 2 and header.segments == segments
@@ -448,17 +453,25 @@ def test_v2_parts_six_tuples_and_v1_compatibility() -> None:
         [(s.layer, s.kind, s.dtype, s.shape, s.stride, s.part) for s in swapped]
     )
     with pytest.raises(f.FormatError) as err:
-        f.encode_chunk(ns, 2, key, 48, swapped, bytes(68))
+        f.encode_chunk(f.make_header(ns, 2, key, 48, swapped, bytes(68)), bytes(68))
     assert err.value.reason is f.Reason.BAD_SEGMENT_TABLE
     # v1 has no part: the encoder refuses one, and v1 files still read.
     with pytest.raises(f.FormatError) as err:
-        f.encode_chunk(ns, 2, key, 48, segments, bytes(68), format_version=1)
+        f.encode_chunk(
+            f.make_header(ns, 2, key, 48, segments, bytes(68), format_version=1),
+            bytes(68),
+        )
     assert err.value.reason is f.Reason.RESERVED_NONZERO
     conv = f.make_segments([(12, f.SegmentKind.CONV, f.DType.UINT8, (36,), (1,))])
-    old = f.encode_chunk(ns, 2, key, 48, conv, bytes(36), format_version=1)
+    old = f.encode_chunk(
+        f.make_header(ns, 2, key, 48, conv, bytes(36), format_version=1), bytes(36)
+    )
     assert old[8] == 1 and f.verify_chunk(old).format_version == 1
     with pytest.raises(f.FormatError) as err:
-        f.encode_chunk(ns, 2, key, 48, segments, bytes(68), format_version=3)
+        f.encode_chunk(
+            f.make_header(ns, 2, key, 48, segments, bytes(68), format_version=3),
+            bytes(68),
+        )
     assert err.value.reason is f.Reason.UNSUPPORTED_VERSION
 
 

@@ -645,8 +645,10 @@ def test_v1_and_v2_stores_verify_and_inspect_shows_parts(kv, tmp_path):
         ]
     )
     key = key_of("a")
+    body = bytes(range(92))
     data = fmt.encode_chunk(
-        new.ns_hash, STATE_GROUP, bytes.fromhex(key), 64, segs, bytes(range(92))
+        fmt.make_header(new.ns_hash, STATE_GROUP, bytes.fromhex(key), 64, segs, body),
+        body,
     )
     p = chunk_path(new, "a", STATE_GROUP)
     p.write_bytes(data)

@@ -3,26 +3,18 @@
 
 from __future__ import annotations
 
-import inspect
 import os
-from typing import Any
 
 from .checksum import crc32
 from .constants import MAX_HEADER_LENGTH
 from .format_error import FormatError, Reason
-from .header import ChunkHeader, decode_header, encode_header, make_header
-
-_MAKE_HEADER = inspect.signature(make_header)
+from .header import ChunkHeader, decode_header, encode_header
 
 
-def encode_chunk(*args: Any, **kwargs: Any) -> bytes:
-    """Header + payload in one buffer (tests and small writers).
-
-    Takes make_header's arguments: namespace_hash, group, key_hash, boundary,
-    segments, payload[, format_version].
-    """
-    payload = _MAKE_HEADER.bind(*args, **kwargs).arguments["payload"]
-    return encode_header(make_header(*args, **kwargs)) + bytes(payload)
+def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -> bytes:
+    """Header + payload in one buffer (tests and small writers); ``header`` is
+    make_header's for this payload."""
+    return encode_header(header) + bytes(payload)
 
 
 def check_file_size(header: ChunkHeader, file_size: int) -> None:
