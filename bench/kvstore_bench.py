@@ -49,31 +49,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
 
 import kv_store_format as fmt  # noqa: E402
+from bench_fenced import bench_fenced  # noqa: E402
 from page_cache import evict  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-def fenced(model: str) -> dict:
-    return fmt.make_fenced(
-        model=model,
-        vllm_version="bench",
-        build_id="bench",
-        tp_size=1,
-        kv_dtype="auto",
-        hash_algorithm="sha256_cbor",
-        num_speculative_tokens=0,
-        page_sizes={0: 4096},
-        state_abi={},
-    )
-
-
 class Writer:
     """Writes one rank's chunks fast: no temps, no fsync (bench data only)."""
 
     def __init__(self, tier: Path, model: str) -> None:
-        self.fenced = fenced(model)
+        self.fenced = bench_fenced(model)
         self.ns = fmt.namespace_hash(self.fenced)
         self.layout = fmt.StoreLayout.create(str(tier), model, self.ns, 0)
         tier.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ for folder in ("kv-offload-store-local", "kv-offload-scope", "kv-offload-restore
 
 import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
+from bench_fenced import bench_fenced  # noqa: E402
 from page_cache import evict  # noqa: E402
 from kv_store_local.layout import GroupLayout, LayerLayout, StagingTensor  # noqa: E402
 
@@ -69,16 +70,8 @@ def layout() -> GroupLayout:
 
 def write_store(root: Path, tokens: int) -> tuple[SimpleNamespace, list[bytes]]:
     """One rank's store for a prefix of ``tokens``: chunks + one manifest."""
-    fenced = fmt.make_fenced(
-        model=MODEL,
-        vllm_version="0.33.0",
-        build_id="bench",
-        tp_size=2,
-        kv_dtype="auto",
-        hash_algorithm="sha256",
-        num_speculative_tokens=0,
-        page_sizes={0: LAYERS * PAGE},
-        state_abi={},
+    fenced = bench_fenced(
+        MODEL, vllm_version="0.33.0", tp_size=2, hash_algorithm="sha256", page_sizes={0: LAYERS * PAGE}
     )
     fenced["key_scheme"] = {"hash": "sha256", "seed": "PYTHONHASHSEED=0"}
     ns = fmt.namespace_hash(fenced)
