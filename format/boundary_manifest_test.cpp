@@ -4,25 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kvtier/format/crc32.h"
+#include "test_manifest_sample.h"
 
 namespace kvformat {
 namespace {
 
-std::string key(char c) { return std::string(32, c); }
+using testing::key;
 
-BoundaryManifest sample() {
-  BoundaryManifest m;
-  m.ns = std::string(64, 'e');
-  m.rank = 1;
-  m.chunk_tokens = 16;
-  m.chain = {key('a'), key('b'), key('c')};
-  m.boundary = 48;
-  m.groups = {
-      {0, GroupKind::Full, {{key('a'), 100, 1}, {key('b'), 101, 2}, {key('c'), 102, 3}}},
-      {2, GroupKind::State, {{key('c'), 44, 0xFFFFFFFF}}},
-  };
-  return m;
-}
+BoundaryManifest sample() { return testing::sample_manifest(); }
 
 std::string reason_of(std::string_view text) {
   auto r = parse_manifest(text);

@@ -13,26 +13,20 @@
 
 #include "kvtier/format/canonical_json.h"
 #include "kvtier/format/crc32.h"
+#include "test_manifest_sample.h"
 
 namespace kvformat {
 namespace {
 
 using nlohmann::json;
 
-std::string key(char c) { return std::string(32, c); }
+using testing::key;
 
+// The shared sample plus a third group whose last entry is 2^34 bytes long.
 BoundaryManifest sample() {
-  BoundaryManifest m;
-  m.ns = std::string(64, 'e');
+  BoundaryManifest m = testing::sample_manifest();
   m.rank = 3;
-  m.chunk_tokens = 16;
-  m.chain = {key('a'), key('b'), key('c')};
-  m.boundary = 48;
-  m.groups = {
-      {0, GroupKind::Full, {{key('a'), 100, 1}, {key('b'), 101, 2}, {key('c'), 102, 3}}},
-      {2, GroupKind::State, {{key('c'), 44, 0xFFFFFFFF}}},
-      {7, GroupKind::Full, {{key('a'), 1, 0}, {key('b'), 1, 0}, {key('c'), 17179869184, 9}}},
-  };
+  m.groups.push_back({7, GroupKind::Full, {{key('a'), 1, 0}, {key('b'), 1, 0}, {key('c'), 17179869184, 9}}});
   return m;
 }
 

@@ -198,89 +198,86 @@ void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileSt
 namespace {
 
 // Records one manifest read by check_manifests and cross-checks the chunks it names.
-void judge_manifest(const std::pair<std::string, FileStat>& file, bool vanished, const Outcome<std::string>& bytes,
+void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<std::string>& bytes,
                     kvformat::Result<kvformat::BoundaryManifest>& parsed, const std::string& prefix, int rank,
                     RankContext& cx, const ChunkIndex& chunk_at) {
   auto& inv = cx.inv;
-  if (vanished) return;
-  {
-    const auto& [rel_in_rank, st] = file;
-    ManifestRec m;
-    m.rel = join(prefix, rel_in_rank);
-    m.name = std::string(split(rel_in_rank).back());
-    m.st = st;
-    if (!bytes) {
-      m.readable = bytes.error().kind != ErrorKind::kIo;
-      if (!m.readable) inv.manifests_readable = false;
-      inv.findings.push_back({m.rel, m.readable ? FindingKind::kBadManifest : FindingKind::kUnreadable,
-                              bytes.error().message});
-      inv.manifests.push_back(std::move(m));
-      return;
-    }
-    if (!parsed) {
-      inv.findings.push_back({m.rel, FindingKind::kBadManifest, verdict(parsed.error())});
-      inv.manifests.push_back(std::move(m));
-      return;
-    }
-    m.parsed = true;
-    m.chain = std::move(parsed->chain);
-    m.boundary = parsed->boundary;
-    auto broken = [&](FindingKind k, std::string detail) {
-      inv.findings.push_back({m.rel, k, std::move(detail)});
-      m.broken = true;
-    };
-    if (kvformat::manifest_file_name(parsed->boundary, m.chain.back()).value() != m.name)
-      broken(FindingKind::kBadManifest, fmt::format("file name does not match its content ({})",
-                                                    kvformat::manifest_file_name(parsed->boundary, m.chain.back()).value()));
-    if (!cx.ns_hex.empty() && parsed->ns != cx.ns_hex)
-      broken(FindingKind::kWrongNamespace,
-             fmt::format("namespace {} differs from the record's {}", short_hex(parsed->ns), short_hex(cx.ns_hex)));
-    if (rank >= 0 && parsed->rank != static_cast<uint32_t>(rank))
-      broken(FindingKind::kBadManifest, fmt::format("rank {} differs from the directory's rank {}", parsed->rank, rank));
-    size_t entries = 0;
-    for (const auto& g : parsed->groups) entries += g.entries.size();
-    m.refs.reserve(entries);
-    for (auto& g : parsed->groups) {
-      bool state = g.kind == kvformat::GroupKind::State;
-      for (size_t pos = 0; pos < g.entries.size(); ++pos) {
-        auto& e = g.entries[pos];
-        m.refs.push_back({g.group, std::move(e.key), e.length, e.checksum, ManifestRef::kNoChunk});
-        const std::string& key = m.refs.back().key;
-        auto it = chunk_at.find(ChunkId{g.group, key});
-        if (it == chunk_at.end()) {
-          auto path = kvformat::chunk_rel_path(key, g.group);
-          broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : key));
-          continue;
-        }
-        auto& c = inv.chunks[it->second];
-        c.named = true;
-        m.refs.back().chunk = static_cast<long>(it->second);
-        auto path = [&] { return kvformat::chunk_rel_path(key, g.group).value(); };
-        // FORMAT.md 5: a full group's entry i covers tokens up to (i+1) x
-        // chunk_tokens; a state group's single entry is the state at the boundary.
-        uint64_t want_boundary = state ? parsed->boundary : (pos + 1) * parsed->chunk_tokens;
-        if (c.damaged || !c.header_ok) {
-          broken(FindingKind::kMismatch, fmt::format("names {}, which is damaged or unreadable", path()));
-        } else if (c.payload_len != e.length || c.checksum != e.checksum) {
-          broken(FindingKind::kMismatch,
-                 fmt::format("names {} as length {} checksum {:08x}; its header says length {} checksum {:08x}", path(),
-                             e.length, e.checksum, c.payload_len, c.checksum));
-        } else if (c.boundary != want_boundary) {
-          broken(FindingKind::kMismatch,
-                 fmt::format("names {} at boundary token index {}; its header says {}", path(), want_boundary,
-                             c.boundary));
-        } else if (c.state_group != state) {
-          broken(FindingKind::kMismatch,
-                 fmt::format("names {} in a {} group; its segments are those of a {} group", path(),
-                             state ? "state" : "full", c.state_group ? "state" : "full"));
-        }
+  const auto& [rel_in_rank, st] = file;
+  ManifestRec m;
+  m.rel = join(prefix, rel_in_rank);
+  m.name = std::string(split(rel_in_rank).back());
+  m.st = st;
+  if (!bytes) {
+    m.readable = bytes.error().kind != ErrorKind::kIo;
+    if (!m.readable) inv.manifests_readable = false;
+    inv.findings.push_back({m.rel, m.readable ? FindingKind::kBadManifest : FindingKind::kUnreadable,
+                            bytes.error().message});
+    inv.manifests.push_back(std::move(m));
+    return;
+  }
+  if (!parsed) {
+    inv.findings.push_back({m.rel, FindingKind::kBadManifest, verdict(parsed.error())});
+    inv.manifests.push_back(std::move(m));
+    return;
+  }
+  m.parsed = true;
+  m.chain = std::move(parsed->chain);
+  m.boundary = parsed->boundary;
+  auto broken = [&](FindingKind k, std::string detail) {
+    inv.findings.push_back({m.rel, k, std::move(detail)});
+    m.broken = true;
+  };
+  if (kvformat::manifest_file_name(parsed->boundary, m.chain.back()).value() != m.name)
+    broken(FindingKind::kBadManifest, fmt::format("file name does not match its content ({})",
+                                                  kvformat::manifest_file_name(parsed->boundary, m.chain.back()).value()));
+  if (!cx.ns_hex.empty() && parsed->ns != cx.ns_hex)
+    broken(FindingKind::kWrongNamespace,
+           fmt::format("namespace {} differs from the record's {}", short_hex(parsed->ns), short_hex(cx.ns_hex)));
+  if (rank >= 0 && parsed->rank != static_cast<uint32_t>(rank))
+    broken(FindingKind::kBadManifest, fmt::format("rank {} differs from the directory's rank {}", parsed->rank, rank));
+  size_t entries = 0;
+  for (const auto& g : parsed->groups) entries += g.entries.size();
+  m.refs.reserve(entries);
+  for (auto& g : parsed->groups) {
+    bool state = g.kind == kvformat::GroupKind::State;
+    for (size_t pos = 0; pos < g.entries.size(); ++pos) {
+      auto& e = g.entries[pos];
+      m.refs.push_back({g.group, std::move(e.key), e.length, e.checksum, ManifestRef::kNoChunk});
+      const std::string& key = m.refs.back().key;
+      auto it = chunk_at.find(ChunkId{g.group, key});
+      if (it == chunk_at.end()) {
+        auto path = kvformat::chunk_rel_path(key, g.group);
+        broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : key));
+        continue;
+      }
+      auto& c = inv.chunks[it->second];
+      c.named = true;
+      m.refs.back().chunk = static_cast<long>(it->second);
+      auto path = [&] { return kvformat::chunk_rel_path(key, g.group).value(); };
+      // FORMAT.md 5: a full group's entry i covers tokens up to (i+1) x
+      // chunk_tokens; a state group's single entry is the state at the boundary.
+      uint64_t want_boundary = state ? parsed->boundary : (pos + 1) * parsed->chunk_tokens;
+      if (c.damaged || !c.header_ok) {
+        broken(FindingKind::kMismatch, fmt::format("names {}, which is damaged or unreadable", path()));
+      } else if (c.payload_len != e.length || c.checksum != e.checksum) {
+        broken(FindingKind::kMismatch,
+               fmt::format("names {} as length {} checksum {:08x}; its header says length {} checksum {:08x}", path(),
+                           e.length, e.checksum, c.payload_len, c.checksum));
+      } else if (c.boundary != want_boundary) {
+        broken(FindingKind::kMismatch,
+               fmt::format("names {} at boundary token index {}; its header says {}", path(), want_boundary,
+                           c.boundary));
+      } else if (c.state_group != state) {
+        broken(FindingKind::kMismatch,
+               fmt::format("names {} in a {} group; its segments are those of a {} group", path(),
+                           state ? "state" : "full", c.state_group ? "state" : "full"));
       }
     }
-    // Resolved refs reach their key through the chunk record; only an
-    // unresolved one (synthetic inventories) needs its own copy.
-    for (auto& r : m.refs) std::string().swap(r.key);
-    inv.manifests.push_back(std::move(m));
   }
+  // Resolved refs reach their key through the chunk record; only an
+  // unresolved one (synthetic inventories) needs its own copy.
+  for (auto& r : m.refs) std::string().swap(r.key);
+  inv.manifests.push_back(std::move(m));
 }
 
 }  // namespace
@@ -314,8 +311,8 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
                    : Outcome<std::string>(fd.error());
       if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
     });
-    for (size_t k = 0; k < n; ++k) judge_manifest(files[first + k], reads[k].vanished, reads[k].bytes,
-                                                  reads[k].parsed, prefix, rank, cx, chunk_at);
+    for (size_t k = 0; k < n; ++k)
+      if (!reads[k].vanished) judge_manifest(files[first + k], reads[k].bytes, reads[k].parsed, prefix, rank, cx, chunk_at);
   }
 }
 
