@@ -49,7 +49,7 @@ Result<void> check_body(const json& body) {
   if (keys != kBodyKeys) return bad_field("manifest fields: missing or unknown keys");
   if (body["kind"] != kManifestKind) return bad_field("kind must be boundary_manifest");
   if (!is_hex64(body["namespace"])) return bad_field("namespace must be 64 lowercase hex");
-  constexpr std::int64_t kMaxTok = std::int64_t{1} << 40;
+  constexpr auto kMaxTok = static_cast<std::int64_t>(kMaxTokenIndex);
   if (!json_int_in(body, "rank", 0, kMaxRank)) return bad_field(range("rank", 0, kMaxRank));
   if (!json_int_in(body, "boundary", 1, kMaxTok)) return bad_field(range("boundary", 1, kMaxTok));
   if (!json_int_in(body, "chunk_tokens", 1, kMaxTok))
@@ -128,12 +128,6 @@ json to_body(const BoundaryManifest& m) {
               {"kind", kManifestKind},
               {"namespace", m.ns},
               {"rank", m.rank}};
-}
-
-std::string hex8(std::uint32_t v) {
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
 }
 
 Result<std::uint32_t> body_crc(const json& body) {

@@ -11,6 +11,7 @@
 #include "canonical_manifest.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <unordered_set>
 
 #include "kvtier/format/crc32.h"
@@ -26,7 +27,6 @@ class Scanner {
 
   std::size_t pos() const { return pos_; }
   bool at_end() const { return pos_ == text_.size(); }
-  bool peek(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
 
   bool lit(std::string_view s) {
     if (text_.substr(pos_, s.size()) != s) return false;
@@ -140,6 +140,12 @@ bool consistent(const BoundaryManifest& m) {
 
 }  // namespace
 
+std::string hex8(std::uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
 std::optional<BoundaryManifest> parse_canonical_manifest(std::string_view bytes) {
   if (bytes.size() > kMaxManifestBytes) return std::nullopt;
   Scanner s(bytes);
@@ -160,18 +166,15 @@ std::optional<BoundaryManifest> parse_canonical_manifest(std::string_view bytes)
       !s.lit(",\"kind\":\"boundary_manifest\",\"namespace\":") || !s.hex(ns) || ns.size() != 64 ||
       !s.lit(",\"rank\":") || !s.uint(rank) || !s.lit("}") || !s.at_end())
     return std::nullopt;
-  constexpr std::uint64_t kMaxTok = std::uint64_t{1} << 40;
-  if (!readable_version(format) || !in_range(boundary, 1, kMaxTok) || !in_range(chunk_tokens, 1, kMaxTok) ||
-      rank > kMaxRank)
+  if (!readable_version(format) || !in_range(boundary, 1, kMaxTokenIndex) ||
+      !in_range(chunk_tokens, 1, kMaxTokenIndex) || rank > kMaxRank)
     return std::nullopt;
   auto as_bytes = [](std::string_view v) {
     return std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(v.data()), v.size());
   };
   std::uint32_t crc = crc32(as_bytes(bytes.substr(0, cut_from)));
   crc = crc32(as_bytes(bytes.substr(cut_to)), crc);
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (int i = 0; i < 8; ++i)
-    if (stored[i] != kDigits[(crc >> (28 - 4 * i)) & 15]) return std::nullopt;
+  if (hex8(crc) != stored) return std::nullopt;
   m.format = static_cast<std::uint16_t>(format);
   m.ns.assign(ns);
   m.rank = static_cast<std::uint32_t>(rank);

@@ -6,7 +6,9 @@
 // hold the two paths to that).
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "kvtier/format/boundary_manifest.h"
@@ -14,5 +16,8 @@
 namespace kvformat {
 
 std::optional<BoundaryManifest> parse_canonical_manifest(std::string_view bytes);
+
+// A manifest checksum as stored: 8 lowercase hex digits.
+std::string hex8(std::uint32_t v);
 
 }  // namespace kvformat

@@ -242,8 +242,9 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
     bool state = g.kind == kvformat::GroupKind::State;
     for (size_t pos = 0; pos < g.entries.size(); ++pos) {
       auto& e = g.entries[pos];
-      m.refs.push_back({g.group, std::move(e.key), e.length, e.checksum, ManifestRef::kNoChunk});
-      const std::string& key = m.refs.back().key;
+      // The scan resolves every ref here, so the ref keeps no key of its own.
+      m.refs.push_back({g.group, {}, e.length, e.checksum, ManifestRef::kNoChunk});
+      const std::string& key = e.key;
       auto it = chunk_at.find(ChunkId{g.group, key});
       if (it == chunk_at.end()) {
         auto path = kvformat::chunk_rel_path(key, g.group);
@@ -274,9 +275,6 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
       }
     }
   }
-  // Resolved refs reach their key through the chunk record; only an
-  // unresolved one (synthetic inventories) needs its own copy.
-  for (auto& r : m.refs) std::string().swap(r.key);
   inv.manifests.push_back(std::move(m));
 }
 

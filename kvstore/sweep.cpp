@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <thread>
 #include <vector>
 
 #include "kvtier/kvstore/walk.h"
+#include "parallel.h"
 
 namespace kvstore {
 
@@ -148,12 +148,7 @@ Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progr
     }
     for (auto& e : dirs.sync_all()) part.errors.push_back(std::move(e));
   };
-  {
-    std::vector<std::thread> pool;
-    for (size_t s = 1; s < parts.size(); ++s) pool.emplace_back(run_slice, s);
-    run_slice(0);
-    for (auto& t : pool) t.join();
-  }
+  parallel_for(parts.size(), static_cast<unsigned>(parts.size()), run_slice);
   // Slices are contiguous in path order, so the merged lists stay sorted.
   for (auto& part : parts) {
     res.deleted += part.deleted;

@@ -50,7 +50,7 @@ struct Plan {
   bool chunks_withheld = false;
 };
 
-// Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_manifests) over the
+// Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_chains) over the
 // usable manifests: unparsed and broken ones are never kept, so the K most
 // recent boundaries counted are ones a restore could use. kept[i] is for
 // manifests[i]; keep == 0 keeps every usable manifest.

@@ -66,7 +66,7 @@ struct ChunkRec {
 
 struct ManifestRef {
   uint32_t group = 0;
-  std::string key;  // needed only while unresolved: the scan resolves every ref and clears it
+  std::string key;  // for unresolved refs only (synthetic inventories); the scan resolves every ref and leaves it empty
   uint64_t length = 0;
   uint32_t checksum = 0;
   // Index into RankInventory::chunks once the scan resolved it, kNoChunk if
