@@ -142,7 +142,6 @@ Result<Outcome> check(const Session& s, const Request& r) {
   if (!sel) return sel.error();
   if (auto st = require_consistent(*ts, *sel, s.set); !st) return st.error();
   Outcome o;
-  o.state = *ts;
   o.selected = *sel;
   std::vector<std::string> wrong;
   for (const auto& name : *sel) {
@@ -171,6 +170,7 @@ Result<Outcome> check(const Session& s, const Request& r) {
     files.erase(std::unique(files.begin(), files.end()), files.end());
     if (auto st = compile_all(s, r, *sel, files, &o.compiled, &o.notes); !st) return st.error();
   }
+  o.state = std::move(*ts);  // last: the checks above read it
   return o;
 }
 

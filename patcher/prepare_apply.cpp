@@ -50,9 +50,8 @@ Result<std::vector<FileChangeReport>> rebuild(const Session& s, const TreeState&
     }
     std::string text = b.text();
     if (text == fs.data.bytes) continue;
-    FileChangeReport fc{fs.path, "patch", notes, fs.data.bytes, text};
-    out.push_back(fc);
     if (changes) changes->push_back(write_change(fs.path, fs.data, text));
+    out.push_back(FileChangeReport{fs.path, "patch", std::move(notes), fs.data.bytes, std::move(text)});
   }
   return out;
 }
@@ -79,7 +78,7 @@ Status prepare_builds(const Session& s, const Request& r, const TreeState& ts, c
       auto data = src_tree->read(src);
       if (!data) return data.error();
       if (!data->has_value()) return make_error(ErrorKind::Drift, r.sources + "/" + src, "pinned source is missing");
-      std::string bytes = (**data).bytes;
+      const std::string& bytes = (**data).bytes;
       std::string pin = m.find_file(src)->sha256;
       if (kvtier::sha256_hex(bytes) != pin)
         return make_error(ErrorKind::Drift, r.sources + "/" + src,
@@ -91,8 +90,9 @@ Status prepare_builds(const Session& s, const Request& r, const TreeState& ts, c
         if (!spec || !contains(wanted, om.overlay)) continue;
         if (auto st = apply_overlay(b, om, *spec, bytes, src); !st) return st.error();
       }
-      pb.inputs[src] = b.text();
-      p.final_texts.emplace_back(src, b.text());
+      std::string text = b.text();
+      p.final_texts.emplace_back(src, text);
+      pb.inputs[src] = std::move(text);
     }
     for (const auto& om : s.set.overlays) {
       if (!contains(wanted, om.overlay)) continue;
@@ -162,7 +162,7 @@ Status prepare_apply(const Session& s, const Request& r, Prepared& p) {
   }
   auto changes = rebuild(s, ts, wanted, sel, &p.changes);
   if (!changes) return changes.error();
-  p.out.changes = *changes;
+  p.out.changes = std::move(*changes);
   // New files, and parents that must exist.
   for (const auto& name : sel) {
     const Manifest& m = s.set.get(name);
