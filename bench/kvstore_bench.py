@@ -239,7 +239,7 @@ def c_reference(root: Path) -> str:
 
 
 def py_crc_loop(listing: str) -> list[str]:
-    code = "import sys, zlib\nfor f in open(sys.argv[1]).read().split(): zlib.crc32(open(f, 'rb').read())"
+    code = "import sys, zlib\nfor f in open(sys.argv[1]).read().splitlines(): zlib.crc32(open(f, 'rb').read())"
     return [sys.executable, "-c", code, listing]
 
 

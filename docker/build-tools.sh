@@ -44,15 +44,7 @@ glibc_required() {
 build() {
   local src="" bdir="" out=""
   parse_options '--src=src --build=bdir --out=out' "$@"
-  if ((${#KVTIER_REST[@]})); then
-    case ${KVTIER_REST[0]} in
-    -h | --help)
-      help_text "$0"
-      exit 0
-      ;;
-    *) die "unknown argument $(q "${KVTIER_REST[0]}") (see --help)" ;;
-    esac
-  fi
+  ((${#KVTIER_REST[@]} == 0)) || other_arg "$0" "${KVTIER_REST[0]}"
   [[ -n $src && -n $bdir && -n $out ]] || die "build needs --src, --build and --out"
   [[ -f $src/CMakeLists.txt ]] || die "--src $(q "$src"): no CMakeLists.txt there"
   mkdir -p "$out"

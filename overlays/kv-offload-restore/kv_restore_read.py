@@ -8,7 +8,6 @@ memory runs it belongs to, and its CRC computed on the way (``read_into``).
 
 import ctypes
 import os
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,7 +100,7 @@ def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
             n -= take
             done += take
             if done == len(views[index]):
-                crc = zlib.crc32(views[index], crc)
+                crc = fmt.crc32(views[index], crc)
                 index += 1
                 done = 0
-    return crc & 0xFFFFFFFF
+    return crc

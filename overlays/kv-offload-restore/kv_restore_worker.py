@@ -3,14 +3,9 @@
 
 Every TP worker reads only its own store (the rank base the writer opened):
 
-- **Inventory.** At the first step the worker scans its manifests and keeps,
-  in memory, which key each good manifest proves (a full-attention key as part
-  of a chain, a state key only at the manifest's boundary). Later manifests
-  the writer publishes, and the ones keep-K or ``kvstore gc`` remove, are
-  picked up by a rescan of the manifest directory (names only, once a
-  second). Changes go to the scheduler as KEY_UP / KEY_DOWN reports in the
-  connector's worker metadata (kv_restore_reports); READY says the boot scan
-  is complete.
+- **Inventory** (kv_restore_inventory): which key each good manifest proves,
+  kept current by a rescan; changes go to the scheduler as KEY_UP / KEY_DOWN
+  reports (kv_restore_reports), READY once the boot scan is complete.
 - **Promotion.** The scheduler's tier sends (job, keys, CPU chunk ids). The
   worker takes the store lock shared (``kvstore gc --sweep`` needs it
   exclusive) and opens every file the job needs. Per file, on reader
