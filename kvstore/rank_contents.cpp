@@ -198,9 +198,11 @@ void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileSt
 namespace {
 
 // Records one manifest read by check_manifests and cross-checks the chunks it names.
+// `at` holds the position of each entry's chunk (ChunkIndex::kNone if there
+// is none), group by group, looked up on the reader thread.
 void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<std::string>& bytes,
-                    kvformat::Result<kvformat::BoundaryManifest>& parsed, const std::string& prefix, int rank,
-                    RankContext& cx, const ChunkIndex& chunk_at) {
+                    kvformat::Result<kvformat::BoundaryManifest>& parsed, const std::vector<long>& at,
+                    const std::string& prefix, int rank, RankContext& cx) {
   auto& inv = cx.inv;
   const auto& [rel_in_rank, st] = file;
   ManifestRec m;
@@ -238,6 +240,7 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
   size_t entries = 0;
   for (const auto& g : parsed->groups) entries += g.entries.size();
   m.refs.reserve(entries);
+  size_t n = 0;
   for (auto& g : parsed->groups) {
     bool state = g.kind == kvformat::GroupKind::State;
     for (size_t pos = 0; pos < g.entries.size(); ++pos) {
@@ -245,15 +248,15 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
       // The scan resolves every ref here, so the ref keeps no key of its own.
       m.refs.push_back({g.group, {}, e.length, e.checksum, ManifestRef::kNoChunk});
       const std::string& key = e.key;
-      auto it = chunk_at.find(ChunkId{g.group, key});
-      if (it == chunk_at.end()) {
+      long pos_in_inv = at[n++];
+      if (pos_in_inv == ChunkIndex::kNone) {
         auto path = kvformat::chunk_rel_path(key, g.group);
         broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : key));
         continue;
       }
-      auto& c = inv.chunks[it->second];
+      auto& c = inv.chunks[pos_in_inv];
       c.named = true;
-      m.refs.back().chunk = static_cast<long>(it->second);
+      m.refs.back().chunk = pos_in_inv;
       auto path = [&] { return kvformat::chunk_rel_path(key, g.group).value(); };
       // FORMAT.md 5: a full group's entry i covers tokens up to (i+1) x
       // chunk_tokens; a state group's single entry is the state at the boundary.
@@ -290,6 +293,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
     bool vanished = false;
     Outcome<std::string> bytes = Error{};
     kvformat::Result<kvformat::BoundaryManifest> parsed = kvformat::make_error(kvformat::Reason::IoError, "");
+    std::vector<long> at;  // each entry's chunk position
   };
   const unsigned threads = reader_threads(cx.opt.threads);
   const size_t batch = size_t{64} * threads;
@@ -308,9 +312,12 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
       r.bytes = fd ? read_small(fd->get(), join(prefix, rel), kvformat::kMaxManifestBytes)
                    : Outcome<std::string>(fd.error());
       if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
+      if (!r.parsed) return;
+      for (const auto& g : r.parsed->groups)
+        for (const auto& e : g.entries) r.at.push_back(chunk_at.find(g.group, e.key));
     });
     for (size_t k = 0; k < n; ++k)
-      if (!reads[k].vanished) judge_manifest(files[first + k], reads[k].bytes, reads[k].parsed, prefix, rank, cx, chunk_at);
+      if (!reads[k].vanished) judge_manifest(files[first + k], reads[k].bytes, reads[k].parsed, reads[k].at, prefix, rank, cx);
   }
 }
 

@@ -13,7 +13,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "kvtier/format/format_error.h"
 #include "kvtier/format/layout.h"
 #include "kvtier/kvstore/scan.h"
+#include "chunk_index.h"
 
 namespace kvstore::scan_detail {
 
@@ -89,17 +89,6 @@ struct Classified {
   std::vector<std::pair<std::string, FileStat>> pendings;   // rel in rank
 };
 
-
-// (group, key hex) -> index in inv.chunks; the views point into inv.chunks.
-struct ChunkId {
-  uint32_t group;
-  std::string_view key;
-  bool operator==(const ChunkId&) const = default;
-};
-struct ChunkIdHash {
-  size_t operator()(const ChunkId& id) const { return std::hash<std::string_view>{}(id.key) * 31 + id.group; }
-};
-using ChunkIndex = std::unordered_map<ChunkId, size_t, ChunkIdHash>;
 
 // Reads the namespace record `<rank name>.json` from `tier_fd`.
 void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx, const kvformat::RankBaseName& base);

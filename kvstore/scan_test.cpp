@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -55,13 +56,15 @@ struct Scanned {
   }
 };
 
-Scanned scan(const TmpDir& tier, bool payloads = false) {
+// now_ns defaults to "everything is older than the grace period".
+Scanned scan(const TmpDir& tier, bool payloads = false, bool stat_chunks = true, int64_t now_ns = INT64_MAX / 2) {
   auto root = open_root(tier.path());
   EXPECT_TRUE(root.ok());
   ScanOptions o;
   o.payloads = payloads;
+  o.stat_chunks = stat_chunks;
   o.threads = 2;
-  o.now_ns = INT64_MAX / 2;  // everything is older than the grace period
+  o.now_ns = now_ns;
   auto inv = scan_rank(root->get(), kRank, kRank, o);
   EXPECT_TRUE(inv.ok());
   return {std::move(*inv)};
@@ -163,19 +166,58 @@ TEST(Scan, LiveWritersUnparsablePendingRecordIsReported) {
 // verify's payload check, for a chunk read whole with its header and for one
 // that needs the separate pass (payload beyond the first 512 KiB read).
 TEST(Scan, PayloadPassFindsAFlippedByteInSmallAndLargeChunks) {
+  for (bool stat_chunks : {true, false})
   for (uint64_t payload : {uint64_t{1000}, uint64_t{3} << 20}) {
+    SCOPED_TRACE(stat_chunks ? "stat_chunks" : "sizes from the read");
     TmpDir tier;
     const auto good = key_hex(4), bad = key_hex(5);
     tier.write(in_rank(chunk_rel(good, 0)), chunk_bytes(good, 0, payload));
     auto bytes = chunk_bytes(bad, 0, payload);
     bytes[bytes.size() - 7] ^= 0x10;
     tier.write(in_rank(chunk_rel(bad, 0)), bytes);
-    auto s = scan(tier, true);
+    auto s = scan(tier, true, stat_chunks);
     ASSERT_EQ(s.inv.chunks.size(), 2u) << payload;
     EXPECT_FALSE(s.has(FindingKind::kCorrupt, in_rank(chunk_rel(good, 0)))) << payload;
     EXPECT_TRUE(s.has(FindingKind::kCorrupt, in_rank(chunk_rel(bad, 0)))) << payload;
     for (const auto& c : s.inv.chunks) EXPECT_EQ(c.payload_ok, c.key == good) << payload;
   }
+}
+
+// verify spares the fstat of a chunk one read returns whole: its size comes
+// from the read, and its age is read only when no manifest names it.
+TEST(Scan, VerifyWithoutChunkStatsJudgesSizesAndAgesAsWithThem) {
+  TmpDir tier;
+  const auto orphan = key_hex(6), cut = key_hex(7), longer = key_hex(8), big = key_hex(9);
+  tier.write(in_rank(chunk_rel(orphan, 0)), chunk_bytes(orphan, 0, 1000));
+  auto bytes = chunk_bytes(cut, 0, 1000);
+  tier.write(in_rank(chunk_rel(cut, 0)), bytes.substr(0, bytes.size() - 10));
+  tier.write(in_rank(chunk_rel(longer, 0)), chunk_bytes(longer, 0, 1000) + "tail");
+  tier.write(in_rank(chunk_rel(big, 0)), chunk_bytes(big, 0, uint64_t{1} << 20));
+
+  auto both = [&](int64_t now_ns) { return std::pair{scan(tier, true, true, now_ns), scan(tier, true, false, now_ns)}; };
+  auto [with, without] = both(INT64_MAX / 2);
+  EXPECT_EQ(without.inv.findings, with.inv.findings);
+  EXPECT_TRUE(without.has(FindingKind::kOrphan, in_rank(chunk_rel(orphan, 0))));
+  EXPECT_TRUE(without.has(FindingKind::kTruncated, in_rank(chunk_rel(cut, 0))));
+  EXPECT_TRUE(std::any_of(without.inv.findings.begin(), without.inv.findings.end(),
+                          [&](const Finding& f) { return f.rel == in_rank(chunk_rel(longer, 0)); }));
+  ASSERT_EQ(without.inv.chunks.size(), 4u);
+  for (const auto& c : without.inv.chunks) {
+    const auto& w = *std::find_if(with.inv.chunks.begin(), with.inv.chunks.end(), [&](const ChunkRec& x) { return x.rel == c.rel; });
+    EXPECT_EQ(c.st.size, w.st.size) << c.rel;
+    if (c.key == big) {
+      EXPECT_EQ(c.st, w.st);  // more than one read's worth: stat'ed as before
+      EXPECT_TRUE(c.payload_ok);
+    }
+    if (c.key == orphan) {
+      EXPECT_EQ(c.st.mtime_ns, w.st.mtime_ns);  // read for the orphan check
+    }
+  }
+
+  // Just written: younger than the grace period, so not yet an orphan either way.
+  auto [with_now, without_now] = both(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  EXPECT_FALSE(with_now.has(FindingKind::kOrphan, in_rank(chunk_rel(orphan, 0))));
+  EXPECT_EQ(without_now.inv.findings, with_now.inv.findings);
 }
 
 }  // namespace

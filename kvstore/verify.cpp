@@ -15,6 +15,7 @@
 #include "kvtier/kvstore/scan.h"
 #include "kvtier/kvstore/walk.h"
 #include "parallel.h"
+#include "read_buffer.h"
 
 namespace kvstore {
 
@@ -25,7 +26,7 @@ namespace {
 Outcome<uint32_t> payload_crc(int fd, uint64_t size, uint64_t from, uint32_t crc) {
   auto mapped = crc_mapped(fd, size, from, crc);
   if (mapped || mapped.error().kind != ErrorKind::kIo) return mapped;
-  thread_local std::vector<uint8_t> buf(kWholeReadBytes);
+  thread_local ReadBuffer buf(kWholeReadBytes);
   for (uint64_t off = from; off < size;) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
     ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
@@ -45,58 +46,60 @@ Outcome<uint32_t> payload_crc(int fd, uint64_t size, uint64_t from, uint32_t crc
   return crc;
 }
 
+// The payload is checksummed: a mismatch is damage.
+void settle(ChunkRec& c, uint32_t crc, std::vector<Finding>& found) {
+  if (crc == c.checksum) {
+    c.payload_ok = true;
+    return;
+  }
+  found.push_back({c.rel, FindingKind::kCorrupt,
+                   fmt::format("payload_checksum_mismatch: payload checksum {:08x}, computed {:08x}", c.checksum, crc)});
+  c.damaged = true;
+}
+
 }  // namespace
 
-void verify_payloads(int rank_fd, const std::vector<std::string>& rels_in_rank, RankInventory& inv,
-                     const ScanOptions& opt, uint64_t* bytes_read) {
-  std::vector<size_t> todo;
-  for (size_t i = 0; i < inv.chunks.size(); ++i) {
-    const auto& c = inv.chunks[i];
-    if (!c.header_ok || c.damaged) continue;
-    todo.push_back(i);
-  }
+void verify_payloads(int rank_fd, size_t rank_prefix, RankInventory& inv, const ScanOptions& opt,
+                     uint64_t* bytes_read) {
   if (opt.progress) opt.progress->set_total(inv.chunks.size(), inv.bytes_total);
+  // A chunk the scan's read returned whole was checksummed then; the rest are read on here.
+  std::vector<size_t> todo;
+  uint64_t early = 0;
+  for (size_t i = 0; i < inv.chunks.size(); ++i) {
+    auto& c = inv.chunks[i];
+    early += std::min<uint64_t>(c.st.size, c.crc_done_to);
+    if (!c.header_ok || c.damaged) continue;
+    if (c.crc_done_to < c.st.size)
+      todo.push_back(i);
+    else
+      settle(c, c.crc_partial, inv.findings);
+  }
   std::vector<std::vector<Finding>> found(todo.size());
   std::atomic<uint64_t> read_total{0};
   parallel_for(todo.size(), reader_threads(opt.threads), [&](size_t t) {
     auto& c = inv.chunks[todo[t]];
-    uint32_t crc = c.crc_partial;
     uint64_t size = c.st.size;
-    if (c.crc_done_to < size) {
-      auto fd = open_beneath(rank_fd, rels_in_rank[todo[t]], O_RDONLY | O_NONBLOCK);
-      if (!fd) {
-        if (fd.error().err != ENOENT) found[t].push_back({c.rel, FindingKind::kUnreadable, fd.error().message});
-        return;
-      }
-      struct stat st;
-      if (::fstat(fd->get(), &st) != 0 || static_cast<uint64_t>(st.st_ino) != c.st.ino ||
-          static_cast<uint64_t>(st.st_size) != size)
-        return;  // replaced since the scan read its header: the next verify judges the new file
-      auto r = payload_crc(fd->get(), size, c.crc_done_to, crc);
-      read_total.fetch_add(size - c.crc_done_to, std::memory_order_relaxed);
-      if (opt.progress) opt.progress->add(0, size - c.crc_done_to);
-      if (!r) {
-        found[t].push_back({c.rel, r.error().kind == ErrorKind::kIo ? FindingKind::kUnreadable : FindingKind::kTruncated,
-                            r.error().message});
-        c.damaged = r.error().kind != ErrorKind::kIo;
-        return;
-      }
-      crc = *r;
-    }
-    if (crc != c.checksum) {
-      found[t].push_back({c.rel, FindingKind::kCorrupt,
-                          fmt::format("payload_checksum_mismatch: payload checksum {:08x}, computed {:08x}",
-                                      c.checksum, crc)});
-      c.damaged = true;
+    auto fd = open_beneath(rank_fd, std::string_view(c.rel).substr(rank_prefix), O_RDONLY | O_NONBLOCK);
+    if (!fd) {
+      if (fd.error().err != ENOENT) found[t].push_back({c.rel, FindingKind::kUnreadable, fd.error().message});
       return;
     }
-    c.payload_ok = true;
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0 || static_cast<uint64_t>(st.st_ino) != c.st.ino ||
+        static_cast<uint64_t>(st.st_size) != size)
+      return;  // replaced since the scan read its header: the next verify judges the new file
+    auto r = payload_crc(fd->get(), size, c.crc_done_to, c.crc_partial);
+    read_total.fetch_add(size - c.crc_done_to, std::memory_order_relaxed);
+    if (opt.progress) opt.progress->add(0, size - c.crc_done_to);
+    if (!r) {
+      found[t].push_back({c.rel, r.error().kind == ErrorKind::kIo ? FindingKind::kUnreadable : FindingKind::kTruncated,
+                          r.error().message});
+      c.damaged = r.error().kind != ErrorKind::kIo;
+      return;
+    }
+    settle(c, *r, found[t]);
   });
-  if (bytes_read) *bytes_read += read_total.load() + [&] {
-    uint64_t early = 0;
-    for (const auto& c : inv.chunks) early += std::min<uint64_t>(c.st.size, c.crc_done_to);
-    return early;
-  }();
+  if (bytes_read) *bytes_read += read_total.load() + early;
   for (auto& f : found)
     for (auto& x : f) inv.findings.push_back(std::move(x));
 }

@@ -49,6 +49,7 @@ class Progress {
     freed_.fetch_add(bytes, std::memory_order_relaxed);
   }
 
+  bool drawn() const { return enabled_; }
   uint64_t files() const { return files_.load(); }
   uint64_t dirs() const { return dirs_.load(); }
   uint64_t deleted() const { return deleted_.load(); }

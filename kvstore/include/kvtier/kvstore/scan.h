@@ -18,11 +18,19 @@ namespace kvstore {
 
 struct ScanOptions {
   bool payloads = false;     // checksum every payload (verify); else headers only (gc, stat)
+  // false (verify alone): a chunk that one read returns whole is not stat'ed;
+  // its size is the read's length, and an unnamed chunk is stat'ed later for
+  // its age. Its FileStat then holds the size and at most the mtime, so a
+  // scan for a plan (gc, whose sweep checks dev and inode) keeps it true.
+  bool stat_chunks = true;
   unsigned threads = 0;      // chunk readers; 0 = min(4, cores)
   int64_t now_ns = 0;
   int64_t grace_ns = 600LL * 1000000000;
   Progress* progress = nullptr;
 };
+
+// A chunk FileStat's mtime_ns when ScanOptions::stat_chunks spared its fstat.
+inline constexpr int64_t kTimeNotRead = INT64_MIN;
 
 // verify's first read of a chunk: a chunk this small is read whole with its
 // header and checksummed from that buffer (one read per file).

@@ -4,8 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
+#include <cstddef>
 
 #include "kvtier/kvstore/inventory.h"
 
@@ -13,10 +12,10 @@ namespace kvstore {
 
 struct ScanOptions;
 
-// `rels_in_rank[i]` is inv.chunks[i]'s path below `rank_fd`. Adds findings to
-// inv and marks damaged chunks; a chunk that vanished or was replaced since
-// the scan is left as the scan saw it.
-void verify_payloads(int rank_fd, const std::vector<std::string>& rels_in_rank, RankInventory& inv,
-                     const ScanOptions& opt, uint64_t* bytes_read);
+// A chunk's path below `rank_fd` is its rel less the first `rank_prefix`
+// bytes. Adds findings to inv and marks damaged chunks; a chunk that vanished
+// or was replaced since the scan is left as the scan saw it.
+void verify_payloads(int rank_fd, size_t rank_prefix, RankInventory& inv, const ScanOptions& opt,
+                     uint64_t* bytes_read);
 
 }  // namespace kvstore
