@@ -40,9 +40,10 @@ std::string range(const char* name, std::int64_t low, std::int64_t high) {
          std::to_string(high) + "]";
 }
 
-// FORMAT.md 5: field checks (bad_field) then structure (manifest_inconsistent),
-// in the same order as the Python codec so a broken file gets one verdict.
-Result<void> check_body(const json& body) {
+// FORMAT.md 5's field checks (bad_field), before the structure rules
+// (check_manifest_structure), in the same order as the Python codec so a
+// broken file gets one verdict.
+Result<void> check_fields(const json& body) {
   std::set<std::string> keys;
   for (auto it = body.begin(); it != body.end(); ++it)
     if (it.key() != "checksum") keys.insert(it.key());
@@ -80,33 +81,6 @@ Result<void> check_body(const json& body) {
       if (!length || *length < 1 || *length > static_cast<std::int64_t>(kMaxPayloadLength) ||
           !checksum || *checksum < 0 || *checksum > 0xFFFFFFFFll)
         return bad_field("entry must be [key hex, length, checksum]");
-    }
-  }
-  const auto boundary = *json_int(body["boundary"]);
-  const auto chunk_tokens = *json_int(body["chunk_tokens"]);
-  // Both are <= 2^40 and chain.size() <= 2^18, so the product cannot overflow.
-  if (static_cast<std::uint64_t>(boundary) != chain.size() * static_cast<std::uint64_t>(chunk_tokens))
-    return inconsistent("boundary != len(chain) x chunk_tokens");
-  // Keys chain (each hashes its parent), so a repeat is a writer bug; a
-  // restore would load the same chunk at two positions.
-  std::unordered_set<std::string_view> seen;
-  seen.reserve(chain.size());
-  for (const auto& key : chain)
-    if (!seen.insert(key.get_ref<const std::string&>()).second) return inconsistent("chain repeats a key");
-  std::int64_t last = -1;
-  for (const auto& g : groups) {
-    const auto group = *json_int(g["group"]);
-    if (group <= last) return inconsistent("groups not ascending");
-    last = group;
-    const json& entries = g["entries"];
-    if (g["kind"] == "full") {
-      bool same = entries.size() == chain.size();
-      for (std::size_t i = 0; same && i < entries.size(); ++i) same = entries[i][0] == chain[i];
-      if (!same)
-        return inconsistent("full group " + std::to_string(group) +
-                            ": entries must be the chain, in order");
-    } else if (entries.size() != 1 || entries[0][0] != chain.back()) {
-      return inconsistent("state group " + std::to_string(group) + ": one entry, the chain tip");
     }
   }
   return {};
@@ -151,7 +125,8 @@ Result<std::string> encode_manifest(const BoundaryManifest& m) {
   if (!readable_version(m.format))
     return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(m.format));
   json body = to_body(m);
-  if (auto r = check_body(body); !r) return r.error();
+  if (auto r = check_fields(body); !r) return r.error();
+  if (auto r = check_manifest_structure(m); !r) return r.error();
   auto crc = body_crc(body);
   if (!crc) return crc.error();
   body["checksum"] = hex8(*crc);
@@ -189,7 +164,7 @@ Result<BoundaryManifest> parse_manifest_json(std::string_view bytes) {
   if (hex8(*crc) != stored)
     return make_error(Reason::ManifestChecksumMismatch,
                       "manifest checksum " + stored + ", computed " + hex8(*crc));
-  if (auto r = check_body(value); !r) return r.error();
+  if (auto r = check_fields(value); !r) return r.error();
 
   BoundaryManifest m;
   m.format = static_cast<std::uint16_t>(*version);
@@ -208,7 +183,33 @@ Result<BoundaryManifest> parse_manifest_json(std::string_view bytes) {
                                             static_cast<std::uint32_t>(*json_int(e[2]))});
     m.groups.push_back(std::move(group));
   }
+  if (auto r = check_manifest_structure(m); !r) return r.error();
   return m;
+}
+
+Result<void> check_manifest_structure(const BoundaryManifest& m) {
+  // Both are <= 2^40 and chain.size() <= 2^18, so the product cannot overflow.
+  if (m.boundary != m.chain.size() * m.chunk_tokens) return inconsistent("boundary != len(chain) x chunk_tokens");
+  // Keys chain (each hashes its parent), so a repeat is a writer bug; a
+  // restore would load the same chunk at two positions.
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(m.chain.size());
+  for (const auto& key : m.chain)
+    if (!seen.insert(key).second) return inconsistent("chain repeats a key");
+  std::int64_t last = -1;
+  for (const auto& g : m.groups) {
+    if (static_cast<std::int64_t>(g.group) <= last) return inconsistent("groups not ascending");
+    last = g.group;
+    if (g.kind == GroupKind::Full) {
+      bool same = g.entries.size() == m.chain.size();
+      for (std::size_t i = 0; same && i < g.entries.size(); ++i) same = g.entries[i].key == m.chain[i];
+      if (!same)
+        return inconsistent("full group " + std::to_string(g.group) + ": entries must be the chain, in order");
+    } else if (g.entries.size() != 1 || g.entries[0].key != m.chain.back()) {
+      return inconsistent("state group " + std::to_string(g.group) + ": one entry, the chain tip");
+    }
+  }
+  return {};
 }
 
 }  // namespace kvformat

@@ -17,6 +17,11 @@ namespace kvformat {
 
 std::optional<BoundaryManifest> parse_canonical_manifest(std::string_view bytes);
 
+// FORMAT.md 5's structure rules (manifest_inconsistent) on a manifest whose
+// fields are valid and whose chain is not empty; both readers and the encoder
+// apply them, so the two readers cannot drift apart on them.
+Result<void> check_manifest_structure(const BoundaryManifest& m);
+
 // A manifest checksum as stored: 8 lowercase hex digits.
 std::string hex8(std::uint32_t v);
 

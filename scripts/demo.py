@@ -141,12 +141,7 @@ class Demo:
         return [self.overlay, verb, "--root", self.tree, "--manifests", self.manifests, *extra]
 
     def pinned(self) -> dict[str, str]:
-        pins = {}
-        for line in self.pins.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                digest, path = line.split(None, 1)
-                pins[path.strip()] = digest
-        return pins
+        return demo_cxx.read_pins(self.pins)
 
     def knob_env(self, **knobs: str) -> dict[str, str]:
         env = dict(self.base_env)

@@ -25,6 +25,7 @@ SO = "vllm/fs_io_C.abi3.so"
 
 
 def read_pins(path: Path) -> dict[str, str]:
+    """A pin file's "<sha256>  <path>" lines as {path: sha256} (demo.py's too)."""
     pins = {}
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):

@@ -769,7 +769,8 @@ def test_bench_smoke(kvstore_bin, tmp_path):
     for part in ("verify-large (written)", "verify-large (re-read)", "verify-small", "gc:",
                  "gc-manifests", "sweep:"):
         assert part in out
-    for label in ("ratio verify/C reference", "ratio verify/C walk+read+CRC", "ratio verify/python",
+    for label in ("ratio verify/C reference", "ratio verify/C walk+read+CRC", "ratio verify/C walk+read+CRC, no fstat",
+                  "ratio verify/python",
                   "ratio gc/find", "ratio sweep/(rm + sync)", "ratio sweep/(find -delete + sync)"):
         assert label in out
 
