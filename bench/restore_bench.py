@@ -71,9 +71,13 @@ def layout() -> GroupLayout:
 def write_store(root: Path, tokens: int) -> tuple[SimpleNamespace, list[bytes]]:
     """One rank's store for a prefix of ``tokens``: chunks + one manifest."""
     fenced = bench_fenced(
-        MODEL, vllm_version="0.33.0", tp_size=2, hash_algorithm="sha256", page_sizes={0: LAYERS * PAGE}
+        MODEL,
+        vllm_version="0.33.0",
+        tp_size=2,
+        hash_algorithm="sha256",
+        page_sizes={0: LAYERS * PAGE},
+        key_scheme={"hash": "sha256", "seed": "PYTHONHASHSEED=0"},
     )
-    fenced["key_scheme"] = {"hash": "sha256", "seed": "PYTHONHASHSEED=0"}
     ns = fmt.namespace_hash(fenced)
     store_layout = fmt.StoreLayout.create(str(root), MODEL, ns, 0)
     os.makedirs(store_layout.manifest_dir, exist_ok=True)

@@ -475,6 +475,30 @@ def test_v2_parts_six_tuples_and_v1_compatibility() -> None:
     assert err.value.reason is f.Reason.UNSUPPORTED_VERSION
 
 
+def test_make_fenced_adds_the_writer_keys_it_checks() -> None:
+    base = dict(
+        model="m",
+        vllm_version="0.33.0",
+        build_id="",
+        tp_size=1,
+        kv_dtype="bfloat16",
+        hash_algorithm="sha256",
+        num_speculative_tokens=0,
+        page_sizes={0: 100},
+        state_abi={},
+    )
+    scheme = {"hash": "sha256", "seed": "default"}
+    fenced = f.make_fenced(**base, key_scheme=scheme, layer_index="model")
+    # The same dict the writer used to build by hand, so the same namespace.
+    by_hand = {**f.make_fenced(**base), "key_scheme": scheme, "layer_index": "model"}
+    assert f.namespace_hash(fenced) == f.namespace_hash(by_hand)
+    assert "key_scheme" not in f.make_fenced(**base)
+    for bad in ({"key_scheme": {"hash": 1}}, {"layer_index": ""}, {"layer_index": 3}):
+        with pytest.raises(f.FormatError) as err:
+            f.make_fenced(**base, **bad)
+        assert err.value.reason is f.Reason.BAD_FIELD
+
+
 def test_store_layout_paths() -> None:
     fenced = f.make_fenced(
         model="zai-org/GLM-5.3",

@@ -52,8 +52,13 @@ def make_fenced(
     num_speculative_tokens: int,
     page_sizes: Mapping[int, int],
     state_abi: Mapping[str, Any],
+    key_scheme: Mapping[str, str] | None = None,
+    layer_index: str | None = None,
     format_version: int = FORMAT_VERSION,
 ) -> dict[str, Any]:
+    """The fenced part, checked. ``key_scheme`` (how chunk keys are hashed) and
+    ``layer_index`` (what a header's layer_index counts) are the vLLM writer's
+    extra keys (FORMAT.md 4); a reader only compares them."""
     fenced: dict[str, Any] = {
         "format_version": format_version,
         "model": model,
@@ -66,6 +71,20 @@ def make_fenced(
         "page_sizes": [[g, page_sizes[g]] for g in sorted(page_sizes)],
         "state_abi": dict(state_abi),
     }
+    if key_scheme is not None:
+        if not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in key_scheme.items()
+        ):
+            raise FormatError(
+                Reason.BAD_FIELD, "fenced.key_scheme must map strings to strings"
+            )
+        fenced["key_scheme"] = dict(key_scheme)
+    if layer_index is not None:
+        if not isinstance(layer_index, str) or not layer_index:
+            raise FormatError(
+                Reason.BAD_FIELD, "fenced.layer_index must be a non-empty string"
+            )
+        fenced["layer_index"] = layer_index
     check_fenced(fenced)
     return fenced
 

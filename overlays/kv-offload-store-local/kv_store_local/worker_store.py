@@ -127,12 +127,12 @@ class WorkerStore:
             # a reader needs, so the drafter knob does not fork the namespace.
             page_sizes={g.group: g.block_bytes for g in s.groups if g.kind != "window"},
             state_abi=state_abi(s),
+            # Restore reads a store only under the key scheme it was written with.
+            key_scheme=key_scheme(s.hash_algorithm),
+            # Headers name layers by the model's layer index (earlier writers put
+            # the position within the group there): never mix the two in one store.
+            layer_index="model",
         )
-        # Restore reads a store only under the key scheme it was written with.
-        fenced["key_scheme"] = key_scheme(s.hash_algorithm)
-        # Headers name layers by the model's layer index (earlier writers put
-        # the position within the group there): never mix the two in one store.
-        fenced["layer_index"] = "model"
         info = {
             "keep_boundaries": self.knobs.keep_boundaries,
             "rank_source": provenance,
