@@ -25,9 +25,14 @@ TEST(Progress, VerifyLineAddsBytesReadAndRate) {
 TEST(Progress, SweepLineCountsDeletionsAgainstThePlan) {
   Progress p(false, "sweep");
   p.add(500, 0);
-  p.start_sweep(40, 3ULL << 30);
+  p.add_sweep_plan(40, 3ULL << 30);
   p.add_deleted(10, 1ULL << 30);
   EXPECT_EQ(p.line(5), "sweep: deleted 10/40 files, 1.00 GiB of 3.00 GiB freed");
+  // The next rank base's plan adds to the totals; the counts go on.
+  p.add_deleted(30, 2ULL << 30);
+  p.add_sweep_plan(60, 1ULL << 30);
+  p.add_deleted(20, 0);
+  EXPECT_EQ(p.line(6), "sweep: deleted 60/100 files, 3.00 GiB of 4.00 GiB freed");
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Er
 
 Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress) {
   SweepResult res;
-  if (progress) progress->start_sweep(plan.items.size(), plan.bytes);
+  if (progress) progress->add_sweep_plan(plan.items.size(), plan.bytes);
   {
     DirCache dirs(root_fd, true);
     for (const auto& it : plan.items) {

@@ -4,7 +4,7 @@
 //
 // Two phases: the scan (files and folders seen; with verify, bytes read
 // against the total once it is known) and the sweep (files deleted and bytes
-// freed against the plan).
+// freed against the plans of the rank bases swept so far).
 #pragma once
 
 #include <atomic>
@@ -36,13 +36,16 @@ class Progress {
   }
   void add_dirs(uint64_t dirs) { dirs_.fetch_add(dirs, std::memory_order_relaxed); }
 
-  // Sweep phase: from here on the line counts deletions against the plan.
-  void start_sweep(uint64_t planned_files, uint64_t planned_bytes) {
-    total_files_ = planned_files;
-    total_bytes_ = planned_bytes;
-    deleted_ = 0;
-    freed_ = 0;
-    sweeping_ = true;
+  // Sweep phase: from here on the line counts deletions against the plans
+  // so far. gc sweeps each rank base under its own lock right after planning
+  // it, so each rank's plan adds to the totals (nothing restarts).
+  void add_sweep_plan(uint64_t planned_files, uint64_t planned_bytes) {
+    if (!sweeping_.exchange(true)) {
+      total_files_ = 0;
+      total_bytes_ = 0;
+    }
+    total_files_ += planned_files;
+    total_bytes_ += planned_bytes;
   }
   void add_deleted(uint64_t files, uint64_t bytes) {
     deleted_.fetch_add(files, std::memory_order_relaxed);
