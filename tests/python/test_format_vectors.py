@@ -475,19 +475,23 @@ def test_v2_parts_six_tuples_and_v1_compatibility() -> None:
     assert err.value.reason is f.Reason.UNSUPPORTED_VERSION
 
 
+# make_fenced's arguments for the tests below.
+FENCED_ARGS = dict(
+    model="zai-org/GLM-5.3",
+    vllm_version="0.33.0",
+    build_id="b",
+    tp_size=2,
+    kv_dtype="auto",
+    hash_algorithm="sha256_cbor",
+    num_speculative_tokens=0,
+    page_sizes={0: 100},
+    state_abi={},
+)
+
+
 def test_make_fenced_adds_the_writer_keys_it_checks() -> None:
-    base = dict(
-        model="m",
-        vllm_version="0.33.0",
-        build_id="",
-        tp_size=1,
-        kv_dtype="bfloat16",
-        hash_algorithm="sha256",
-        num_speculative_tokens=0,
-        page_sizes={0: 100},
-        state_abi={},
-    )
-    scheme = {"hash": "sha256", "seed": "default"}
+    base = FENCED_ARGS
+    scheme = {"hash": "sha256_cbor", "seed": "default"}
     fenced = f.make_fenced(**base, key_scheme=scheme, layer_index="model")
     # The same dict the writer used to build by hand, so the same namespace.
     by_hand = {**f.make_fenced(**base), "key_scheme": scheme, "layer_index": "model"}
@@ -500,17 +504,7 @@ def test_make_fenced_adds_the_writer_keys_it_checks() -> None:
 
 
 def test_store_layout_paths() -> None:
-    fenced = f.make_fenced(
-        model="zai-org/GLM-5.3",
-        vllm_version="0.33.0",
-        build_id="b",
-        tp_size=2,
-        kv_dtype="auto",
-        hash_algorithm="sha256_cbor",
-        num_speculative_tokens=0,
-        page_sizes={0: 100},
-        state_abi={},
-    )
+    fenced = f.make_fenced(**FENCED_ARGS)
     ns = f.namespace_hash(fenced)
     layout = f.StoreLayout.create("/data/kv", "zai-org/GLM-5.3", ns, 1)
     short = ns.hex()[:16]
