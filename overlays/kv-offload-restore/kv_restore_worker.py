@@ -51,6 +51,7 @@ try:
         buffer_address,
         check_header,
         coalesce_runs,
+        read_head,
         read_into,
     )
 except ImportError:  # loaded as a top-level module: tests, tools
@@ -63,6 +64,7 @@ except ImportError:  # loaded as a top-level module: tests, tools
         buffer_address,
         check_header,
         coalesce_runs,
+        read_head,
         read_into,
     )
 
@@ -349,7 +351,7 @@ class WorkerRestore:
         layout, first, count = self._geometry(proof)
         try:
             size = os.fstat(fd).st_size
-            head = os.pread(fd, min(size, fmt.MAX_HEADER_LENGTH), 0)
+            head = read_head(fd, size)
             header = check_header(head, proof, self._namespace, layout.segments(count))
             fmt.check_file_size(header, size)
             crc = read_into(

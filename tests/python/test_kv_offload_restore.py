@@ -601,3 +601,65 @@ def test_restore_one_is_accepted_only_beside_the_restore_tier(tmp_path):
         text=True,
     )
     assert (accepted.returncode, accepted.stdout) == (0, "0\n")
+
+
+def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
+    """read_head reads 64 KiB (and more only for a longer header) where the
+    worker once read MAX_HEADER_LENGTH; every file must be judged the same."""
+    kr = sys.modules.get(f"{OFFLOADING}.kv_restore_read") or ns.load(
+        f"{OFFLOADING}.kv_restore_read"
+    )
+    fmt = kr.fmt
+
+    def chunk(nsegs: int) -> bytes:
+        specs = [
+            (i, fmt.SegmentKind.KV, fmt.DType.UINT8, (4,), (1,)) for i in range(nsegs)
+        ]
+        payload = bytes(range(256)) * (nsegs * 4 // 256 + 1)
+        payload = payload[: nsegs * 4]
+        segs = fmt.make_segments(specs)
+        header = fmt.make_header(bytes(32), 0, bytes(16), 16, segs, payload)
+        return fmt.encode_chunk(header, payload)
+
+    def lying(data: bytes, length: int) -> bytes:
+        return data[:12] + length.to_bytes(4, "little") + data[16:]
+
+    small, big = chunk(3), chunk(1100)  # big: a header over 64 KiB
+    assert fmt.decode_header(big).header_length > 64 << 10
+    files = {
+        "small": small,
+        "big": big,
+        "big cut in its header": big[: (64 << 10) + 100],
+        "small cut": small[:100],
+        "tiny": small[:12],
+        "length over the maximum": lying(big, fmt.MAX_HEADER_LENGTH + 64),
+        "length past the end": lying(small, 600_000),
+    }
+
+    def verdict(head: bytes):
+        try:
+            return fmt.decode_header(head)
+        except fmt.FormatError as e:
+            return e.reason
+
+    for name, data in files.items():
+        path = tmp_path / name.replace(" ", "_")
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            head = kr.read_head(fd, size)
+            full = os.pread(fd, min(size, fmt.MAX_HEADER_LENGTH), 0)
+        finally:
+            os.close(fd)
+        assert verdict(head) == verdict(full), name
+        if name == "small":
+            assert len(head) == len(small)  # one read, the file is that short
+        if name == "length over the maximum":
+            assert len(head) == 64 << 10  # a length past the bound sizes no read
+    fd = os.open(tmp_path / "big", os.O_RDONLY)
+    try:
+        head = kr.read_head(fd, len(big))
+    finally:
+        os.close(fd)
+    assert len(head) == fmt.decode_header(big).header_length
