@@ -43,30 +43,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
+    from . import kv_restore_read as chunk_read
     from . import kv_restore_reports as reports
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
-    from .kv_restore_read import (
-        PromotionFailed,
-        buffer_address,
-        check_header,
-        coalesce_runs,
-        read_head,
-        read_into,
-    )
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_store_format as fmt  # type: ignore[no-redef]
 
     import kv_restore_reports as reports  # type: ignore[no-redef]
+    import kv_restore_read as chunk_read  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
-    from kv_restore_read import (  # type: ignore[no-redef]
-        PromotionFailed,
-        buffer_address,
-        check_header,
-        coalesce_runs,
-        read_head,
-        read_into,
-    )
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +268,7 @@ class WorkerRestore:
                 start = time.perf_counter()
                 self._read_all(opened)
                 self.stats.read_seconds += time.perf_counter() - start
-            except PromotionFailed as e:
+            except chunk_read.PromotionFailed as e:
                 self._fail(e)
                 return False
         finally:
@@ -296,17 +282,21 @@ class WorkerRestore:
         assert self.inventory is not None
         proof = self.inventory.proof(key)
         if proof is None:
-            raise PromotionFailed(
+            raise chunk_read.PromotionFailed(
                 "no_manifest", "no manifest of this rank proves it", key
             )
         if proof.group not in self._groups:
-            raise PromotionFailed("unknown_group", f"group {proof.group}", key)
+            raise chunk_read.PromotionFailed(
+                "unknown_group", f"group {proof.group}", key
+            )
         path = self._store.writer.layout.chunk(proof.key_hex, proof.group)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
             reason = "missing_file" if e.errno == errno.ENOENT else "io_error"
-            raise PromotionFailed(reason, f"{path}: {e.strerror}", key) from e
+            raise chunk_read.PromotionFailed(
+                reason, f"{path}: {e.strerror}", key
+            ) from e
         return proof, fd
 
     def _read_all(self, opened: Sequence[tuple[bytes, int, Proof, int]]) -> None:
@@ -351,20 +341,22 @@ class WorkerRestore:
         layout, first, count = self._geometry(proof)
         try:
             size = os.fstat(fd).st_size
-            head = read_head(fd, size)
-            header = check_header(head, proof, self._namespace, layout.segments(count))
+            head = chunk_read.read_head(fd, size)
+            header = chunk_read.check_header(
+                head, proof, self._namespace, layout.segments(count)
+            )
             fmt.check_file_size(header, size)
-            crc = read_into(
+            crc = chunk_read.read_into(
                 fd, header.header_length, self._runs(layout, chunk, first, count)
             )
             if crc < 0:
                 raise fmt.FormatError(fmt.Reason.TRUNCATED, "file ended while reading")
             fmt.check_payload_checksum(header, crc)
         except OSError as e:
-            raise PromotionFailed("io_error", str(e), key) from e
+            raise chunk_read.PromotionFailed("io_error", str(e), key) from e
         except fmt.FormatError as e:
-            raise PromotionFailed(e.reason.value, str(e), key) from e
-        except PromotionFailed as e:
+            raise chunk_read.PromotionFailed(e.reason.value, str(e), key) from e
+        except chunk_read.PromotionFailed as e:
             e.key = key
             raise
         return header.payload_length
@@ -377,16 +369,16 @@ class WorkerRestore:
         for layer in layout.layers:
             t = self._store._staging[layer.tensor]
             page = t.width // bpc
-            row = buffer_address(t.source) + t.offset + chunk * t.row_stride
+            row = chunk_read.buffer_address(t.source) + t.offset + chunk * t.row_stride
             for j in range(first, first + count):
                 runs.append((row + j * page, layer.real_bytes))
-        return coalesce_runs(runs)
+        return chunk_read.coalesce_runs(runs)
 
     def _scatter(self, item: tuple[bytes, int, Proof, int], future: Future) -> None:
         """Account one verified key, in job order (raises its reader's failure)."""
         self.stats.bytes_restored += future.result()
 
-    def _fail(self, e: PromotionFailed) -> None:
+    def _fail(self, e: chunk_read.PromotionFailed) -> None:
         self.stats.failures[e.reason] += 1
         names: list[str] = []
         if e.key is not None and self.inventory is not None:
