@@ -151,14 +151,16 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
   size_t want = cx.opt.payloads ? kWholeReadBytes : 4096;
   if (buf.size() != want) buf.assign(want, 0);
   size_t have = 0;
+  bool whole = false;  // the first read returned the whole file
   if (!cx.opt.stat_chunks) {
     auto n = read_start(fd, buf);
     if (!n) return judge(p, n.error(), cx);
     have = *n;
+    whole = have < buf.size();
   }
-  if (have < buf.size() && !cx.opt.stat_chunks) {
-    // Whole in one read: the fstat a bigger chunk needs is saved (about a
-    // microsecond a file); the age of an unnamed one is read at the end.
+  if (whole) {
+    // The fstat a bigger chunk needs is saved (about a microsecond a file);
+    // the age of an unnamed one is read at the end.
     e.st = FileStat{};
     e.st.size = have;
     e.st.mtime_ns = kTimeNotRead;
