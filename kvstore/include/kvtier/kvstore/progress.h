@@ -19,7 +19,9 @@ namespace kvstore {
 class Progress {
  public:
   // `enabled` false: nothing is drawn (pipes, --json, --quiet); the counters
-  // still count, so tests and callers can read them.
+  // still count what callers add, so tests can read them. The scan adds only
+  // when drawn() (its walker threads would share the counters' cache line for
+  // nothing); the sweep always adds.
   Progress(bool enabled, std::string label);
   ~Progress();
   Progress(const Progress&) = delete;
