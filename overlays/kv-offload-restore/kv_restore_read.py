@@ -20,9 +20,6 @@ except ImportError:  # loaded as a top-level module: tests, tools
     from kv_restore_inventory import Proof  # type: ignore[no-redef]
 
 _IOV_MAX = 1024  # iovecs one preadv takes (Linux UIO_MAXIOV)
-# A first header read this long covers a header of up to about 1,000
-# segments; only a longer one takes a second read.
-_HEAD_READ = 64 << 10
 
 
 class PromotionFailed(Exception):
@@ -36,22 +33,6 @@ def buffer_address(buf: Any) -> int:
     if hasattr(buf, "data_ptr"):
         return buf.data_ptr()
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
-
-
-def read_head(fd: int, size: int) -> bytes:
-    """The bytes that hold the header of a chunk file of ``size`` bytes.
-
-    One small pread, then a second only when the header's length field (bytes
-    12..15, bounded by MAX_HEADER_LENGTH before it sizes a read) says there is
-    more; ``check_header`` judges what comes back, so a short or lying file
-    gets the verdict it would get from a read of MAX_HEADER_LENGTH bytes.
-    """
-    head = os.pread(fd, min(size, _HEAD_READ), 0)
-    if len(head) >= 16:
-        length = int.from_bytes(head[12:16], "little")
-        if len(head) < length <= fmt.MAX_HEADER_LENGTH:
-            head += os.pread(fd, min(size, length) - len(head), len(head))
-    return head
 
 
 def check_header(

@@ -341,7 +341,7 @@ class WorkerRestore:
         layout, first, count = self._geometry(proof)
         try:
             size = os.fstat(fd).st_size
-            head = chunk_read.read_head(fd, size)
+            head = fmt.read_header_bytes(fd, size)
             header = chunk_read.check_header(
                 head, proof, self._namespace, layout.segments(count)
             )

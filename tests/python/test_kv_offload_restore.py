@@ -604,8 +604,8 @@ def test_restore_one_is_accepted_only_beside_the_restore_tier(tmp_path):
 
 
 def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
-    """read_head reads 64 KiB (and more only for a longer header) where the
-    worker once read MAX_HEADER_LENGTH; every file must be judged the same."""
+    """read_header_bytes reads 64 KiB (and more only for a longer header) where
+    the worker once read MAX_HEADER_LENGTH; every file must be judged the same."""
     kr = sys.modules.get(f"{OFFLOADING}.kv_restore_read") or ns.load(
         f"{OFFLOADING}.kv_restore_read"
     )
@@ -648,7 +648,7 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            head = kr.read_head(fd, size)
+            head = fmt.read_header_bytes(fd, size)
             full = os.pread(fd, min(size, fmt.MAX_HEADER_LENGTH), 0)
         finally:
             os.close(fd)
@@ -659,7 +659,7 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
             assert len(head) == 64 << 10  # a length past the bound sizes no read
     fd = os.open(tmp_path / "big", os.O_RDONLY)
     try:
-        head = kr.read_head(fd, len(big))
+        head = fmt.read_header_bytes(fd, len(big))
     finally:
         os.close(fd)
     assert len(head) == fmt.decode_header(big).header_length

@@ -47,6 +47,7 @@ from .chunk import (
     check_payload_checksum,
     encode_chunk,
     read_chunk_header,
+    read_header_bytes,
     verify_chunk,
     verify_chunk_file,
 )
@@ -222,6 +223,7 @@ __all__ = [
     "pending_file_name",
     "rank_base_name",
     "read_chunk_header",
+    "read_header_bytes",
     "sanitize_model",
     "temp_name",
     "verify_chunk",

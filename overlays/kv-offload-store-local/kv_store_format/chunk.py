@@ -46,11 +46,35 @@ def verify_chunk(data: bytes | bytearray | memoryview) -> ChunkHeader:
     return header
 
 
+# A first header read this long covers a header of up to about 1,000
+# segments; only a longer one takes a second read.
+_HEAD_READ = 64 << 10
+# Where the fixed header keeps header_length (u32, little-endian).
+_HEADER_LENGTH_AT = 12
+
+
+def read_header_bytes(fd: int, size: int) -> bytes:
+    """The first bytes of a chunk file of ``size`` bytes, enough for its header.
+
+    One small pread, then a second only when the header_length field (bounded
+    by MAX_HEADER_LENGTH before it sizes a read) says there is more;
+    decode_header judges what comes back, so a short or lying file gets the
+    verdict a read of MAX_HEADER_LENGTH bytes would give it.
+    """
+    head = os.pread(fd, min(size, _HEAD_READ), 0)
+    if len(head) >= _HEADER_LENGTH_AT + 4:
+        at = _HEADER_LENGTH_AT
+        length = int.from_bytes(head[at : at + 4], "little")
+        if len(head) < length <= MAX_HEADER_LENGTH:
+            head += os.pread(fd, min(size, length) - len(head), len(head))
+    return head
+
+
 def read_chunk_header(path: str) -> ChunkHeader:
     """Parse the header of a chunk file and check its size (not the payload)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        header = decode_header(f.read(min(size, MAX_HEADER_LENGTH)))
+        header = decode_header(read_header_bytes(f.fileno(), size))
     check_file_size(header, size)
     return header
 
