@@ -19,8 +19,7 @@ Result<void> ChunkVerifier::try_parse_header() {
     // Enough for a verdict earlier? Once the fixed part is in, header_length
     // tells how much is really needed.
     if (head_.size() < kFixedHeaderSize) return {};
-    std::uint64_t header_length = 0;
-    for (int i = 3; i >= 0; --i) header_length = (header_length << 8) | head_[12 + i];
+    const std::uint64_t header_length = *declared_header_length(head_);
     if (header_length > kMaxHeaderLength || head_.size() < std::min(header_length, need))
       return {};
   }

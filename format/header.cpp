@@ -175,6 +175,14 @@ Result<std::vector<std::uint8_t>> encode_header(const ChunkHeader& h) {
   return out;
 }
 
+std::optional<std::uint32_t> declared_header_length(std::span<const std::uint8_t> prefix) {
+  constexpr std::size_t kAt = 12;  // after magic (8), format_version (2), flags (2)
+  if (prefix.size() < kAt + 4) return std::nullopt;
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | prefix[kAt + i];
+  return v;
+}
+
 Result<ChunkHeader> parse_header(std::span<const std::uint8_t> buf) {
   const std::size_t size = buf.size();
   const std::uint8_t* p = buf.data();

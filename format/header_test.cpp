@@ -48,6 +48,14 @@ TEST(Header, LayoutIsLittleEndianAtDocumentedOffsets) {
   EXPECT_EQ(file[144 + 6], 2);  // ndim
 }
 
+TEST(Header, DeclaredLengthIsReadFromTheFirstSixteenBytes) {
+  auto file = make_chunk(state_header(), pattern_bytes(44, 1));
+  EXPECT_EQ(declared_header_length(std::span(file).first(16)), header_length_for(2));
+  EXPECT_EQ(declared_header_length(std::span(file).first(15)), std::nullopt);
+  file[15] = 0x7F;  // unchecked: a lying length comes back as written
+  EXPECT_EQ(declared_header_length(file), header_length_for(2) | 0x7F000000u);
+}
+
 TEST(Header, EveryTruncationIsTruncated) {
   const auto file = make_chunk(state_header(), pattern_bytes(44, 1));
   for (std::size_t n = 0; n < file.size(); ++n)

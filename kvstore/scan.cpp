@@ -60,10 +60,9 @@ kvformat::Result<kvformat::ChunkHeader> read_header(int fd, uint64_t size, ReadB
   auto first = fill(static_cast<size_t>(std::min<uint64_t>(size, buf.size())), *got);
   if (!first) return first.error();
   size_t have = *first;
-  // header_length (offset 12) is bounded before it sizes a read.
+  // The declared header_length is bounded before it sizes a read.
   if (have >= kvformat::kFixedHeaderSize) {
-    uint64_t hl = 0;
-    for (int i = 3; i >= 0; --i) hl = (hl << 8) | buf[12 + i];
+    uint64_t hl = *kvformat::declared_header_length(std::span<const uint8_t>(buf.data(), have));
     if (hl <= kvformat::kMaxHeaderLength && hl > have && have < size) {
       auto more = fill(static_cast<size_t>(std::min<uint64_t>(hl, size)), have);
       if (!more) return more.error();

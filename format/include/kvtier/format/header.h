@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -97,6 +98,11 @@ std::uint32_t header_length_for(std::size_t num_segments);
 
 // Serializes a header (checksum included). Fails if the result would not parse.
 Result<std::vector<std::uint8_t>> encode_header(const ChunkHeader& header);
+
+// header_length as a file's first bytes declare it, unchecked (parse_header
+// checks it); nullopt with fewer than 16 bytes. Readers size the rest of
+// their header read with it, after bounding it by kMaxHeaderLength.
+std::optional<std::uint32_t> declared_header_length(std::span<const std::uint8_t> prefix);
 
 // Parses the header at the start of a chunk file. `prefix` must hold the first
 // min(file size, kMaxHeaderLength) bytes of the file (more is fine). The payload
