@@ -172,6 +172,16 @@ Outcome<Opened> open_checked(const Common& c, int* code) {
   return store;
 }
 
+// Ends the process once everything is written: the scan's records (one
+// per chunk) are left to the kernel, which frees them at once, where freeing
+// them one by one took 5-6 ms of a 0.5 s verify of 40,000 chunks. Nothing
+// else is pending: metrics files were renamed into place, stdout is flushed.
+[[noreturn]] void exit_now(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
 int run_verify(const Common& c) {
   int code = kExitClean;
   auto render = [](const ScanSummary* sum) {
@@ -198,7 +208,7 @@ int run_verify(const Common& c) {
     fmt::print(text_out(c), "{}", findings_text(findings));
     if (!c.quiet || code != kExitClean) fmt::print(text_out(c), "{}", summary_text("verify", summary));
   }
-  return code;
+  exit_now(code);
 }
 
 struct GcArgs {

@@ -82,7 +82,7 @@ struct linux_dirent64 {
 
 // Walks one directory (already open as `dfd`) and recurses; getdents64
 // directly so the listing costs no more than find(1)'s.
-void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt,
+void walk_dir(unsigned worker, int dfd, const std::string& rel, int depth, const WalkOptions& opt,
               WalkResult& out, std::vector<char>& buf) {
   std::vector<std::pair<std::string, std::string>> subdirs;  // (name, rel)
   if (opt.on_dir) opt.on_dir();
@@ -114,7 +114,7 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
         e.type = type_of_mode(st.st_mode);
         e.st = to_file_stat(st);
       }
-      if (e.type == EntryType::kFile && opt.on_file && !opt.on_file(dfd, name, e)) continue;
+      if (e.type == EntryType::kFile && opt.on_file && !opt.on_file(worker, dfd, name, e)) continue;
       switch (e.type) {
         case EntryType::kFile: out.files.push_back(std::move(e)); break;
         case EntryType::kDir: subdirs.emplace_back(name, std::move(e.rel)); break;
@@ -143,7 +143,7 @@ void walk_dir(int dfd, const std::string& rel, int depth, const WalkOptions& opt
     }
     Fd guard(sub);
     out.dirs.push_back(e);
-    walk_dir(sub, sub_rel, depth + 1, opt, out, buf);
+    walk_dir(worker, sub, sub_rel, depth + 1, opt, out, buf);
   }
 }
 
@@ -171,11 +171,11 @@ WalkResult walk(int root_fd, const WalkOptions& options) {
   }
   Fd guard(dfd);
   if (options.threads <= 1 || !options.recurse) {
-    walk_dir(dfd, "", 0, options, out, buf);
+    walk_dir(0, dfd, "", 0, options, out, buf);
     return out;
   }
   // List the root, then hand its subdirectories to the threads.
-  walk_dir(dfd, "", -1, options, out, buf);
+  walk_dir(0, dfd, "", -1, options, out, buf);
   std::vector<WalkEntry> tops = out.dirs;
   std::atomic<size_t> next{0};
   std::vector<WalkResult> parts(options.threads);
@@ -193,7 +193,7 @@ WalkResult walk(int root_fd, const WalkOptions& options) {
         continue;
       }
       Fd g(sub);
-      walk_dir(sub, rel, 1, options, parts[t], b);
+      walk_dir(t, sub, rel, 1, options, parts[t], b);
     }
   };
   std::vector<std::thread> pool;

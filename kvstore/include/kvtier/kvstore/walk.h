@@ -55,8 +55,9 @@ struct WalkOptions {
   // file's directory fd (so opening it costs one name lookup); it fills e.st
   // itself and returns false when it took the file over (the walk then does
   // not list it in WalkResult::files, and the callee may move from e).
-  // Runs on walker threads.
-  std::function<bool(int dir_fd, const char* name, WalkEntry& e)> on_file;
+  // Runs on walker threads; `worker` (below `threads`) names the thread, so
+  // the callee can keep what it gathers per thread, without a lock.
+  std::function<bool(unsigned worker, int dir_fd, const char* name, WalkEntry& e)> on_file;
   // If set, called once for every directory listed (progress counters). Runs
   // on walker threads.
   std::function<void()> on_dir;
