@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <mutex>
 #include <set>
 
 #include <fmt/format.h>
@@ -184,35 +185,40 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
 }
 
 
-// Joins the walkers' chunk records into one list sorted by path. The order
-// is sorted as (key, part, index) triples, then each record is moved once,
-// straight to its place. Every rel starts with the same `cut` bytes (the
-// rank base); the next eight (top folder and leaf prefix) sort as one
-// integer, and only equal ones are compared as strings: far fewer visits to
-// the records than a string sort.
-std::vector<ChunkRec> join_sorted_by_rel(std::vector<std::vector<ChunkRec>>& parts, size_t cut) {
-  struct Keyed {
-    uint64_t key;
-    uint32_t part;
-    uint32_t index;
-  };
-  std::vector<Keyed> keyed;
-  for (uint32_t p = 0; p < parts.size(); ++p)
-    for (uint32_t i = 0; i < parts[p].size(); ++i) {
-      std::string_view tail = std::string_view(parts[p][i].rel).substr(cut);
-      uint64_t k = 0;
-      for (size_t b = 0; b < 8; ++b) k = (k << 8) | (b < tail.size() ? static_cast<uint8_t>(tail[b]) : 0);
-      keyed.push_back({k, p, i});
-    }
-  auto rel = [&](const Keyed& x) -> const std::string& { return parts[x.part][x.index].rel; };
-  std::sort(keyed.begin(), keyed.end(), [&](const Keyed& a, const Keyed& b) {
-    if (a.key != b.key) return a.key < b.key;
-    return rel(a) < rel(b);
+// Sorts chunk records by path: the order is sorted as indexes, then applied
+// by following the permutation's cycles, so each record moves about once
+// (sorting the records themselves moved them ~17 times each at 40,000).
+// Every rel starts with the same `cut` bytes (the rank base); the next eight
+// (top folder and leaf prefix) sort as one integer, and only equal ones are
+// compared as strings: far fewer visits to the records than a string sort.
+void sort_by_rel(std::vector<ChunkRec>& chunks, size_t cut) {
+  std::vector<std::pair<uint64_t, uint32_t>> keyed(chunks.size());
+  for (uint32_t i = 0; i < keyed.size(); ++i) {
+    std::string_view tail = std::string_view(chunks[i].rel).substr(cut);
+    uint64_t k = 0;
+    for (size_t b = 0; b < 8; ++b) k = (k << 8) | (b < tail.size() ? static_cast<uint8_t>(tail[b]) : 0);
+    keyed[i] = {k, i};
+  }
+  std::sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return chunks[a.second].rel < chunks[b.second].rel;
   });
-  std::vector<ChunkRec> out;
-  out.reserve(keyed.size());
-  for (const auto& x : keyed) out.push_back(std::move(parts[x.part][x.index]));
-  return out;
+  std::vector<uint32_t> order(chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = keyed[i].second;
+  // order[i] is the record that belongs at i.
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] == i) continue;
+    ChunkRec held = std::move(chunks[i]);
+    size_t at = i;
+    while (order[at] != i) {
+      size_t from = order[at];
+      chunks[at] = std::move(chunks[from]);
+      order[at] = static_cast<uint32_t>(at);
+      at = from;
+    }
+    chunks[at] = std::move(held);
+    order[at] = static_cast<uint32_t>(at);
+  }
 }
 
 }  // namespace
@@ -248,11 +254,25 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   if (base) check_namespace(tier_fd, record_rel, cx, *base);
 
   // Chunks are probed during the walk, while their directory is open. Each
-  // walker keeps its own records (no lock per chunk); they are joined after.
+  // walker gathers a batch of records and moves it into inv.chunks under one
+  // lock, a lock per 256 chunks rather than per chunk. One vector (not one
+  // per walker, joined after) keeps gc's peak memory at 200,000 chunks
+  // 30 MiB lower.
+  constexpr size_t kBatch = 256;
   struct Gathered {
     std::vector<ChunkRec> chunks;
     std::vector<Finding> findings;
     uint64_t bytes = 0;
+  };
+  std::mutex gathered_mu;
+  auto hand_over = [&](Gathered& g) {
+    std::lock_guard lk(gathered_mu);
+    std::move(g.chunks.begin(), g.chunks.end(), std::back_inserter(inv.chunks));
+    std::move(g.findings.begin(), g.findings.end(), std::back_inserter(inv.findings));
+    inv.bytes_total += g.bytes;
+    g.chunks.clear();
+    g.findings.clear();
+    g.bytes = 0;
   };
   // The walkers share the counters' cache line: bump them only for a line
   // someone sees (about 2% of a verify of small chunks otherwise).
@@ -291,19 +311,15 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
     for (auto& f : p.findings) mine.findings.push_back(std::move(f));
     mine.bytes += p.rec.st.size;
     mine.chunks.push_back(std::move(p.rec));
+    if (mine.chunks.size() == kBatch) hand_over(mine);
     return false;
   };
   if (shown) wopt.on_dir = [&] { shown->add_dirs(1); };
   WalkResult w = walk(rank_fd, wopt);
-  std::vector<std::vector<ChunkRec>> parts;
-  for (auto& g : gathered) {
-    parts.push_back(std::move(g.chunks));
-    std::move(g.findings.begin(), g.findings.end(), std::back_inserter(inv.findings));
-    inv.bytes_total += g.bytes;
-  }
+  for (auto& g : gathered) hand_over(g);
   Classified found = classify(w, rank_rel, cx);
   size_t cut = rank_rel.empty() ? 0 : rank_rel.size() + 1;
-  inv.chunks = join_sorted_by_rel(parts, cut);
+  sort_by_rel(inv.chunks, cut);
 
   // verify: the payload pass, before manifests judge the chunks they name.
   if (opt.payloads) verify_payloads(rank_fd, cut, inv, opt, bytes_read);
