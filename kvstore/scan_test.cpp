@@ -25,7 +25,7 @@ constexpr const char* kRank = "glm53kv_m_0123456789abcdef_r0";
 
 std::string key_hex(int i) {
   char buf[33];
-  std::snprintf(buf, sizeof buf, "%02x%030x", 0x10 + i, i);
+  std::snprintf(buf, sizeof buf, "%02x%030x", (0x10 + i) & 0xff, i);
   return buf;
 }
 
@@ -75,15 +75,20 @@ std::string in_rank(const std::string& rel) { return std::string(kRank) + "/" + 
 TEST(Scan, ChunksComeSortedByPathWithTheirOwnFields) {
   TmpDir tier;
   std::vector<std::string> rels;
-  for (int i = 0; i < 150; ++i) {
-    const auto k = key_hex((i * 37) % 150);  // written out of order, in many folders
+  uint64_t bytes = 0;
+  // More than two walkers' batches of 256, so records cross hand-overs.
+  for (int i = 0; i < 700; ++i) {
+    const auto k = key_hex((i * 37) % 700);  // written out of order, in many folders
     const uint32_t group = static_cast<uint32_t>(i % 3);
-    tier.write(in_rank(chunk_rel(k, group)), chunk_bytes(k, group, 10 + i));
+    const auto data = chunk_bytes(k, group, 10 + i);
+    tier.write(in_rank(chunk_rel(k, group)), data);
     rels.push_back(in_rank(chunk_rel(k, group)));
+    bytes += data.size();
   }
   auto s = scan(tier, true);
   std::sort(rels.begin(), rels.end());
   ASSERT_EQ(s.inv.chunks.size(), rels.size());
+  EXPECT_EQ(s.inv.bytes_total, bytes);
   for (size_t i = 0; i < rels.size(); ++i) {
     const ChunkRec& c = s.inv.chunks[i];
     EXPECT_EQ(c.rel, rels[i]);

@@ -39,6 +39,39 @@ TEST(Walk, ReportsEveryDirectoryListed) {
   }
 }
 
+TEST(Walk, OnFileNamesAWorkerBelowTheThreadCount) {
+  testing::TmpDir t;
+  for (int d = 0; d < 12; ++d)
+    for (int f = 0; f < 5; ++f) t.write("d" + std::to_string(d) + "/sub/f" + std::to_string(f), "x");
+  t.write("top", "x");
+  auto root = open_root(t.path());
+  ASSERT_TRUE(root);
+  for (unsigned threads : {1u, 3u}) {
+    // Each worker writes only its own slot, as the scan gathers its chunk
+    // records per worker without a lock.
+    std::vector<std::vector<std::string>> seen(threads);
+    std::atomic<bool> out_of_range{false};
+    WalkOptions opt;
+    opt.threads = threads;
+    opt.on_file = [&](unsigned worker, int, const char*, WalkEntry& e) {
+      if (worker >= threads) {
+        out_of_range = true;
+        return true;
+      }
+      seen[worker].push_back(e.rel);
+      return false;
+    };
+    auto w = walk(root->get(), opt);
+    EXPECT_FALSE(out_of_range.load()) << threads;
+    EXPECT_TRUE(w.files.empty());  // every file was taken over
+    std::vector<std::string> all;
+    for (auto& s : seen) all.insert(all.end(), s.begin(), s.end());
+    EXPECT_EQ(all.size(), 61u) << threads;
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a file handed out twice";
+  }
+}
+
 TEST(Walk, ListsFilesDirsAndSizes) {
   testing::TmpDir t;
   t.write("a/b/one.bin", "12345");
