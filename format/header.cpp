@@ -9,6 +9,10 @@
 namespace kvformat {
 namespace {
 
+// Where the fixed header keeps header_length: after magic (8),
+// format_version (2) and flags (2).
+constexpr std::size_t kHeaderLengthAt = 12;
+
 // Little-endian access independent of the host's byte order.
 std::uint64_t get_le(const std::uint8_t* p, int n) {
   std::uint64_t v = 0;
@@ -176,11 +180,8 @@ Result<std::vector<std::uint8_t>> encode_header(const ChunkHeader& h) {
 }
 
 std::optional<std::uint32_t> declared_header_length(std::span<const std::uint8_t> prefix) {
-  constexpr std::size_t kAt = 12;  // after magic (8), format_version (2), flags (2)
-  if (prefix.size() < kAt + 4) return std::nullopt;
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | prefix[kAt + i];
-  return v;
+  if (prefix.size() < kHeaderLengthAt + 4) return std::nullopt;
+  return static_cast<std::uint32_t>(get_le(prefix.data() + kHeaderLengthAt, 4));
 }
 
 Result<ChunkHeader> parse_header(std::span<const std::uint8_t> buf) {
@@ -197,7 +198,7 @@ Result<ChunkHeader> parse_header(std::span<const std::uint8_t> buf) {
     return make_error(Reason::Truncated,
                       num(size) + " bytes, fixed header needs " + num(kFixedHeaderSize));
   const auto flags = get_le(p + 10, 2);
-  const auto header_length = get_le(p + 12, 4);
+  const auto header_length = get_le(p + kHeaderLengthAt, 4);
   const auto algorithm = get_le(p + 16, 1);
   const auto key_len = get_le(p + 17, 1);
   const auto nseg = get_le(p + 18, 2);

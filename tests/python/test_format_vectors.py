@@ -182,6 +182,9 @@ def test_valid_vectors_reencode_and_round_trip(vector: dict) -> None:
     if vector["kind"] == "chunk":
         header = f.verify_chunk(data)
         assert header.format_version == spec["format_version"]
+        # What a reader sizes its header read by, from the first 16 bytes alone.
+        assert f.declared_header_length(data[:16]) == header.header_length
+        assert f.declared_header_length(data[:15]) is None
         assert [s.part for s in header.segments] == [
             s["part"] for s in spec["segments"]
         ]
@@ -490,16 +493,15 @@ FENCED_ARGS = dict(
 
 
 def test_make_fenced_adds_the_writer_keys_it_checks() -> None:
-    base = FENCED_ARGS
     scheme = {"hash": "sha256_cbor", "seed": "default"}
-    fenced = f.make_fenced(**base, key_scheme=scheme, layer_index="model")
+    fenced = f.make_fenced(**FENCED_ARGS, key_scheme=scheme, layer_index="model")
     # The same dict the writer used to build by hand, so the same namespace.
-    by_hand = {**f.make_fenced(**base), "key_scheme": scheme, "layer_index": "model"}
+    by_hand = {**f.make_fenced(**FENCED_ARGS), "key_scheme": scheme, "layer_index": "model"}
     assert f.namespace_hash(fenced) == f.namespace_hash(by_hand)
-    assert "key_scheme" not in f.make_fenced(**base)
+    assert "key_scheme" not in f.make_fenced(**FENCED_ARGS)
     for bad in ({"key_scheme": {"hash": 1}}, {"layer_index": ""}, {"layer_index": 3}):
         with pytest.raises(f.FormatError) as err:
-            f.make_fenced(**base, **bad)
+            f.make_fenced(**FENCED_ARGS, **bad)
         assert err.value.reason is f.Reason.BAD_FIELD
 
 

@@ -88,6 +88,7 @@ from .format_error import (
 )
 from .header import (
     ChunkHeader,
+    declared_header_length,
     decode_header,
     encode_header,
     header_length_for,
@@ -196,6 +197,7 @@ __all__ = [
     "check_payload_checksum",
     "chunk_rel_path",
     "crc32",
+    "declared_header_length",
     "decode_header",
     "decode_manifest",
     "decode_namespace_record",

@@ -8,7 +8,7 @@ import os
 from .checksum import crc32
 from .constants import MAX_HEADER_LENGTH
 from .format_error import FormatError, Reason
-from .header import ChunkHeader, decode_header, encode_header
+from .header import ChunkHeader, declared_header_length, decode_header, encode_header
 
 
 def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -> bytes:
@@ -49,8 +49,6 @@ def verify_chunk(data: bytes | bytearray | memoryview) -> ChunkHeader:
 # A first header read this long covers a header of up to about 1,000
 # segments; only a longer one takes a second read.
 _HEAD_READ = 64 << 10
-# Where the fixed header keeps header_length (u32, little-endian).
-_HEADER_LENGTH_AT = 12
 
 
 def read_header_bytes(fd: int, size: int) -> bytes:
@@ -62,11 +60,9 @@ def read_header_bytes(fd: int, size: int) -> bytes:
     verdict a read of MAX_HEADER_LENGTH bytes would give it.
     """
     head = os.pread(fd, min(size, _HEAD_READ), 0)
-    if len(head) >= _HEADER_LENGTH_AT + 4:
-        at = _HEADER_LENGTH_AT
-        length = int.from_bytes(head[at : at + 4], "little")
-        if len(head) < length <= MAX_HEADER_LENGTH:
-            head += os.pread(fd, min(size, length) - len(head), len(head))
+    length = declared_header_length(head)
+    if length is not None and len(head) < length <= MAX_HEADER_LENGTH:
+        head += os.pread(fd, min(size, length) - len(head), len(head))
     return head
 
 

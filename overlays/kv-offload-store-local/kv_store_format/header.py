@@ -34,6 +34,9 @@ from .segment import Segment, check_segment_table, decode_segment, encode_segmen
 # The fixed part of the header (little-endian), see docs/FORMAT.md "Chunk header".
 _FIXED = struct.Struct("<8sHHIBBHIQQII32s64s")
 assert _FIXED.size == FIXED_HEADER_SIZE
+# header_length, after magic, format_version and flags.
+_HEADER_LENGTH = struct.Struct("<I")
+_HEADER_LENGTH_AT = struct.calcsize("<8sHH")
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,16 @@ def make_header(
         payload_checksum=crc32(payload),
         format_version=format_version,
     )
+
+
+def declared_header_length(data: bytes | bytearray | memoryview) -> int | None:
+    """header_length as a file's first bytes declare it, unchecked (decode_header
+    checks it); None with fewer than 16 bytes. Readers size the rest of their
+    header read with it, after bounding it by MAX_HEADER_LENGTH."""
+    if len(data) < _HEADER_LENGTH_AT + _HEADER_LENGTH.size:
+        return None
+    (length,) = _HEADER_LENGTH.unpack_from(data, _HEADER_LENGTH_AT)
+    return length
 
 
 def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
