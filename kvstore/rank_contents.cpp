@@ -63,20 +63,21 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
 }
 
 
+bool is_store_dir(std::string_view rel) {
+  auto parts = split(rel);
+  if (parts.size() == 1)
+    return parts[0] == kvformat::kManifestDir || parts[0] == kvformat::kPendingDir ||
+           kvformat::is_chunk_top_dir(parts[0]);
+  return parts.size() == 2 && kvformat::is_chunk_top_dir(parts[0]) &&
+         kvformat::parse_chunk_leaf_dir(parts[1]).has_value();
+}
+
 Classified classify(const WalkResult& w, const std::string& prefix, RankContext& cx) {
   auto& inv = cx.inv;
   Classified out;
   std::set<std::string> foreign_dirs;
-  for (const auto& d : w.dirs) {
-    auto parts = split(d.rel);
-    bool ok = false;
-    if (parts.size() == 1)
-      ok = parts[0] == kvformat::kManifestDir || parts[0] == kvformat::kPendingDir ||
-           kvformat::is_chunk_top_dir(parts[0]);
-    else if (parts.size() == 2 && kvformat::is_chunk_top_dir(parts[0]))
-      ok = kvformat::parse_chunk_leaf_dir(parts[1]).has_value();
-    if (!ok) foreign_dirs.insert(d.rel);
-  }
+  for (const auto& d : w.dirs)
+    if (!is_store_dir(d.rel)) foreign_dirs.insert(d.rel);
   auto under_foreign = [&](const std::string& rel) {
     if (foreign_dirs.empty()) return false;
     for (size_t pos = rel.find('/'); pos != std::string::npos; pos = rel.find('/', pos + 1))

@@ -315,6 +315,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
     return false;
   };
   if (shown) wopt.on_dir = [&] { shown->add_dirs(1); };
+  wopt.keep_dir = [](std::string_view rel) { return !is_store_dir(rel); };
   WalkResult w = walk(rank_fd, wopt);
   for (auto& g : gathered) hand_over(g);
   Classified found = classify(w, rank_rel, cx);

@@ -92,6 +92,10 @@ struct Classified {
 
 // Reads the namespace record `<rank name>.json` from `tier_fd`.
 void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx, const kvformat::RankBaseName& base);
+// A folder the format defines below a rank base (FORMAT.md 2): manifests/,
+// pending/, a chunk top folder or a leaf folder inside one.
+bool is_store_dir(std::string_view rel);
+
 Classified classify(const WalkResult& w, const std::string& prefix, RankContext& cx);
 void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
                     RankContext& cx, std::set<std::pair<uint32_t, std::string>>& pending);

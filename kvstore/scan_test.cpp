@@ -122,6 +122,27 @@ TEST(Scan, ClassifiesChunksTempsAndForeignFiles) {
   EXPECT_TRUE(s.inv.manifests_readable);
 }
 
+TEST(Scan, ReportsForeignFoldersAtEveryDepthOfTheFanOut) {
+  TmpDir tier;
+  const auto k = key_hex(1);
+  const std::string chunk = chunk_rel(k, 0);
+  const std::string leaf = chunk.substr(0, chunk.rfind('/'));
+  const std::string top = leaf.substr(0, leaf.find('/'));
+  tier.write(in_rank(chunk), chunk_bytes(k, 0, 100));
+  tier.write(in_rank("xyz/a"), "x");             // not a top folder
+  tier.write(in_rank(top + "/zz/a"), "x");       // not a leaf folder
+  tier.write(in_rank(leaf + "/deeper/a"), "x");  // nothing nests in a leaf
+  auto s = scan(tier);
+  ASSERT_EQ(s.inv.chunks.size(), 1u);
+  std::vector<std::string> foreign;
+  for (const auto& f : s.inv.findings)
+    if (f.kind == FindingKind::kForeign) foreign.push_back(f.rel);
+  std::sort(foreign.begin(), foreign.end());
+  std::vector<std::string> want{in_rank(leaf + "/deeper"), in_rank(top + "/zz"), in_rank("xyz")};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(foreign, want);
+}
+
 TEST(Scan, ManifestsFolderThatIsASymlinkMakesTheRankUnreadable) {
   TmpDir tier;
   const auto k = key_hex(1);

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <atomic>
@@ -142,7 +143,7 @@ void walk_dir(unsigned worker, int dfd, const std::string& rel, int depth, const
       continue;
     }
     Fd guard(sub);
-    out.dirs.push_back(e);
+    if (!opt.keep_dir || opt.keep_dir(sub_rel)) out.dirs.push_back(e);
     walk_dir(worker, sub, sub_rel, depth + 1, opt, out, buf);
   }
 }
@@ -177,6 +178,7 @@ WalkResult walk(int root_fd, const WalkOptions& options) {
   // List the root, then hand its subdirectories to the threads.
   walk_dir(0, dfd, "", -1, options, out, buf);
   std::vector<WalkEntry> tops = out.dirs;
+  if (options.keep_dir) std::erase_if(out.dirs, [&](const WalkEntry& d) { return !options.keep_dir(d.rel); });
   std::atomic<size_t> next{0};
   std::vector<WalkResult> parts(options.threads);
   auto worker = [&](unsigned t) {

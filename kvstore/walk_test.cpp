@@ -39,6 +39,23 @@ TEST(Walk, ReportsEveryDirectoryListed) {
   }
 }
 
+TEST(Walk, KeepDirLeavesDirectoriesOutButStillEntersThem) {
+  testing::TmpDir t;
+  t.write("a/b/one.bin", "1");
+  t.write("a/c/two.bin", "2");
+  t.write("d/three.bin", "3");
+  auto root = open_root(t.path());
+  ASSERT_TRUE(root);
+  for (unsigned threads : {1u, 3u}) {
+    WalkOptions opt;
+    opt.threads = threads;
+    opt.keep_dir = [](std::string_view rel) { return rel != "a" && rel != "a/b"; };
+    auto w = walk(root->get(), opt);
+    EXPECT_EQ(rels(w.dirs), (std::vector<std::string>{"a/c", "d"})) << threads;
+    EXPECT_EQ(rels(w.files), (std::vector<std::string>{"a/b/one.bin", "a/c/two.bin", "d/three.bin"})) << threads;
+  }
+}
+
 TEST(Walk, OnFileNamesAWorkerBelowTheThreadCount) {
   testing::TmpDir t;
   for (int d = 0; d < 12; ++d)

@@ -61,6 +61,11 @@ struct WalkOptions {
   // If set, called once for every directory listed (progress counters). Runs
   // on walker threads.
   std::function<void()> on_dir;
+  // If set, a directory is listed in WalkResult::dirs only when
+  // keep_dir(rel) is true: a caller that expects tens of thousands of fan-out
+  // folders judges them here rather than holding an entry for each. It does
+  // not change what is entered. Runs on walker threads.
+  std::function<bool(std::string_view rel)> keep_dir;
 };
 
 struct WalkResult {
