@@ -29,7 +29,11 @@ PY_INCLUDE = sysconfig.get_paths()["include"]
 FILES = {  # file -> flags, as the manifests give them ({python_include} expanded)
     "csrc/fs_io.cpp": ["-std=c++17", "-DPy_LIMITED_API=0x030B0000", f"-I{PY_INCLUDE}"],
     "csrc/cache_kernels.cu": ["-std=c++17", "-Icsrc"],
-    "csrc/cache_kernels.cu -DCUDA_VERSION=13000": ["-std=c++17", "-Icsrc", "-DCUDA_VERSION=13000"],
+    "csrc/cache_kernels.cu -DCUDA_VERSION=13000": [
+        "-std=c++17",
+        "-Icsrc",
+        "-DCUDA_VERSION=13000",
+    ],
 }
 
 
@@ -57,7 +61,9 @@ def main() -> int:
     overlay = build / "patcher" / "overlay"
     sources, built = fetch("sources"), fetch("built")
 
-    print(f"{'file':48} {'parse s':>8} {'process s':>10} {'defs':>5} {'errors':>7} {'missing hdrs':>12}")
+    print(
+        f"{'file':48} {'parse s':>8} {'process s':>10} {'defs':>5} {'errors':>7} {'missing hdrs':>12}"
+    )
     for label, flags in FILES.items():
         rel = label.split()[0]
         req = json.dumps([{"root": str(sources), "file": rel, "args": flags}])
@@ -67,13 +73,20 @@ def main() -> int:
             res = json.loads(done.stdout)[0]
             parse.append(res["seconds"])
             wall.append(t)
-        print(f"{label:48} {statistics.median(parse):8.3f} {statistics.median(wall):10.3f} "
-              f"{len(res['definitions']):5d} {len(res['diagnostics']):7d} {len(res['missing_headers']):12d}")
+        print(
+            f"{label:48} {statistics.median(parse):8.3f} {statistics.median(wall):10.3f} "
+            f"{len(res['definitions']):5d} {len(res['diagnostics']):7d} {len(res['missing_headers']):12d}"
+        )
 
     print()
     print(f"{'engine, overlay vllm-fs-durable':48} {'median s':>8}")
     with tempfile.TemporaryDirectory() as tmp:
-        common = ["--manifests", str(REPO / "anchors/vllm-0.33.0"), "--overlays", "vllm-fs-durable"]
+        common = [
+            "--manifests",
+            str(REPO / "anchors/vllm-0.33.0"),
+            "--overlays",
+            "vllm-fs-durable",
+        ]
         rows: dict[str, list[float]] = {}
         for _ in range(args.repeat):
             src = Path(tmp) / "src"
@@ -81,8 +94,14 @@ def main() -> int:
             shutil.copytree(sources, src)
             o = [str(overlay)]
             for name, cmd in (
-                ("source tree: plan (scope resolution)", [*o, "plan", "--root", str(src), *common]),
-                ("source tree: apply --check-injected", [*o, "apply", "--check-injected", "--root", str(src), *common]),
+                (
+                    "source tree: plan (scope resolution)",
+                    [*o, "plan", "--root", str(src), *common],
+                ),
+                (
+                    "source tree: apply --check-injected",
+                    [*o, "apply", "--check-injected", "--root", str(src), *common],
+                ),
                 ("source tree: revert", [*o, "revert", "--root", str(src), *common]),
             ):
                 t, done = timed(cmd)

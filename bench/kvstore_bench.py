@@ -36,14 +36,14 @@ usage: bench/kvstore_bench.py [--kvstore build/kvstore/kvstore] [--dir /tmp/kvst
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import os
 import platform
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,13 +66,19 @@ class Writer:
         self.layout = fmt.StoreLayout.create(str(tier), model, self.ns, 0)
         tier.mkdir(parents=True, exist_ok=True)
         Path(self.layout.namespace_record).write_bytes(
-            fmt.encode_namespace_record(fmt.NamespaceRecord(self.fenced, {"keep_boundaries": 2}))
+            fmt.encode_namespace_record(
+                fmt.NamespaceRecord(self.fenced, {"keep_boundaries": 2})
+            )
         )
         self.dirs: set[str] = set()
 
     def chunk(self, key: str, boundary: int, payload: bytes) -> fmt.ManifestEntry:
-        segs = fmt.make_segments([(0, fmt.SegmentKind.KV, fmt.DType.UINT8, (len(payload),), (1,))])
-        header = fmt.make_header(self.ns, 0, bytes.fromhex(key), boundary, segs, payload)
+        segs = fmt.make_segments(
+            [(0, fmt.SegmentKind.KV, fmt.DType.UINT8, (len(payload),), (1,))]
+        )
+        header = fmt.make_header(
+            self.ns, 0, bytes.fromhex(key), boundary, segs, payload
+        )
         path = self.layout.chunk(key, 0)
         d = os.path.dirname(path)
         if d not in self.dirs:
@@ -88,7 +94,9 @@ class Writer:
             os.close(fd)
         return fmt.ManifestEntry(key, header.payload_length, header.payload_checksum)
 
-    def manifest(self, chain: list[str], entries: list[fmt.ManifestEntry], tokens: int) -> None:
+    def manifest(
+        self, chain: list[str], entries: list[fmt.ManifestEntry], tokens: int
+    ) -> None:
         m = fmt.BoundaryManifest(
             namespace=self.ns.hex(),
             rank=0,
@@ -138,7 +146,10 @@ def make_small(tier: Path, files: int, per_chain: int, size: int) -> Path:
             entries.append(w.chunk(k, (j + 1) * 16, payload))
         w.manifest(chain, entries, 16)
         if c % 100 == 99:
-            print(f"  generated {len(chain) * (c + 1)} files, {time.monotonic() - t0:.0f} s", flush=True)
+            print(
+                f"  generated {len(chain) * (c + 1)} files, {time.monotonic() - t0:.0f} s",
+                flush=True,
+            )
     return base
 
 
@@ -159,7 +170,12 @@ def measure(cmd: list[str] | str) -> Took:
     rss = isinstance(cmd, list) and os.path.exists(GNU_TIME)
     argv = [GNU_TIME, "-f", "%M", "-o", str(RSS_FILE), *cmd] if rss else cmd
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, shell=isinstance(cmd, str), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        argv,
+        shell=isinstance(cmd, str),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     err = p.stderr.read().decode()[-400:] if p.stderr else ""
@@ -171,7 +187,11 @@ def measure(cmd: list[str] | str) -> Took:
 
 
 def best(runs: list[Took]) -> Took:
-    return Took(min(r.wall for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs))
+    return Took(
+        min(r.wall for r in runs),
+        min(r.cpu for r in runs),
+        max(r.rss_mib for r in runs),
+    )
 
 
 def shown(cmd: list[str] | str) -> str:
@@ -182,7 +202,9 @@ def shown(cmd: list[str] | str) -> str:
     return " ".join(cmd if len(cmd) < 8 else [*cmd[:5], f"... ({len(cmd) - 5} files)"])
 
 
-def report(title: str, rows: list[tuple[str, list[str] | str, Took]], nbytes: int = 0) -> None:
+def report(
+    title: str, rows: list[tuple[str, list[str] | str, Took]], nbytes: int = 0
+) -> None:
     print(title)
     for label, cmd, t in rows:
         rate = f" {nbytes / t.wall / 1e9:6.2f} GB/s" if nbytes else ""
@@ -192,7 +214,9 @@ def report(title: str, rows: list[tuple[str, list[str] | str, Took]], nbytes: in
 
 
 def ratio(label: str, num: Took, den: Took, goal: str) -> None:
-    print(f"  ratio {label:<28} wall {num.wall / den.wall:5.2f}x  cpu {num.cpu / den.cpu:5.2f}x  ({goal})")
+    print(
+        f"  ratio {label:<28} wall {num.wall / den.wall:5.2f}x  cpu {num.cpu / den.cpu:5.2f}x  ({goal})"
+    )
 
 
 def chunk_files(base: Path) -> list[str]:
@@ -224,7 +248,9 @@ def file_list(root: Path, name: str, files: list[str]) -> str:
 def read_back(files: list[str]) -> None:
     evict(files)
     for i in range(0, len(files), 1000):
-        subprocess.run(["cat", *files[i : i + 1000]], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["cat", *files[i : i + 1000]], stdout=subprocess.DEVNULL, check=True
+        )
 
 
 def c_reference(root: Path) -> str:
@@ -235,7 +261,9 @@ def c_reference(root: Path) -> str:
         root.mkdir(parents=True, exist_ok=True)
         isal = Path("/usr/include/isa-l/crc.h").exists()
         flags = ["-DHAVE_ISAL", "-lisal"] if isal else ["-lz"]
-        subprocess.run(["cc", "-O2", "-o", str(out), str(src), *flags, "-lpthread"], check=True)
+        subprocess.run(
+            ["cc", "-O2", "-o", str(out), str(src), *flags, "-lpthread"], check=True
+        )
     return str(out)
 
 
@@ -245,7 +273,9 @@ def py_crc_loop(listing: str) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--kvstore", default=str(REPO / "build" / "kvstore" / "kvstore"))
     ap.add_argument("--dir", default="/tmp/kvstore-bench")
     ap.add_argument("--big-gib", type=float, default=2.1)
@@ -257,7 +287,12 @@ def main() -> int:
     ap.add_argument("--manifest-chains", type=int, default=1_000)
     ap.add_argument("--sweep-files", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="kvstore --threads (0: its default, min(4, cores))")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="kvstore --threads (0: its default, min(4, cores))",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
     ap.add_argument("--only", choices=PARTS, help="run one part")
     a = ap.parse_args()
@@ -267,13 +302,17 @@ def main() -> int:
     a.kv_threads = ["--threads", str(a.threads)] if a.threads else []
     a.ref_threads = str(a.threads or min(4, os.cpu_count() or 1))
     root = Path(a.dir)
-    print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-          f"{platform.system()} {platform.release()}, python {platform.python_version()}; "
-          f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
+        f"{platform.system()} {platform.release()}, python {platform.python_version()}; "
+        f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     for name, fn in PARTS.items():
         if a.only in (None, name):
             fn(a, root)
-    print(f"load average after the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"load average after the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     return 0
 
 
@@ -292,23 +331,42 @@ def bench_verify_large(a: argparse.Namespace, root: Path) -> None:
                 prepare(files)
                 runs[name].append(measure(cmd))
         t_kv, t_c = best(runs["kv"]), best(runs["c"])
-        report(f"verify-large ({state}): {len(files)} chunks, {total / GiB:.2f} GiB",
-               [("kvstore verify", kv, t_kv), ("C read+CRC (same pattern)", c, t_c)], total)
+        report(
+            f"verify-large ({state}): {len(files)} chunks, {total / GiB:.2f} GiB",
+            [("kvstore verify", kv, t_kv), ("C read+CRC (same pattern)", c, t_c)],
+            total,
+        )
         ratio("verify/C reference", t_kv, t_c, "goal <= 1.1x")
     cat = f"xargs cat < {listing} > /dev/null"
     py = py_crc_loop(listing)
     t_cat = best([measure(cat) for _ in range(a.repeat)])
     t_py = best([measure(py) for _ in range(a.repeat)])
     t_kv = best([measure(kv) for _ in range(a.repeat)])
-    report("verify-large (warm) against cat and Python",
-           [("kvstore verify", kv, t_kv), ("cat > /dev/null", cat, t_cat), ("python read+zlib.crc32", py, t_py)],
-           total)
-    ratio("cat/verify (speed)", t_cat, t_kv, "speed ratio: goal >= 0.9x means verify/cat time <= 1.11x")
+    report(
+        "verify-large (warm) against cat and Python",
+        [
+            ("kvstore verify", kv, t_kv),
+            ("cat > /dev/null", cat, t_cat),
+            ("python read+zlib.crc32", py, t_py),
+        ],
+        total,
+    )
+    ratio(
+        "cat/verify (speed)",
+        t_cat,
+        t_kv,
+        "speed ratio: goal >= 0.9x means verify/cat time <= 1.11x",
+    )
     ratio("verify/python (time)", t_kv, t_py, "goal <= 0.25x")
 
 
 def bench_verify_small(a: argparse.Namespace, root: Path) -> None:
-    base = make_small(root / "verify-small", a.verify_files, 200 if not a.smoke else 20, a.verify_kib << 10)
+    base = make_small(
+        root / "verify-small",
+        a.verify_files,
+        200 if not a.smoke else 20,
+        a.verify_kib << 10,
+    )
     files = chunk_files(base)
     total = sum(os.path.getsize(f) for f in files)
     ref = c_reference(root)
@@ -320,23 +378,46 @@ def bench_verify_small(a: argparse.Namespace, root: Path) -> None:
     find = f"find {base} -type f | wc -l"
     py = py_crc_loop(listing)
     read_back(files)
-    cmds = {"kv": kv, "c": c, "c_walk": c_walk, "c_lean": c_lean, "find": find, "py": py}
+    cmds = {
+        "kv": kv,
+        "c": c,
+        "c_walk": c_walk,
+        "c_lean": c_lean,
+        "find": find,
+        "py": py,
+    }
     runs: dict[str, list[Took]] = {name: [] for name in cmds}
     for _ in range(a.repeat):
         for name, cmd in cmds.items():
             runs[name].append(measure(cmd))
     t = {name: best(r) for name, r in runs.items()}
     dirs = sum(1 for _ in base.rglob("*") if _.is_dir())
-    report(f"verify-small: {len(files)} chunks of {a.verify_kib} KiB in {dirs} folders, {total / GiB:.2f} GiB, in the page cache",
-           [("kvstore verify", kv, t["kv"]), ("C read+CRC of a list", c, t["c"]),
+    report(
+        f"verify-small: {len(files)} chunks of {a.verify_kib} KiB in {dirs} folders, {total / GiB:.2f} GiB, in the page cache",
+        [
+            ("kvstore verify", kv, t["kv"]),
+            ("C read+CRC of a list", c, t["c"]),
             ("C walk+read+CRC", c_walk, t["c_walk"]),
             ("C walk+read+CRC, no fstat of a whole read", c_lean, t["c_lean"]),
             ("find -type f (walk only)", find, t["find"]),
-            ("python read+zlib.crc32", py, t["py"])], total)
+            ("python read+zlib.crc32", py, t["py"]),
+        ],
+        total,
+    )
     # kvstore must find the files itself; the list-fed reference is told them.
     ratio("verify/C walk+read+CRC", t["kv"], t["c_walk"], "goal <= 1.0x")
-    ratio("verify/C walk+read+CRC, no fstat", t["kv"], t["c_lean"], "the same syscalls per chunk as verify")
-    ratio("verify/C read+CRC of a list", t["kv"], t["c"], "goal <= 1.0x; the list spares the walk")
+    ratio(
+        "verify/C walk+read+CRC, no fstat",
+        t["kv"],
+        t["c_lean"],
+        "the same syscalls per chunk as verify",
+    )
+    ratio(
+        "verify/C read+CRC of a list",
+        t["kv"],
+        t["c"],
+        "goal <= 1.0x; the list spares the walk",
+    )
     ratio("verify/python", t["kv"], t["py"], "goal < 1x")
 
 
@@ -350,21 +431,30 @@ def gc_against_find(a: argparse.Namespace, base: Path, title: str, goal: str) ->
         runs["find"].append(measure(find))
         runs["kv"].append(measure(kv))
     t_kv, t_find = best(runs["kv"]), best(runs["find"])
-    report(f"{title}: {n} files under {base}", [("find -type f | wc -l", find, t_find), ("kvstore gc (dry run)", kv, t_kv)])
+    report(
+        f"{title}: {n} files under {base}",
+        [("find -type f | wc -l", find, t_find), ("kvstore gc (dry run)", kv, t_kv)],
+    )
     ratio("gc/find", t_kv, t_find, goal)
 
 
 def bench_gc(a: argparse.Namespace, root: Path) -> None:
-    base = make_small(root / "small", a.small_files, 200 if not a.smoke else 20, a.small_bytes)
+    base = make_small(
+        root / "small", a.small_files, 200 if not a.smoke else 20, a.small_bytes
+    )
     gc_against_find(a, base, "gc", "goal <= 1.4x")
 
 
 def bench_gc_manifests(a: argparse.Namespace, root: Path) -> None:
-    base = make_manifest_heavy(root / "manifests", a.manifest_chains, 110, 11, a.small_bytes)
+    base = make_manifest_heavy(
+        root / "manifests", a.manifest_chains, 110, 11, a.small_bytes
+    )
     gc_against_find(a, base, "gc-manifests", "goal <= 2x")
 
 
-def make_manifest_heavy(tier: Path, chains: int, per_chain: int, every: int, size: int) -> Path:
+def make_manifest_heavy(
+    tier: Path, chains: int, per_chain: int, every: int, size: int
+) -> Path:
     w = Writer(tier, "bench-manifests")
     base = Path(w.layout.base)
     if (base / "manifests").is_dir():
@@ -399,7 +489,16 @@ def bench_sweep(a: argparse.Namespace, root: Path) -> None:
     # them the way kvstore must: by walking the whole store.
     stamp = root / "sweep-stamp"
     stamp.touch()
-    kv = [a.kvstore, "gc", "--sweep", "--grace", "0", "--quiet", *a.kv_threads, str(base)]
+    kv = [
+        a.kvstore,
+        "gc",
+        "--sweep",
+        "--grace",
+        "0",
+        "--quiet",
+        *a.kv_threads,
+        str(base),
+    ]
     cmds = {
         "kv": kv,
         "rm": f"xargs rm -f < {listing} && sync",
@@ -411,14 +510,32 @@ def bench_sweep(a: argparse.Namespace, root: Path) -> None:
         for name, cmd in cmds.items():
             recreate()
             runs[name].append(measure(cmd))
-            assert not any(os.path.exists(o) for o in orphans[:50]), f"{shown(cmd)} left orphans"
+            assert not any(os.path.exists(o) for o in orphans[:50]), (
+                f"{shown(cmd)} left orphans"
+            )
     t = {name: best(r) for name, r in runs.items()}
-    report(f"sweep: {a.sweep_files} chunks, {half} of them orphans deleted per run",
-           [("kvstore gc --sweep", kv, t["kv"]), ("xargs rm -f + sync", cmds["rm"], t["rm"]),
-            ("find -delete", cmds["find"], t["find"]), ("find -delete + sync", cmds["find_sync"], t["find_sync"])])
+    report(
+        f"sweep: {a.sweep_files} chunks, {half} of them orphans deleted per run",
+        [
+            ("kvstore gc --sweep", kv, t["kv"]),
+            ("xargs rm -f + sync", cmds["rm"], t["rm"]),
+            ("find -delete", cmds["find"], t["find"]),
+            ("find -delete + sync", cmds["find_sync"], t["find_sync"]),
+        ],
+    )
     ratio("sweep/(rm + sync)", t["kv"], t["rm"], "goal <= 1.3x")
-    ratio("sweep/(find -delete + sync)", t["kv"], t["find_sync"], "goal <= 1.0x; both walk, kvstore also reads headers")
-    ratio("sweep/find -delete (no sync)", t["kv"], t["find"], "kvstore's deletes are durable when it exits")
+    ratio(
+        "sweep/(find -delete + sync)",
+        t["kv"],
+        t["find_sync"],
+        "goal <= 1.0x; both walk, kvstore also reads headers",
+    )
+    ratio(
+        "sweep/find -delete (no sync)",
+        t["kv"],
+        t["find"],
+        "kvstore's deletes are durable when it exits",
+    )
 
 
 PARTS = {

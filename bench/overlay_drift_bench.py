@@ -26,7 +26,9 @@ from pathlib import Path
 def target_text(lines: int) -> str:
     out = ["class Engine:", "    def step(self, batch):"]
     for i in range(lines):
-        out.append(f"        value_{i} = compute(batch, index={i}, scale={i % 97} * self.factor_{i % 13})")
+        out.append(
+            f"        value_{i} = compute(batch, index={i}, scale={i % 97} * self.factor_{i % 13})"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -83,9 +85,14 @@ def main() -> int:
     args = ap.parse_args()
     print(f"target: {args.lines} lines; median of {args.repeat} runs of `overlay plan`")
     print(f"{'case':<34} {'seconds':>8} {'exit':>5}")
-    cases = [("anchor 1 KiB", 1 << 10, 0), ("anchor 16 KiB", 16 << 10, 0), ("anchor 64 KiB (the limit)", 63 << 10, 0),
-             ("anchor 100 KB (over the limit)", 100_000, 0), ("anchor 1 MB (over the limit)", 1_000_000, 0),
-             ("manifest 200 MB (over the limit)", 1 << 10, 200_000_000)]
+    cases = [
+        ("anchor 1 KiB", 1 << 10, 0),
+        ("anchor 16 KiB", 16 << 10, 0),
+        ("anchor 64 KiB (the limit)", 63 << 10, 0),
+        ("anchor 100 KB (over the limit)", 100_000, 0),
+        ("anchor 1 MB (over the limit)", 1_000_000, 0),
+        ("manifest 200 MB (over the limit)", 1 << 10, 200_000_000),
+    ]
     with tempfile.TemporaryDirectory(prefix="overlay-bench-") as tmp:
         text = target_text(args.lines)
         for i, (name, size, pad) in enumerate(cases):

@@ -47,8 +47,8 @@ for folder in ("kv-offload-store-local", "kv-offload-scope", "kv-offload-restore
 import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402
-from page_cache import evict  # noqa: E402
 from kv_store_local.layout import GroupLayout, LayerLayout, StagingTensor  # noqa: E402
+from page_cache import evict  # noqa: E402
 
 SHAPE = "Llama-3.1-70B, TP 2 (one rank: 80 layers, 4 KV heads x 128, bf16)"
 LAYERS = 80
@@ -99,7 +99,9 @@ def write_store(root: Path, tokens: int) -> tuple[SimpleNamespace, list[bytes]]:
             f.write(chunk)
         header = fmt.decode_header(chunk)
         chain.append(key.hex())
-        entries.append(fmt.ManifestEntry(key.hex(), header.payload_length, header.payload_checksum))
+        entries.append(
+            fmt.ManifestEntry(key.hex(), header.payload_length, header.payload_checksum)
+        )
     manifest = fmt.BoundaryManifest(
         namespace=ns.hex(),
         rank=0,
@@ -153,7 +155,9 @@ def plain_read(files: list[str], threads: int, buf_bytes: int) -> float:
             # one file per thread at a time: buffer i % threads is never shared
             total = 0
             for base in range(0, len(files), threads):
-                total += sum(pool.map(read, list(enumerate(files))[base : base + threads]))
+                total += sum(
+                    pool.map(read, list(enumerate(files))[base : base + threads])
+                )
     seconds = time.perf_counter() - start
     assert total == sum(os.path.getsize(p) for p in files)
     return seconds
@@ -170,14 +174,17 @@ class Rows:
             import torch
 
             self.torch = torch
-            self.host = torch.empty(rows * self.row_bytes, dtype=torch.uint8, pin_memory=True)
+            self.host = torch.empty(
+                rows * self.row_bytes, dtype=torch.uint8, pin_memory=True
+            )
             source = self.host
         else:
             self.host = bytearray(rows * self.row_bytes)
             source = self.host
         width = PAGE * BLOCKS_PER_CHUNK
         self.staging = [
-            StagingTensor(source, i * width, self.row_bytes, width) for i in range(LAYERS)
+            StagingTensor(source, i * width, self.row_bytes, width)
+            for i in range(LAYERS)
         ]
 
 
@@ -198,12 +205,16 @@ def restore(store, keys, rows: Rows, gpu_dst) -> tuple[float, int]:
             stream.synchronize()  # the rows are free again
         restorer.promote(
             SimpleNamespace(
-                kv_restore=[{"job": job, "keys": batch, "chunks": list(range(len(batch)))}]
+                kv_restore=[
+                    {"job": job, "keys": batch, "chunks": list(range(len(batch)))}
+                ]
             ),
             store,
         )
         if restorer.stats.jobs_failed:
-            raise SystemExit(f"restore_bench: promotion failed: {restorer.stats.failures}")
+            raise SystemExit(
+                f"restore_bench: promotion failed: {restorer.stats.failures}"
+            )
         job += 1
         if torch is not None:
             n = len(batch) * rows.row_bytes
@@ -228,7 +239,10 @@ def recompute_seconds(tokens: int, layers: int) -> float:
     x = torch.randn(tokens, HIDDEN, device=dev, dtype=dt)
     w = [
         {
-            "qkv": torch.randn(HIDDEN, (Q_HEADS + 2 * KV_HEADS) * HEAD, device=dev, dtype=dt) * 0.01,
+            "qkv": torch.randn(
+                HIDDEN, (Q_HEADS + 2 * KV_HEADS) * HEAD, device=dev, dtype=dt
+            )
+            * 0.01,
             "o": torch.randn(Q_HEADS * HEAD, HIDDEN, device=dev, dtype=dt) * 0.01,
             "gu": torch.randn(HIDDEN, 2 * MLP, device=dev, dtype=dt) * 0.01,
             "down": torch.randn(MLP, HIDDEN, device=dev, dtype=dt) * 0.01,
@@ -278,7 +292,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--tokens", default="32768")
-    parser.add_argument("--rows", type=int, default=32, help="CPU rows (chunks) per batch")
+    parser.add_argument(
+        "--rows", type=int, default=32, help="CPU rows (chunks) per batch"
+    )
     parser.add_argument("--gpu", action="store_true")
     parser.add_argument("--recompute-layers", type=int, default=2)
     parser.add_argument("--json", type=Path)
@@ -289,7 +305,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     figures = {"shape": SHAPE, "chunk_tokens": CHUNK_TOKENS, "runs": []}
-    print(f"shape: {SHAPE}; {CHUNK_TOKENS} tokens ({LAYERS * PAGE * BLOCKS_PER_CHUNK >> 20} MiB) a chunk")
+    print(
+        f"shape: {SHAPE}; {CHUNK_TOKENS} tokens ({LAYERS * PAGE * BLOCKS_PER_CHUNK >> 20} MiB) a chunk"
+    )
     rows = Rows(args.rows, args.gpu)
     for tokens in (int(t) for t in args.tokens.split(",")):
         root = args.dir / f"t{tokens}"
@@ -297,17 +315,23 @@ def main() -> None:
         store, keys = write_store(root, tokens)
         files = chunk_files(store)
         size = sum(os.path.getsize(p) for p in files)
-        print(f"{tokens} tokens: {len(files)} chunk files, {size / 1e9:.2f} GB written in {time.perf_counter() - start:.1f} s")
+        print(
+            f"{tokens} tokens: {len(files)} chunk files, {size / 1e9:.2f} GB written in {time.perf_counter() - start:.1f} s"
+        )
         gpu_dst = None
         if args.gpu:
             import torch
 
-            gpu_dst = torch.empty(len(keys) * rows.row_bytes, dtype=torch.uint8, device="cuda")
+            gpu_dst = torch.empty(
+                len(keys) * rows.row_bytes, dtype=torch.uint8, device="cuda"
+            )
         run = {"tokens": tokens, "files": len(files), "bytes": size}
         passes = {
             "plain_1": lambda: plain_read(files, 1, max(map(os.path.getsize, files))),
             "restore": lambda: restore(store, keys, rows, gpu_dst)[0],
-            "plain_n": lambda: plain_read(files, krw.READERS, max(map(os.path.getsize, files))),
+            "plain_n": lambda: plain_read(
+                files, krw.READERS, max(map(os.path.getsize, files))
+            ),
             "restore_2": lambda: restore(store, keys, rows, gpu_dst)[0],
         }
         for name in args.passes.split(","):
@@ -320,9 +344,13 @@ def main() -> None:
             # the last chunk on the GPU equals its file's payload
             import torch
 
-            last = gpu_dst[(len(keys) - 1) * rows.row_bytes : len(keys) * rows.row_bytes].cpu()
+            last = gpu_dst[
+                (len(keys) - 1) * rows.row_bytes : len(keys) * rows.row_bytes
+            ].cpu()
             seed = hashlib.sha256(keys[-1][:-4]).digest()
-            expect = torch.frombuffer(bytearray(seed * (rows.row_bytes // 32)), dtype=torch.uint8)
+            expect = torch.frombuffer(
+                bytearray(seed * (rows.row_bytes // 32)), dtype=torch.uint8
+            )
             run["gpu_bytes_equal"] = bool(torch.equal(last, expect))
             print(f"  GPU bytes equal the file's payload: {run['gpu_bytes_equal']}")
             del gpu_dst
@@ -331,11 +359,15 @@ def main() -> None:
         for plain in ("plain_1", "plain_n"):
             if plain in run:
                 run[f"restore_vs_{plain}"] = run[plain] / best_restore
-                print(f"  restore / {plain} read throughput: {run[f'restore_vs_{plain}']:.2f}x")
+                print(
+                    f"  restore / {plain} read throughput: {run[f'restore_vs_{plain}']:.2f}x"
+                )
         if args.gpu:
             run["recompute"] = recompute_seconds(tokens, args.recompute_layers)
             run["recompute_vs_restore"] = run["recompute"] / best_restore
-            print(f"  recompute (prefill, {args.recompute_layers} layers timed x {LAYERS // args.recompute_layers}): {run['recompute']:.2f} s; restore {best_restore:.2f} s: {run['recompute_vs_restore']:.1f}x faster")
+            print(
+                f"  recompute (prefill, {args.recompute_layers} layers timed x {LAYERS // args.recompute_layers}): {run['recompute']:.2f} s; restore {best_restore:.2f} s: {run['recompute_vs_restore']:.1f}x faster"
+            )
         figures["runs"].append(run)
         for path in files:
             os.unlink(path)

@@ -22,7 +22,10 @@ OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 
 
 def _store(worker: Any) -> tuple[Any, Any]:
-    from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+    from vllm.distributed.kv_transfer import (
+        get_kv_transfer_group,
+        has_kv_transfer_group,
+    )
 
     if not has_kv_transfer_group():
         return None, None
@@ -226,7 +229,9 @@ def block_digests(
     for group, ids in enumerate(block_ids):
         kv_group = kv_config.kv_cache_groups[group]
         spec = kv_group.kv_cache_spec
-        per_layer = spec.kv_cache_specs if isinstance(spec, UniformTypeKVCacheSpecs) else {}
+        per_layer = (
+            spec.kv_cache_specs if isinstance(spec, UniformTypeKVCacheSpecs) else {}
+        )
         full = (prompt_len - 1) // spec.block_size
         digests: list[str | None] = []
         for block in ids[:full]:
@@ -256,7 +261,10 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
     promote, fail = restore._promote, restore._fail
 
     def describe(key: bytes) -> dict[str, Any]:
-        item: dict[str, Any] = {"key": key[:-4].hex(), "group": int.from_bytes(key[-4:], "big")}
+        item: dict[str, Any] = {
+            "key": key[:-4].hex(),
+            "group": int.from_bytes(key[-4:], "big"),
+        }
         try:
             item["path"] = store.writer.layout.chunk(item["key"], item["group"])
             with open(item["path"], "rb") as f:
@@ -275,7 +283,11 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
     def recorded_fail(e: Any) -> None:
         key = getattr(e, "key", None)
         failures.append(
-            {"reason": e.reason, "key": key[:-4].hex() if key else None, "message": str(e)}
+            {
+                "reason": e.reason,
+                "key": key[:-4].hex() if key else None,
+                "message": str(e),
+            }
         )
         fail(e)
 

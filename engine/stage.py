@@ -43,7 +43,9 @@ def workload(name: str) -> tuple[list[list[int]], int]:
         return prompts, 16
     if name == "pressure":
         # Many long requests: far more KV than the small CPU tier and capture budget hold.
-        prompts = [[(r * 131 + i * 7) % 1000 + 3 for i in range(1500)] for r in range(96)]
+        prompts = [
+            [(r * 131 + i * 7) % 1000 + 3 for i in range(1500)] for r in range(96)
+        ]
         return prompts, 32
     raise SystemExit(f"unknown workload {name}")
 
@@ -145,7 +147,9 @@ def record_block_ids(llm) -> dict[str, tuple]:
     original = sched._free_request
 
     def free_request(request, *args, **kwargs):
-        seen[request.request_id] = sched.kv_cache_manager.get_block_ids(request.request_id)
+        seen[request.request_id] = sched.kv_cache_manager.get_block_ids(
+            request.request_id
+        )
         return original(request, *args, **kwargs)
 
     sched._free_request = free_request
@@ -208,7 +212,9 @@ def main() -> int:
         # timed ones, so a run's timing does not depend on which run compiled first.
         warm = [{"prompt_token_ids": [(r * 17 + i) % 1000 + 5 for i in range(1200)]}
                 for r in range(4)]  # fmt: skip
-        llm.generate(warm, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+        llm.generate(
+            warm, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False
+        )
     rounds = []
     for rnd in range(2):
         t = time.time()

@@ -50,7 +50,9 @@ class Stage:
 
 
 def stages() -> list[Stage]:
-    llama, lfm2, nemo = (os.path.join(MODELS, m) for m in ("llama", "lfm2", "nemotronh"))
+    llama, lfm2, nemo = (
+        os.path.join(MODELS, m) for m in ("llama", "lfm2", "nemotronh")
+    )
     big = os.path.join(MODELS, "llama-big")
     eagle = ["--eagle", os.path.join(MODELS, "eagle-llama")]
     hyb = ["--hybrid"]
@@ -71,18 +73,40 @@ def stages() -> list[Stage]:
         out.append(Stage(f"{model}.knob0", path, "patched", "0", small + extra))
         out.append(Stage(f"{model}.knob1", path, "patched", "1", small + extra + probe))
     out.append(
-        Stage("eagle.knob1-drafter", llama, "patched", "1", small + eagle + probe,
-              env={"GLM53_KV_OFFLOAD_DRAFTER": "1"})  # fmt: skip
+        Stage(
+            "eagle.knob1-drafter",
+            llama,
+            "patched",
+            "1",
+            small + eagle + probe,
+            env={"GLM53_KV_OFFLOAD_DRAFTER": "1"},
+        )  # fmt: skip
     )
     out.append(Stage("llama.mp", llama, "patched", "1", small + probe, mp, wave=2))
     out.append(Stage("lfm2.mp", lfm2, "patched", "1", small + hyb + probe, mp, wave=2))
     out.append(
-        Stage("llama.tp2", llama, "patched", "1", small + probe + ["--tp", "2"], mp,
-              wave=2, gpus=2)  # fmt: skip
+        Stage(
+            "llama.tp2",
+            llama,
+            "patched",
+            "1",
+            small + probe + ["--tp", "2"],
+            mp,
+            wave=2,
+            gpus=2,
+        )  # fmt: skip
     )
     out.append(
-        Stage("lfm2.tp2", lfm2, "patched", "1", small + hyb + probe + ["--tp", "2"], mp,
-              wave=2, gpus=2)  # fmt: skip
+        Stage(
+            "lfm2.tp2",
+            lfm2,
+            "patched",
+            "1",
+            small + hyb + probe + ["--tp", "2"],
+            mp,
+            wave=2,
+            gpus=2,
+        )  # fmt: skip
     )
     # Throughput tier off vs on, same workload, alone on the GPU, one after the other in the
     # order off, on, on, off (a drift over time cancels in the mean); the "on" runs are also
@@ -90,7 +114,9 @@ def stages() -> list[Stage]:
     for wave, name, knob in ((3, "pressure.off", "0"), (4, "pressure.on", "1"),
                              (5, "pressure.on2", "1"), (6, "pressure.off2", "0")):  # fmt: skip
         extra = ["--probe"] if knob == "1" else []
-        out.append(Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300))
+        out.append(
+            Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300)
+        )
     # Restore across a restart (docs/overlays/kv-offload-restore.md): engine 1 writes the
     # store and exits; engine 2, a new process on the same store with RESTORE=1, serves the
     # same prompts; then one payload byte of a chunk engine 2 restored is flipped and engine
@@ -113,7 +139,9 @@ def stages() -> list[Stage]:
     return out
 
 
-def run_wave(batch: list[Stage], opts: argparse.Namespace, logs: str) -> dict[str, dict]:
+def run_wave(
+    batch: list[Stage], opts: argparse.Namespace, logs: str
+) -> dict[str, dict]:
     procs = []
     for st in batch:
         env = dict(os.environ)
@@ -147,7 +175,9 @@ def run_wave(batch: list[Stage], opts: argparse.Namespace, logs: str) -> dict[st
                "--model", st.model, "--out", js, *st.args]  # fmt: skip
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        procs.append((st, subprocess.Popen(cmd, env=env, stdout=log, stderr=log), log, js))
+        procs.append(
+            (st, subprocess.Popen(cmd, env=env, stdout=log, stderr=log), log, js)
+        )
     results = {}
     for st, proc, log, js in procs:
         rc = proc.wait()
@@ -203,8 +233,14 @@ def same_logprobs(a: dict, b: dict) -> dict:
     for ra, rb in zip(la, lb, strict=False):
         for qa, qb in zip(ra or [], rb or [], strict=False):
             n, differ, worst = _compare_steps(qa, qb)
-            steps, diff_steps, max_abs = steps + n, diff_steps + differ, max(max_abs, worst)
-    shape = [[len(q) for q in r or []] for r in la] == [[len(q) for q in r or []] for r in lb]
+            steps, diff_steps, max_abs = (
+                steps + n,
+                diff_steps + differ,
+                max(max_abs, worst),
+            )
+    shape = [[len(q) for q in r or []] for r in la] == [
+        [len(q) for q in r or []] for r in lb
+    ]
     return {
         "steps": steps,
         "top20_token_sets_differ": diff_steps,
@@ -229,7 +265,8 @@ def check_writer(res: dict, tp: int) -> dict:
         "offloaded_groups": [i.get("offloaded_groups") for i in installs],
     }
     checks["groups_match"] = bool(eligible) and all(
-        i.get("writer_groups") == eligible[0] == i.get("offloaded_groups") for i in installs
+        i.get("writer_groups") == eligible[0] == i.get("offloaded_groups")
+        for i in installs
     )
     cmp = [w.get("compare", {}) for w in workers]
     checks["compare"] = cmp
@@ -316,7 +353,11 @@ def matched_logprobs(cold: dict, other: dict) -> dict:
             if len(cold_i) != len(steps_i):
                 shape_ok = False
             n, differ, worst = _compare_steps(cold_i, steps_i)
-            steps, diff_steps, max_abs = steps + n, diff_steps + differ, max(max_abs, worst)
+            steps, diff_steps, max_abs = (
+                steps + n,
+                diff_steps + differ,
+                max(max_abs, worst),
+            )
         references.append(refs)
     return {
         "steps": steps,
@@ -360,7 +401,9 @@ def same_kv(cold: dict, other: dict) -> dict:
     return counts
 
 
-def restore_judge(results: dict[str, dict], corruptions: dict[str, dict]) -> dict[str, dict]:
+def restore_judge(
+    results: dict[str, dict], corruptions: dict[str, dict]
+) -> dict[str, dict]:
     verdicts: dict[str, dict] = {}
     for model in ("llama", "lfm2"):
         name = f"restore.{model}"
@@ -373,13 +416,13 @@ def restore_judge(results: dict[str, dict], corruptions: dict[str, dict]) -> dic
             v["ok"] = v["ok"] and cold.get("rc") == 0 == write.get("rc")
             verdicts[f"{name}.write: logprobs == cold"] = v
         if hit is not None:
-            verdicts[f"{name}.hit: restored after a restart, logprobs and KV bytes == cold"] = (
-                _restored(cold, hit)
-            )
+            verdicts[
+                f"{name}.hit: restored after a restart, logprobs and KV bytes == cold"
+            ] = _restored(cold, hit)
         if bad is not None:
-            verdicts[f"{name}.bad: corrupted chunk refused, recomputed, logprobs == cold"] = (
-                _refused(cold, hit or {}, bad, corruptions.get(f"{name}.bad", {}))
-            )
+            verdicts[
+                f"{name}.bad: corrupted chunk refused, recomputed, logprobs == cold"
+            ] = _refused(cold, hit or {}, bad, corruptions.get(f"{name}.bad", {}))
     return verdicts
 
 
@@ -406,7 +449,10 @@ def _restored(cold: dict, hit: dict) -> dict:
         sched.get("keys_promoted", 0) > 0
         and sched.get("promotions_failed", 1) == 0
         and bool(stats)
-        and all(s.get("keys_restored", 0) > 0 and s.get("jobs_failed", 1) == 0 for s in stats)
+        and all(
+            s.get("keys_restored", 0) > 0 and s.get("jobs_failed", 1) == 0
+            for s in stats
+        )
         and v["external_hit_tokens"] > 0
     )
     v["ok"] = (
@@ -436,12 +482,16 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
         "scheduler": sched,
         "worker_stats": [w.get("stats", {}) for w in workers],
         "failures": failures[:5],
-        "num_cached_tokens": {"restored": _cached(hit), "after_corruption": _cached(bad)},
+        "num_cached_tokens": {
+            "restored": _cached(hit),
+            "after_corruption": _cached(bad),
+        },
         "logprobs": matched_logprobs(cold, bad),
         "kv": same_kv(cold, bad),
     }
     v["chunk_refused"] = bool(key) and any(
-        f.get("key") == key and f.get("reason") == "payload_checksum_mismatch" for f in failures
+        f.get("key") == key and f.get("reason") == "payload_checksum_mismatch"
+        for f in failures
     )
     v["manifest_marked_bad"] = any(
         w.get("stats", {}).get("manifests_marked_bad", 0) > 0 and w.get("manifests_bad")
@@ -466,7 +516,9 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
     return v
 
 
-def judge(results: dict[str, dict], corruptions: dict[str, dict] | None = None) -> dict[str, dict]:
+def judge(
+    results: dict[str, dict], corruptions: dict[str, dict] | None = None
+) -> dict[str, dict]:
     verdicts: dict[str, dict] = {}
     for model in ("llama", "lfm2", "nemotronh", "eagle"):
         base = results.get(f"{model}.pristine")
@@ -476,7 +528,9 @@ def judge(results: dict[str, dict], corruptions: dict[str, dict] | None = None) 
                 continue
             name = f"{model}: {variant} logprobs == pristine"
             verdicts[name] = same_logprobs(base, other)
-            verdicts[name]["ok"] = verdicts[name]["ok"] and base.get("rc") == 0 == other.get("rc")
+            verdicts[name]["ok"] = verdicts[name]["ok"] and base.get(
+                "rc"
+            ) == 0 == other.get("rc")
     verdicts.update(restore_judge(results, corruptions or {}))
     for name, res in results.items():
         if res.get("workers") is not None and not name.startswith("pressure"):
@@ -485,6 +539,7 @@ def judge(results: dict[str, dict], corruptions: dict[str, dict] | None = None) 
     offs = [results[n] for n in ("pressure.off", "pressure.off2") if n in results]
     ons = [results[n] for n in ("pressure.on", "pressure.on2") if n in results]
     if offs and ons and all(r.get("rounds") for r in offs + ons):
+
         def rate(r: dict) -> float:
             return r["rounds"][0]["tokens_per_s"]
 
@@ -537,7 +592,9 @@ def main() -> int:
         s
         for s in stages()
         if s.gpus <= opts.gpus
-        and (not wanted or any(s.name == w or s.name.startswith(w + ".") for w in wanted))
+        and (
+            not wanted or any(s.name == w or s.name.startswith(w + ".") for w in wanted)
+        )
     ]
     together = sorted(int(w) for w in opts.together.split(",") if w)
     for s in todo:
@@ -551,8 +608,13 @@ def main() -> int:
         for st in batch:
             if st.corrupt:
                 corruptions[st.name] = corrupt_chunk(results.get(st.corrupt, {}))
-                print(f"  corrupted before {st.name}: {corruptions[st.name]}", flush=True)
-        print(f"== wave {wave}: {[s.name for s in batch]} t={time.time() - t0:.0f}s", flush=True)
+                print(
+                    f"  corrupted before {st.name}: {corruptions[st.name]}", flush=True
+                )
+        print(
+            f"== wave {wave}: {[s.name for s in batch]} t={time.time() - t0:.0f}s",
+            flush=True,
+        )
         results.update(run_wave(batch, opts, logs))
     verdicts = judge(results, corruptions)
     with open(os.path.join(opts.out, "results.json"), "w") as f:

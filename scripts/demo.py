@@ -138,7 +138,15 @@ class Demo:
         return done
 
     def overlay_cmd(self, verb: str, *extra) -> list:
-        return [self.overlay, verb, "--root", self.tree, "--manifests", self.manifests, *extra]
+        return [
+            self.overlay,
+            verb,
+            "--root",
+            self.tree,
+            "--manifests",
+            self.manifests,
+            *extra,
+        ]
 
     def pinned(self) -> dict[str, str]:
         return demo_cxx.read_pins(self.pins)
@@ -173,14 +181,35 @@ class Demo:
     def gate(self) -> str:
         docker = REPO / "docker"
         artifacts = self.scratch / "ARTIFACTS.sha256"
-        common = ["--engine", self.engine, "--overlay", self.overlay, "--root", self.tree, "--artifacts", artifacts]
+        common = [
+            "--engine",
+            self.engine,
+            "--overlay",
+            self.overlay,
+            "--root",
+            self.tree,
+            "--artifacts",
+            artifacts,
+        ]
         # The bake records the checksummed artifact list the gate verifies; on
         # an applied tree it changes nothing.
         self.run([docker / "bake.sh", *common], show=False)
         serve = ["--", "vllm", "serve", "demo/hybrid-7g", "--tensor-parallel-size", "2"]
         base_env = self.scratch / "serve.env"
         base_env.write_text("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n")
-        plan = ["plan", "--ranks", "0,1", "--master-addr", "10.0.0.1", "--engine", self.engine, "--artifacts", artifacts, "--base-env", base_env]
+        plan = [
+            "plan",
+            "--ranks",
+            "0,1",
+            "--master-addr",
+            "10.0.0.1",
+            "--engine",
+            self.engine,
+            "--artifacts",
+            artifacts,
+            "--base-env",
+            base_env,
+        ]
 
         print("  knob 0: the tier is off; the launch adds nothing")
         self.run([docker / "gate.sh", *common], show=False)
@@ -193,11 +222,18 @@ class Demo:
 
         print("  knob 1: the connector JSON and environment every rank gets")
         on_env = self.knob_env(
-            **{"": "1", "_DIR": str(self.store), "_CPU_GB": "8", "_KEEP_BOUNDARIES": "2"}
+            **{
+                "": "1",
+                "_DIR": str(self.store),
+                "_CPU_GB": "8",
+                "_KEEP_BOUNDARIES": "2",
+            }
         )
         self.run([docker / "gate.sh", *common], env=on_env, show=False)
         on = self.scratch / "plan-knob1"
-        self.run([docker / "launch.sh", *plan, "--out", on, *serve], env=on_env, show=False)
+        self.run(
+            [docker / "launch.sh", *plan, "--out", on, *serve], env=on_env, show=False
+        )
         self.run([docker / "launch.sh", "compare", on], show=False)
         argv1 = (on / "rank1" / "argv").read_text().splitlines()
         connector = argv1[argv1.index("--kv-transfer-config") + 1]
@@ -209,7 +245,9 @@ class Demo:
         self.run([docker / "gate.sh", *common], env=restore, show=False)
 
         print("  a bad knob: refused before anything is stopped")
-        bad = self.knob_env(**{"": "1", "_DIR": str(self.store), "_CPU_GB": "8", "_RESTORE": "2"})
+        bad = self.knob_env(
+            **{"": "1", "_DIR": str(self.store), "_CPU_GB": "8", "_RESTORE": "2"}
+        )
         self.run([docker / "gate.sh", *common], env=bad, expect=2, limit=4)
         return "knob 0 go, knob 1 go, RESTORE=1 go, RESTORE=2 refused (2)"
 
@@ -240,7 +278,9 @@ class Demo:
         # gc reads headers only unless asked; payload damage needs the checksum.
         # Both exit 1: they found damage (the sweep then removes it).
         self.run([k, "gc", "--verify-payloads", self.store], expect=1, limit=8)
-        self.run([k, "gc", "--sweep", "--verify-payloads", self.store], expect=1, limit=6)
+        self.run(
+            [k, "gc", "--sweep", "--verify-payloads", self.store], expect=1, limit=6
+        )
         self.run([k, "verify", self.store], limit=6)
         prom = self.scratch / "kvstore.prom"
         self.run([k, "stat", self.store, "--prometheus", prom], limit=12)
@@ -347,8 +387,12 @@ def default_pins() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--build-dir", default=os.environ.get("BUILD_DIR", REPO / "build"))
-    parser.add_argument("--pins", default=default_pins(), help="fixtures/<engine>-<version>/PINS")
+    parser.add_argument(
+        "--build-dir", default=os.environ.get("BUILD_DIR", REPO / "build")
+    )
+    parser.add_argument(
+        "--pins", default=default_pins(), help="fixtures/<engine>-<version>/PINS"
+    )
     parser.add_argument("--scratch", help="folder for everything the job writes")
     parser.add_argument("--setup-seconds", type=float)
     args = parser.parse_args()

@@ -64,7 +64,9 @@ def equal_pins(demo, tree: Path, pins: dict[str, str], what: str) -> None:
     found = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()}
     if found != set(pins):
         extra, missing = sorted(found - set(pins)), sorted(set(pins) - found)
-        raise demo.failure(f"{what}: file set differs: extra {extra}, missing {missing}")
+        raise demo.failure(
+            f"{what}: file set differs: extra {extra}, missing {missing}"
+        )
     for rel, digest in pins.items():
         if sha256(tree / rel) != digest:
             raise demo.failure(f"{what}: {rel}: sha256 differs from the pin")
@@ -73,36 +75,64 @@ def equal_pins(demo, tree: Path, pins: dict[str, str], what: str) -> None:
 
 def imports(demo, so: Path) -> set[str]:
     done = demo.run(["nm", "-D", "--undefined-only", so], show=False)
-    return {line.split()[-1].split("@")[0] for line in done.stdout.splitlines() if line.strip()}
+    return {
+        line.split()[-1].split("@")[0]
+        for line in done.stdout.splitlines()
+        if line.strip()
+    }
 
 
 def stage(demo) -> str:
     pin_dir = demo.pins.parent
     fetch = [sys.executable, demo.repo / "fixtures" / "fetch.py", "--pins", demo.pins]
-    cache = Path(demo.run([*fetch, "--sources"], show=False).stdout.strip().splitlines()[-1])
+    cache = Path(
+        demo.run([*fetch, "--sources"], show=False).stdout.strip().splitlines()[-1]
+    )
     source_pins = read_pins(pin_dir / "SOURCES")
     src = demo.scratch / "vllm-src"
     copy_writable(cache, src)
-    demo.out.text(f"{len(source_pins)} pinned C++ source files (vLLM's sdist) copied to {src}")
+    demo.out.text(
+        f"{len(source_pins)} pinned C++ source files (vLLM's sdist) copied to {src}"
+    )
 
     def ov(verb: str, root: Path, *extra) -> list:
-        return [demo.overlay, verb, "--root", root, "--manifests", demo.manifests, "--overlays", OVERLAY, *extra]
+        return [
+            demo.overlay,
+            verb,
+            "--root",
+            root,
+            "--manifests",
+            demo.manifests,
+            "--overlays",
+            OVERLAY,
+            *extra,
+        ]
 
     demo.run(ov("plan", src), limit=12)
     demo.run(ov("apply", src, "--check-injected"), limit=8)
     status = demo.run(ov("status", src), show=False).stdout
-    demo.out.text("\n".join(ln for ln in status.splitlines() if OVERLAY in ln or "fs_io" in ln or "fs_durable" in ln))
+    demo.out.text(
+        "\n".join(
+            ln
+            for ln in status.splitlines()
+            if OVERLAY in ln or "fs_io" in ln or "fs_durable" in ln
+        )
+    )
     demo.run(ov("check", src), show=False)
 
     patched = regions((src / TARGET).read_text())
     if set(patched) != {"include", "sync-data", "sync-dir"}:
-        raise demo.failure(f"{TARGET}: injected regions {sorted(patched)}, expected include, sync-data, sync-dir")
+        raise demo.failure(
+            f"{TARGET}: injected regions {sorted(patched)}, expected include, sync-data, sync-dir"
+        )
     for edit in ("sync-data", "sync-dir"):
         demo.out.text("\n".join(patched[edit]), limit=12)
     header = (src / HEADER).read_text()
     calls = [c for c in ("fdatasync(fd)", "fsync(fd)") if c in header]
     if len(calls) != 2:
-        raise demo.failure(f"{HEADER}: expected fdatasync(fd) and fsync(fd), found {calls}")
+        raise demo.failure(
+            f"{HEADER}: expected fdatasync(fd) and fsync(fd), found {calls}"
+        )
     demo.out.ok(f"{TARGET}: 3 regions injected; {HEADER} calls {' and '.join(calls)}")
 
     demo.run(ov("revert", src), limit=6)
@@ -112,11 +142,15 @@ def stage(demo) -> str:
     built_pins = read_pins(pin_dir / "BUILT") if (pin_dir / "BUILT").is_file() else {}
     if SO not in built_pins:
         return f"{OVERLAY} applied, compile-checked, reverted"
-    built = Path(demo.run([*fetch, "--built"], show=False).stdout.strip().splitlines()[-1])
+    built = Path(
+        demo.run([*fetch, "--built"], show=False).stdout.strip().splitlines()[-1]
+    )
     wheel = demo.scratch / "wheel-site-packages"
     (wheel / SO).parent.mkdir(parents=True)
     shutil.copyfile(built / SO, wheel / SO)
-    print(f"  wheel install: the pinned {SO} in {wheel}; apply rebuilds it from the patched source")
+    print(
+        f"  wheel install: the pinned {SO} in {wheel}; apply rebuilds it from the patched source"
+    )
     if {"fdatasync", "fsync"} & imports(demo, wheel / SO):
         raise demo.failure(f"the pinned {SO} already imports fdatasync/fsync")
     demo.run(ov("apply", wheel, "--sources", cache, "--check-injected"), limit=6)

@@ -55,7 +55,8 @@ def bytes_equal(rig: Rig, hashes, hits: int, n: int) -> int:
     per_chunk = BLOCK // HASH
     last = hits // BLOCK - 1
     expected = {
-        90000 + 1000 * n + b + 1: hashes[(b + 1) * per_chunk - 1] + (0).to_bytes(4, "big")
+        90000 + 1000 * n + b + 1: hashes[(b + 1) * per_chunk - 1]
+        + (0).to_bytes(4, "big")
         for b in range(last + 1)
     }
     for g in STATE_GROUPS:

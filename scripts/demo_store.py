@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
 
 import harness  # noqa: E402
-from hybrid_layout import HybridVllm  # noqa: E402
 from demo_driver import run, set_store_knobs  # noqa: E402
+from hybrid_layout import HybridVllm  # noqa: E402
 from store_rig import StoreRig  # noqa: E402
 
 BLOCK = 256  # tokens per block (and per offloaded chunk)
@@ -39,7 +39,9 @@ NUM_BLOCKS = 256
 ROW = 64 << 10  # one CPU staging row: room for the largest page
 STAGING_ROWS = 512
 # The engine's sizes, as HybridVllm takes them.
-ENGINE = dict(block=BLOCK, hash_unit=HASH, num_blocks=NUM_BLOCKS, max_model_len=32 * BLOCK)
+ENGINE = dict(
+    block=BLOCK, hash_unit=HASH, num_blocks=NUM_BLOCKS, max_model_len=32 * BLOCK
+)
 
 # Chains: (request id, prompt blocks, the request it forks from, fork block).
 # "b" shares a's first 4 blocks, so the store holds a forked chain.
@@ -60,7 +62,9 @@ def chain_hashes(req_id: str, blocks: int, parent: list[bytes] | None, fork: int
 def drive(tree: Path, store_dir: Path) -> dict:
     set_store_knobs(store_dir, GLM53_KV_OFFLOAD_KEEP_BOUNDARIES="2")
     with harness.engine(tree) as ns:
-        engine = HybridVllm(ns, **ENGINE, model="demo/hybrid-7g", engine_id="demo-engine")
+        engine = HybridVllm(
+            ns, **ENGINE, model="demo/hybrid-7g", engine_id="demo-engine"
+        )
         rig = StoreRig(engine, rows=STAGING_ROWS, row_bytes=ROW)
         store, region = rig.store, rig.region
         if not store.active:

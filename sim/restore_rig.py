@@ -89,7 +89,7 @@ class Region:
 class Gpu:
     """Plays one rank's CPU offloading worker; transfers finish when told."""
 
-    def __init__(self, rig: "Rig", rank: int) -> None:
+    def __init__(self, rig: Rig, rank: int) -> None:
         self.rig = rig
         self.rank = rank
         self.stores: list[tuple[int, object]] = []
@@ -229,7 +229,9 @@ class Rig(HybridVllm):
         ]
         refs = [[self.base.CanonicalKVCacheRef(0, p)] for p in pages]
         worker._init_worker(
-            self.base.CanonicalKVCaches([self.base.CanonicalKVCacheTensor(None, SLOT)], refs)
+            self.base.CanonicalKVCaches(
+                [self.base.CanonicalKVCacheTensor(None, SLOT)], refs
+            )
         )
         assert store.active, store.disabled_reason
         return worker
@@ -366,4 +368,3 @@ def env_on(monkeypatch, root, restore: bool = True) -> None:
 def rescan_now(rig: Rig) -> None:
     for r in rig.restorers:
         r.rescan_seconds = 0.0
-

@@ -16,7 +16,6 @@ try:
     from .kv_restore_inventory import Proof
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_store_format as fmt  # type: ignore[no-redef]
-
     from kv_restore_inventory import Proof  # type: ignore[no-redef]
 
 _IOV_MAX = 1024  # iovecs one preadv takes (Linux UIO_MAXIOV)

@@ -326,7 +326,6 @@ class SchedulerRestore:
             self.tier.on_reports(items)
 
 
-
 def _lookup_sync_metric(sched: Any) -> Any:
     """The scheduler module's LOOKUP_SYNC_DELAY metric name."""
     return sys.modules[type(sched).__module__]._ConnectorMetricName.LOOKUP_SYNC_DELAY

@@ -48,10 +48,9 @@ try:
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
 except ImportError:  # loaded as a top-level module: tests, tools
-    import kv_store_format as fmt  # type: ignore[no-redef]
-
-    import kv_restore_reports as reports  # type: ignore[no-redef]
     import kv_restore_read as chunk_read  # type: ignore[no-redef]
+    import kv_restore_reports as reports  # type: ignore[no-redef]
+    import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
 
 logger = logging.getLogger(__name__)

@@ -88,7 +88,9 @@ def restore_baked() -> bool:
     module sits beside this one; the launch gate says so with --restore-baked.
     """
     here = os.path.dirname(os.path.abspath(__file__))
-    return _restore_baked_flag or os.path.isfile(os.path.join(here, "kv_restore_tier.py"))
+    return _restore_baked_flag or os.path.isfile(
+        os.path.join(here, "kv_restore_tier.py")
+    )
 
 
 def _restore(value: str) -> str | None:
@@ -242,7 +244,10 @@ def main(argv: list[str]) -> int:
     if argv == ["table"]:
         sys.stdout.write(table())
         return 0
-    print("usage: kv_offload_knobs.py check [--restore-baked]|names|table", file=sys.stderr)
+    print(
+        "usage: kv_offload_knobs.py check [--restore-baked]|names|table",
+        file=sys.stderr,
+    )
     return EXIT_REFUSED
 
 

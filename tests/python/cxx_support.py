@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
 
 FETCH = REPO_ROOT / "fixtures" / "fetch.py"

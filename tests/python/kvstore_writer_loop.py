@@ -58,11 +58,15 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
-def ensure_chunk(store: Store, key: str, group: int, boundary: int) -> fmt.ManifestEntry:
+def ensure_chunk(
+    store: Store, key: str, group: int, boundary: int
+) -> fmt.ManifestEntry:
     path = Path(store.layout.chunk(key, group))
     segs = state_segments() if group == STATE_GROUP else full_segments()
     payload = payload_for(segs, f"{key}/{group}")
-    want = fmt.make_header(store.ns_hash, group, bytes.fromhex(key), boundary, segs, payload)
+    want = fmt.make_header(
+        store.ns_hash, group, bytes.fromhex(key), boundary, segs, payload
+    )
     try:
         have = fmt.read_chunk_header(str(path))
         if (have.namespace_hash, have.group, have.key_hash, have.payload_checksum) == (
@@ -101,11 +105,16 @@ class Pending:
 
     def close(self) -> None:
         if self.fd is not None:
-            os.unlink(Path(self.store.layout.pending_dir) / fmt.pending_file_name(os.getpid(), threading.get_native_id()))
+            os.unlink(
+                Path(self.store.layout.pending_dir)
+                / fmt.pending_file_name(os.getpid(), threading.get_native_id())
+            )
             os.close(self.fd)
 
 
-def existing_entry(store: Store, key: str, group: int, boundary: int) -> fmt.ManifestEntry:
+def existing_entry(
+    store: Store, key: str, group: int, boundary: int
+) -> fmt.ManifestEntry:
     """The entry of a chunk job 1 wrote, re-verified now (FORMAT.md 7.4)."""
     got = fmt.verify_chunk_file(store.layout.chunk(key, group))
     if got.boundary != boundary:
@@ -140,7 +149,9 @@ def main() -> int:
         if use_lock:
             fcntl.flock(lock_fd, fcntl.LOCK_SH)
         try:  # job 2: the state payload, then the manifest
-            state = ensure_chunk(store, chain[-1], STATE_GROUP, len(chain) * CHUNK_TOKENS)
+            state = ensure_chunk(
+                store, chain[-1], STATE_GROUP, len(chain) * CHUNK_TOKENS
+            )
             try:
                 full = [
                     existing_entry(store, k, FULL_GROUP, (i + 1) * CHUNK_TOKENS)
@@ -162,7 +173,9 @@ def main() -> int:
                     fmt.ManifestGroup(STATE_GROUP, fmt.GROUP_KIND_STATE, (state,)),
                 ),
             )
-            write_atomic(Path(store.layout.manifest(m.boundary, m.tip)), fmt.encode_manifest(m))
+            write_atomic(
+                Path(store.layout.manifest(m.boundary, m.tip)), fmt.encode_manifest(m)
+            )
             pending.write(set())
             published += 1
         finally:

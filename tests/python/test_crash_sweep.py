@@ -32,7 +32,7 @@ OVERLAY_DIR = REPO_ROOT / "overlays" / "kv-offload-store-local"
 if str(OVERLAY_DIR) not in sys.path:
     sys.path.insert(0, str(OVERLAY_DIR))
 
-import kv_store_format as fmt
+import kv_store_format as fmt  # noqa: E402 (found through the path above)
 
 FULL = 0
 STATE = 2

@@ -12,13 +12,14 @@ import re
 from pathlib import Path
 
 import pytest
-
 from cxx_support import fetch, pin_dirs_with, run_scope, scope_tool
 
 SOURCE_PIN_DIRS = pin_dirs_with("SDIST")
 
 
-@pytest.fixture(scope="module", params=SOURCE_PIN_DIRS, ids=[d.name for d in SOURCE_PIN_DIRS])
+@pytest.fixture(
+    scope="module", params=SOURCE_PIN_DIRS, ids=[d.name for d in SOURCE_PIN_DIRS]
+)
 def sources(request) -> Path:
     return fetch(request.param, "sources")
 
@@ -52,12 +53,25 @@ def _column0_definitions(result: dict, lines: list[str]) -> list[dict]:
 def test_cache_kernels_ranges_without_torch_or_cuda(tool, sources):
     path = sources / "csrc/cache_kernels.cu"
     lines = path.read_text().splitlines()
-    [res] = run_scope(tool, [{"root": str(sources), "file": "csrc/cache_kernels.cu", "args": ["-std=c++17", "-Icsrc"]}])
+    [res] = run_scope(
+        tool,
+        [
+            {
+                "root": str(sources),
+                "file": "csrc/cache_kernels.cu",
+                "args": ["-std=c++17", "-Icsrc"],
+            }
+        ],
+    )
     assert res["ok"], res.get("error")
     # Really without them: torch and the CUDA runtime were recovered as empty.
     assert any(h.startswith("torch/") for h in res["missing_headers"])
-    assert "cuda_runtime.h" in res["missing_headers"] or any("cuda" in h for h in res["missing_headers"])
-    assert res["diagnostics"], "without torch the file cannot compile; errors are expected"
+    assert "cuda_runtime.h" in res["missing_headers"] or any(
+        "cuda" in h for h in res["missing_headers"]
+    )
+    assert res["diagnostics"], (
+        "without torch the file cannot compile; errors are expected"
+    )
     defs = _column0_definitions(res, lines)
     assert len(defs) >= 30
     for d in defs:
@@ -69,7 +83,11 @@ def test_cache_kernels_ranges_without_torch_or_cuda(tool, sources):
     textual = {
         m.group(1)
         for line in lines
-        if (m := re.match(r"^(?:__global__ )?(?:void|int64_t|static void) (\w+)\(", line))
+        if (
+            m := re.match(
+                r"^(?:__global__ )?(?:void|int64_t|static void) (\w+)\(", line
+            )
+        )
     }
     assert textual <= names, textual - names
     # Reopened namespaces are reported once per block.
@@ -78,9 +96,17 @@ def test_cache_kernels_ranges_without_torch_or_cuda(tool, sources):
 
 def test_inactive_branch_follows_the_flags(tool, sources):
     lines = (sources / "csrc/cache_kernels.cu").read_text().splitlines()
-    guard = next(i + 1 for i, l in enumerate(lines) if "CUDA_VERSION >= 12080" in l and l.startswith("#if"))
-    call = next(i + 1 for i, l in enumerate(lines) if "cuMemcpyBatchAsync\"" in l)
-    req = {"root": str(sources), "file": "csrc/cache_kernels.cu", "args": ["-std=c++17", "-Icsrc"]}
+    guard = next(
+        i + 1
+        for i, line in enumerate(lines)
+        if "CUDA_VERSION >= 12080" in line and line.startswith("#if")
+    )
+    call = next(i + 1 for i, line in enumerate(lines) if 'cuMemcpyBatchAsync"' in line)
+    req = {
+        "root": str(sources),
+        "file": "csrc/cache_kernels.cu",
+        "args": ["-std=c++17", "-Icsrc"],
+    }
     live = dict(req, args=req["args"] + ["-DCUDA_VERSION=13000"])
     off, on = run_scope(tool, [req, live])
     assert any(a <= call <= b for a, b in off["inactive"]), off["inactive"]
@@ -90,10 +116,20 @@ def test_inactive_branch_follows_the_flags(tool, sources):
 
 def test_fs_io_store_block_range(tool, sources):
     lines = (sources / "csrc/fs_io.cpp").read_text().splitlines()
-    [res] = run_scope(tool, [{"root": str(sources), "file": "csrc/fs_io.cpp", "args": ["-std=c++17"]}])
+    [res] = run_scope(
+        tool, [{"root": str(sources), "file": "csrc/fs_io.cpp", "args": ["-std=c++17"]}]
+    )
     [d] = [d for d in res["definitions"] if d["name"] == "_store_block"]
-    begin = next(i + 1 for i, l in enumerate(lines) if l.startswith("inline int _store_block("))
-    assert (d["begin"], d["end"], d["valid"]) == (begin, _oracle_end(lines, begin), True)
+    begin = next(
+        i + 1
+        for i, line in enumerate(lines)
+        if line.startswith("inline int _store_block(")
+    )
+    assert (d["begin"], d["end"], d["valid"]) == (
+        begin,
+        _oracle_end(lines, begin),
+        True,
+    )
     assert d["qualified"] == "(anonymous namespace)::_store_block"
 
 
@@ -127,9 +163,21 @@ def test_synthetic_kinds_macros_and_refusals(tool, tmp_path):
     (tmp_path / "a.cpp").write_text(SYNTHETIC)
     [res] = run_scope(tool, [{"root": str(tmp_path), "file": "a.cpp", "args": []}])
     by = {d["name"]: d for d in res["definitions"]}
-    assert (by["outer"]["kind"], by["outer"]["begin"], by["outer"]["end"]) == ("namespace", 8, 22)
-    assert (by["Point"]["kind"], by["Point"]["begin"], by["Point"]["end"]) == ("struct", 9, 14)
-    assert (by["norm"]["kind"], by["norm"]["begin"], by["norm"]["end"]) == ("method", 11, 13)
+    assert (by["outer"]["kind"], by["outer"]["begin"], by["outer"]["end"]) == (
+        "namespace",
+        8,
+        22,
+    )
+    assert (by["Point"]["kind"], by["Point"]["begin"], by["Point"]["end"]) == (
+        "struct",
+        9,
+        14,
+    )
+    assert (by["norm"]["kind"], by["norm"]["begin"], by["norm"]["end"]) == (
+        "method",
+        11,
+        13,
+    )
     # A template's range starts at its `template` line.
     assert (by["twice"]["begin"], by["twice"]["end"]) == (15, 18)
     # A function written by a macro has no trustworthy range: invalid, with why.
@@ -143,10 +191,17 @@ def test_synthetic_kinds_macros_and_refusals(tool, tmp_path):
 
 def test_mapped_text_replaces_the_file_on_disk(tool, tmp_path):
     (tmp_path / "b.cpp").write_text("int f() { return 0; }\n")
-    mapped = "#include \"new.h\"\nint g() {\n  return h();\n}\n"
+    mapped = '#include "new.h"\nint g() {\n  return h();\n}\n'
     [res] = run_scope(
         tool,
-        [{"root": str(tmp_path), "file": "b.cpp", "args": [], "files": {"b.cpp": mapped, "new.h": "int h();\n"}}],
+        [
+            {
+                "root": str(tmp_path),
+                "file": "b.cpp",
+                "args": [],
+                "files": {"b.cpp": mapped, "new.h": "int h();\n"},
+            }
+        ],
     )
     assert [d["name"] for d in res["definitions"]] == ["g"]
     assert res["diagnostics"] == [] and res["missing_headers"] == []
@@ -155,5 +210,7 @@ def test_mapped_text_replaces_the_file_on_disk(tool, tmp_path):
 def test_bad_request_is_refused(tool):
     import subprocess
 
-    done = subprocess.run([str(tool)], input="{not json", capture_output=True, text=True)
+    done = subprocess.run(
+        [str(tool)], input="{not json", capture_output=True, text=True
+    )
     assert done.returncode == 2 and "not JSON" in done.stderr

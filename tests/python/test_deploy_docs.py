@@ -21,11 +21,21 @@ KNOBS = REPO / "overlays/kv-offload-scope/kv_offload_knobs.py"
 
 
 def test_knob_table_is_the_modules():
-    table = subprocess.run([sys.executable, str(KNOBS), "table"], capture_output=True, text=True, check=True).stdout
+    table = subprocess.run(
+        [sys.executable, str(KNOBS), "table"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert table.strip() in (REPO / "docs/DEPLOY.md").read_text(), (
         "docs/DEPLOY.md: paste `python3 overlays/kv-offload-scope/kv_offload_knobs.py table`"
     )
-    names = subprocess.run([sys.executable, str(KNOBS), "names"], capture_output=True, text=True, check=True).stdout
+    names = subprocess.run(
+        [sys.executable, str(KNOBS), "names"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for name in names.split():
         assert f"`{name}`" in table
 
@@ -33,7 +43,13 @@ def test_knob_table_is_the_modules():
 def test_readme_has_a_deploying_section():
     readme = (REPO / "README.md").read_text()
     section = readme.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
-    for needle in ("docs/DEPLOY.md", "refresh-digests.sh", "launch-example.sh", "kvstore gc --sweep", "--prometheus"):
+    for needle in (
+        "docs/DEPLOY.md",
+        "refresh-digests.sh",
+        "launch-example.sh",
+        "kvstore gc --sweep",
+        "--prometheus",
+    ):
         assert needle in section, needle
 
 
@@ -59,8 +75,18 @@ def test_systemd_units_verify(kvstore_bin, tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed")
     units = _units(kvstore_bin, tmp_path)
-    assert set(units) >= {"kvtier-gc.service", "kvtier-gc.timer", "kvtier-verify.service", "kvtier-verify.timer"}
-    res = subprocess.run(["systemd-analyze", "verify", *map(str, units.values())], capture_output=True, text=True, check=False)
+    assert set(units) >= {
+        "kvtier-gc.service",
+        "kvtier-gc.timer",
+        "kvtier-verify.service",
+        "kvtier-verify.timer",
+    }
+    res = subprocess.run(
+        ["systemd-analyze", "verify", *map(str, units.values())],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0 and res.stderr == "", res.stderr
 
 
@@ -68,15 +94,25 @@ def _run_unit_commands(unit: Path, env: dict[str, str]) -> None:
     for line in unit.read_text().splitlines():
         if not line.startswith("ExecStart="):
             continue
-        cmd = re.sub(r"\$\{(\w+)\}", lambda m: env[m[1]], line.removeprefix("ExecStart="))
+        cmd = re.sub(
+            r"\$\{(\w+)\}", lambda m: env[m[1]], line.removeprefix("ExecStart=")
+        )
         res = subprocess.run(cmd.split(), capture_output=True, text=True, check=False)
         assert res.returncode == 0, (cmd, res.stdout, res.stderr)
 
 
 def _promtool(path: Path) -> None:
     if shutil.which("promtool") is None:
-        pytest.fail("promtool is not installed (scripts/setup.sh installs Debian's prometheus)")
-    res = subprocess.run(["promtool", "check", "metrics"], input=path.read_text(), capture_output=True, text=True, check=False)
+        pytest.fail(
+            "promtool is not installed (scripts/setup.sh installs Debian's prometheus)"
+        )
+    res = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=path.read_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -91,7 +127,10 @@ def test_systemd_commands_sweep_and_export(kvstore_bin, tmp_path, store):
     assert proms == ["kvtier_gc.prom", "kvtier_stat.prom", "kvtier_verify.prom"]
     for p in textfile.iterdir():
         _promtool(p)
-    assert 'kvstore_last_exit_code{command="gc"} 0' in (textfile / "kvtier_gc.prom").read_text()
+    assert (
+        'kvstore_last_exit_code{command="gc"} 0'
+        in (textfile / "kvtier_gc.prom").read_text()
+    )
 
 
 def _container_script(doc: dict) -> str:
@@ -104,7 +143,9 @@ def _container_script(doc: dict) -> str:
 
 
 def test_kubernetes_cronjob_runs(kvstore_bin, tmp_path, store):
-    (doc,) = yaml.safe_load_all((DEPLOY / "kubernetes/kvtier-gc-cronjob.yaml").read_text())
+    (doc,) = yaml.safe_load_all(
+        (DEPLOY / "kubernetes/kvtier-gc-cronjob.yaml").read_text()
+    )
     assert doc["spec"]["concurrencyPolicy"] == "Forbid"
     script = _container_script(doc)
     textfile = tmp_path / "textfile"
@@ -114,19 +155,29 @@ def test_kubernetes_cronjob_runs(kvstore_bin, tmp_path, store):
         .replace("/data/glm53-kv-offload", str(store))
         .replace("/textfile", str(textfile))
     )
-    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     for name in ("kvtier_gc.prom", "kvtier_stat.prom"):
         _promtool(textfile / name)
 
 
 def test_kubernetes_sidecar_runs_the_same_commands():
-    (cron,) = yaml.safe_load_all((DEPLOY / "kubernetes/kvtier-gc-cronjob.yaml").read_text())
-    (pod,) = yaml.safe_load_all((DEPLOY / "kubernetes/kvtier-gc-sidecar.yaml").read_text())
+    (cron,) = yaml.safe_load_all(
+        (DEPLOY / "kubernetes/kvtier-gc-cronjob.yaml").read_text()
+    )
+    (pod,) = yaml.safe_load_all(
+        (DEPLOY / "kubernetes/kvtier-gc-sidecar.yaml").read_text()
+    )
 
     def commands(script: str) -> list[str]:
         joined = re.sub(r"\\\n\s*", "", script)
-        return [re.sub(r"\s+\|\|.*$", "", ln.strip()) for ln in joined.splitlines() if "kvstore " in ln]
+        return [
+            re.sub(r"\s+\|\|.*$", "", ln.strip())
+            for ln in joined.splitlines()
+            if "kvstore " in ln
+        ]
 
     assert commands(_container_script(pod)) == commands(_container_script(cron))
     mounts = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}

@@ -46,20 +46,33 @@ def test_layout(image_prefix):
         assert os.access(image_prefix / "bin" / tool, os.X_OK)
     data = image_prefix / "share/kvtier"
     assert sorted(p.name for p in (data / "anchors").iterdir()) == sorted(
-        p.name for p in (REPO / "anchors").iterdir() if not p.name.startswith("example-")
+        p.name
+        for p in (REPO / "anchors").iterdir()
+        if not p.name.startswith("example-")
     )
     assert os.access(data / "docker/bake.sh", os.X_OK)
     assert not (image_prefix / "libexec").exists()
     # No C or C++ runtime of the builder's travels into the image.
     bundled = sorted(p.name for p in (image_prefix / "lib/kvtier").iterdir())
-    assert not [n for n in bundled if re.match(r"(ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s)", n)]
+    assert not [
+        n
+        for n in bundled
+        if re.match(r"(ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s)", n)
+    ]
 
 
 @pytest.mark.parametrize("tool", ["overlay", "kvstore"])
 def test_tools_load_only_glibc_from_the_system(image_prefix, tool):
-    ldd = subprocess.run(["ldd", str(image_prefix / "bin" / tool)], capture_output=True, text=True, check=True).stdout
+    ldd = subprocess.run(
+        ["ldd", str(image_prefix / "bin" / tool)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "not found" not in ldd
-    assert "libstdc++" not in ldd and "libfmt" not in ldd and "libtomlplusplus" not in ldd
+    assert (
+        "libstdc++" not in ldd and "libfmt" not in ldd and "libtomlplusplus" not in ldd
+    )
     for line in ldd.splitlines():
         m = re.search(r"=> (\S+)", line)
         if m and "/lib/kvtier/" not in m[1]:
@@ -71,7 +84,9 @@ def test_glibc_requirement_recorded_and_old_enough(image_prefix):
     assert tuple(int(x) for x in need.split(".")) <= GLIBC_FLOOR, need
 
 
-def test_overlay_finds_its_anchors_in_the_image_layout(image_prefix, tree_copy, tmp_path):
+def test_overlay_finds_its_anchors_in_the_image_layout(
+    image_prefix, tree_copy, tmp_path
+):
     """`/opt/kvtier/bin/overlay check --root TREE`, no --manifests, through a
     link and with an empty environment, as the README's container example."""
     link = tmp_path / "overlay"
@@ -95,7 +110,12 @@ def test_bake_and_gate_run_from_the_image_layout(image_prefix, tree_copy):
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert (image_prefix / "share/kvtier/ARTIFACTS.sha256").is_file()
-    knob1 = dict(env, GLM53_KV_OFFLOAD="1", GLM53_KV_OFFLOAD_DIR="/data/kv", GLM53_KV_OFFLOAD_CPU_GB="8")
+    knob1 = dict(
+        env,
+        GLM53_KV_OFFLOAD="1",
+        GLM53_KV_OFFLOAD_DIR="/data/kv",
+        GLM53_KV_OFFLOAD_CPU_GB="8",
+    )
     res = subprocess.run(
         [str(docker / "gate.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy)],
         capture_output=True, text=True, check=False, env=knob1,
@@ -103,7 +123,9 @@ def test_bake_and_gate_run_from_the_image_layout(image_prefix, tree_copy):
     assert res.returncode == 0, res.stderr
 
 
-def test_bake_refuses_a_system_glibc_older_than_the_tools(image_prefix, tree_copy, tmp_path):
+def test_bake_refuses_a_system_glibc_older_than_the_tools(
+    image_prefix, tree_copy, tmp_path
+):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "getconf").write_text("#!/bin/sh\necho 'glibc 2.17'\n")
@@ -113,14 +135,23 @@ def test_bake_refuses_a_system_glibc_older_than_the_tools(image_prefix, tree_cop
          "--root", str(tree_copy), "--artifacts", str(tmp_path / "A")],
         capture_output=True, text=True, check=False, env={"PATH": f"{stubs}:/usr/bin:/bin"},
     )  # fmt: skip
-    assert res.returncode == 2 and "need glibc >= " in res.stderr and "has 2.17" in res.stderr
+    assert (
+        res.returncode == 2
+        and "need glibc >= " in res.stderr
+        and "has 2.17" in res.stderr
+    )
     assert not (tmp_path / "A").exists()
-    assert "vllm" in os.listdir(tree_copy) and not list(tree_copy.rglob("*.kvtier-journal"))
+    assert "vllm" in os.listdir(tree_copy) and not list(
+        tree_copy.rglob("*.kvtier-journal")
+    )
 
 
 def test_builder_packages_are_a_trimmed_subset_of_setup(tmp_path):
     res = subprocess.run(
-        [str(DOCKER / "build-tools.sh"), "packages"], capture_output=True, text=True, check=True
+        [str(DOCKER / "build-tools.sh"), "packages"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     pkgs = res.stdout.split()
     setup = (REPO / "scripts/setup.sh").read_text()
@@ -136,5 +167,12 @@ def test_usage_errors_and_help():
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert res.returncode == 2 and "needs --src, --build and --out" in res.stderr
-    res = subprocess.run([str(DOCKER / "build-tools.sh"), "--help"], capture_output=True, text=True, check=False)
-    assert res.returncode == 0 and res.stdout.startswith("The Dockerfile's builder stage")
+    res = subprocess.run(
+        [str(DOCKER / "build-tools.sh"), "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0 and res.stdout.startswith(
+        "The Dockerfile's builder stage"
+    )

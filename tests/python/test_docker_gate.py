@@ -369,7 +369,9 @@ def test_knob_1_wiring(rig):
     # The same command but for the rank arguments of a 2-node TP pair.
     tail = "--nnodes 2 --master-addr h0 --master-port 29501 --node-rank "
     assert runs[0].endswith(tail + "0 ") and runs[1].endswith(tail + "1 --headless ")
-    assert runs[0].removesuffix(tail + "0 ") == runs[1].removesuffix(tail + "1 --headless ")
+    assert runs[0].removesuffix(tail + "0 ") == runs[1].removesuffix(
+        tail + "1 --headless "
+    )
     assert "expandable_segments" not in res.stderr  # no alloc conf given
 
 
@@ -440,8 +442,13 @@ def test_gate_runs_inside_the_image_on_every_host_first(rig):
     assert [h for h, _ in gates] == ["h0", "h1"]
     assert cmds[:2] == gates, "the gates run before anything is stopped"
     for _, c in gates:
-        assert c.startswith("docker run --rm --network none --entrypoint /opt/kvtier/share/kvtier/docker/gate.sh ")
-        assert "-e GLM53_KV_OFFLOAD=1 " in c and "-e GLM53_KV_OFFLOAD_DIR=/data/glm53-kv-offload " in c
+        assert c.startswith(
+            "docker run --rm --network none --entrypoint /opt/kvtier/share/kvtier/docker/gate.sh "
+        )
+        assert (
+            "-e GLM53_KV_OFFLOAD=1 " in c
+            and "-e GLM53_KV_OFFLOAD_DIR=/data/glm53-kv-offload " in c
+        )
         assert c.endswith(" --prefix /opt/kvtier --python python3 ")
     # The local tree was never consulted: no overlay call on this machine.
     assert rig.overlay_calls() == []

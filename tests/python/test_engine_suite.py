@@ -31,14 +31,22 @@ def writer_stage(tp: int = 1, **over) -> dict:
                 "rank": rank,
                 "base": f"/s/ns_r{rank}",
                 "tp_group": [rank, tp],
-                "compare": {"keys": 5, "equal": 4, "different": 0, "no_file": 1, "shape": 0},
+                "compare": {
+                    "keys": 5,
+                    "equal": 4,
+                    "different": 0,
+                    "no_file": 1,
+                    "shape": 0,
+                },
                 "stats": {"state_files_removed": 1, "keys_dropped_budget": 3},
             }
         )
     res = stage(
         workers=workers,
         install=[{"writer_groups": [0, 1], "offloaded_groups": [0, 1]}] * tp,
-        eligible_lines=["KV offloading eligible groups: [0, 1] of 2 (draft-model groups [])"],
+        eligible_lines=[
+            "KV offloading eligible groups: [0, 1] of 2 (draft-model groups [])"
+        ],
         kvstore_verify={"rc": 0},
     )
     res.update(over)
@@ -53,7 +61,9 @@ def test_identical_logprobs_pass_and_any_difference_fails():
     swapped = [[[[5, -0.25], [8, -1.5]], STEP]]
     assert suite.same_logprobs(stage(), stage(swapped))["top20_token_sets_differ"] == 1
     assert not suite.same_logprobs(stage(), stage([[STEP]]))["ok"]  # a step missing
-    assert not suite.same_logprobs({"rounds": []}, {"rounds": []})["ok"]  # nothing compared
+    assert not suite.same_logprobs({"rounds": []}, {"rounds": []})[
+        "ok"
+    ]  # nothing compared
 
 
 def test_writer_check_passes_a_good_stage():
@@ -66,7 +76,9 @@ def test_writer_check_passes_a_good_stage():
     [
         lambda r: r["workers"][0]["compare"].update(different=1),
         lambda r: r["workers"][0]["compare"].update(equal=0),
-        lambda r: r["workers"][0]["compare"].update(no_file=2),  # more than retention removed
+        lambda r: r["workers"][0]["compare"].update(
+            no_file=2
+        ),  # more than retention removed
         lambda r: r["workers"][0].update(active=False),
         lambda r: r["install"][0].update(writer_groups=[0]),
         lambda r: r.update(eligible_lines=[]),
@@ -91,7 +103,9 @@ def test_tp2_needs_two_ranks_with_their_own_folders():
 def test_pressure_needs_counted_drops_full_outputs_and_a_clean_store():
     results = {"pressure.off": stage(), "pressure.on": writer_stage()}
     verdicts = suite.judge(results)
-    assert verdicts["pressure.on: all requests served, drops counted, store clean"]["ok"]
+    assert verdicts["pressure.on: all requests served, drops counted, store clean"][
+        "ok"
+    ]
     ratio = verdicts["throughput tier on / off (round 0, tokens/s, mean of the runs)"]
     assert ratio["ratio"] == 1.0
     results["pressure.on"]["workers"][0]["stats"]["keys_dropped_budget"] = 0
@@ -130,7 +144,13 @@ def seq_stage(cached0, cached1, **extra) -> dict:
 def restore_results() -> dict:
     """cold: request 1 hits 32 GPU tokens in round 0 and both hit in round 1;
     hit: both restored in round 0; bad: request 0's restore refused (recomputes)."""
-    chunk = {"key": "k0", "group": 0, "path": "/s/c", "header_length": 64, "payload_length": 8}
+    chunk = {
+        "key": "k0",
+        "group": 0,
+        "path": "/s/c",
+        "header_length": 64,
+        "payload_length": 8,
+    }
     hit_workers = [{"stats": {"keys_restored": 6, "jobs_failed": 0, "manifests_marked_bad": 0},
                     "promotions": [{"ok": True, "keys": [chunk]}], "failures": [],
                     "manifests_bad": []}]  # fmt: skip
@@ -143,17 +163,31 @@ def restore_results() -> dict:
         "restore.llama.cold": seq_stage([0, 32], [32, 64]),
         "restore.llama.write": seq_stage([0, 32], [32, 64]),
         "restore.llama.hit": seq_stage(
-            [32, 64], [32, 64], restore_workers=hit_workers,
-            restore_scheduler={"keys_promoted": 6, "promotions_ok": 2, "promotions_failed": 0},
+            [32, 64],
+            [32, 64],
+            restore_workers=hit_workers,
+            restore_scheduler={
+                "keys_promoted": 6,
+                "promotions_ok": 2,
+                "promotions_failed": 0,
+            },
         ),  # fmt: skip
         "restore.llama.bad": seq_stage(
-            [0, 32], [32, 64], restore_workers=bad_workers,
-            restore_scheduler={"keys_promoted": 0, "promotions_ok": 0, "promotions_failed": 1},
+            [0, 32],
+            [32, 64],
+            restore_workers=bad_workers,
+            restore_scheduler={
+                "keys_promoted": 0,
+                "promotions_ok": 0,
+                "promotions_failed": 1,
+            },
         ),  # fmt: skip
     }
 
 
-CORRUPTED = {"restore.llama.bad": {"key": "k0", "group": 0, "path": "/s/c", "offset": 68}}
+CORRUPTED = {
+    "restore.llama.bad": {"key": "k0", "group": 0, "path": "/s/c", "offset": 68}
+}
 HIT = "restore.llama.hit: restored after a restart, logprobs and KV bytes == cold"
 BAD = "restore.llama.bad: corrupted chunk refused, recomputed, logprobs == cold"
 WRITE = "restore.llama.write: logprobs == cold"
@@ -188,7 +222,11 @@ def _break(results: dict, stage: str, path: tuple, value) -> dict:
         ("restore.llama.hit", ("rounds", 0, "num_cached_tokens"), [0, 32]),
         ("restore.llama.hit", ("restore_scheduler",), {}),
         # a logprob difference, a different top-20 token, a step missing
-        ("restore.llama.hit", ("rounds", 0, "logprobs", 1, 0), [[5, -0.25], [9, -1.4999]]),
+        (
+            "restore.llama.hit",
+            ("rounds", 0, "logprobs", 1, 0),
+            [[5, -0.25], [9, -1.4999]],
+        ),
         ("restore.llama.hit", ("rounds", 1, "logprobs", 0, 1), [[5, -0.25], [8, -1.5]]),
         ("restore.llama.hit", ("rounds", 0, "logprobs", 0), [STEP]),
         # a byte mismatch in a restored block; a request without digests
@@ -231,12 +269,16 @@ def test_restore_with_no_digests_at_all_fails():
     ],
 )
 def test_restore_corruption_fails_on_each_defect(path, value):
-    verdict = suite.judge(_break(restore_results(), "restore.llama.bad", path, value), CORRUPTED)
+    verdict = suite.judge(
+        _break(restore_results(), "restore.llama.bad", path, value), CORRUPTED
+    )
     assert not verdict[BAD]["ok"]
 
 
 def test_restore_corruption_not_done_fails():
-    verdicts = suite.judge(restore_results(), {"restore.llama.bad": {"error": "nothing"}})
+    verdicts = suite.judge(
+        restore_results(), {"restore.llama.bad": {"error": "nothing"}}
+    )
     assert not verdicts[BAD]["ok"]
     assert not suite.judge(restore_results(), {})[BAD]["ok"]
 
@@ -271,7 +313,11 @@ def test_restore_stages_share_one_store_and_run_in_order():
         assert cold.tree == "pristine" and cold.knob is None
         assert write.store == hit.store == bad.store == f"restore.{model}"
         assert write.env["GLM53_KV_OFFLOAD_RESTORE"] == "0"
-        assert hit.env["GLM53_KV_OFFLOAD_RESTORE"] == bad.env["GLM53_KV_OFFLOAD_RESTORE"] == "1"
+        assert (
+            hit.env["GLM53_KV_OFFLOAD_RESTORE"]
+            == bad.env["GLM53_KV_OFFLOAD_RESTORE"]
+            == "1"
+        )
         assert cold.wave == write.wave < hit.wave < bad.wave
         assert bad.corrupt == hit.name and not bad.probe
         assert all("--sequential" in s.args for s in (cold, write, hit, bad))

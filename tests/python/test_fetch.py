@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
 
 FETCH = REPO_ROOT / "fixtures" / "fetch.py"
@@ -179,7 +178,9 @@ def test_a_download_is_adopted_only_when_it_is_the_pinned_file(tmp_path):
     dest = tmp_path / "x.whl"
 
     with pytest.raises(fetch.FetchError) as bad:
-        fetch._adopt_download(str(tmp), "x.whl", "0" * 64, dest, "WHEEL", "pip download")
+        fetch._adopt_download(
+            str(tmp), "x.whl", "0" * 64, dest, "WHEEL", "pip download"
+        )
     assert "does not match WHEEL pin" in str(bad.value) and not dest.exists()
     with pytest.raises(fetch.FetchError) as missing:
         fetch._adopt_download(str(tmp), "y.whl", good, dest, "WHEEL", "pip download")
@@ -205,7 +206,9 @@ def test_a_cached_download_runs_only_for_a_missing_or_wrong_file(tmp_path):
         (Path(tmp) / "x.whl").write_bytes(b"wheel bytes")
 
     def cached() -> Path:
-        return fetch._cached_download(folder, "x.whl", good, "WHEEL", "pip download", download)
+        return fetch._cached_download(
+            folder, "x.whl", good, "WHEEL", "pip download", download
+        )
 
     assert cached().read_bytes() == b"wheel bytes" and len(calls) == 1
     assert cached() == folder / "x.whl" and len(calls) == 1  # current: no download

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
 from cxx_support import fetch, pin_dirs_with, pins
 
@@ -27,14 +26,19 @@ def pin_set(request) -> Path:
 
 
 def _first_name(path: Path) -> str:
-    return next(line for line in path.read_text().splitlines() if line.strip()).split()[1]
+    return next(line for line in path.read_text().splitlines() if line.strip()).split()[
+        1
+    ]
 
 
 @pytest.fixture
 def cache(tmp_path, pin_set) -> Path:
     home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtier"
     xdg = tmp_path / "xdg"
-    for sub, name in (("sdists", _first_name(pin_set / "SDIST")), ("wheels", _first_name(pin_set / "WHEEL"))):
+    for sub, name in (
+        ("sdists", _first_name(pin_set / "SDIST")),
+        ("wheels", _first_name(pin_set / "WHEEL")),
+    ):
         (xdg / "kvtier" / sub).mkdir(parents=True)
         (xdg / "kvtier" / sub / name).symlink_to(home / sub / name)
     return xdg
@@ -44,7 +48,10 @@ def run(cache: Path, pins_file: Path, *args: str) -> subprocess.CompletedProcess
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PIP_INDEX_URL": "http://127.0.0.1:9/none",
            "PIP_NO_INDEX": "1"}  # fmt: skip
     return subprocess.run(
-        [sys.executable, str(FETCH), "--pins", str(pins_file), *args], capture_output=True, text=True, env=env
+        [sys.executable, str(FETCH), "--pins", str(pins_file), *args],
+        capture_output=True,
+        text=True,
+        env=env,
     )
 
 
@@ -64,7 +71,10 @@ def test_tampered_source_is_restored(cache, pin_set):
     target.write_text("tampered\n")
     done = run(cache, pin_set / "PINS", "--sources")
     assert done.returncode == 0, done.stderr
-    assert pins(pin_set / "SOURCES")["csrc/fs_io.cpp"] == __import__("hashlib").sha256(target.read_bytes()).hexdigest()
+    assert (
+        pins(pin_set / "SOURCES")["csrc/fs_io.cpp"]
+        == __import__("hashlib").sha256(target.read_bytes()).hexdigest()
+    )
 
 
 def _pin_copy(pin_set: Path, tmp_path: Path) -> Path:
@@ -73,7 +83,9 @@ def _pin_copy(pin_set: Path, tmp_path: Path) -> Path:
     return d
 
 
-def test_source_pin_mismatch_names_the_file_and_writes_nothing(cache, pin_set, tmp_path):
+def test_source_pin_mismatch_names_the_file_and_writes_nothing(
+    cache, pin_set, tmp_path
+):
     d = _pin_copy(pin_set, tmp_path)
     lines = (d / "SOURCES").read_text().splitlines()
     digest, name = lines[0].split()
@@ -94,12 +106,16 @@ def test_source_not_in_sdist_is_named(cache, pin_set, tmp_path):
     assert "csrc/not_in_the_sdist.cpp: pinned but not in" in done.stderr
 
 
-def test_wrong_sdist_pin_refuses_the_cached_file_and_cannot_download(cache, pin_set, tmp_path):
+def test_wrong_sdist_pin_refuses_the_cached_file_and_cannot_download(
+    cache, pin_set, tmp_path
+):
     d = _pin_copy(pin_set, tmp_path)
     name = _first_name(d / "SDIST")
     (d / "SDIST").write_text(f"{'2' * 64}  {name}\n")
     done = run(cache, d / "PINS", "--sources")
-    assert done.returncode in (1, 3), done.stderr  # cached file refused; no index to fetch another
+    assert done.returncode in (1, 3), (
+        done.stderr
+    )  # cached file refused; no index to fetch another
     assert not (cache / "kvtier" / "sources" / pin_set.name).exists()
 
 

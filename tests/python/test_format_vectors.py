@@ -496,7 +496,11 @@ def test_make_fenced_adds_the_writer_keys_it_checks() -> None:
     scheme = {"hash": "sha256_cbor", "seed": "default"}
     fenced = f.make_fenced(**FENCED_ARGS, key_scheme=scheme, layer_index="model")
     # The same dict the writer used to build by hand, so the same namespace.
-    by_hand = {**f.make_fenced(**FENCED_ARGS), "key_scheme": scheme, "layer_index": "model"}
+    by_hand = {
+        **f.make_fenced(**FENCED_ARGS),
+        "key_scheme": scheme,
+        "layer_index": "model",
+    }
     assert f.namespace_hash(fenced) == f.namespace_hash(by_hand)
     assert "key_scheme" not in f.make_fenced(**FENCED_ARGS)
     for bad in ({"key_scheme": {"hash": 1}}, {"layer_index": ""}, {"layer_index": 3}):

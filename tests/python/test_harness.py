@@ -7,9 +7,8 @@ import sys
 import types
 from types import SimpleNamespace as NS
 
-import pytest
-
 import harness
+import pytest
 from harness.imports import Import, runtime_imports
 
 CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"

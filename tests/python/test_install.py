@@ -52,7 +52,9 @@ def test_installed_overlay_finds_its_anchors(installed, tree_copy):
     assert "pristine" in done.stdout
 
 
-def test_installed_scripts_bake_and_gate_from_the_prefix(installed, tree_copy, tmp_path):
+def test_installed_scripts_bake_and_gate_from_the_prefix(
+    installed, tree_copy, tmp_path
+):
     """bake.sh and gate.sh take the install prefix and find everything under it."""
     env = {"PATH": "/usr/bin:/bin"}
     data = installed / "share/kvtier"
@@ -81,14 +83,20 @@ def _complete(tool: Path, completion: Path, words: list[str]) -> list[str]:
         f"_kvtier_{tool.name}\n"
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=True
+    )
     return done.stdout.split()
 
 
 def _help_options(tool: Path, sub: str) -> set[str]:
-    done = subprocess.run([str(tool), sub, "--help"], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(tool), sub, "--help"], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
-    options = done.stdout.split("\nExit codes")[0]  # the shared footer names other tools' flags
+    options = done.stdout.split("\nExit codes")[
+        0
+    ]  # the shared footer names other tools' flags
     return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", options))
 
 
@@ -96,11 +104,15 @@ def _help_options(tool: Path, sub: str) -> set[str]:
 def test_completion_offers_subcommands_and_every_option(installed, tool_name):
     tool = installed / "bin" / tool_name
     completion = installed / "share/bash-completion/completions" / tool_name
-    assert sorted(_complete(tool, completion, [tool_name, ""])) == sorted(COMMANDS[tool_name])
+    assert sorted(_complete(tool, completion, [tool_name, ""])) == sorted(
+        COMMANDS[tool_name]
+    )
     for sub in COMMANDS[tool_name]:
         offered = set(_complete(tool, completion, [tool_name, sub, "-"]))
         missing = _help_options(tool, sub) - offered
-        assert not missing, f"{tool_name} {sub}: --help lists {sorted(missing)}, completion does not"
+        assert not missing, (
+            f"{tool_name} {sub}: --help lists {sorted(missing)}, completion does not"
+        )
 
 
 def test_deb_package(build_dir, tmp_path):
@@ -112,10 +124,17 @@ def test_deb_package(build_dir, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (deb,) = tmp_path.glob("kvtier_*.deb")
-    files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    files = subprocess.run(
+        ["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True
+    ).stdout
     for want in ("./usr/bin/overlay", "./usr/bin/kvstore", "./usr/share/kvtier/docker/gate.sh",
                  "./usr/share/bash-completion/completions/kvstore"):  # fmt: skip
         assert re.search(rf" {re.escape(want)}$", files, re.MULTILINE), want
     assert re.search(r"\./usr/share/kvtier/anchors/[^/]+/ORDER$", files, re.MULTILINE)
-    depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True, check=True).stdout
+    depends = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Depends"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "libc6" in depends and "python3" in depends

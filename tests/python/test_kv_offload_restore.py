@@ -314,7 +314,9 @@ def test_gc_sweep_waits_for_a_promotion(ns, store, kvstore_bin):
 
     restarted.restorers[0].before_read = during_read
     hits, _ = restore_b(restarted, hashes)
-    assert seen["rc"] == 7, seen["out"]  # busy: the reader holds the store lock (README, Exit codes)
+    assert seen["rc"] == 7, seen[
+        "out"
+    ]  # busy: the reader holds the store lock (README, Exit codes)
     assert seen["unchanged"]
     assert hits == RESTORED
     assert_restored(restarted, hashes)
@@ -330,7 +332,11 @@ def test_keep_k_retiring_under_a_promotion_loads_the_verified_bytes(ns, store):
     def retire(proofs):
         for p in proofs:
             if p.kind == "state":
-                os.unlink(chunk_path(restarted, bytes.fromhex(p.key_hex) + p.group.to_bytes(4, "big")))
+                os.unlink(
+                    chunk_path(
+                        restarted, bytes.fromhex(p.key_hex) + p.group.to_bytes(4, "big")
+                    )
+                )
         manifests = os.path.join(base_dir(restarted), "manifests")
         for name in os.listdir(manifests):
             os.unlink(os.path.join(manifests, name))
@@ -435,7 +441,11 @@ def store_only_run(ns, store) -> list[bytes]:
     request = rig.request("a", hashes, PROMPT_BLOCKS * BLOCK)
     rig.scheduler.on_new_request(request)
     assert rig.scheduler.get_num_new_matched_tokens(request, 0) == (0, False)
-    steps = [rs.scheduler_output(request, tuple([g * 100 + b + 1 for b in range(8)] for g in range(7)))]
+    steps = [
+        rs.scheduler_output(
+            request, tuple([g * 100 + b + 1 for b in range(8)] for g in range(7))
+        )
+    ]
     steps += [None, None]
     for output in steps:
         meta = rig.step(output)
@@ -533,8 +543,15 @@ def test_two_ranks_over_gloo(ns, store, restore_tree, tmp_path, disagree):
     init = tmp_path / "gloo-init"
     procs = [
         subprocess.Popen(
-            [REAL_PYTHON, script, str(restore_tree), str(store), str(r), str(init),
-             str(tmp_path / f"rank{r}.json")],
+            [
+                REAL_PYTHON,
+                script,
+                str(restore_tree),
+                str(store),
+                str(r),
+                str(init),
+                str(tmp_path / f"rank{r}.json"),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -591,7 +608,10 @@ def test_restore_one_is_accepted_only_beside_the_restore_tier(tmp_path):
     # The launch gate declares a baked prefix on the command line.
     env = {"PATH": os.environ["PATH"], "GLM53_KV_OFFLOAD_RESTORE": "1"}
     refused = subprocess.run(
-        [sys.executable, str(CONTRACT), "check"], env=env, capture_output=True, text=True
+        [sys.executable, str(CONTRACT), "check"],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert refused.returncode == 2 and "RESTORE=1 is refused" in refused.stderr
     accepted = subprocess.run(

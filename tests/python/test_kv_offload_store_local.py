@@ -872,7 +872,9 @@ def test_state_strides_are_read_and_undescribable_views_refused():
     dense = [((4, 3), (3, 1), 0), ((2, 4), (4, 1), 24)]
     read = ksl.layout.state_strides(parts, dense)
     assert [p.stride for p in read] == [(3, 1), (4, 1)]
-    group = ksl.layout.GroupLayout(2, 1, "state", (ksl.layout.LayerLayout(0, 56, read),))
+    group = ksl.layout.GroupLayout(
+        2, 1, "state", (ksl.layout.LayerLayout(0, 56, read),)
+    )
     assert [s.stride for s in group.segments(1)] == [(3, 1), (4, 1)]
     bad = {
         "transposed conv": [((4, 3), (1, 4), 0), ((2, 4), (4, 1), 24)],

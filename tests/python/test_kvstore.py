@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kvstore_support import (
     FULL_GROUP,
     STATE_GROUP,
@@ -122,7 +120,10 @@ def test_clean_store_gc_plans_nothing(kv, store):
     two_boundaries(store)
     r = kv("gc", str(store.tier))
     assert r.code == 0
-    assert lines(r.out)[0] == "plan: 0 file(s), 0 bytes would be freed (dry run; --sweep deletes)"
+    assert (
+        lines(r.out)[0]
+        == "plan: 0 file(s), 0 bytes would be freed (dry run; --sweep deletes)"
+    )
 
 
 def test_several_ranks(kv, tmp_path):
@@ -225,7 +226,9 @@ def test_flipped_header_bit_breaks_every_manifest_and_refuses(kv, store):
     before = files_under(store.tier)
     r = kv("gc", "--sweep", str(store.tier))
     assert r.code == 4
-    assert f"refused {store.name}: the plan would delete every manifest (2)" in lines(r.out)
+    assert f"refused {store.name}: the plan would delete every manifest (2)" in lines(
+        r.out
+    )
     assert files_under(store.tier) == before | {in_rank(store, ".lock")}
 
 
@@ -444,7 +447,9 @@ def test_stale_and_fresh_temps(kv, store):
         ]
     )
     r = kv("gc", str(store.tier))
-    planned = sorted(line.split(": ")[0] for line in lines(r.out) if line.startswith("would"))
+    planned = sorted(
+        line.split(": ")[0] for line in lines(r.out) if line.startswith("would")
+    )
     assert planned == sorted(
         f"would delete {store.rel(p)}" for p in (rec_old, chunk_tmp, mtmp)
     )
@@ -492,7 +497,9 @@ def test_symlinks_are_reported_never_followed(kv, store, tmp_path):
     assert r.code == 1, r.out
     assert victim.read_bytes() == b"precious"
     assert link.is_symlink() and dir_link.is_symlink()
-    assert kv("verify", str(dir_link)).code == 6  # a symlinked ROOT is refused (I/O, README's table)
+    assert (
+        kv("verify", str(dir_link)).code == 6
+    )  # a symlinked ROOT is refused (I/O, README's table)
 
 
 def test_foreign_files_are_reported_never_deleted(kv, store):
@@ -593,7 +600,10 @@ def test_stat_json_and_prometheus(kv, store, tmp_path):
     assert rank["newest_boundary_age_s"] >= 3599
     text = prom.read_text()
     labels = f'rank="0",base="{store.name}"'
-    assert f'kvstore_group_chunks{{{labels},group="2",kind="state"}} 7' in text.splitlines()
+    assert (
+        f'kvstore_group_chunks{{{labels},group="2",kind="state"}} 7'
+        in text.splitlines()
+    )
     assert f"kvstore_rank_manifests{{{labels}}} 7" in text.splitlines()
     assert f"kvstore_rank_chains{{{labels}}} 2" in text.splitlines()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kvstore")] == [
@@ -700,7 +710,9 @@ def test_usage_and_io_errors(kv, tmp_path):
 def test_empty_tier_is_clean(kv, tmp_path):
     r = kv("verify", str(tmp_path))
     assert r.code == 0
-    assert r.out == "verify: 0 rank(s), 0 chunk(s), 0 manifest(s), 0 bytes; no problems\n"
+    assert (
+        r.out == "verify: 0 rank(s), 0 chunk(s), 0 manifest(s), 0 bytes; no problems\n"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -716,7 +728,13 @@ def test_sweeps_beside_a_live_writer_never_break_a_manifest(kv, tmp_path):
     Store(tier)  # namespace record + rank base before the writer starts
     stop = tmp_path / "stop"
     writer = subprocess.Popen(
-        [sys.executable, str(HERE / "kvstore_writer_loop.py"), str(tier), str(stop), "200"],
+        [
+            sys.executable,
+            str(HERE / "kvstore_writer_loop.py"),
+            str(tier),
+            str(stop),
+            "200",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -766,12 +784,24 @@ def test_bench_smoke(kvstore_bin, tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    for part in ("verify-large (written)", "verify-large (re-read)", "verify-small", "gc:",
-                 "gc-manifests", "sweep:"):
+    for part in (
+        "verify-large (written)",
+        "verify-large (re-read)",
+        "verify-small",
+        "gc:",
+        "gc-manifests",
+        "sweep:",
+    ):
         assert part in out
-    for label in ("ratio verify/C reference", "ratio verify/C walk+read+CRC", "ratio verify/C walk+read+CRC, no fstat",
-                  "ratio verify/python",
-                  "ratio gc/find", "ratio sweep/(rm + sync)", "ratio sweep/(find -delete + sync)"):
+    for label in (
+        "ratio verify/C reference",
+        "ratio verify/C walk+read+CRC",
+        "ratio verify/C walk+read+CRC, no fstat",
+        "ratio verify/python",
+        "ratio gc/find",
+        "ratio sweep/(rm + sync)",
+        "ratio sweep/(find -delete + sync)",
+    ):
         assert label in out
 
 
@@ -811,7 +841,9 @@ def test_verify_checks_a_groups_kind_against_its_segments(kv, store):
     age(full_b)
     m = store.manifest_for([key_of("a"), key_of("b")])
     wrong = fmt.ManifestGroup(
-        STATE_GROUP + 1, fmt.GROUP_KIND_STATE, (store.entries[f"{STATE_GROUP + 1}/{key_of('b')}"],)
+        STATE_GROUP + 1,
+        fmt.GROUP_KIND_STATE,
+        (store.entries[f"{STATE_GROUP + 1}/{key_of('b')}"],),
     )
     m = fmt.BoundaryManifest(
         m.namespace, m.rank, m.boundary, m.chunk_tokens, m.chain, (*m.groups, wrong)
@@ -841,7 +873,10 @@ def test_chain_that_repeats_a_key_is_a_bad_manifest(kv, store):
     r = kv("verify", str(store.tier))
     assert r.code == 1, r.out
     out = lines(r.out)[:-1]
-    assert f"{store.manifest_rel(['a', 'b'])}: bad-manifest: manifest_inconsistent: chain repeats a key" in out
+    assert (
+        f"{store.manifest_rel(['a', 'b'])}: bad-manifest: manifest_inconsistent: chain repeats a key"
+        in out
+    )
 
 
 def test_symlinked_manifests_folder_refuses_the_sweep(kv, store, tmp_path):
@@ -852,8 +887,10 @@ def test_symlinked_manifests_folder_refuses_the_sweep(kv, store, tmp_path):
     before = files_under(store.tier)
     r = kv("gc", "--sweep", str(store.tier))
     assert r.code == 4, r.out
-    assert f"refused {in_rank(store, 'manifests')}: could not be read (not a readable directory: " \
+    assert (
+        f"refused {in_rank(store, 'manifests')}: could not be read (not a readable directory: "
         "which chunks are named is unknown)" in lines(r.out)
+    )
     assert files_under(store.tier) == before | {in_rank(store, ".lock")}
     # --force may skip what it cannot read, never delete what it might name.
     r = kv("gc", "--sweep", "--force", str(store.tier))
@@ -879,13 +916,19 @@ def test_forced_sweep_beside_unreadable_manifests_leaves_no_dangling_manifest(kv
         try:
             r = kv("gc", "--sweep", str(store.tier), user=user)
             assert r.code == 4, r.out + r.err
-            r = kv("gc", "--sweep", "--force", "--keep", "1", str(store.tier), user=user)
+            r = kv(
+                "gc", "--sweep", "--force", "--keep", "1", str(store.tier), user=user
+            )
             assert store.chunk_rel("x", FULL_GROUP) in files_under(store.tier), r.out
             assert store.chunk_rel("x", STATE_GROUP) in files_under(store.tier), r.out
         finally:
             hidden.chmod(0o644)
         r = kv("verify", "--json", str(store.tier))
-        bad = [f for f in json.loads(r.out)["findings"] if f["kind"] in ("missing", "mismatch")]
+        bad = [
+            f
+            for f in json.loads(r.out)["findings"]
+            if f["kind"] in ("missing", "mismatch")
+        ]
         assert bad == []
 
 
@@ -903,7 +946,9 @@ def test_forced_sweep_beside_an_unlistable_manifests_folder_deletes_no_chunk(kv)
         try:
             chunks = {p for p in files_under(store.tier) if p.endswith(".bin")}
             r = kv("gc", "--sweep", "--force", str(store.tier), user=user)
-            assert {p for p in files_under(store.tier) if p.endswith(".bin")} == chunks, r.out
+            assert {
+                p for p in files_under(store.tier) if p.endswith(".bin")
+            } == chunks, r.out
         finally:
             (store.base / "manifests").chmod(0o755)
         r = kv("verify", str(store.tier))
@@ -926,7 +971,10 @@ def _hold_pending(store: Store, chunks: set[tuple[int, str]]) -> subprocess.Pope
         "sys.stdin.read()\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     proc.pending_path = Path(proc.stdout.readline().strip())
     return proc

@@ -47,8 +47,16 @@ def store(tmp_path) -> Store:
 
 def promtool_ok(text: str, tmp_path: Path) -> None:
     if shutil.which("promtool") is None:
-        pytest.fail("promtool is not installed (scripts/setup.sh installs Debian's prometheus)")
-    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+        pytest.fail(
+            "promtool is not installed (scripts/setup.sh installs Debian's prometheus)"
+        )
+    done = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -71,7 +79,11 @@ def test_metrics_pass_promtool_and_carry_every_series(kv, store, tmp_path, comma
     for name in RUN_SERIES:
         value(text, f'{name}{{command="{command}"}}')
     assert value(text, f'kvstore_last_exit_code{{command="{command}"}}') == 0
-    assert before - 1 <= value(text, f'kvstore_last_success_timestamp_seconds{{command="{command}"}}') <= time.time() + 1
+    assert (
+        before - 1
+        <= value(text, f'kvstore_last_success_timestamp_seconds{{command="{command}"}}')
+        <= time.time() + 1
+    )
 
 
 def test_empty_tier_emits_every_series_as_zero(kv, tmp_path):
@@ -88,24 +100,39 @@ def test_empty_tier_emits_every_series_as_zero(kv, tmp_path):
 def test_verify_metrics_make_corruption_alertable(kv, store, tmp_path):
     prom = tmp_path / "verify.prom"
     assert kv("verify", "--prometheus", str(prom), str(store.tier)).code == 0
-    first_success = value(prom.read_text(), 'kvstore_last_success_timestamp_seconds{command="verify"}')
+    first_success = value(
+        prom.read_text(), 'kvstore_last_success_timestamp_seconds{command="verify"}'
+    )
     flip_bit(store.tier / store.chunk_rel("b", FULL_GROUP), 200)
     time.sleep(0.01)
     r = kv("verify", "--prometheus", str(prom), str(store.tier))
     assert r.code == 1
     text = prom.read_text()
     promtool_ok(text, tmp_path)
-    assert value(text, "kvstore_verify_problems") >= 1 and value(text, "kvstore_verify_damage") >= 1
+    assert (
+        value(text, "kvstore_verify_problems") >= 1
+        and value(text, "kvstore_verify_damage") >= 1
+    )
     assert value(text, 'kvstore_last_exit_code{command="verify"}') == 1
     # The failed run keeps the last success where it was.
-    assert value(text, 'kvstore_last_success_timestamp_seconds{command="verify"}') == first_success
-    assert value(text, 'kvstore_last_run_timestamp_seconds{command="verify"}') > first_success
+    assert (
+        value(text, 'kvstore_last_success_timestamp_seconds{command="verify"}')
+        == first_success
+    )
+    assert (
+        value(text, 'kvstore_last_run_timestamp_seconds{command="verify"}')
+        > first_success
+    )
 
 
 def test_stat_metrics_are_timestamps_not_ages(kv, store):
     r = kv("stat", "--prometheus", "-", str(store.tier))
     assert r.code == 0, r.err
-    newest = re.search(r"^kvstore_rank_newest_boundary_timestamp_seconds\{[^}]*\} (\S+)$", r.out, re.MULTILINE)
+    newest = re.search(
+        r"^kvstore_rank_newest_boundary_timestamp_seconds\{[^}]*\} (\S+)$",
+        r.out,
+        re.MULTILINE,
+    )
     # age_tree backdated the store by an hour.
     assert newest and abs(float(newest[1]) - (time.time() - 3600)) < 120
     assert "age_seconds" not in r.out
@@ -122,30 +149,49 @@ def test_no_store_here(kv, tmp_path):
         assert r.code == 8 and "no store here" in r.err, (command, r.err)
         r = kv(command, "--json", str(d))
         doc = json.loads(r.out)
-        assert doc["error"]["kind"] == "no_store" and doc["exit_code"] == 8 and doc["schema_version"] == 1
+        assert (
+            doc["error"]["kind"] == "no_store"
+            and doc["exit_code"] == 8
+            and doc["schema_version"] == 1
+        )
 
 
 def test_json_documents_have_a_schema_version(kv, store):
     for args in (["verify"], ["gc"], ["stat"]):
         r = kv(*args, "--json", str(store.tier))
         doc = json.loads(r.out)
-        assert doc["schema_version"] == 1 and doc["tool"] == "kvstore" and doc["command"] == args[0]
+        assert (
+            doc["schema_version"] == 1
+            and doc["tool"] == "kvstore"
+            and doc["command"] == args[0]
+        )
         assert doc["ok"] is True and doc["exit_code"] == r.code == 0
 
 
 def test_json_errors_are_never_empty_stdout(kv, tmp_path):
-    for args in (["verify", str(tmp_path / "missing")], ["verify", "--jsno", str(tmp_path)], ["stat"]):
+    for args in (
+        ["verify", str(tmp_path / "missing")],
+        ["verify", "--jsno", str(tmp_path)],
+        ["stat"],
+    ):
         r = kv(*args, "--json")
         assert r.code == 2, (args, r.err)
         doc = json.loads(r.out)
-        assert doc["ok"] is False and doc["error"]["kind"] == "usage" and doc["error"]["message"]
+        assert (
+            doc["ok"] is False
+            and doc["error"]["kind"] == "usage"
+            and doc["error"]["message"]
+        )
 
 
 def test_unknown_names_get_a_suggestion_before_a_missing_root(kv):
     r = kv("stauts")
     assert r.code == 2 and "unknown command 'stauts'; did you mean 'stat'?" in r.err
     r = kv("verify", "--jsno")  # no ROOT either: the unknown option is what is reported
-    assert r.code == 2 and "unknown option '--jsno' for 'verify'; did you mean '--json'?" in r.err
+    assert (
+        r.code == 2
+        and "unknown option '--jsno' for 'verify'; did you mean '--json'?" in r.err
+    )
 
 
 def test_plain_kvstore_prints_usage(kv):
@@ -157,8 +203,12 @@ def test_root_positional_or_option(kv, store, tmp_path):
     a = kv("stat", "--json", str(store.tier))
     b = kv("stat", "--json", "--root", str(store.tier))
     assert a.code == b.code == 0
+
     def sizes(doc):
-        return [(r["rank"], r["chunks"], r["bytes"], r["manifests"]) for r in json.loads(doc)["ranks"]]
+        return [
+            (r["rank"], r["chunks"], r["bytes"], r["manifests"])
+            for r in json.loads(doc)["ranks"]
+        ]
 
     assert sizes(a.out) == sizes(b.out) and sizes(a.out)[0][1] > 0
     r = kv("stat", "--root", str(store.tier), str(tmp_path))
@@ -192,5 +242,10 @@ def test_version_is_the_build_id_of_the_artifacts(kv):
     assert r.code == 0
     first, *engines = r.out.splitlines()
     assert first == f"kvstore {(REPO / 'VERSION').read_text().strip()}"
-    script = subprocess.run([str(REPO / "docker/gate.sh"), "--version"], capture_output=True, text=True, check=True)
+    script = subprocess.run(
+        [str(REPO / "docker/gate.sh"), "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert engines == script.stdout.splitlines()[1:]

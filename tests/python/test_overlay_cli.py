@@ -14,7 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def ov(overlay_bin, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(overlay_bin), *args], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [str(overlay_bin), *args], capture_output=True, text=True, check=False
+    )
 
 
 def test_plain_overlay_prints_usage(overlay_bin):
@@ -24,12 +26,21 @@ def test_plain_overlay_prints_usage(overlay_bin):
 
 def test_suggestions_and_unknown_option_first(overlay_bin):
     r = ov(overlay_bin, "stauts")
-    assert r.returncode == 2 and "unknown command 'stauts'; did you mean 'status'?" in r.stderr
+    assert (
+        r.returncode == 2
+        and "unknown command 'stauts'; did you mean 'status'?" in r.stderr
+    )
     r = ov(overlay_bin, "check", "--expcet", "applied")  # no ROOT either
-    assert r.returncode == 2 and "unknown option '--expcet' for 'check'; did you mean '--expect'?" in r.stderr
+    assert (
+        r.returncode == 2
+        and "unknown option '--expcet' for 'check'; did you mean '--expect'?"
+        in r.stderr
+    )
 
 
-def test_root_positional_or_option_and_missing_paths(overlay_bin, engine_tree, tmp_path):
+def test_root_positional_or_option_and_missing_paths(
+    overlay_bin, engine_tree, tmp_path
+):
     a = ov(overlay_bin, "check", str(engine_tree), "--expect", "pristine")
     b = ov(overlay_bin, "check", "--root", str(engine_tree), "--expect", "pristine")
     assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
@@ -44,7 +55,16 @@ def test_root_positional_or_option_and_missing_paths(overlay_bin, engine_tree, t
 def test_subcommand_help_lists_every_global_option(overlay_bin):
     r = ov(overlay_bin, "check", "--help")
     assert r.returncode == 0
-    for opt in ("--expect", "--root", "--json", "--overlays", "--check-injected", "--python", "-q,--quiet", "-v,--verbose"):
+    for opt in (
+        "--expect",
+        "--root",
+        "--json",
+        "--overlays",
+        "--check-injected",
+        "--python",
+        "-q,--quiet",
+        "-v,--verbose",
+    ):
         assert opt in r.stdout, opt
 
 
@@ -52,25 +72,46 @@ def test_quiet_and_verbose(overlay_bin, engine_tree):
     r = ov(overlay_bin, "check", str(engine_tree), "--expect", "pristine", "-q")
     assert r.returncode == 0 and r.stdout == ""
     r = ov(overlay_bin, "check", str(engine_tree), "--expect", "pristine", "-v")
-    assert r.returncode == 0 and r.stdout.startswith("ok: pristine") and "overlay kv-offload-scope: pristine" in r.stdout
+    assert (
+        r.returncode == 0
+        and r.stdout.startswith("ok: pristine")
+        and "overlay kv-offload-scope: pristine" in r.stdout
+    )
 
 
 def test_one_json_shape_with_schema_version(overlay_bin, engine_tree, tmp_path):
     for cmd in (["status"], ["plan"], ["check", "--expect", "pristine"]):
         r = ov(overlay_bin, *cmd, str(engine_tree), "--json")
         doc = json.loads(r.stdout)
-        assert doc["schema_version"] == 1 and doc["tool"] == "overlay" and doc["exit_code"] == r.returncode == 0
+        assert (
+            doc["schema_version"] == 1
+            and doc["tool"] == "overlay"
+            and doc["exit_code"] == r.returncode == 0
+        )
         assert doc["ok"] is True and "state" in doc and "overlays" in doc["state"], cmd
         assert doc["command"] == cmd[0]
     r = ov(overlay_bin, "status", str(tmp_path / "missing"), "--json")
     doc = json.loads(r.stdout)
-    assert r.returncode == 2 and doc["ok"] is False and doc["exit_code"] == 2 and doc["schema_version"] == 1
+    assert (
+        r.returncode == 2
+        and doc["ok"] is False
+        and doc["exit_code"] == 2
+        and doc["schema_version"] == 1
+    )
     assert doc["error"]["kind"] == "usage"
 
 
 def test_version_is_the_build_id_of_the_artifacts(overlay_bin):
     r = ov(overlay_bin, "--version")
     first, *engines = r.stdout.splitlines()
-    assert r.returncode == 0 and first == f"overlay {(REPO / 'VERSION').read_text().strip()}"
-    script = subprocess.run([str(REPO / "docker/bake.sh"), "--version"], capture_output=True, text=True, check=True)
+    assert (
+        r.returncode == 0
+        and first == f"overlay {(REPO / 'VERSION').read_text().strip()}"
+    )
+    script = subprocess.run(
+        [str(REPO / "docker/bake.sh"), "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert engines == script.stdout.splitlines()[1:]

@@ -16,9 +16,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-import pytest
-
 import harness
+import pytest
 from conftest import PIN_DIRS, REPO_ROOT, fetch_tree
 
 EXIT_OK = 0
@@ -40,7 +39,9 @@ def _manifest_path(pin_dir: Path, overlay: str) -> Path:
 def _python_only(pin_dir: Path, overlay: str) -> bool:
     """C/C++ overlays (sources from the sdist, [[built_files]]) have their own
     real-tree test: tests/python/test_vllm_fs_durable.py."""
-    return "built_files" not in tomllib.loads(_manifest_path(pin_dir, overlay).read_text())
+    return "built_files" not in tomllib.loads(
+        _manifest_path(pin_dir, overlay).read_text()
+    )
 
 
 def pytest_generate_tests(metafunc):

@@ -9,9 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 import harness
+import pytest
 from conftest import PIN_DIRS, REPO_ROOT, fetch_tree
 from harness.imports import runtime_imports
 
@@ -132,7 +131,9 @@ def _scanned_sources(
     # must be met the same way.
     # A new package's __init__.py resolves its relative imports inside itself.
     for path, module in sorted(_overlay_sources(engine_name, engine_version).items()):
-        out.append((str(path.relative_to(REPO_ROOT)), path, module, path.name == "__init__.py"))
+        out.append(
+            (str(path.relative_to(REPO_ROOT)), path, module, path.name == "__init__.py")
+        )
     return out
 
 

@@ -489,7 +489,9 @@ def test_state_strides_come_from_the_layers_views_behind_a_raw_page_view(
     monkeypatch.setattr(
         config,
         "_current",
-        SimpleNamespace(compilation_config=SimpleNamespace(static_forward_context=context)),
+        SimpleNamespace(
+            compilation_config=SimpleNamespace(static_forward_context=context)
+        ),
     )
     store.note_kv_caches(raw)
     assert store.settings.unsupported is None
@@ -506,7 +508,11 @@ def test_a_raw_page_view_without_a_vllm_config_disables_the_writer(patched, knob
     worker = vllm.worker.OffloadingConnectorWorker(spec, vllm_config, kv_cache_config)
     store = worker._kv_store
     store.note_kv_caches(
-        {f"model.layers.{g}.mixer": FakeView(4096, (64, 1, 1, 1024), (1024,) * 3 + (1,))
-         for g in STATE_GROUPS}  # fmt: skip
+        {
+            f"model.layers.{g}.mixer": FakeView(
+                4096, (64, 1, 1, 1024), (1024,) * 3 + (1,)
+            )
+            for g in STATE_GROUPS
+        }  # fmt: skip
     )
     assert "no vLLM config to find its state views" in store.settings.unsupported

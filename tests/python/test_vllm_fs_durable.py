@@ -30,15 +30,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT, fetch_tree
 from cxx_support import copy_tree, fetch, pin_dirs_with, pins, scope_tool
 
 OVERLAY = "vllm-fs-durable"
 SO = "vllm/fs_io_C.abi3.so"
-PIN_DIRS = [d for d in pin_dirs_with("BUILT") if (REPO_ROOT / "anchors" / d.name / f"{OVERLAY}.toml").is_file()]
+PIN_DIRS = [
+    d
+    for d in pin_dirs_with("BUILT")
+    if (REPO_ROOT / "anchors" / d.name / f"{OVERLAY}.toml").is_file()
+]
 
-pytestmark = pytest.mark.skipif(not PIN_DIRS, reason=f"no pin set with BUILT and an {OVERLAY} manifest")
+pytestmark = pytest.mark.skipif(
+    not PIN_DIRS, reason=f"no pin set with BUILT and an {OVERLAY} manifest"
+)
 
 
 def sha(path: Path) -> str:
@@ -46,7 +51,11 @@ def sha(path: Path) -> str:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): sha(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): sha(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module", params=PIN_DIRS, ids=[d.name for d in PIN_DIRS])
@@ -78,17 +87,31 @@ def wheel_tree(pin_set, built, tmp_path) -> Path:
 
 
 class Overlay:
-    def __init__(self, bin_: Path, root: Path, manifests: Path, sources: Path | None = None):
-        self.bin, self.root, self.manifests, self.sources = bin_, root, manifests, sources
+    def __init__(
+        self, bin_: Path, root: Path, manifests: Path, sources: Path | None = None
+    ):
+        self.bin, self.root, self.manifests, self.sources = (
+            bin_,
+            root,
+            manifests,
+            sources,
+        )
 
-    def __call__(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    def __call__(
+        self, *args: str, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
         cmd = [str(self.bin), *args, "--root", str(self.root), "--manifests", str(self.manifests),
                "--fragments", str(REPO_ROOT / "overlays")]  # fmt: skip
         if args[0] in ("apply", "plan") and self.sources:
             cmd += ["--sources", str(self.sources)]
-        if args[0] in ("status", "plan", "apply", "check", "revert") and "--overlays" not in args:
+        if (
+            args[0] in ("status", "plan", "apply", "check", "revert")
+            and "--overlays" not in args
+        ):
             cmd += ["--overlays", OVERLAY]
-        return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}
+        )
 
 
 @pytest.fixture
@@ -124,7 +147,9 @@ def test_source_tree_apply_check_revert(tool, manifests, source_tree, sources, p
     assert ov("check", "--expect", "pristine").returncode == 0
 
 
-def _manifest_copy(manifests: Path, tmp_path: Path, edit=None, fragment: tuple[str, str] | None = None):
+def _manifest_copy(
+    manifests: Path, tmp_path: Path, edit=None, fragment: tuple[str, str] | None = None
+):
     """A manifest folder holding only this overlay, optionally edited, and a
     fragments folder (a copy, so a fragment can be broken)."""
     mdir = tmp_path / "anchors"
@@ -141,15 +166,28 @@ def _manifest_copy(manifests: Path, tmp_path: Path, edit=None, fragment: tuple[s
 
 
 def _run(tool, root, mdir, frags, *args, sources=None):
-    cmd = [str(tool), *args, "--root", str(root), "--manifests", str(mdir), "--fragments", str(frags)]
+    cmd = [
+        str(tool),
+        *args,
+        "--root",
+        str(root),
+        "--manifests",
+        str(mdir),
+        "--fragments",
+        str(frags),
+    ]
     if sources:
         cmd += ["--sources", str(sources)]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def test_compile_error_in_injected_code_fails_with_tree_unchanged(tool, manifests, source_tree, tmp_path):
+def test_compile_error_in_injected_code_fails_with_tree_unchanged(
+    tool, manifests, source_tree, tmp_path
+):
     broken = "if (const int err = kvtier_fs_durable::sync_data(fd); err != 0 {\n  return err;\n}\n"
-    mdir, frags = _manifest_copy(manifests, tmp_path, fragment=("store_sync_data.inc", broken))
+    mdir, frags = _manifest_copy(
+        manifests, tmp_path, fragment=("store_sync_data.inc", broken)
+    )
     before = snapshot(source_tree)
     done = _run(tool, source_tree, mdir, frags, "apply", "--check-injected")
     assert done.returncode == 5, done.stderr
@@ -159,30 +197,45 @@ def test_compile_error_in_injected_code_fails_with_tree_unchanged(tool, manifest
     assert _run(tool, source_tree, mdir, frags, "apply").returncode == 0
 
 
-def test_region_the_preprocessor_drops_fails_closed(tool, manifests, source_tree, tmp_path):
+def test_region_the_preprocessor_drops_fails_closed(
+    tool, manifests, source_tree, tmp_path
+):
     dead = "#if 0\nif (const int err = kvtier_fs_durable::sync_data(fd); err != 0) {\n  return err;\n}\n#endif\n"
-    mdir, frags = _manifest_copy(manifests, tmp_path, fragment=("store_sync_data.inc", dead))
+    mdir, frags = _manifest_copy(
+        manifests, tmp_path, fragment=("store_sync_data.inc", dead)
+    )
     before = snapshot(source_tree)
     done = _run(tool, source_tree, mdir, frags, "apply", "--check-injected")
     assert done.returncode == 5, done.stderr
-    assert "dropped by the preprocessor" in done.stderr or "never be compiled" in done.stderr
+    assert (
+        "dropped by the preprocessor" in done.stderr
+        or "never be compiled" in done.stderr
+    )
     assert snapshot(source_tree) == before
 
 
 def test_drift_in_cxx_file_reports_nearest(tool, manifests, source_tree):
     path = source_tree / "csrc/fs_io.cpp"
-    path.write_text(path.read_text().replace("  if (close(fd) != 0) {", "  if (::close(fd) != 0) {"))
+    path.write_text(
+        path.read_text().replace("  if (close(fd) != 0) {", "  if (::close(fd) != 0) {")
+    )
     before = snapshot(source_tree)
     done = Overlay(tool, source_tree, manifests)("apply")
     assert done.returncode == 3, done.stderr
     assert "sync-data" in done.stderr and "nearest lines" in done.stderr
-    assert "+  if (::close(fd) != 0) {" in done.stderr  # the unified diff to the best candidate
+    assert (
+        "+  if (::close(fd) != 0) {" in done.stderr
+    )  # the unified diff to the best candidate
     assert snapshot(source_tree) == before
 
 
 def test_scope_not_found_names_candidates(tool, manifests, source_tree, tmp_path):
     mdir, frags = _manifest_copy(
-        manifests, tmp_path, edit=lambda t: t.replace('scope = "fn _store_block"', 'scope = "fn _store_blok"', 1)
+        manifests,
+        tmp_path,
+        edit=lambda t: t.replace(
+            'scope = "fn _store_block"', 'scope = "fn _store_blok"', 1
+        ),
     )
     done = _run(tool, source_tree, mdir, frags, "plan")
     assert done.returncode == 3, done.stderr
@@ -223,14 +276,20 @@ def _probe(tool, source_tree, tmp_path, anchor: str, flags: list[str], name: str
     return _run(tool, source_tree, mdir, frags, "plan")
 
 
-def test_anchor_in_inactive_branch_is_refused_unless_flags_make_it_live(tool, source_tree, tmp_path):
+def test_anchor_in_inactive_branch_is_refused_unless_flags_make_it_live(
+    tool, source_tree, tmp_path
+):
     lines = (source_tree / "csrc/cache_kernels.cu").read_text().splitlines()
-    call = next(l for l in lines if "cuGetProcAddress(\"cuMemcpyBatchAsync\"" in l)
+    call = next(
+        line for line in lines if 'cuGetProcAddress("cuMemcpyBatchAsync"' in line
+    )
     base = ["-std=c++17", "-Icsrc"]
     done = _probe(tool, source_tree, tmp_path, call, base, "off")
     assert done.returncode == 2, done.stderr
     assert "inactive" in done.stderr
-    live = _probe(tool, source_tree, tmp_path, call, base + ["-DCUDA_VERSION=13000"], "on")
+    live = _probe(
+        tool, source_tree, tmp_path, call, base + ["-DCUDA_VERSION=13000"], "on"
+    )
     assert live.returncode == 0, live.stderr
 
 
@@ -247,7 +306,9 @@ def test_anchor_in_macro_continuation_is_refused(tool, source_tree, tmp_path):
     (frags / "cuda-probe").mkdir(parents=True)
     (frags / "cuda-probe" / "probe.inc").write_text("(void)0;\n")
     manifest = SWAP_MANIFEST.format(
-        sha=sha(source_tree / "csrc/cache_kernels.cu"), flags='["-std=c++17", "-Icsrc"]', anchor=body_line
+        sha=sha(source_tree / "csrc/cache_kernels.cu"),
+        flags='["-std=c++17", "-Icsrc"]',
+        anchor=body_line,
     ).replace('  scope = "fn swap_blocks_batch"\n', "")
     (mdir / "cuda-probe.toml").write_text(manifest)
     done = _run(tool, source_tree, mdir, frags, "plan")
@@ -270,7 +331,9 @@ def test_wheel_rebuild_replace_and_revert(tool, manifests, wheel_tree, sources, 
     new = (wheel_tree / SO).read_bytes()
     assert new != original
     assert (wheel_tree / "vllm/.fs_io_C.abi3.so.overlay-orig").read_bytes() == original
-    assert not (wheel_tree / "csrc").exists()  # sources are build inputs, not tree files
+    assert not (
+        wheel_tree / "csrc"
+    ).exists()  # sources are build inputs, not tree files
     assert ov("check").returncode == 0
     assert ov("apply").returncode == 0  # no-op
     assert (wheel_tree / SO).read_bytes() == new
@@ -281,7 +344,9 @@ def test_wheel_rebuild_replace_and_revert(tool, manifests, wheel_tree, sources, 
     assert ov("check", "--expect", "pristine").returncode == 0
 
 
-def test_wheel_binary_that_differs_from_pin_is_not_replaced(tool, manifests, wheel_tree, sources):
+def test_wheel_binary_that_differs_from_pin_is_not_replaced(
+    tool, manifests, wheel_tree, sources
+):
     so = wheel_tree / SO
     data = bytearray(so.read_bytes())
     data[-1] ^= 0xFF
@@ -296,7 +361,9 @@ def test_wheel_binary_that_differs_from_pin_is_not_replaced(tool, manifests, whe
 def test_wheel_apply_needs_sources(tool, manifests, wheel_tree, tmp_path):
     before = snapshot(wheel_tree)
     # No --sources, and no fetch cache for the default to find.
-    done = Overlay(tool, wheel_tree, manifests)("apply", env={"XDG_CACHE_HOME": str(tmp_path / "empty-cache")})
+    done = Overlay(tool, wheel_tree, manifests)(
+        "apply", env={"XDG_CACHE_HOME": str(tmp_path / "empty-cache")}
+    )
     assert done.returncode == 2, done.stderr
     assert "--sources" in done.stderr
     assert snapshot(wheel_tree) == before
@@ -309,7 +376,9 @@ def test_wheel_replaced_binary_is_tampered(tool, manifests, wheel_tree, sources,
     assert ov("check").returncode == 4
     done = ov("revert")
     assert done.returncode == 4, done.stderr
-    assert (wheel_tree / "vllm/.fs_io_C.abi3.so.overlay-orig").read_bytes() == (built / SO).read_bytes()
+    assert (wheel_tree / "vllm/.fs_io_C.abi3.so.overlay-orig").read_bytes() == (
+        built / SO
+    ).read_bytes()
 
 
 @pytest.fixture
@@ -321,14 +390,20 @@ def faults_bin(build_dir, tool) -> Path:
     return path
 
 
-@pytest.mark.parametrize("step", ["temp-write", "temp-fsync", "journal-commit", "rename", "journal-remove"])
+@pytest.mark.parametrize(
+    "step", ["temp-write", "temp-fsync", "journal-commit", "rename", "journal-remove"]
+)
 @pytest.mark.parametrize("action", ["apply", "revert"])
-def test_wheel_crash_at_each_step_converges(tool, faults_bin, manifests, wheel_tree, sources, built, step, action):
+def test_wheel_crash_at_each_step_converges(
+    tool, faults_bin, manifests, wheel_tree, sources, built, step, action
+):
     ov = Overlay(tool, wheel_tree, manifests, sources)
     original = (built / SO).read_bytes()
     if action == "revert":
         assert ov("apply").returncode == 0
-    crashed = Overlay(faults_bin, wheel_tree, manifests, sources)(action, env={"OVERLAY_FAULT": step})
+    crashed = Overlay(faults_bin, wheel_tree, manifests, sources)(
+        action, env={"OVERLAY_FAULT": step}
+    )
     assert crashed.returncode == 99, crashed.stderr
     st = ov("status")
     assert st.returncode == 0, st.stderr
@@ -346,7 +421,13 @@ def test_wheel_crash_at_each_step_converges(tool, faults_bin, manifests, wheel_t
 
 def _drive(so: Path, folder: Path, prefix: list[str], env: dict | None = None) -> dict:
     done = subprocess.run(
-        [*prefix, sys.executable, str(Path(__file__).parent / "fs_io_driver.py"), str(so), str(folder)],
+        [
+            *prefix,
+            sys.executable,
+            str(Path(__file__).parent / "fs_io_driver.py"),
+            str(so),
+            str(folder),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -360,9 +441,19 @@ def _drive(so: Path, folder: Path, prefix: list[str], env: dict | None = None) -
 def _order_ok(events: list[tuple[str, str, str]], tmp: str, dest: str) -> bool:
     """fdatasync(tmp) < rename(tmp, dest) < fsync(dest's folder)."""
     try:
-        sync = next(i for i, e in enumerate(events) if e[0] == "fdatasync" and e[1] == tmp)
-        ren = next(i for i, e in enumerate(events) if e[0] == "rename" and e[1] == tmp and e[2] == dest)
-        dsync = next(i for i, e in enumerate(events) if e[0] == "fsync" and e[1] == os.path.dirname(dest))
+        sync = next(
+            i for i, e in enumerate(events) if e[0] == "fdatasync" and e[1] == tmp
+        )
+        ren = next(
+            i
+            for i, e in enumerate(events)
+            if e[0] == "rename" and e[1] == tmp and e[2] == dest
+        )
+        dsync = next(
+            i
+            for i, e in enumerate(events)
+            if e[0] == "fsync" and e[1] == os.path.dirname(dest)
+        )
     except StopIteration:
         return False
     return sync < ren < dsync
@@ -374,7 +465,10 @@ def _strace_events(log: Path) -> list[tuple[str, str, str]]:
         m = re.search(r"(fdatasync|fsync)\(\d+<([^>]*)>\) = 0", line)
         if m:
             events.append((m.group(1), m.group(2), ""))
-        m = re.search(r'rename(?:at2?)?\((?:AT_FDCWD[^,]*, )?"([^"]*)", (?:AT_FDCWD[^,]*, )?"([^"]*)"', line)
+        m = re.search(
+            r'rename(?:at2?)?\((?:AT_FDCWD[^,]*, )?"([^"]*)", (?:AT_FDCWD[^,]*, )?"([^"]*)"',
+            line,
+        )
         if m:
             events.append(("rename", m.group(1), m.group(2)))
     return events
@@ -406,17 +500,30 @@ def rebuilt(tool, manifests, wheel_tree, sources) -> Path:
 def test_rebuilt_extension_syncs_before_rename_strace(rebuilt, unpatched, tmp_path):
     if not shutil.which("strace"):
         pytest.skip("strace is not installed (scripts/setup.sh installs it)")
-    probe = subprocess.run(["strace", "-o", "/dev/null", "true"], capture_output=True, text=True)
+    probe = subprocess.run(
+        ["strace", "-o", "/dev/null", "true"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here: {probe.stderr.strip()} (the LD_PRELOAD test still runs)")
-    trace = ["strace", "-f", "-y", "-e", "trace=fdatasync,fsync,rename,renameat,renameat2"]
+        pytest.skip(
+            f"strace cannot trace here: {probe.stderr.strip()} (the LD_PRELOAD test still runs)"
+        )
+    trace = [
+        "strace",
+        "-f",
+        "-y",
+        "-e",
+        "trace=fdatasync,fsync,rename,renameat,renameat2",
+    ]
     for name, so in (("patched", rebuilt), ("unpatched", unpatched)):
         folder = tmp_path / name
         folder.mkdir()
         log = tmp_path / f"{name}.strace"
         result = _drive(so, folder, [*trace, "-o", str(log)])
         events = _strace_events(log)
-        ordered = [_order_ok(events, t, d) for t, d in zip(result["tmp"], result["dest"], strict=True)]
+        ordered = [
+            _order_ok(events, t, d)
+            for t, d in zip(result["tmp"], result["dest"], strict=True)
+        ]
         if name == "patched":
             assert all(ordered), events
         else:
@@ -429,20 +536,34 @@ def test_rebuilt_extension_syncs_before_rename_preload(rebuilt, unpatched, tmp_p
         pytest.skip("no C compiler")
     shim = tmp_path / "fs_sync_shim.so"
     subprocess.run(
-        ["cc", "-shared", "-fPIC", "-O1", "-o", str(shim), str(Path(__file__).parent / "fs_sync_shim.c"), "-ldl"],
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            str(shim),
+            str(Path(__file__).parent / "fs_sync_shim.c"),
+            "-ldl",
+        ],
         check=True,
     )
     for name, so in (("patched", rebuilt), ("unpatched", unpatched)):
         folder = tmp_path / name
         folder.mkdir()
         log = tmp_path / f"{name}.log"
-        result = _drive(so, folder, [], env={"LD_PRELOAD": str(shim), "FS_SYNC_LOG": str(log)})
+        result = _drive(
+            so, folder, [], env={"LD_PRELOAD": str(shim), "FS_SYNC_LOG": str(log)}
+        )
         events = []
         if log.exists():
             for line in log.read_text().splitlines():
                 call, a, b = line.split(" ", 2)
                 events.append((call, a, "" if b == "-" else b))
-        ordered = [_order_ok(events, t, d) for t, d in zip(result["tmp"], result["dest"], strict=True)]
+        ordered = [
+            _order_ok(events, t, d)
+            for t, d in zip(result["tmp"], result["dest"], strict=True)
+        ]
         if name == "patched":
             assert all(ordered), events
         else:
@@ -455,15 +576,42 @@ def test_rebuilt_extension_syncs_before_rename_preload(rebuilt, unpatched, tmp_p
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda t: t.replace('scope = "fn _store_block"', 'scope = "def _store_block"', 1), "C/C++ scope"),
-        (lambda t: t.replace('sources = ["csrc/fs_io.cpp"]', 'sources = ["csrc/other.cpp"]'), "is not a C/C++ [[files]]"),
-        (lambda t: t.replace("must_compile = true", 'must_compile = "yes"'), "must_compile"),
-        (lambda t: t.replace('path = "csrc/fs_io.cpp"', 'path = "csrc/fs_io.py"', 1), "is for C/C++ targets"),
-        (lambda t: t.replace('"-o", "{output}"]', '"-o", "{output}", 3]'), "array of strings"),
+        (
+            lambda t: t.replace(
+                'scope = "fn _store_block"', 'scope = "def _store_block"', 1
+            ),
+            "C/C++ scope",
+        ),
+        (
+            lambda t: t.replace(
+                'sources = ["csrc/fs_io.cpp"]', 'sources = ["csrc/other.cpp"]'
+            ),
+            "is not a C/C++ [[files]]",
+        ),
+        (
+            lambda t: t.replace("must_compile = true", 'must_compile = "yes"'),
+            "must_compile",
+        ),
+        (
+            lambda t: t.replace('path = "csrc/fs_io.cpp"', 'path = "csrc/fs_io.py"', 1),
+            "is for C/C++ targets",
+        ),
+        (
+            lambda t: t.replace('"-o", "{output}"]', '"-o", "{output}", 3]'),
+            "array of strings",
+        ),
     ],
-    ids=["python-scope-on-cpp", "built-source-unknown", "must-compile-type", "flags-on-python", "build-not-strings"],
+    ids=[
+        "python-scope-on-cpp",
+        "built-source-unknown",
+        "must-compile-type",
+        "flags-on-python",
+        "build-not-strings",
+    ],
 )
-def test_bad_cxx_manifest_is_refused(tool, manifests, source_tree, tmp_path, change, message):
+def test_bad_cxx_manifest_is_refused(
+    tool, manifests, source_tree, tmp_path, change, message
+):
     mdir, frags = _manifest_copy(manifests, tmp_path, edit=change)
     before = snapshot(source_tree)
     done = _run(tool, source_tree, mdir, frags, "apply")

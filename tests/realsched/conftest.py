@@ -55,9 +55,7 @@ def _build_patched_tree() -> tuple[Path, Path]:
     overlay = build / "patcher" / "overlay"
     if not os.access(overlay, os.X_OK):
         _setup_error(f"{overlay} is not built (set KVTIER_BUILD_DIR)")
-    cache = Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    ) / "kvtier"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtier"
     scratch = Path(tempfile.mkdtemp(prefix="realsched-tree.", dir=cache))
     try:
         subprocess.run(
@@ -70,16 +68,29 @@ def _build_patched_tree() -> tuple[Path, Path]:
     # The anchors and fragments of this checkout (KVTIER_OVERLAY_SRC: another source tree).
     src = Path(os.environ.get("KVTIER_OVERLAY_SRC", REPO))
     done = subprocess.run(
-        [str(overlay), "apply", "--root", str(scratch), "--overlays", OVERLAYS,
-         "--manifests", str(src / "anchors" / "vllm-0.33.0"),
-         "--fragments", str(src / "overlays"),
-         "--check-injected", "--python", sys.executable],  # fmt: skip
+        [
+            str(overlay),
+            "apply",
+            "--root",
+            str(scratch),
+            "--overlays",
+            OVERLAYS,
+            "--manifests",
+            str(src / "anchors" / "vllm-0.33.0"),
+            "--fragments",
+            str(src / "overlays"),
+            "--check-injected",
+            "--python",
+            sys.executable,
+        ],  # fmt: skip
         capture_output=True,
         text=True,
     )
     if done.returncode != 0:
         shutil.rmtree(scratch, ignore_errors=True)
-        _setup_error(f"overlay apply failed ({done.returncode}): {done.stdout}{done.stderr}")
+        _setup_error(
+            f"overlay apply failed ({done.returncode}): {done.stdout}{done.stderr}"
+        )
     return scratch, installed
 
 

@@ -211,11 +211,11 @@ class Engine:
     """Plays the model runner and the workers around the real Scheduler."""
 
     def __init__(self, booted: Booted, fail_jobs: set[int] | None = None):
+        from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import (
             get_request_block_hasher,
             init_none_hash,
         )
-        from vllm.utils.hashing import get_hash_fn_by_name
 
         self.b = booted
         self.s = booted.scheduler
@@ -276,7 +276,9 @@ class Engine:
         received = set(self.pending_loads.values())
         # Every job the workers were given completes by the next step (loads too).
         load_jobs = getattr(meta, "load_jobs", {}) or {}
-        self.pending_loads = {j: job.req_id for j, job in load_jobs.items() if not job.sync}
+        self.pending_loads = {
+            j: job.req_id for j, job in load_jobs.items() if not job.sync
+        }
         self.pending_acks = [
             *store_jobs,
             *load_jobs,
@@ -303,7 +305,11 @@ class Engine:
     def run(self, max_steps: int = 200) -> None:
         """Step until every request finished and every store job was acknowledged."""
         for _ in range(max_steps):
-            if not self.s.has_requests() and not self.pending_acks and not self.pending_loads:
+            if (
+                not self.s.has_requests()
+                and not self.pending_acks
+                and not self.pending_loads
+            ):
                 return
             self.step()
         raise AssertionError(f"not done after {max_steps} steps")
@@ -368,7 +374,9 @@ def run_scenario(name: str) -> tuple[Booted, Engine, dict[str, Any]]:
         elif name != "prefix":
             raise ValueError(name)
     trace = {
-        "offloaded_groups": [g.group_idx for g in booted.offload.config.kv_group_configs],
+        "offloaded_groups": [
+            g.group_idx for g in booted.offload.config.kv_group_configs
+        ],
         "partial_tail": booted.offload.config.supports_partial_tail,
         "steps": [
             {
@@ -407,7 +415,8 @@ def canonical(trace: dict[str, Any]) -> dict[str, Any]:
         {
             "scheduled": dict(sorted(st["scheduled"].items())),
             "store": sorted(
-                (job(j) for j in st["store"].values()), key=lambda j: (j["req"], j["src"])
+                (job(j) for j in st["store"].values()),
+                key=lambda j: (j["req"], j["src"]),
             ),
         }
         for st in trace["steps"]

@@ -41,7 +41,9 @@ def test_real_grouping_of_the_hybrid_layout(knobs, installed_tree, pinned_files_
     booted = realsched.boot()
     groups = booted.kv_cache_config.kv_cache_groups
     kinds = [type(g.kv_cache_spec).__name__ for g in groups]
-    assert kinds == ["MambaSpec"] * 4 + ["FullAttentionSpec"] * 2 + ["SlidingWindowSpec"]
+    assert kinds == ["MambaSpec"] * 4 + ["FullAttentionSpec"] * 2 + [
+        "SlidingWindowSpec"
+    ]
     assert [g.is_eagle_group for g in groups] == [False] * 6 + [True]
     assert type(booted.scheduler.kv_cache_manager.coordinator).__name__ == (
         "HybridKVCacheCoordinator"
@@ -61,8 +63,12 @@ def test_drafter_group_left_out_and_boot_line(knobs, caplog):
     knobs()
     with caplog.at_level(logging.INFO):
         booted = realsched.boot()
-    assert [g.group_idx for g in booted.offload.config.kv_group_configs] == TARGET_GROUPS
-    lines = [r.getMessage() for r in caplog.records if "eligible groups" in r.getMessage()]
+    assert [
+        g.group_idx for g in booted.offload.config.kv_group_configs
+    ] == TARGET_GROUPS
+    lines = [
+        r.getMessage() for r in caplog.records if "eligible groups" in r.getMessage()
+    ]
     assert any(
         "KV offloading eligible groups: [0, 1, 2, 3, 4, 5] of 7 (draft-model groups [6]"
         in line
@@ -100,8 +106,10 @@ def test_drafter_sharing_the_target_spec_keeps_the_target_group(knobs, target):
     mixed = [i for i, g in enumerate(groups) if g.is_eagle_group]
     assert len(mixed) == 1
     names = groups[mixed[0]].layer_names
-    draft = "model.layers.6.self_attn.attn" if target == "hybrid" else (
-        "model.layers.2.self_attn.attn"
+    draft = (
+        "model.layers.6.self_attn.attn"
+        if target == "hybrid"
+        else ("model.layers.2.self_attn.attn")
     )
     assert draft in names and len(names) > 1
     offloaded = [g.group_idx for g in booted.offload.config.kv_group_configs]
@@ -117,7 +125,9 @@ def test_every_store_job_carries_its_keys_in_chunk_order(knobs, tmp_path):
     jobs = _store_jobs(engine)
     assert jobs, "the real scheduler made no store job"
     manager = _manager(booted)
-    slots = {g.group_idx: s for s, g in enumerate(booted.offload.config.kv_group_configs)}
+    slots = {
+        g.group_idx: s for s, g in enumerate(booted.offload.config.kv_group_configs)
+    }
     seen_groups = set()
     for job_id, job in jobs.items():
         meta = job.kv_store_meta
@@ -131,11 +141,17 @@ def test_every_store_job_carries_its_keys_in_chunk_order(knobs, tmp_path):
         chunk_ids = [int(c) for c in job.dst_spec.block_ids]
         assert [manager._policy.get(k).chunk_id for k in keys] == chunk_ids
         # Block order: slot, then end token.
-        order = [(slots[g], t) for g, t in zip(meta["groups"], meta["tokens"], strict=True)]
+        order = [
+            (slots[g], t) for g, t in zip(meta["groups"], meta["tokens"], strict=True)
+        ]
         assert order == sorted(order)
-        assert all(int.from_bytes(k[-4:], "big") == g for k, g in zip(keys, meta["groups"]))
+        assert all(
+            int.from_bytes(k[-4:], "big") == g for k, g in zip(keys, meta["groups"])
+        )
         seen_groups.update(meta["groups"])
-        pickle.loads(pickle.dumps(job))  # travels to the workers with the scheduler output
+        pickle.loads(
+            pickle.dumps(job)
+        )  # travels to the workers with the scheduler output
     # State groups and attention groups were both stored; the drafter was not.
     assert {0, 1, 2, 3} & seen_groups and {4, 5} & seen_groups
     assert DRAFTER_GROUP not in seen_groups
@@ -144,9 +160,13 @@ def test_every_store_job_carries_its_keys_in_chunk_order(knobs, tmp_path):
 def test_candidates_name_stored_state_and_chains(knobs, tmp_path):
     knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1"})
     booted, engine, _ = realsched.run_scenario("prefix")
-    stored = {k for job in _store_jobs(engine).values() for k in job.kv_store_meta["keys"]}
+    stored = {
+        k for job in _store_jobs(engine).values() for k in job.kv_store_meta["keys"]
+    }
     candidates = [
-        c for job in _store_jobs(engine).values() for c in job.kv_store_meta["candidates"]
+        c
+        for job in _store_jobs(engine).values()
+        for c in job.kv_store_meta["candidates"]
     ]
     assert candidates
     for c in candidates:
@@ -174,7 +194,9 @@ def test_real_manager_deduplicates_the_shared_prefix(knobs, tmp_path):
     assert not set(keys_by_req["a"]) & set(keys_by_req["b"])
 
 
-def test_restore_disabled_even_when_the_cpu_tier_holds_the_prefix(knobs, tmp_path, pristine_traces):
+def test_restore_disabled_even_when_the_cpu_tier_holds_the_prefix(
+    knobs, tmp_path, pristine_traces
+):
     pristine = pristine_traces("reload")["reload"]
     assert pristine["load_jobs"], "upstream should load c's prefix from the CPU tier"
     knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1"})
@@ -222,7 +244,9 @@ def test_eviction_by_the_real_manager_keeps_the_side_channel_exact(knobs, tmp_pa
         assert len(meta["keys"]) == len(job.dst_spec.block_ids)
         assert all(0 <= int(c) < 12 for c in job.dst_spec.block_ids)
     # Keys of the early requests were evicted to make room for later ones.
-    first = [k for j in jobs.values() if j.req_id == "e0" for k in j.kv_store_meta["keys"]]
+    first = [
+        k for j in jobs.values() if j.req_id == "e0" for k in j.kv_store_meta["keys"]
+    ]
     assert any(manager._policy.get(k) is None for k in first)
     assert sorted(trace["finished"]) == [f"e{r}" for r in range(6)]
 

@@ -120,7 +120,12 @@ def write_then_restart(answer: str, drafter: str, eagle: bool):
     engine.add("b", PROMPT, MAX_TOKENS)
     engine.run()
     scheduled = sum(st.scheduled.get("b", 0) for st in engine.steps)
-    return booted, engine, workers, scheduled - (MAX_TOKENS - 1)  # prompt tokens computed
+    return (
+        booted,
+        engine,
+        workers,
+        scheduled - (MAX_TOKENS - 1),
+    )  # prompt tokens computed
 
 
 def test_a_restart_restores_the_prefix_through_the_real_scheduler(restore_on):
@@ -155,7 +160,9 @@ def test_a_drafter_left_out_of_offload_is_never_marked_loaded(restore_on):
     booted, engine, workers, computed = write_then_restart("ok", "swa", eagle=True)
     groups = booted.kv_cache_config.kv_cache_groups
     drafter = [i for i, g in enumerate(groups) if g.is_eagle_group]
-    assert drafter and set(drafter) <= set(booted.kv_cache_config.prefix_cacheable_group_ids)
+    assert drafter and set(drafter) <= set(
+        booted.kv_cache_config.prefix_cacheable_group_ids
+    )
     offloaded = [g.group_idx for g in booted.offload.config.kv_group_configs]
     assert not set(drafter) & set(offloaded)
     request = engine.s.requests.get("b") or SimpleNamespace(request_id="b")

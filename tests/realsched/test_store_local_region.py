@@ -57,7 +57,10 @@ def test_shutdown_releases_the_real_staging_region(knobs, tmp_path):
         blocks_per_chunk=1,
         groups=[
             layout.GroupLayout(
-                0, 0, "full", (layout.LayerLayout(-1, PAGE), layout.LayerLayout(-1, PAGE))
+                0,
+                0,
+                "full",
+                (layout.LayerLayout(-1, PAGE), layout.LayerLayout(-1, PAGE)),
             )
         ],
     )

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
 
-import kv_store_format as f
+import kv_store_format as f  # noqa: E402 (found through the path above)
 
 OK = "ok"
 
@@ -479,9 +479,14 @@ def add_v2_chunks(v: Vectors, chunks: dict[str, Any]) -> None:
         "the v2 KDA header relabelled version 1: v1 has no part, the byte is reserved",
         raw_header(header, fixed={"version": 1}))
     # fmt: on
-    v.add("chunk", "flip_v2_segment_part", flip(base, 144 + 120 + 7, 0),
-          "header_checksum_mismatch", "v2 KDA chunk, bit 0 of segment 1's part flipped",
-          chunk_verdict)  # fmt: skip
+    v.add(
+        "chunk",
+        "flip_v2_segment_part",
+        flip(base, 144 + 120 + 7, 0),
+        "header_checksum_mismatch",
+        "v2 KDA chunk, bit 0 of segment 1's part flipped",
+        chunk_verdict,
+    )  # fmt: skip
     v.add("chunk", "flip_v2_format_version", flip(base, 8, 0), "unsupported_version",
           "v2 KDA chunk, version 2 -> 3", chunk_verdict)  # fmt: skip
     v.add("chunk", "truncated_v2_in_segment_3", base[: 144 + 3 * 120 + 10], "truncated",

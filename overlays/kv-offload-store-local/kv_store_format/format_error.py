@@ -4,7 +4,7 @@
 import enum
 
 
-class Reason(str, enum.Enum):
+class Reason(str, enum.Enum):  # noqa: UP042 (StrEnum would change str() of a member)
     """Why a reader rejected a file. Values equal the C++ `reason_name()`."""
 
     TRUNCATED = "truncated"

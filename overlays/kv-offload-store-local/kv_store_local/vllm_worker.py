@@ -53,7 +53,9 @@ class VllmWorkerStore(WorkerStore):
                 layers = tuple(
                     replace(
                         layer,
-                        state=state_strides(layer.state, views_of(state_cache(kv_caches, n))),
+                        state=state_strides(
+                            layer.state, views_of(state_cache(kv_caches, n))
+                        ),
                     )
                     for n, layer in zip(names, g.layers, strict=True)
                 )
