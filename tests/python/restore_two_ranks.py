@@ -22,8 +22,10 @@ from pathlib import Path
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parents[1] / "sim"))  # restore_rig, harness
 
-import harness  # noqa: E402
 import torch.distributed as dist  # noqa: E402  (real torch, before the harness)
+
+# isort: split
+import harness  # noqa: E402
 from restore_rig import BLOCK, HASH, STATE_GROUPS, Rig, chain_hashes, pattern  # noqa: E402
 
 PROMPT_BLOCKS = 8
