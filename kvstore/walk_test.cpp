@@ -21,11 +21,16 @@ std::vector<std::string> rels(const std::vector<WalkEntry>& es) {
   return out;
 }
 
-TEST(Walk, ReportsEveryDirectoryListed) {
-  testing::TmpDir t;
+// a/b/one.bin, a/c/two.bin, d/three.bin
+void write_three_folders(testing::TmpDir& t) {
   t.write("a/b/one.bin", "1");
   t.write("a/c/two.bin", "2");
   t.write("d/three.bin", "3");
+}
+
+TEST(Walk, ReportsEveryDirectoryListed) {
+  testing::TmpDir t;
+  write_three_folders(t);
   auto root = open_root(t.path());
   ASSERT_TRUE(root);
   for (unsigned threads : {1u, 3u}) {
@@ -41,9 +46,7 @@ TEST(Walk, ReportsEveryDirectoryListed) {
 
 TEST(Walk, KeepDirLeavesDirectoriesOutButStillEntersThem) {
   testing::TmpDir t;
-  t.write("a/b/one.bin", "1");
-  t.write("a/c/two.bin", "2");
-  t.write("d/three.bin", "3");
+  write_three_folders(t);
   auto root = open_root(t.path());
   ASSERT_TRUE(root);
   for (unsigned threads : {1u, 3u}) {
