@@ -27,8 +27,10 @@ Parts (--only picks one; default all):
                 orphans are re-created before every run.
 
 Each figure is the best of --repeat runs (commands alternate within a
-repeat), as wall time and as CPU time (user + system of the command). Stores
-are generated once under --dir and reused. --smoke runs tiny sizes (CI).
+repeat), as wall time and as CPU time (user + system of the command). Each
+ratio is printed twice: of the best runs, and as the median of the ratios
+of the runs that shared a repeat. Stores are generated once under --dir and
+reused. --smoke runs tiny sizes (CI).
 
 usage: bench/kvstore_bench.py [--kvstore build/kvstore/kvstore] [--dir /tmp/kvstore-bench]
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -213,9 +216,15 @@ def report(
         print(f"      $ {shown(cmd)}")
 
 
-def ratio(label: str, num: Took, den: Took, goal: str) -> None:
+def ratio(label: str, num: list[Took], den: list[Took], goal: str) -> None:
+    """The ratio of the best runs, then the median of the per-repeat ratios:
+    the runs alternate, so run i of each command shares the machine's state."""
+    b_num, b_den = best(num), best(den)
+    wall = statistics.median(n.wall / d.wall for n, d in zip(num, den, strict=True))
+    cpu = statistics.median(n.cpu / d.cpu for n, d in zip(num, den, strict=True))
     print(
-        f"  ratio {label:<28} wall {num.wall / den.wall:5.2f}x  cpu {num.cpu / den.cpu:5.2f}x  ({goal})"
+        f"  ratio {label:<28} wall {b_num.wall / b_den.wall:5.2f}x  cpu {b_num.cpu / b_den.cpu:5.2f}x"
+        f"  (median of {len(num)} rounds: wall {wall:5.2f}x  cpu {cpu:5.2f}x)  ({goal})"
     )
 
 
@@ -330,34 +339,37 @@ def bench_verify_large(a: argparse.Namespace, root: Path) -> None:
             for name, cmd in (("kv", kv), ("c", c)):
                 prepare(files)
                 runs[name].append(measure(cmd))
-        t_kv, t_c = best(runs["kv"]), best(runs["c"])
         report(
             f"verify-large ({state}): {len(files)} chunks, {total / GiB:.2f} GiB",
-            [("kvstore verify", kv, t_kv), ("C read+CRC (same pattern)", c, t_c)],
+            [
+                ("kvstore verify", kv, best(runs["kv"])),
+                ("C read+CRC (same pattern)", c, best(runs["c"])),
+            ],
             total,
         )
-        ratio("verify/C reference", t_kv, t_c, "goal <= 1.1x")
+        ratio("verify/C reference", runs["kv"], runs["c"], "goal <= 1.1x")
     cat = f"xargs cat < {listing} > /dev/null"
     py = py_crc_loop(listing)
-    t_cat = best([measure(cat) for _ in range(a.repeat)])
-    t_py = best([measure(py) for _ in range(a.repeat)])
-    t_kv = best([measure(kv) for _ in range(a.repeat)])
+    warm: dict[str, list[Took]] = {"cat": [], "py": [], "kv": []}
+    for _ in range(a.repeat):
+        for name, cmd in (("cat", cat), ("py", py), ("kv", kv)):
+            warm[name].append(measure(cmd))
     report(
         "verify-large (warm) against cat and Python",
         [
-            ("kvstore verify", kv, t_kv),
-            ("cat > /dev/null", cat, t_cat),
-            ("python read+zlib.crc32", py, t_py),
+            ("kvstore verify", kv, best(warm["kv"])),
+            ("cat > /dev/null", cat, best(warm["cat"])),
+            ("python read+zlib.crc32", py, best(warm["py"])),
         ],
         total,
     )
     ratio(
         "cat/verify (speed)",
-        t_cat,
-        t_kv,
+        warm["cat"],
+        warm["kv"],
         "speed ratio: goal >= 0.9x means verify/cat time <= 1.11x",
     )
-    ratio("verify/python (time)", t_kv, t_py, "goal <= 0.25x")
+    ratio("verify/python (time)", warm["kv"], warm["py"], "goal <= 0.25x")
 
 
 def bench_verify_small(a: argparse.Namespace, root: Path) -> None:
@@ -405,20 +417,20 @@ def bench_verify_small(a: argparse.Namespace, root: Path) -> None:
         total,
     )
     # kvstore must find the files itself; the list-fed reference is told them.
-    ratio("verify/C walk+read+CRC", t["kv"], t["c_walk"], "goal <= 1.0x")
+    ratio("verify/C walk+read+CRC", runs["kv"], runs["c_walk"], "goal <= 1.0x")
     ratio(
         "verify/C walk+read+CRC, no fstat",
-        t["kv"],
-        t["c_lean"],
+        runs["kv"],
+        runs["c_lean"],
         "the same syscalls per chunk as verify",
     )
     ratio(
         "verify/C read+CRC of a list",
-        t["kv"],
-        t["c"],
+        runs["kv"],
+        runs["c"],
         "goal <= 1.0x; the list spares the walk",
     )
-    ratio("verify/python", t["kv"], t["py"], "goal < 1x")
+    ratio("verify/python", runs["kv"], runs["py"], "goal < 1x")
 
 
 def gc_against_find(a: argparse.Namespace, base: Path, title: str, goal: str) -> None:
@@ -435,7 +447,7 @@ def gc_against_find(a: argparse.Namespace, base: Path, title: str, goal: str) ->
         f"{title}: {n} files under {base}",
         [("find -type f | wc -l", find, t_find), ("kvstore gc (dry run)", kv, t_kv)],
     )
-    ratio("gc/find", t_kv, t_find, goal)
+    ratio("gc/find", runs["kv"], runs["find"], goal)
 
 
 def bench_gc(a: argparse.Namespace, root: Path) -> None:
@@ -523,17 +535,17 @@ def bench_sweep(a: argparse.Namespace, root: Path) -> None:
             ("find -delete + sync", cmds["find_sync"], t["find_sync"]),
         ],
     )
-    ratio("sweep/(rm + sync)", t["kv"], t["rm"], "goal <= 1.3x")
+    ratio("sweep/(rm + sync)", runs["kv"], runs["rm"], "goal <= 1.3x")
     ratio(
         "sweep/(find -delete + sync)",
-        t["kv"],
-        t["find_sync"],
+        runs["kv"],
+        runs["find_sync"],
         "goal <= 1.0x; both walk, kvstore also reads headers",
     )
     ratio(
         "sweep/find -delete (no sync)",
-        t["kv"],
-        t["find"],
+        runs["kv"],
+        runs["find"],
         "kvstore's deletes are durable when it exits",
     )
 

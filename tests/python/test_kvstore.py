@@ -803,6 +803,10 @@ def test_bench_smoke(kvstore_bin, tmp_path):
         "ratio sweep/(find -delete + sync)",
     ):
         assert label in out
+    # Every ratio also comes as the median over the rounds (one in --smoke).
+    ratios = [line for line in out.splitlines() if line.startswith("  ratio ")]
+    assert len(ratios) >= 10
+    assert all("(median of 1 rounds: wall " in line for line in ratios), ratios
 
 
 # --------------------------------------------------------------------------
