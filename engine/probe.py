@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import threading
 import time
 from typing import Any
 
@@ -89,6 +90,43 @@ def install_recorder(worker: Any) -> dict[str, Any]:
     store.remember = remember
     store._probe_records = records
     return out
+
+
+def thread_cpu(worker: Any) -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads, summed by name
+    without trailing digits (kv-store-crc_0 and _1 count as kv-store-crc_); the
+    thread that runs this call (the engine's, in-process) is also "(caller)"."""
+    tick = os.sysconf("SC_CLK_TCK")
+    me = threading.get_native_id()
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        key = name.rstrip("0123456789")
+        out[key] = out.get(key, 0.0) + seconds
+        if int(tid) == me:
+            out["(caller)"] = seconds
+    return out
+
+
+def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
+    """Diagnosis of the throughput stages only. "capture": the writer releases
+    each captured job unwritten, so a run pays the serving-path capture and the
+    hooks but no checksum, file or manifest work."""
+    _, store = _store(worker)
+    if store is None or store.writer is None:
+        return {"ablated": None}
+    if mode != "capture":
+        raise ValueError(f"unknown ablation {mode!r}")
+    writer = store.writer
+    writer.process = writer._release  # the queue thread calls self.process(job)
+    return {"ablated": mode}
 
 
 def _layer_page(worker: Any, name: str, num_blocks: int) -> tuple[Any, int, int]:

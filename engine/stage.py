@@ -180,6 +180,16 @@ def main() -> int:
         "full prompt blocks read right after it finished (in-process engine only)",
     )
     p.add_argument("--restore-probe", action="store_true", help="record promotions")
+    p.add_argument(
+        "--thread-cpu",
+        action="store_true",
+        help="each round: CPU seconds of the process's threads, by name",
+    )
+    p.add_argument(
+        "--ablate",
+        default="",
+        help="diagnosis: 'capture' releases captured jobs unwritten (probe.py)",
+    )
     args = p.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -196,6 +206,9 @@ def main() -> int:
     if args.restore_probe:
         result["restore_install"] = llm.collective_rpc(probe.install_restore_recorder)
         print("RESTORE_PROBE_INSTALLED", result["restore_install"], flush=True)
+    if args.ablate:
+        result["ablate"] = llm.collective_rpc(probe.ablate_writer, args=(args.ablate,))
+        print("ABLATED", result["ablate"], flush=True)
     block_ids = record_block_ids(llm) if args.sequential else {}
 
     prompts, max_tokens = workload(args.workload)
@@ -217,6 +230,7 @@ def main() -> int:
         )
     rounds = []
     for rnd in range(2):
+        cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
         t = time.time()
         digests = []
         if args.sequential:
@@ -239,6 +253,7 @@ def main() -> int:
         else:
             outs = llm.generate(requests, sp, use_tqdm=False)
         dt = time.time() - t
+        cpu1 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
         generated = sum(len(o.outputs[0].token_ids) for o in outs)
         prompt_tokens = sum(len(o.prompt_token_ids) for o in outs)
         rounds.append(
@@ -252,6 +267,11 @@ def main() -> int:
                 "logprobs": [logprob_steps(o) for o in outs] if args.logprobs else [],
                 "num_cached_tokens": [o.num_cached_tokens for o in outs],
                 "kv_digests": digests,
+                "thread_cpu": {
+                    k: round(v - cpu0.get(k, 0.0), 2)
+                    for k, v in cpu1.items()
+                    if v - cpu0.get(k, 0.0) >= 0.01
+                },
             }
         )
         print(f"GEN round{rnd} {dt:.3f}s {generated} tokens", flush=True)

@@ -61,7 +61,7 @@ def stages() -> list[Stage]:
     mp = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     press = ["--connector", "--cpu-bytes", str(512 << 20), "--workload", "pressure",
              "--kv-cache-gb", "8", "--logprobs", "0", "--max-num-seqs", "32",
-             "--warmup"]  # fmt: skip
+             "--warmup", "--thread-cpu"]  # fmt: skip
     out = []
     for model, path, extra in (
         ("llama", llama, []),
@@ -117,6 +117,12 @@ def stages() -> list[Stage]:
         out.append(
             Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300)
         )
+    # Diagnosis of the throughput cost: the tier on, but the writer releases each captured
+    # job unwritten (probe.ablate_writer): the capture and hooks alone. Alone on the GPU.
+    out.append(
+        Stage("pressure.capture", big, "patched", "1", press + ["--ablate", "capture"],
+              wave=10, timeout=300, verify=False)
+    )  # fmt: skip
     # Restore across a restart (docs/overlays/kv-offload-restore.md): engine 1 writes the
     # store and exits; engine 2, a new process on the same store with RESTORE=1, serves the
     # same prompts; then one payload byte of a chunk engine 2 restored is flipped and engine
@@ -536,6 +542,16 @@ def judge(
         if res.get("workers") is not None and not name.startswith("pressure"):
             tp = 2 if name.endswith("tp2") else 1
             verdicts[f"{name}: writer, groups, bytes, verify"] = check_writer(res, tp)
+    pressure = [n for n in sorted(results) if n.startswith("pressure.")]
+    if any(results[n].get("rounds") for n in pressure):
+        verdicts["throughput: CPU seconds by thread, round 0 (diagnosis)"] = {
+            n: {
+                "seconds": results[n]["rounds"][0]["seconds"],
+                "thread_cpu": results[n]["rounds"][0].get("thread_cpu", {}),
+            }
+            for n in pressure
+            if results[n].get("rounds")
+        } | {"ok": True}
     offs = [results[n] for n in ("pressure.off", "pressure.off2") if n in results]
     ons = [results[n] for n in ("pressure.on", "pressure.on2") if n in results]
     if offs and ons and all(r.get("rounds") for r in offs + ons):
