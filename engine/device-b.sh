@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device step 2 (transfer B, carry .device/B), straight after step 1: installs the wheels into
+# Device step 2 (transfer B, carry .device/B and .device/A2), straight after step 1: unpacks
+# vLLM's compiled ops from the two parts, installs the wheels into
 # /tmp/site, lays out the pristine tree (/tmp/v) and the patched one (/tmp/vp), then runs the
 # suite (engine/suite.py). Everything comes back under $OUT: summary.txt, results.json,
 # logs.tgz (every stage's log and JSON, the overlay apply log), stores.tgz (the small stores).
@@ -9,7 +10,13 @@ T0=$(date +%s)
 B=$PWD/.device/B
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/run"
-[ -f /tmp/pv/_C_stable_libtorch.abi3.so ] || { echo "no /tmp/pv: run engine/device-a.sh first (same warm machine)"; exit 3; }
+if [ ! -f /tmp/pv/_C_stable_libtorch.abi3.so ]; then
+  [ -f /tmp/pv/so_C.xz.1 ] || { echo "no /tmp/pv: run engine/device-a.sh first (same warm machine)"; exit 3; }
+  [ -f .device/A2/so_C.xz.2 ] || { echo "no .device/A2: carry it with .device/B"; exit 3; }
+  cat /tmp/pv/so_C.xz.1 .device/A2/so_C.xz.2 | python3 -c \
+    "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open(sys.argv[1], 'wb'))" \
+    /tmp/pv/_C_stable_libtorch.abi3.so || { echo "the compiled ops did not unpack"; exit 3; }
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/whl/*.whl 2>&1 | tail -3
 rm -rf /tmp/v /tmp/vp /tmp/kvstores && mkdir -p /tmp/v
 tar xJf "$B/vtree.tar.xz" -C /tmp/v
