@@ -122,11 +122,60 @@ def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
     _, store = _store(worker)
     if store is None or store.writer is None:
         return {"ablated": None}
-    if mode != "capture":
+    if mode == "capture":
+        writer = store.writer
+        writer.process = writer._release  # the queue thread calls self.process(job)
+    elif mode == "hooks":
+        # No capture at all: what the hooks cost on their own (the scheduler's
+        # side channel, remember, the job bookkeeping).
+        store.capture = lambda job_id: store._remembered.pop(job_id, None)
+    else:
         raise ValueError(f"unknown ablation {mode!r}")
-    writer = store.writer
-    writer.process = writer._release  # the queue thread calls self.process(job)
     return {"ablated": mode}
+
+
+_sampler: dict[str, Any] = {}
+
+
+def start_sampler(worker: Any, interval_s: float = 0.001) -> bool:
+    """Samples the calling thread's Python stack every interval_s until
+    stop_sampler: which function it is in, attributed to the innermost frame
+    of our overlays' code when there is one (else the innermost frame)."""
+    import sys
+    from collections import Counter
+
+    target = threading.get_ident()
+    counts: Counter = Counter()
+    stop = threading.Event()
+    ours = ("kv_store_local", "kv_offload", "kv_restore", "kv_store_format")
+
+    def label(frame: Any) -> str:
+        inner = frame
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if any(o in name for o in ours):
+                return f"ours {os.path.basename(name)}:{frame.f_code.co_name}"
+            frame = frame.f_back
+        name = inner.f_code.co_filename
+        return f"{os.path.basename(name)}:{inner.f_code.co_name}"
+
+    def run() -> None:
+        while not stop.wait(interval_s):
+            frame = sys._current_frames().get(target)
+            if frame is not None:
+                counts[label(frame)] += 1
+
+    t = threading.Thread(target=run, name="probe-sampler", daemon=True)
+    _sampler.update(counts=counts, stop=stop, thread=t)
+    t.start()
+    return True
+
+
+def stop_sampler(worker: Any, top: int = 40) -> dict[str, Any]:
+    _sampler["stop"].set()
+    _sampler["thread"].join()
+    counts = _sampler["counts"]
+    return {"samples": sum(counts.values()), "top": counts.most_common(top)}
 
 
 def _layer_page(worker: Any, name: str, num_blocks: int) -> tuple[Any, int, int]:

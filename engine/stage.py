@@ -186,6 +186,11 @@ def main() -> int:
         help="each round: CPU seconds of the process's threads, by name",
     )
     p.add_argument(
+        "--sample",
+        action="store_true",
+        help="each round: sample the engine thread's Python stack (probe.start_sampler)",
+    )
+    p.add_argument(
         "--ablate",
         default="",
         help="diagnosis: 'capture' releases captured jobs unwritten (probe.py)",
@@ -231,6 +236,8 @@ def main() -> int:
     rounds = []
     for rnd in range(2):
         cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
+        if args.sample:
+            llm.collective_rpc(probe.start_sampler)
         t = time.time()
         digests = []
         if args.sequential:
@@ -254,6 +261,7 @@ def main() -> int:
             outs = llm.generate(requests, sp, use_tqdm=False)
         dt = time.time() - t
         cpu1 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
+        sampled = llm.collective_rpc(probe.stop_sampler)[0] if args.sample else {}
         generated = sum(len(o.outputs[0].token_ids) for o in outs)
         prompt_tokens = sum(len(o.prompt_token_ids) for o in outs)
         rounds.append(
@@ -267,6 +275,7 @@ def main() -> int:
                 "logprobs": [logprob_steps(o) for o in outs] if args.logprobs else [],
                 "num_cached_tokens": [o.num_cached_tokens for o in outs],
                 "kv_digests": digests,
+                "sampled": sampled,
                 "thread_cpu": {
                     k: round(v - cpu0.get(k, 0.0), 2)
                     for k, v in cpu1.items()

@@ -117,12 +117,19 @@ def stages() -> list[Stage]:
         out.append(
             Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300)
         )
-    # Diagnosis of the throughput cost: the tier on, but the writer releases each captured
-    # job unwritten (probe.ablate_writer): the capture and hooks alone. Alone on the GPU.
-    out.append(
-        Stage("pressure.capture", big, "patched", "1", press + ["--ablate", "capture"],
-              wave=10, timeout=300, verify=False)
-    )  # fmt: skip
+    # Diagnosis of the throughput cost, each alone on the GPU: the tier on with the writer
+    # releasing each captured job unwritten (the capture and hooks alone), with no capture
+    # at all (the hooks alone; probe.ablate_writer), and on and off with the engine thread's
+    # Python stack sampled (probe.start_sampler).
+    for wave, name, more in ((10, "pressure.capture", ["--ablate", "capture"]),
+                             (11, "pressure.hooks", ["--ablate", "hooks"]),
+                             (12, "pressure.sampled", ["--sample", "--probe"]),
+                             (13, "pressure.off.sampled", ["--sample"])):  # fmt: skip
+        knob = "0" if ".off" in name else "1"
+        out.append(
+            Stage(name, big, "patched", knob, press + more, wave=wave, timeout=300,
+                  verify=False)
+        )  # fmt: skip
     # Restore across a restart (docs/overlays/kv-offload-restore.md): engine 1 writes the
     # store and exits; engine 2, a new process on the same store with RESTORE=1, serves the
     # same prompts; then one payload byte of a chunk engine 2 restored is flipped and engine
@@ -548,6 +555,7 @@ def judge(
             n: {
                 "seconds": results[n]["rounds"][0]["seconds"],
                 "thread_cpu": results[n]["rounds"][0].get("thread_cpu", {}),
+                "sampled": results[n]["rounds"][0].get("sampled", {}),
             }
             for n in pressure
             if results[n].get("rounds")
