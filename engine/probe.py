@@ -147,7 +147,8 @@ def start_sampler(worker: Any, interval_s: float = 0.001) -> bool:
     target = threading.get_ident()
     counts: Counter = Counter()
     stop = threading.Event()
-    ours = ("kv_store_local", "kv_offload", "kv_restore", "kv_store_format")
+    # Our overlay modules (vLLM has a kv_offload package of its own).
+    ours = ("kv_store_local", "kv_offload_", "kv_restore_", "kv_store_format")
 
     def label(frame: Any) -> str:
         inner = frame

@@ -43,6 +43,7 @@ class Stage:
     verify: bool = True  # run `kvstore verify` on the store after a knob-1 stage
     corrupt: str | None = None  # before this stage: flip a payload byte of a chunk that
     # the named stage restored (restore stages)
+    diagnosis: bool = False  # runs only when --only names it exactly
 
     @property
     def probe(self) -> bool:
@@ -128,7 +129,7 @@ def stages() -> list[Stage]:
         knob = "0" if ".off" in name else "1"
         out.append(
             Stage(name, big, "patched", knob, press + more, wave=wave, timeout=300,
-                  verify=False)
+                  verify=False, diagnosis=True)
         )  # fmt: skip
     # Restore across a restart (docs/overlays/kv-offload-restore.md): engine 1 writes the
     # store and exits; engine 2, a new process on the same store with RESTORE=1, serves the
@@ -597,6 +598,20 @@ def judge(
     return verdicts
 
 
+def selected(every: list[Stage], wanted: list[str], gpus: int) -> list[Stage]:
+    """The stages --only names (a name or a prefix; all when empty) that fit
+    the GPUs; a diagnosis stage only when named exactly (device minutes)."""
+
+    def named(s: Stage) -> bool:
+        if s.diagnosis:
+            return s.name in wanted
+        return not wanted or any(
+            s.name == w or s.name.startswith(w + ".") for w in wanted
+        )
+
+    return [s for s in every if s.gpus <= gpus and named(s)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--pristine", required=True)
@@ -611,15 +626,7 @@ def main() -> int:
     opts = p.parse_args()
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)
-    wanted = [w for w in opts.only.split(",") if w]
-    todo = [
-        s
-        for s in stages()
-        if s.gpus <= opts.gpus
-        and (
-            not wanted or any(s.name == w or s.name.startswith(w + ".") for w in wanted)
-        )
-    ]
+    todo = selected(stages(), [w for w in opts.only.split(",") if w], opts.gpus)
     together = sorted(int(w) for w in opts.together.split(",") if w)
     for s in todo:
         if s.wave in together:

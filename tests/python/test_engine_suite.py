@@ -127,6 +127,25 @@ def test_stage_table_covers_every_claim():
     assert all(s.gpus == 2 for s in suite.stages() if s.name.endswith("tp2"))
 
 
+def test_diagnosis_stages_run_only_when_named_exactly():
+    every = suite.stages()
+    diagnosis = {s.name for s in every if s.diagnosis}
+    assert diagnosis == {
+        "pressure.capture",
+        "pressure.hooks",
+        "pressure.sampled",
+        "pressure.off.sampled",
+    }
+    by_default = {s.name for s in suite.selected(every, [], gpus=2)}
+    assert not by_default & diagnosis
+    assert {"pressure.off", "pressure.on", "llama.tp2"} <= by_default
+    by_prefix = {s.name for s in suite.selected(every, ["pressure"], gpus=1)}
+    assert by_prefix == {"pressure.off", "pressure.on", "pressure.on2", "pressure.off2"}
+    named = suite.selected(every, ["pressure.off", "pressure.hooks"], gpus=1)
+    assert {s.name for s in named} == {"pressure.off", "pressure.hooks"}
+    assert all(s.gpus == 1 for s in suite.selected(every, [], gpus=1))
+
+
 # -- restore stages -------------------------------------------------------------------------
 
 DIGESTS = [[["a0", "a1"]], [["b0", "b1", "b2", "b3"]]]  # per request, group, position
