@@ -1,8 +1,3 @@
-if (
-    self._kv_store is not None
-    and not is_load
-    and self._kv_store.capture_later(job_id)
-):
-    # Copied out of staging on the writer's capture thread; acked below once
-    # the copy is done (vLLM reuses the rows as soon as every rank acked).
-    continue
+if self._kv_store is not None and not is_load:
+    # Copy the job's bytes out of staging before this rank acks the store.
+    self._kv_store.capture(job_id)

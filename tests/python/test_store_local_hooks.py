@@ -12,7 +12,6 @@ import ast
 import os
 import pickle
 import sys
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -290,7 +289,7 @@ def full_chunk_job(vllm: Vllm, env, chunk: int, fill: int):
     return job, key, page
 
 
-def test_worker_acks_a_store_only_once_its_copy_is_done(patched, knob_on, monkeypatch):
+def test_worker_captures_before_this_rank_acks(patched, knob_on, monkeypatch):
     vllm = Vllm(patched)
     env = worker_with_store(vllm, monkeypatch)
     job, key, page = full_chunk_job(vllm, env, 1, 0x5A)
@@ -311,23 +310,9 @@ def test_worker_acks_a_store_only_once_its_copy_is_done(patched, knob_on, monkey
         real_mark(job_id)
 
     meta.mark_completed = mark
-    # Hold the capture thread inside the copy: the engine thread goes on.
-    release = threading.Event()
-    real_copy = env.store.copier.copy
-
-    def held_copy(runs):
-        assert release.wait(10)
-        real_copy(runs)
-
-    monkeypatch.setattr(env.store.copier, "copy", held_copy)
     env.fake.done = [7]
     assert env.worker.get_finished(set()) == (set(), set())
-    assert order == []  # the copy is under way: no ack, the rows stay pinned
-    assert env.worker.build_connector_worker_meta() is None
-    release.set()
-    assert env.store._captures.wait_idle()
-    assert env.worker.get_finished(set()) == (set(), set())
-    assert order == [("ack", 7, 1)]  # acked on the next call, after the copy
+    assert order == [("ack", 7, 1)]  # captured before the ack, ack not deferred
     assert env.worker.build_connector_worker_meta().completed_jobs == {7: 1}
     env.region[ROW : 2 * ROW] = bytes(ROW)  # the row is reused after the ack
     assert env.store.writer.wait_idle()
@@ -335,36 +320,6 @@ def test_worker_acks_a_store_only_once_its_copy_is_done(patched, knob_on, monkey
     with open(path, "rb") as f:
         data = f.read()
     assert data.endswith(bytes([0x5A]) * page)
-    env.worker.shutdown()
-
-
-def test_a_store_is_acked_even_when_the_writer_gives_up_its_copy(
-    patched, knob_on, monkeypatch
-):
-    vllm = Vllm(patched)
-    env = worker_with_store(vllm, monkeypatch)
-    job, _, _ = full_chunk_job(vllm, env, 1, 0x5A)
-    env.worker.prepare_store_kv(
-        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={7: job})
-    )
-    env.worker.start_kv_transfers(
-        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
-    )
-    release = threading.Event()
-
-    def failing_copy(runs):
-        assert release.wait(10)
-        raise OSError("copy failed")
-
-    monkeypatch.setattr(env.store.copier, "copy", failing_copy)
-    env.fake.done = [7]
-    env.worker.get_finished(set())
-    env.store.disable("test: disabled while the copy was queued")
-    release.set()
-    assert env.store._captures.wait_idle()
-    env.worker.get_finished(set())
-    # Without the ack the scheduler would never free the job's blocks.
-    assert env.worker.build_connector_worker_meta().completed_jobs == {7: 1}
     env.worker.shutdown()
 
 

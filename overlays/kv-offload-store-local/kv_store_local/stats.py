@@ -20,8 +20,7 @@ class StoreStats:
     jobs_captured: int = 0
     keys_captured: int = 0
     bytes_captured: int = 0
-    capture_seconds: float = 0.0  # copying out of staging (the capture thread)
-    capture_wait_seconds: float = 0.0  # flush path: waiting for queued copies
+    capture_seconds: float = 0.0
     keys_dropped_budget: int = 0
     keys_dropped_paused: int = 0
     keys_dropped_incomplete: int = 0

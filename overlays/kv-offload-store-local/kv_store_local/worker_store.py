@@ -19,7 +19,6 @@ from .copier import Copier, coalesce
 from .deps import fmt, init_logger, knobs
 from .errors import WriterDisabled
 from .job_plan import Remembered, plan_keys
-from .job_queue import JobQueue
 from .layout import GroupLayout, StagingTensor, bind_layers
 from .namespace import key_scheme, open_namespace, resolve_rank, state_abi
 from .recapture import Owed, OwedKeys
@@ -46,20 +45,6 @@ class WorkerSettings:
     mamba_types: dict[int, str] = field(default_factory=dict)
     layer_names: dict[int, list[str]] = field(default_factory=dict)  # per group
     unsupported: str | None = None  # why this layout cannot be written
-
-
-class _CaptureQueue(JobQueue):
-    """Copies finished store jobs out of staging on a thread of its own: the
-    serving thread no longer waits for the copy (about 0.75 s of a 3.4 s
-    burst on the H200, docs/ENGINE.md). The job is acked only once its copy
-    is done, since vLLM reuses a staging row as soon as every rank acked."""
-
-    def __init__(self, capture: Callable[[int, Remembered], None]):
-        super().__init__("kv-store-capture", wake_seconds=1.0)
-        self._capture = capture
-
-    def process(self, job: tuple[int, Remembered]) -> None:
-        self._capture(*job)
 
 
 class WorkerStore:
@@ -103,10 +88,6 @@ class WorkerStore:
         self._lock = threading.Lock()
         # (origin, reason) of keys the writer thread could not write.
         self._returned: deque[tuple[Owed, str]] = deque()
-        # Finished store jobs waiting for their copy out of staging, and the
-        # ids of those whose copy is done (or given up): theirs to ack.
-        self._captures = _CaptureQueue(self._capture_then_ack)
-        self._acks: deque[int] = deque()
 
     # -- start ---------------------------------------------------------------
 
@@ -191,7 +172,6 @@ class WorkerStore:
         self.copier = Copier(pool, self._engine, self._copy_threads)
         if background:
             self.writer.start()
-            self._captures.start()
         logger.info(
             "KV store: writer up: rank %d/%d (%s), %s, groups %s, capture budget "
             "%d MiB, copy engine %s, keep %d boundaries",
@@ -239,49 +219,14 @@ class WorkerStore:
             meta=getattr(entry, "kv_store_meta", None),
         )
 
-    def capture_later(self, job_id: int) -> bool:
-        """get_finished: queue a finished store job's copy out of staging.
-        True when the job's ack must wait for ``acks_ready``; False when there
-        is nothing to copy (ack it now). Never raises."""
-        rec = self._remembered.pop(job_id, None)
-        if rec is None or not self.active:
-            return False
-        self._captures.submit((job_id, rec))
-        return True
-
-    def acks_ready(self) -> list[int]:
-        """Jobs whose copy finished (or was given up) since the last call."""
-        done = []
-        while self._acks:
-            done.append(self._acks.popleft())
-        return done
-
     def capture_jobs(self, job_ids: Iterable[int]) -> None:
-        """Flush path: the scheduler reuses these jobs' rows right after this
-        step, acked or not. Finish every queued copy (it may be one of them),
-        then copy the rest here."""
-        start = time.perf_counter()
-        while not self._captures.wait_idle(timeout=10.0):
-            logger.warning("KV store: still waiting for copies out of staging")
-        self.stats.capture_wait_seconds += time.perf_counter() - start
         for job_id in sorted(job_ids):
             self.capture(job_id)
 
-    def _capture_then_ack(self, job_id: int, rec: Remembered) -> None:
-        try:
-            self._capture_now(job_id, rec)
-        finally:
-            self._acks.append(job_id)
-
     def capture(self, job_id: int) -> None:
-        """Copy a completed store job's bytes out of staging on this thread.
-        Never raises."""
+        """Copy a completed store job's bytes out of staging. Never raises."""
         rec = self._remembered.pop(job_id, None)
-        if rec is not None:
-            self._capture_now(job_id, rec)
-
-    def _capture_now(self, job_id: int, rec: Remembered) -> None:
-        if not self.active:
+        if rec is None or not self.active:
             return
         try:
             self._capture(job_id, rec)
@@ -446,7 +391,6 @@ class WorkerStore:
         """Stop the writer and let go of every view of vLLM's staging memory,
         so the region can be unmapped right after (no BufferError)."""
         self._remembered.clear()
-        self._captures.close()
         if self.writer is not None:
             self.writer.close()
         if self.copier is not None:
