@@ -81,7 +81,7 @@ def stages() -> list[Stage]:
             "1",
             small + eagle + probe,
             env={"GLM53_KV_OFFLOAD_DRAFTER": "1"},
-        )  # fmt: skip
+        )
     )
     out.append(Stage("llama.mp", llama, "patched", "1", small + probe, mp, wave=2))
     out.append(Stage("lfm2.mp", lfm2, "patched", "1", small + hyb + probe, mp, wave=2))
@@ -95,7 +95,7 @@ def stages() -> list[Stage]:
             mp,
             wave=2,
             gpus=2,
-        )  # fmt: skip
+        )
     )
     out.append(
         Stage(
@@ -107,7 +107,7 @@ def stages() -> list[Stage]:
             mp,
             wave=2,
             gpus=2,
-        )  # fmt: skip
+        )
     )
     # Throughput tier off vs on, same workload, alone on the GPU, one after the other in the
     # order off, on, on, off (a drift over time cancels in the mean); the "on" runs are also

@@ -452,7 +452,7 @@ def add_chunks(v: Vectors) -> None:
         "trailing_bytes",
         "one byte after the payload",
         chunk_verdict,
-    )  # fmt: skip
+    )
     add_v2_chunks(v, chunks)
 
 
@@ -486,7 +486,7 @@ def add_v2_chunks(v: Vectors, chunks: dict[str, Any]) -> None:
         "header_checksum_mismatch",
         "v2 KDA chunk, bit 0 of segment 1's part flipped",
         chunk_verdict,
-    )  # fmt: skip
+    )
     v.add("chunk", "flip_v2_format_version", flip(base, 8, 0), "unsupported_version",
           "v2 KDA chunk, version 2 -> 3", chunk_verdict)  # fmt: skip
     v.add("chunk", "truncated_v2_in_segment_3", base[: 144 + 3 * 120 + 10], "truncated",
