@@ -50,6 +50,7 @@ from vllm.v1.kv_offload.tiering.base import (
 
 from . import kv_restore_reports as reports
 from .kv_restore_worker import RestoreRefused, restore_requested
+from .kv_store_local.vllm_scheduler import release_manager
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +250,18 @@ class SchedulerRestore:
 
     @classmethod
     def from_vllm(
+        cls, manager: Any, config: Any, vllm_config: Any
+    ) -> "SchedulerRestore | None":
+        """None unless restore is requested; a refused boot shuts the manager
+        down first, so vLLM's CPU region does not stay behind in /dev/shm."""
+        try:
+            return cls._checked(manager, config, vllm_config)
+        except BaseException:
+            release_manager(manager)
+            raise
+
+    @classmethod
+    def _checked(
         cls, manager: Any, config: Any, vllm_config: Any
     ) -> "SchedulerRestore | None":
         if not restore_requested():

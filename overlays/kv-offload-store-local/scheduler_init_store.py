@@ -6,4 +6,4 @@ if os.environ.get("GLM53_KV_OFFLOAD", "0") != "0":
         vllm_scheduler,
     )
 
-    self._kv_store_meta = vllm_scheduler.store_meta(self.config)
+    self._kv_store_meta = vllm_scheduler.store_meta(self.config, self.manager)

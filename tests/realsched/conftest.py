@@ -171,3 +171,16 @@ def pristine_traces():
         return {s: cache[s] for s in scenarios}
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def no_region_left_behind():
+    """Each test shuts down the schedulers it booted and leaves no CPU-tier region in
+    /dev/shm: a file there outlives the process and keeps its memory."""
+    import realsched
+
+    before = realsched.offload_regions()
+    yield
+    realsched.shut_down_booted()
+    left = realsched.offload_regions() - before
+    assert not left, f"left in /dev/shm: {sorted(left)}"

@@ -156,6 +156,21 @@ class Booted:
         return self.scheduler.connector.connector_scheduler
 
 
+# Schedulers boot() made: shut_down_booted() shuts them down, and with them the CPU tier's
+# shared region in /dev/shm (a file that outlives the process unless unlinked).
+_booted: list[Any] = []
+
+
+def shut_down_booted() -> None:
+    while _booted:
+        _booted.pop().shutdown()
+
+
+def offload_regions() -> set[str]:
+    """vLLM's CPU-tier region files now in /dev/shm."""
+    return {p.name for p in Path("/dev/shm").glob("vllm_offload_*.mmap")}
+
+
 def boot(
     cpu_bytes: int = 64 << 20,
     num_blocks: int = 400,
@@ -197,6 +212,7 @@ def boot(
         hash_block_size=hash_block_size,
         log_stats=True,
     )
+    _booted.append(scheduler)
     return Booted(vc, sched_config, worker_configs[0], scheduler)
 
 

@@ -14,4 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import realsched  # noqa: E402
 
-print(json.dumps({name: realsched.run_scenario(name)[2] for name in sys.argv[1:]}))
+try:
+    traces = {name: realsched.run_scenario(name)[2] for name in sys.argv[1:]}
+finally:
+    realsched.shut_down_booted()  # its log lines go to stdout too: print after them
+print(json.dumps(traces))

@@ -180,3 +180,18 @@ def test_an_eagle_attention_group_needs_a_state_one_chunk_earlier(restore_on):
     assert [j for j in engine.load_jobs if j["req"] == "b"] == []
     assert computed == len(PROMPT)
     assert "b" in engine.finished
+
+
+def test_a_refused_restore_boot_leaves_no_cpu_region(knobs, tmp_path):
+    # RESTORE=1 without the LocalStoreTier entry: refused after vLLM made the CPU tier's
+    # region in /dev/shm; the refusal shuts the manager down, so the file goes too (the
+    # autouse guard in conftest.py fails the test if it stays).
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_restore_worker import (  # noqa: E501
+        RestoreRefused,
+    )
+
+    knobs(**{"": "1", "CPU_GB": "1", "RESTORE": "1", "DIR": str(tmp_path / "store")})
+    before = realsched.offload_regions()
+    with pytest.raises(RestoreRefused, match="LocalStoreTier"):
+        realsched.boot()
+    assert realsched.offload_regions() == before

@@ -13,17 +13,34 @@ from .side_channel import SchedulerGroup, SchedulerStoreMeta
 logger = init_logger(__name__)
 
 
-def store_meta(config: Any) -> SchedulerStoreMeta:
+def store_meta(config: Any, manager: Any = None) -> SchedulerStoreMeta:
     """Validate the knobs (a bad one fails the boot), then build from
-    vLLM's ``SchedulerOffloadConfig``."""
-    settings = knobs.read_knobs()
-    meta = from_config(config)
+    vLLM's ``SchedulerOffloadConfig``. A failed boot shuts ``manager`` down
+    first (``release_manager``)."""
+    try:
+        settings = knobs.read_knobs()
+        meta = from_config(config)
+    except BaseException:
+        release_manager(manager)
+        raise
     logger.info(
         "KV store: scheduler attaches store metadata; restore is off (no "
         "external hits); disk tier under %s",
         settings.root,
     )
     return meta
+
+
+def release_manager(manager: Any) -> None:
+    """Before a boot we refuse: vLLM has already made the CPU tier's shared
+    region in /dev/shm, a file that outlives the process (and holds its
+    memory) unless the manager's shutdown unlinks it."""
+    if manager is None:
+        return
+    try:
+        manager.shutdown()
+    except Exception:
+        logger.exception("KV store: the offloading manager did not shut down")
 
 
 def from_config(config: Any) -> SchedulerStoreMeta:
