@@ -190,7 +190,7 @@ def restore_results() -> dict:
                 "promotions_ok": 2,
                 "promotions_failed": 0,
             },
-        ),  # fmt: skip
+        ),
         "restore.llama.bad": seq_stage(
             [0, 32],
             [32, 64],
@@ -200,7 +200,7 @@ def restore_results() -> dict:
                 "promotions_ok": 0,
                 "promotions_failed": 1,
             },
-        ),  # fmt: skip
+        ),
     }
 
 

@@ -513,6 +513,6 @@ def test_a_raw_page_view_without_a_vllm_config_disables_the_writer(patched, knob
                 4096, (64, 1, 1, 1024), (1024,) * 3 + (1,)
             )
             for g in STATE_GROUPS
-        }  # fmt: skip
+        }
     )
     assert "no vLLM config to find its state views" in store.settings.unsupported

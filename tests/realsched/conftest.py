@@ -82,7 +82,7 @@ def _build_patched_tree() -> tuple[Path, Path]:
             "--check-injected",
             "--python",
             sys.executable,
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
     )

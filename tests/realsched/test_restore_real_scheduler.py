@@ -111,7 +111,7 @@ def write_then_restart(answer: str, drafter: str, eagle: bool):
     engine.run()
     keys = proven_keys(engine)
     assert keys, "A's store jobs named no boundary manifest"
-    first.scheduler.shutdown()
+    realsched.shut_down_booted()  # engine 1 exits before engine 2 boots
 
     booted = realsched.boot(drafter=drafter, eagle=eagle)
     engine = realsched.Engine(booted)

@@ -13,7 +13,7 @@ from .side_channel import SchedulerGroup, SchedulerStoreMeta
 logger = init_logger(__name__)
 
 
-def store_meta(config: Any, manager: Any = None) -> SchedulerStoreMeta:
+def store_meta(config: Any, manager: Any) -> SchedulerStoreMeta:
     """Validate the knobs (a bad one fails the boot), then build from
     vLLM's ``SchedulerOffloadConfig``. A failed boot shuts ``manager`` down
     first (``release_manager``)."""
@@ -35,8 +35,6 @@ def release_manager(manager: Any) -> None:
     """Before a boot we refuse: vLLM has already made the CPU tier's shared
     region in /dev/shm, a file that outlives the process (and holds its
     memory) unless the manager's shutdown unlinks it."""
-    if manager is None:
-        return
     try:
         manager.shutdown()
     except Exception:
