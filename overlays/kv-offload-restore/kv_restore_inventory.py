@@ -83,9 +83,7 @@ class Inventory:
     def _load(self, name: str) -> list[Proof] | None:
         path = os.path.join(self.manifest_dir, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                m = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+            m = fmt.decode_manifest(fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES))
         except (OSError, fmt.FormatError) as e:
             logger.warning("KV restore: manifest %s not used: %s", path, e)
             return None

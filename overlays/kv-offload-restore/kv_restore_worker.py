@@ -154,8 +154,9 @@ class WorkerRestore:
             return
         layout = writer.layout
         try:
-            with open(layout.namespace_record, "rb") as f:
-                record = fmt.decode_namespace_record(f.read(fmt.MAX_RECORD_BYTES + 1))
+            record = fmt.decode_namespace_record(
+                fmt.read_regular(layout.namespace_record, fmt.MAX_RECORD_BYTES)
+            )
         except (OSError, fmt.FormatError) as e:
             self._disable(f"namespace record unreadable: {e}")
             return
@@ -290,7 +291,7 @@ class WorkerRestore:
             )
         path = self._store.writer.layout.chunk(proof.key_hex, proof.group)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = fmt.open_regular(path)
         except OSError as e:
             reason = "missing_file" if e.errno == errno.ENOENT else "io_error"
             raise chunk_read.PromotionFailed(

@@ -15,6 +15,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -222,6 +223,28 @@ def rank_one_missing(rig, hashes):
     return "missing_file"
 
 
+def fifo_at_chunk(rig, hashes):
+    """A FIFO where a chunk belongs: opening it to read would block the step."""
+    path = chunk_path(rig, key_of(hashes, 0, 3))
+    os.unlink(path)
+    os.mkfifo(path)
+    return "io_error"
+
+
+@pytest.fixture
+def hang_guard():
+    """Fails the test rather than hanging the run when an open blocks."""
+
+    def timeout(signum, frame):
+        raise TimeoutError("blocked for 60 s (an open of a FIFO?)")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize(
     "damage, tp",
     [
@@ -230,9 +253,10 @@ def rank_one_missing(rig, hashes):
         (foreign_namespace, 1),
         (missing_file, 1),
         (rank_one_missing, 2),
+        (fifo_at_chunk, 1),
     ],
 )
-def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp):
+def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp, hang_guard):
     rig, hashes = write_a(ns, store, tp)
     rig.shutdown()
     reason = damage(rig, hashes)
@@ -251,6 +275,20 @@ def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp):
     # the keys stay misses: a second request recomputes without a promotion
     again, _ = restore_b(restarted, hashes, n=10)
     assert again == 0 and restarted.tier.stats.promotions_failed == 1
+    restarted.shutdown()
+
+
+def test_a_fifo_named_like_a_manifest_is_passed_over(ns, store, hang_guard):
+    """Neither the writer's keep-K scan nor the restore inventory opens it."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    manifests = os.path.join(base_dir(rig), "manifests")
+    os.mkfifo(os.path.join(manifests, f"b{BLOCK}_{'ab' * 32}.json"))
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == RESTORED
+    assert_restored(restarted, hashes)
+    assert restarted.restorers[0].stats.manifests_rejected >= 1
     restarted.shutdown()
 
 

@@ -23,6 +23,7 @@ One module a concept, named as in the C++ codec; import the package
 - json_fields: the field checks the JSON records share;
 - namespace_record, boundary_manifest, pending_record: the JSON records;
 - names, layout: file names and one rank's paths (`StoreLayout`);
+- store_file: opening a store file for reading (never a link or a FIFO);
 - retention: keep-K retention (`kept_manifests`).
 """
 
@@ -137,6 +138,7 @@ from .segment import (
     SegmentKind,
     make_segments,
 )
+from .store_file import open_regular, read_regular
 
 __all__ = [
     "BoundaryManifest",
@@ -216,6 +218,7 @@ __all__ = [
     "manifest_file_name",
     "namespace_hash",
     "namespace_record_name",
+    "open_regular",
     "parse_chunk_rel_path",
     "parse_json",
     "parse_manifest_file_name",
@@ -226,6 +229,7 @@ __all__ = [
     "rank_base_name",
     "read_chunk_header",
     "read_header_bytes",
+    "read_regular",
     "sanitize_model",
     "temp_name",
     "verify_chunk",

@@ -9,6 +9,7 @@ from .checksum import crc32
 from .constants import MAX_HEADER_LENGTH
 from .format_error import FormatError, Reason
 from .header import ChunkHeader, declared_header_length, decode_header, encode_header
+from .store_file import open_regular
 
 
 def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -> bytes:
@@ -68,7 +69,7 @@ def read_header_bytes(fd: int, size: int) -> bytes:
 
 def read_chunk_header(path: str) -> ChunkHeader:
     """Parse the header of a chunk file and check its size (not the payload)."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         header = decode_header(read_header_bytes(f.fileno(), size))
     check_file_size(header, size)
@@ -77,7 +78,7 @@ def read_chunk_header(path: str) -> ChunkHeader:
 
 def verify_chunk_file(path: str, block_size: int = 8 << 20) -> ChunkHeader:
     """Header, size and payload checksum of a chunk file, read in blocks."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(min(size, MAX_HEADER_LENGTH))
         header = decode_header(head)

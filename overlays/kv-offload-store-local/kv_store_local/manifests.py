@@ -75,8 +75,12 @@ class ManifestBook:
         for name in sorted(os.listdir(self.layout.manifest_dir)):
             try:
                 fmt.parse_manifest_file_name(name)
-                with open(os.path.join(self.layout.manifest_dir, name), "rb") as f:
-                    manifest = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+                manifest = fmt.decode_manifest(
+                    fmt.read_regular(
+                        os.path.join(self.layout.manifest_dir, name),
+                        fmt.MAX_MANIFEST_BYTES,
+                    )
+                )
             except (OSError, fmt.FormatError):
                 continue  # temps and damaged files are kvstore gc's business
             self.published[name] = manifest.chain
@@ -254,10 +258,12 @@ class ManifestBook:
         old_manifests = {}
         for n in superseded:
             try:
-                with open(os.path.join(self.layout.manifest_dir, n), "rb") as f:
-                    old_manifests[n] = fmt.decode_manifest(
-                        f.read(fmt.MAX_MANIFEST_BYTES + 1)
+                old_manifests[n] = fmt.decode_manifest(
+                    fmt.read_regular(
+                        os.path.join(self.layout.manifest_dir, n),
+                        fmt.MAX_MANIFEST_BYTES,
                     )
+                )
             except (OSError, fmt.FormatError):
                 old_manifests[n] = None
             try:

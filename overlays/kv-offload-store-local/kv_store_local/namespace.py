@@ -49,8 +49,7 @@ def open_namespace(
     layout = fmt.StoreLayout.create(root, model, ns, rank)
     os.makedirs(root, exist_ok=True)
     try:
-        with open(layout.namespace_record, "rb") as f:
-            existing = f.read(fmt.MAX_RECORD_BYTES + 1)
+        existing = fmt.read_regular(layout.namespace_record, fmt.MAX_RECORD_BYTES)
     except FileNotFoundError:
         existing = None
     if existing is None:
