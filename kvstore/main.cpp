@@ -113,13 +113,15 @@ std::string no_store_message(const Common& c) {
                      c.root);
 }
 
-// Drops the per-file lines of a gc report unless -v: the summary is the default.
+// Drops the per-file lines of a gc report unless -v: the summary is the
+// default. A file kept because it changed is news, so it always shows.
 std::string per_file_filter(const std::string& text, bool verbose) {
   if (verbose) return text;
   std::string out, line;
   std::istringstream in(text);
   while (std::getline(in, line))
-    if (line.rfind("would delete ", 0) != 0 && line.rfind("delete ", 0) != 0 && line.rfind("kept ", 0) != 0)
+    if ((line.rfind("would delete ", 0) != 0 && line.rfind("delete ", 0) != 0 && line.rfind("kept ", 0) != 0) ||
+        line.ends_with(": changed since planned, kept"))
       out += line + "\n";
   return out;
 }

@@ -77,6 +77,9 @@ std::string sweep_text(const SweepResult& r) {
   std::string out;
   for (const auto& s : r.skipped) out += fmt::format("kept {}: {}\n", s.rel, s.why);
   for (const auto& e : r.errors) out += fmt::format("error {}\n", e.line());
+  if (r.held)
+    out += fmt::format("held {} payload(s): {} changed since planned, so what it names is unknown; run gc again\n",
+                       r.held, r.held_for);
   out += fmt::format("swept: {} file(s), {} bytes freed\n", r.deleted, r.bytes);
   return out;
 }
@@ -86,7 +89,9 @@ nlohmann::json sweep_json(const SweepResult& r) {
   for (const auto& s : r.skipped) skipped.push_back({{"path", s.rel}, {"why", s.why}});
   auto errors = nlohmann::json::array();
   for (const auto& e : r.errors) errors.push_back(e.line());
-  return {{"deleted", r.deleted}, {"bytes", r.bytes}, {"skipped", skipped}, {"errors", errors}};
+  nlohmann::json held = nullptr;
+  if (r.held) held = {{"payloads", r.held}, {"manifest", r.held_for}};
+  return {{"deleted", r.deleted}, {"bytes", r.bytes}, {"skipped", skipped}, {"errors", errors}, {"held", held}};
 }
 
 std::string gc_report_text(const GcReport& r) {

@@ -64,7 +64,7 @@ class DirCache {
   std::vector<Error> errs_;
 };
 
-enum class Unlinked { kYes, kSkipped, kFailed };
+enum class Unlinked { kYes, kSkipped, kChanged, kFailed };
 
 Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Error& err, Progress* progress) {
   auto [parent, name] = split_parent(it.rel);
@@ -91,7 +91,7 @@ Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Er
   if (now.dev != it.st.dev || now.ino != it.st.ino || now.size != it.st.size ||
       now.mtime_ns != it.st.mtime_ns || !S_ISREG(st.st_mode)) {
     res.skipped.push_back({it.rel, "changed since planned, kept"});
-    return Unlinked::kSkipped;
+    return Unlinked::kChanged;
   }
   if (::unlinkat(*dfd, n.c_str(), 0) != 0) {
     if (errno == ENOENT) {
@@ -117,13 +117,19 @@ Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progr
     for (const auto& it : plan.items) {
       if (!it.manifest) continue;
       Error err;
-      if (unlink_checked(dirs, it, res, err, progress) == Unlinked::kFailed) {
+      auto done = unlink_checked(dirs, it, res, err, progress);
+      if (done == Unlinked::kFailed) {
         dirs.sync_all();
         return err;  // no payload is touched after a failed manifest delete
       }
+      if (done == Unlinked::kChanged && res.held_for.empty()) res.held_for = it.rel;
     }
     auto errs = dirs.sync_all();
     if (!errs.empty()) return errs.front();
+  }
+  if (!res.held_for.empty()) {
+    for (const auto& it : plan.items) res.held += !it.manifest;
+    return res;
   }
   // Payloads: tens of thousands of directories may be touched, so one
   // syncfs at the end instead of an fsync per directory. The order that

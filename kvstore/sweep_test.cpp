@@ -73,6 +73,33 @@ TEST(Sweep, ChangedFileIsKept) {
   EXPECT_TRUE(t.exists("c/y.bin"));
 }
 
+// A writer republished a superseded boundary under the same name: the new
+// manifest names the state payload the plan meant to delete with the old one.
+TEST(Sweep, ChangedManifestHoldsEveryPayload) {
+  testing::TmpDir t;
+  t.write("m/a.json", "{}");
+  t.write("m/b.json", "{}");
+  t.write("c/state.bin", "ss");
+  t.write("c/orphan.bin", "oo");
+  auto root = open_root(t.path());
+  Plan p;
+  p.items = {item(root->get(), "m/a.json", true), item(root->get(), "m/b.json", true),
+             item(root->get(), "c/orphan.bin", false), item(root->get(), "c/state.bin", false)};
+  ::unlink((t / "m/b.json").c_str());
+  t.write("m/b.json", "{}");  // same name and size, new inode
+  auto r = execute_plan(root->get(), p);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->deleted, 1u);  // the unchanged manifest only
+  EXPECT_FALSE(t.exists("m/a.json"));
+  EXPECT_TRUE(t.exists("m/b.json"));
+  EXPECT_TRUE(t.exists("c/state.bin"));
+  EXPECT_TRUE(t.exists("c/orphan.bin"));
+  EXPECT_EQ(r->held, 2u);
+  EXPECT_EQ(r->held_for, "m/b.json");
+  ASSERT_EQ(r->skipped.size(), 1u);
+  EXPECT_EQ(r->skipped[0].rel, "m/b.json");
+}
+
 // Enough payloads for the unlinks to be split over several threads: every
 // file is still re-checked, and the report stays in path order.
 TEST(Sweep, ManyPayloadsAcrossThreads) {

@@ -3,6 +3,8 @@
 // unnamed payloads (orphans, swept next time) but never a manifest that names
 // a deleted file. Each file is re-checked (same inode, size and mtime as
 // planned) just before it is unlinked; a changed file is kept and reported.
+// A changed manifest is kept with every payload of the plan: it may name any
+// of them now (a writer republishing a boundary under the same name).
 // Payload unlinks run on several threads (contiguous slices of the sorted
 // plan: an unlink can wait on the device) and are made durable by one
 // syncfs(2) before returning.
@@ -28,6 +30,10 @@ struct SweepResult {
   uint64_t bytes = 0;
   std::vector<SweepSkip> skipped;
   std::vector<Error> errors;  // unlink or fsync failures (payload phase only)
+  // Payloads left in place because a manifest the plan named changed since
+  // it was planned (`held_for` names it): what it names now is unknown.
+  size_t held = 0;
+  std::string held_for;
 };
 
 // Deletes the plan's items below `root_fd`. Returns an Error (and deletes no
