@@ -84,9 +84,13 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
       if (foreign_dirs.count(rel.substr(0, pos))) return true;
     return false;
   };
-  // manifests/ as a symlink, a special file or an unlistable folder.
+  // manifests/ or pending/ as a symlink, a file, a special file or an
+  // unlistable folder: which chunks are named, or held by a live writer, is
+  // unknown. pending/ says so as an unreadable entry (a sweep refuses).
+  bool pending_broken = false;
   auto manifests_broken = [&](const std::string& rel) {
     if (rel == kvformat::kManifestDir) inv.manifests_readable = false;
+    if (rel == kvformat::kPendingDir) pending_broken = true;
   };
   for (const auto& d : foreign_dirs)
     if (!under_foreign(d))
@@ -115,8 +119,8 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
     bool known = false;
     if (parts.size() == 1 && parts[0] == kvformat::kLockFile) {
       known = true;
-    } else if (parts.size() == 1 && parts[0] == kvformat::kManifestDir) {
-      inv.manifests_readable = false;  // a file where the manifests folder belongs
+    } else if (parts.size() == 1 && (parts[0] == kvformat::kManifestDir || parts[0] == kvformat::kPendingDir)) {
+      manifests_broken(f.rel);  // a file where the folder belongs
     } else if (parts.size() == 2 && parts[0] == kvformat::kManifestDir) {
       if (kvformat::parse_manifest_file_name(parts[1])) {
         out.manifests.emplace_back(f.rel, f.st);
@@ -150,6 +154,9 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
   if (!inv.manifests_readable)
     inv.findings.push_back({join(prefix, std::string(kvformat::kManifestDir)), FindingKind::kUnreadable,
                             "not a readable directory: which chunks are named is unknown"});
+  if (pending_broken)
+    inv.findings.push_back({join(prefix, std::string(kvformat::kPendingDir)), FindingKind::kUnreadable,
+                            "not a readable directory: which chunks live writers hold is unknown"});
   return out;
 }
 

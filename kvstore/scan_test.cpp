@@ -155,6 +155,25 @@ TEST(Scan, ManifestsFolderThatIsASymlinkMakesTheRankUnreadable) {
   EXPECT_TRUE(s.has(FindingKind::kUnreadable, in_rank("manifests")));
 }
 
+// A live writer's pending records could be behind it: gc must not plan
+// from a scan that could not read them.
+TEST(Scan, PendingFolderThatIsASymlinkOrAFileMakesTheRankUnreadable) {
+  for (bool as_file : {false, true}) {
+    TmpDir tier;
+    const auto k = key_hex(2);
+    tier.write(in_rank(chunk_rel(k, 0)), chunk_bytes(k, 0, 100));
+    if (as_file) {
+      tier.write(in_rank("pending"), "x");
+    } else {
+      tier.mkdir("elsewhere");
+      std::filesystem::create_directory_symlink(tier / "elsewhere", tier / in_rank("pending"));
+    }
+    auto s = scan(tier);
+    EXPECT_TRUE(s.has(FindingKind::kUnreadable, in_rank("pending"))) << as_file;
+    EXPECT_TRUE(s.inv.manifests_readable);
+  }
+}
+
 TEST(Scan, PendingRecordProtectsChunksOnlyWhileItsWriterHoldsIt) {
   TmpDir tier;
   const auto k = key_hex(3);
