@@ -24,6 +24,7 @@
 #include "kvtier/kvstore/gc.h"
 #include "kvtier/kvstore/progress.h"
 #include "kvtier/kvstore/report.h"
+#include "printable.h"
 #include "kvtier/kvstore/scan.h"
 #include "kvtier/kvstore/stat.h"
 #include "kvtier/kvstore/walk.h"
@@ -48,7 +49,11 @@ int64_t wall_now_ns() {
       .count();
 }
 
-void print_error(const std::string& line) { fmt::print(stderr, "kvstore: {}\n", line); }
+void print_error(const std::string& line) { fmt::print(stderr, "kvstore: {}\n", kvtier::printable(line)); }
+
+// A JSON document as printed. Paths in it went through printable(); any other
+// string from the file system that is not UTF-8 is replaced, never fatal.
+std::string json_text(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 struct Common {
   std::string root, root_opt;  // ROOT positional or --root (the same in overlay)
@@ -70,7 +75,7 @@ std::FILE* text_out(const Common& c) { return c.prometheus == "-" ? stderr : std
 // --json the error object on stdout (never empty stdout).
 int fail(const Common& c, int code, const std::string& message) {
   print_error(message);
-  if (c.json) fmt::print("{}\n", kvtier::cli::error_json("kvstore", c.command, code, message).dump(2));
+  if (c.json) fmt::print("{}\n", json_text(kvtier::cli::error_json("kvstore", c.command, code, kvtier::printable(message))));
   return code;
 }
 
@@ -207,7 +212,7 @@ int run_verify(const Common& c) {
   if (c.json) {
     nlohmann::json j = {{"root", c.root}, {"findings", findings_json(findings)}, {"summary", summary_json(summary)}};
     envelope(j, c, code);
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", json_text(j));
   } else {
     fmt::print(text_out(c), "{}", findings_text(findings));
     if (!c.quiet || code != kExitClean) fmt::print(text_out(c), "{}", summary_text("verify", summary));
@@ -266,7 +271,7 @@ int run_gc(const Common& c, const GcArgs& g) {
                           {"findings", findings_json(all_findings(report->scan))}};
     gc_report_json(*report, out);
     envelope(out, c, code);
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out));
   } else {
     // A dry run lists its plan (that is what it is for); a sweep prints its
     // summary, and each file only with -v (and always in --json).
@@ -294,7 +299,7 @@ int run_stat(const Common& c) {
   if (c.json) {
     auto j = stats_json(stats);
     envelope(j, c, code);
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", json_text(j));
   } else if (!c.quiet) {
     fmt::print(text_out(c), "{}", stats_text(stats));
   }
@@ -323,7 +328,7 @@ int run_inspect(const Common& c, const std::string& file) {
       nlohmann::json j{{"path", file}, {"valid", false}, {"error", kvformat::reason_name(r)},
                        {"message", hdr.error().message}};
       envelope(j, c, kExitProblems);
-      fmt::print("{}\n", j.dump(2));
+      fmt::print("{}\n", json_text(j));
     }
     else
       fmt::print("{}: invalid chunk: {}: {}\n", file, kvformat::reason_name(r), hdr.error().message);
@@ -339,7 +344,7 @@ int run_inspect(const Common& c, const std::string& file) {
     j["payload"] = payload;
     j["valid"] = full.ok();
     envelope(j, c, full ? kExitClean : kExitProblems);
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", json_text(j));
   } else {
     fmt::print("{}", header_text(*hdr, size));
     fmt::print("payload             {}\n", payload);
@@ -414,7 +419,7 @@ int main(int argc, char** argv) {
   // would report a missing required value instead.
   if (std::string bad = kvtier::cli::precheck(app, argc, argv); !bad.empty()) {
     print_error(bad + " (see kvstore --help)");
-    if (c.json) fmt::print("{}\n", kvtier::cli::error_json("kvstore", "", kExitUsage, bad).dump(2));
+    if (c.json) fmt::print("{}\n", json_text(kvtier::cli::error_json("kvstore", "", kExitUsage, kvtier::printable(bad))));
     return kExitUsage;
   }
   try {
@@ -428,7 +433,7 @@ int main(int argc, char** argv) {
     return kExitClean;
   } catch (const CLI::ParseError& e) {
     print_error(fmt::format("{} (see kvstore --help)", e.what()));
-    if (c.json) fmt::print("{}\n", kvtier::cli::error_json("kvstore", "", kExitUsage, e.what()).dump(2));
+    if (c.json) fmt::print("{}\n", json_text(kvtier::cli::error_json("kvstore", "", kExitUsage, kvtier::printable(e.what()))));
     return kExitUsage;
   }
   c.command = app.get_subcommands().front()->get_name();

@@ -5,8 +5,11 @@
 
 #include "kvtier/format/layout.h"
 #include "kvtier/kvstore/gc.h"
+#include "printable.h"
 
 namespace kvstore {
+
+using kvtier::printable;
 
 ScanSummary summarize(const StoreScan& scan) {
   ScanSummary s;
@@ -25,14 +28,14 @@ ScanSummary summarize(const StoreScan& scan) {
 
 std::string findings_text(const std::vector<Finding>& findings) {
   std::string out;
-  for (const auto& f : findings) out += fmt::format("{}: {}: {}\n", f.rel, finding_name(f.kind), f.detail);
+  for (const auto& f : findings) out += fmt::format("{}: {}: {}\n", printable(f.rel), finding_name(f.kind), printable(f.detail));
   return out;
 }
 
 nlohmann::json findings_json(const std::vector<Finding>& findings) {
   auto arr = nlohmann::json::array();
   for (const auto& f : findings)
-    arr.push_back({{"path", f.rel}, {"kind", finding_name(f.kind)}, {"detail", f.detail}});
+    arr.push_back({{"path", printable(f.rel)}, {"kind", finding_name(f.kind)}, {"detail", printable(f.detail)}});
   return arr;
 }
 
@@ -55,42 +58,45 @@ std::string plan_text(const Plan& plan, bool dry_run) {
   std::string out;
   const char* verb = dry_run ? "would delete" : "delete";
   for (const auto& it : plan.items)
-    out += fmt::format("{} {}: {}: {} ({} bytes)\n", verb, it.rel, reason_name(it.reason), it.detail, it.st.size);
+    out += fmt::format("{} {}: {}: {} ({} bytes)\n", verb, printable(it.rel), reason_name(it.reason), printable(it.detail),
+                       it.st.size);
   out += fmt::format("plan: {} file(s), {} bytes{}\n", plan.items.size(), plan.bytes,
                      dry_run ? " would be freed (dry run; --sweep deletes)" : "");
-  for (const auto& r : plan.refusals) out += fmt::format("refusal: {}\n", r);
+  for (const auto& r : plan.refusals) out += fmt::format("refusal: {}\n", printable(r));
   return out;
 }
 
 nlohmann::json plan_json(const Plan& plan) {
   auto items = nlohmann::json::array();
   for (const auto& it : plan.items)
-    items.push_back({{"path", it.rel},
+    items.push_back({{"path", printable(it.rel)},
                      {"reason", reason_name(it.reason)},
-                     {"detail", it.detail},
+                     {"detail", printable(it.detail)},
                      {"bytes", it.st.size},
                      {"manifest", it.manifest}});
-  return {{"items", items}, {"bytes", plan.bytes}, {"refusals", plan.refusals}};
+  auto refusals = nlohmann::json::array();
+  for (const auto& r : plan.refusals) refusals.push_back(printable(r));
+  return {{"items", items}, {"bytes", plan.bytes}, {"refusals", refusals}};
 }
 
 std::string sweep_text(const SweepResult& r) {
   std::string out;
-  for (const auto& s : r.skipped) out += fmt::format("kept {}: {}\n", s.rel, s.why);
-  for (const auto& e : r.errors) out += fmt::format("error {}\n", e.line());
+  for (const auto& s : r.skipped) out += fmt::format("kept {}: {}\n", printable(s.rel), s.why);
+  for (const auto& e : r.errors) out += fmt::format("error {}\n", printable(e.line()));
   if (r.held)
     out += fmt::format("held {} payload(s): {} changed since planned, so what it names is unknown; run gc again\n",
-                       r.held, r.held_for);
+                       r.held, printable(r.held_for));
   out += fmt::format("swept: {} file(s), {} bytes freed\n", r.deleted, r.bytes);
   return out;
 }
 
 nlohmann::json sweep_json(const SweepResult& r) {
   auto skipped = nlohmann::json::array();
-  for (const auto& s : r.skipped) skipped.push_back({{"path", s.rel}, {"why", s.why}});
+  for (const auto& s : r.skipped) skipped.push_back({{"path", printable(s.rel)}, {"why", s.why}});
   auto errors = nlohmann::json::array();
-  for (const auto& e : r.errors) errors.push_back(e.line());
+  for (const auto& e : r.errors) errors.push_back(printable(e.line()));
   nlohmann::json held = nullptr;
-  if (r.held) held = {{"payloads", r.held}, {"manifest", r.held_for}};
+  if (r.held) held = {{"payloads", r.held}, {"manifest", printable(r.held_for)}};
   return {{"deleted", r.deleted}, {"bytes", r.bytes}, {"skipped", skipped}, {"errors", errors}, {"held", held}};
 }
 
@@ -103,11 +109,11 @@ std::string gc_report_text(const GcReport& r) {
   std::string out;
   bool plan_refused = false;
   for (const auto& rank : r.ranks) {
-    for (const auto& why : rank.refusals) out += fmt::format("refused {}\n", why);
+    for (const auto& why : rank.refusals) out += fmt::format("refused {}\n", printable(why));
     plan_refused = plan_refused || (rank.refused && !rank.plan.refusals.empty());
     if (rank.executed) out += plan_text(rank.plan, false);
     if (rank.swept) out += sweep_text(*rank.swept);
-    if (rank.error) out += fmt::format("error {}\n", rank.error->line());
+    if (rank.error) out += fmt::format("error {}\n", printable(rank.error->line()));
   }
   if (!r.tier_plan.items.empty()) {
     out += plan_text(r.tier_plan, false);
@@ -126,10 +132,10 @@ void gc_report_json(const GcReport& r, nlohmann::json& out) {
   auto sweeps = nlohmann::json::array();
   auto refusals = nlohmann::json::array();
   for (const auto& rank : r.ranks) {
-    for (const auto& why : rank.refusals) refusals.push_back(why);
+    for (const auto& why : rank.refusals) refusals.push_back(printable(why));
     if (!rank.swept) continue;
     auto j = sweep_json(*rank.swept);
-    j["rank"] = rank.where;
+    j["rank"] = printable(rank.where);
     j["plan"] = plan_json(rank.plan);
     sweeps.push_back(j);
   }

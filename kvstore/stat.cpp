@@ -140,40 +140,4 @@ nlohmann::json stats_json(const StoreStats& s) {
   return {{"ranks", ranks}};
 }
 
-std::string stats_prometheus(const StoreStats& s) {
-  std::string out;
-  auto family = [&](const char* name, const char* help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
-  };
-  auto rl = [](const RankStat& r) { return fmt::format("rank=\"{}\",base=\"{}\"", r.rank, label_escape(r.name)); };
-  family("kvstore_chunks", "Chunk files per rank and KV-cache group.");
-  for (const auto& r : s.ranks)
-    for (const auto& g : r.groups)
-      out += fmt::format("kvstore_chunks{{{},group=\"{}\",kind=\"{}\"}} {}\n", rl(r), g.group, g.kind, g.chunks);
-  family("kvstore_chunk_bytes", "Bytes of chunk files per rank and KV-cache group.");
-  for (const auto& r : s.ranks)
-    for (const auto& g : r.groups)
-      out += fmt::format("kvstore_chunk_bytes{{{},group=\"{}\",kind=\"{}\"}} {}\n", rl(r), g.group, g.kind, g.bytes);
-  family("kvstore_manifests", "Boundary manifests per rank.");
-  for (const auto& r : s.ranks) out += fmt::format("kvstore_manifests{{{}}} {}\n", rl(r), r.manifests);
-  family("kvstore_chains", "Chains (leaf manifests) per rank.");
-  for (const auto& r : s.ranks) out += fmt::format("kvstore_chains{{{}}} {}\n", rl(r), r.chains.size());
-  family("kvstore_temps", "Writer temp files per rank.");
-  for (const auto& r : s.ranks) out += fmt::format("kvstore_temps{{{}}} {}\n", rl(r), r.temps);
-  family("kvstore_newest_boundary_age_seconds", "Age of the newest boundary manifest.");
-  for (const auto& r : s.ranks)
-    if (r.newest_boundary_age_s >= 0)
-      out += fmt::format("kvstore_newest_boundary_age_seconds{{{}}} {:.3f}\n", rl(r), r.newest_boundary_age_s);
-  family("kvstore_oldest_boundary_age_seconds", "Age of the oldest boundary manifest.");
-  for (const auto& r : s.ranks)
-    if (r.oldest_boundary_age_s >= 0)
-      out += fmt::format("kvstore_oldest_boundary_age_seconds{{{}}} {:.3f}\n", rl(r), r.oldest_boundary_age_s);
-  family("kvstore_findings", "Findings of the last scan per rank and kind.");
-  for (const auto& r : s.ranks)
-    for (const auto& [k, n] : r.findings) out += fmt::format("kvstore_findings{{{},kind=\"{}\"}} {}\n", rl(r), k, n);
-  family("kvstore_scan_timestamp_seconds", "When this file was written.");
-  out += fmt::format("kvstore_scan_timestamp_seconds {:.3f}\n", static_cast<double>(s.now_ns) / 1e9);
-  return out;
-}
-
 }  // namespace kvstore

@@ -232,6 +232,34 @@ def test_sweep_prints_a_summary_and_the_files_with_v(kv, store):
     assert r.code == 0 and re.search(r"^delete ", r.out, re.MULTILINE), r.out
 
 
+def test_odd_file_names_are_escaped_and_never_break_a_report(kv, store):
+    """Names come from the file system: bytes that are not UTF-8 made every
+    --json report fail (after a sweep had deleted), a newline split a line."""
+    base = bytes(store.base)
+    for name in (b"bad\xffname", b"evil\nline", b"esc\x1b[31m"):
+        with open(base + b"/" + name, "wb") as f:
+            f.write(b"x")
+    store.chunk(key_of("orphan"), FULL_GROUP, 64)
+    age_tree(store.tier)
+    shown = ("bad\\xffname", "evil\\x0aline", "esc\\x1b[31m")
+    r = kv("verify", "--json", str(store.tier))
+    assert r.code == 1, r.err
+    paths = [f["path"] for f in json.loads(r.out)["findings"]]
+    for name in shown:
+        assert any(p.endswith("/" + name) for p in paths), (name, paths)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1 and "\x1b" not in r.out
+    assert not any(line.startswith("line") for line in r.out.splitlines())
+    for name in shown:
+        assert f"/{name}: foreign:" in r.out, r.out
+    r = kv("gc", "--sweep", "--json", str(store.tier))
+    doc = json.loads(r.out)
+    assert doc["sweeps"][0]["deleted"] >= 1, doc
+    assert all(
+        (store.base / n).exists() for n in ("evil\nline", "esc\x1b[31m")
+    )  # foreign: reported, never deleted
+
+
 def test_quiet_prints_nothing_on_success(kv, store):
     r = kv("verify", "-q", str(store.tier))
     assert r.code == 0 and r.out == "" and r.err == ""

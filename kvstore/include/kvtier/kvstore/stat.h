@@ -52,7 +52,6 @@ struct StoreStats {
 StoreStats compute_stats(const StoreScan& scan, int64_t now_ns);
 std::string stats_text(const StoreStats& s);
 nlohmann::json stats_json(const StoreStats& s);
-std::string stats_prometheus(const StoreStats& s);
 
 // A Prometheus label value with backslash, quote and newline escaped.
 std::string label_escape(const std::string& v);
