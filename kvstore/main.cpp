@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -252,7 +253,7 @@ int run_gc(const Common& c, const GcArgs& g) {
   auto report = g.sweep ? sweep_gc(store->fd.get(), store->name, o) : plan_gc(store->fd.get(), store->name, o);
   progress.finish();
   if (!report) return write_metrics(c, fail(c, kExitIo, report.error().line()), render(nullptr, nullptr));
-  if (!g.sweep && no_store_here(report->scan))
+  if (report->ranks.empty() && no_store_here(report->scan))
     return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr, nullptr));
   // A sweep's summary and findings come from its scans under the lock.
   auto summary = summarize(report->scan);
@@ -354,8 +355,19 @@ int run_inspect(const Common& c, const std::string& file) {
 
 }  // namespace
 
+// CLI::Range lets NaN through (every comparison with it is false), and a
+// NaN grace or lock timeout acted as 0.
+const CLI::Validator kFiniteNumber(
+    [](std::string& s) -> std::string {
+      char* end = nullptr;
+      double v = std::strtod(s.c_str(), &end);
+      if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return "not a number: " + s;
+      return {};
+    },
+    "NUMBER");
+
 int main(int argc, char** argv) {
-  CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (format v1)", "kvstore"};
+  CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (formats v1 and v2)", "kvstore"};
   app.footer(kvtier::cli::exit_code_help());
   app.require_subcommand(1);
   app.set_version_flag("--version", kvtier::cli::version_text("kvstore"));
@@ -376,6 +388,7 @@ int main(int argc, char** argv) {
     sub->add_flag("-v,--verbose", c.verbose, "more detail: gc lists every file it plans or deletes");
     if (with_grace)
       sub->add_option("--grace", c.grace_s, "seconds before an unnamed chunk or a temp counts as garbage (default 600)")
+          ->check(kFiniteNumber)
           ->check(CLI::Range(0.0, 1e9));
     sub->footer(kvtier::cli::exit_code_help());
   };
@@ -398,6 +411,7 @@ int main(int argc, char** argv) {
                                    "info.keep_boundaries, else 2; 0 keeps every manifest)")
       ->check(CLI::Range(0, 1024));
   gc->add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for writers to release the lock (default 30)")
+      ->check(kFiniteNumber)
       ->check(CLI::Range(0.0, 86400.0));
   gc->add_flag("--verify-payloads", g.verify_payloads, "also checksum every payload (slower; default: headers only)");
 

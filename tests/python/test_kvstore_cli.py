@@ -144,10 +144,10 @@ def test_stat_metrics_are_timestamps_not_ages(kv, store):
 def test_no_store_here(kv, tmp_path):
     d = tmp_path / "not-a-store"
     (d / "photos").mkdir(parents=True)
-    for command in ("verify", "gc", "stat"):
-        r = kv(command, str(d))
+    for command in ("verify", "gc", "stat", "gc --sweep"):
+        r = kv(*command.split(), str(d))
         assert r.code == 8 and "no store here" in r.err, (command, r.err)
-        r = kv(command, "--json", str(d))
+        r = kv(*command.split(), "--json", str(d))
         doc = json.loads(r.out)
         assert (
             doc["error"]["kind"] == "no_store"
@@ -192,6 +192,21 @@ def test_unknown_names_get_a_suggestion_before_a_missing_root(kv):
         r.code == 2
         and "unknown option '--jsno' for 'verify'; did you mean '--json'?" in r.err
     )
+
+
+def test_a_number_option_refuses_nan(kv, store):
+    """NaN passed every range check and acted as 0: --grace nan let a sweep
+    delete chunks written seconds before."""
+    for args in (
+        ["gc", "--grace", "nan"],
+        ["gc", "--sweep", "--lock-timeout", "nan"],
+        ["verify", "--grace", "NaN"],
+        ["gc", "--grace", "inf"],
+        ["gc", "--grace", "5x"],
+    ):
+        r = kv(*args, str(store.tier))
+        assert r.code == 2 and "not a number" in r.err, (args, r.err)
+    assert kv("gc", "--grace", "1.5", str(store.tier)).code == 0
 
 
 def test_plain_kvstore_prints_usage(kv):
