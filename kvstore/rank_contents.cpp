@@ -205,12 +205,25 @@ void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileSt
 
 namespace {
 
+// Why a chunk a manifest names is not among the walk's chunks: "" when no
+// file is there; else what is (a FIFO, an unreadable folder, a file that
+// appeared after the walk), which is not the same as missing.
+std::string why_absent(int rank_fd, uint32_t group, const std::string& key) {
+  auto rel = kvformat::chunk_rel_path(key, group);
+  if (!rel) return "";
+  auto st = stat_beneath(rank_fd, *rel);
+  if (!st) return st.error().err == ENOENT ? "" : fmt::format("which cannot be looked at: {}", std::strerror(st.error().err));
+  if (!S_ISREG(st->mode)) return "which is not a regular file";
+  return "which the walk could not read, or which appeared after it";
+}
+
 // Records one manifest read by check_manifests and cross-checks the chunks it names.
 // `at` holds the position of each entry's chunk (ChunkIndex::kNone if there
-// is none), group by group, looked up on the reader thread.
+// is none), group by group, looked up on the reader thread; `absent` says,
+// for each kNone in turn, why_absent.
 void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<std::string>& bytes,
                     kvformat::Result<kvformat::BoundaryManifest>& parsed, const std::vector<long>& at,
-                    const std::string& prefix, int rank, RankContext& cx) {
+                    const std::vector<std::string>& absent, const std::string& prefix, int rank, RankContext& cx) {
   auto& inv = cx.inv;
   const auto& [rel_in_rank, st] = file;
   ManifestRec m;
@@ -248,7 +261,7 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
   size_t entries = 0;
   for (const auto& g : parsed->groups) entries += g.entries.size();
   m.refs.reserve(entries);
-  size_t n = 0;
+  size_t n = 0, n_absent = 0;
   for (auto& g : parsed->groups) {
     bool state = g.kind == kvformat::GroupKind::State;
     for (size_t pos = 0; pos < g.entries.size(); ++pos) {
@@ -259,7 +272,11 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
       long pos_in_inv = at[n++];
       if (pos_in_inv == ChunkIndex::kNone) {
         auto path = kvformat::chunk_rel_path(key, g.group);
-        broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : key));
+        const std::string& why = absent[n_absent++];
+        if (why.empty())
+          broken(FindingKind::kMissing, fmt::format("names {}, which does not exist", path ? *path : key));
+        else
+          broken(FindingKind::kMismatch, fmt::format("names {}, {}", path ? *path : key, why));
         continue;
       }
       auto& c = inv.chunks[pos_in_inv];
@@ -302,6 +319,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
     Outcome<std::string> bytes = Error{};
     kvformat::Result<kvformat::BoundaryManifest> parsed = kvformat::make_error(kvformat::Reason::IoError, "");
     std::vector<long> at;  // each entry's chunk position
+    std::vector<std::string> absent;  // why_absent, for each entry without one
   };
   const unsigned threads = reader_threads(cx.opt.threads);
   const size_t batch = size_t{64} * threads;
@@ -322,10 +340,14 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
       if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
       if (!r.parsed) return;
       for (const auto& g : r.parsed->groups)
-        for (const auto& e : g.entries) r.at.push_back(chunk_at.find(g.group, e.key));
+        for (const auto& e : g.entries) {
+          r.at.push_back(chunk_at.find(g.group, e.key));
+          if (r.at.back() == ChunkIndex::kNone) r.absent.push_back(why_absent(rank_fd, g.group, e.key));
+        }
     });
     for (size_t k = 0; k < n; ++k)
-      if (!reads[k].vanished) judge_manifest(files[first + k], reads[k].bytes, reads[k].parsed, reads[k].at, prefix, rank, cx);
+      if (!reads[k].vanished) judge_manifest(files[first + k], reads[k].bytes, reads[k].parsed, reads[k].at, reads[k].absent, prefix,
+                                                rank, cx);
   }
 }
 

@@ -142,6 +142,24 @@ def test_several_ranks(kv, tmp_path):
 # --------------------------------------------------------------------------
 
 
+def test_a_named_chunk_that_is_a_fifo_is_not_called_missing(kv, store):
+    """Something is there, so the manifest is not 'missing' its chunk: the
+    report says what is there (the FIFO itself is also foreign)."""
+    two_boundaries(store)
+    path = chunk_path(store, "b", STATE_GROUP)
+    path.unlink()
+    os.mkfifo(path)
+    m2 = store.manifest_rel(["a", "b"])
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    got = lines(r.out)[:-1]
+    assert (
+        f"{m2}: mismatch: names {chunk_in_rank('b', STATE_GROUP)}, "
+        "which is not a regular file"
+    ) in got, got
+    assert not any(": missing:" in line for line in got), got
+
+
 def test_missing_chunk(kv, store):
     two_boundaries(store)
     chunk_path(store, "b", STATE_GROUP).unlink()
