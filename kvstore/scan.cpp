@@ -240,7 +240,9 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   if (rank_rel.empty()) {
     // ROOT is the rank base: its record lies beside it (FORMAT.md 2). This one
     // named file is the only thing read outside ROOT (O_NOFOLLOW, never written).
-    int p = ::openat(root_fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    // O_PATH: the record is opened through it, so search permission on the
+    // tier folder is enough (0711 works as for cat).
+    int p = ::openat(root_fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (p < 0) return io_error("..", errno, "cannot open the tier directory");
     parent_dir = Fd(p);
     tier_fd = p;

@@ -549,6 +549,24 @@ def _unprivileged_store(tmp_root: Path) -> tuple[Store, str | None]:
     return s, "65534"
 
 
+def test_a_rank_base_root_needs_only_search_permission_on_its_tier(kv):
+    """The namespace record beside a rank base is read through the tier
+    folder, which a user may only pass through (0711), as cat can."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        store, user = _unprivileged_store(Path(tmp))
+        if user is None:
+            pytest.skip("needs root to run as another user")
+        two_boundaries(store)
+        age_tree(store.tier)
+        for dirpath, dirs, files in os.walk(store.tier):
+            for n in dirs + files:
+                os.chown(Path(dirpath) / n, 65534, 65534)
+        store.tier.chmod(0o711)  # root's: nobody can pass through, not list
+        r = kv("verify", str(store.base), user=user)
+        assert r.code == 0, r.out + r.err
+        assert r.out.startswith("verify: 1 rank(s), 4 chunk(s), 2 manifest(s)"), r.out
+
+
 def test_unreadable_file_is_reported_and_refuses_sweep(kv):
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         store, user = _unprivileged_store(Path(tmp))
