@@ -103,7 +103,10 @@ void judge(Probe& p, const kvformat::Result<kvformat::ChunkHeader>& header, cons
   auto& found = p.findings;
   if (!header) {
     auto kind = kind_of(header.error().reason);
-    found.push_back({c.rel, kind, verdict(header.error())});
+    // "truncated: truncated: ..." says it twice: the kind is enough then.
+    const auto& e = header.error();
+    bool same = std::string_view(finding_name(kind)) == kvformat::reason_name(e.reason) && !e.message.empty();
+    found.push_back({c.rel, kind, same ? e.message : verdict(e)});
     c.damaged = kind != FindingKind::kUnreadable;
     return;
   }

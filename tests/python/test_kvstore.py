@@ -207,7 +207,7 @@ def test_truncated_chunk(kv, store):
     r = kv("verify", str(store.tier))
     assert r.code == 1
     assert lines(r.out)[:-1] == [
-        f"{store.chunk_rel('b', STATE_GROUP)}: truncated: truncated: "
+        f"{store.chunk_rel('b', STATE_GROUP)}: truncated: "
         f"{size - 10} bytes, chunk needs {size}",
         f"{m2}: mismatch: names {chunk_in_rank('b', STATE_GROUP)}, "
         "which is damaged or unreadable",
