@@ -189,6 +189,14 @@ std::vector<Case> cases() {
        [](Workspace& w) { edit(cache(w), "scope = \"class Worker/def run\"", "scope = \"Worker.run\""); }, 2,
        "example-cache.toml", "scope \"Worker.run\" of edit \"remember\" must be"},
       {"UnknownCliFlag", [](Workspace&) {}, 2, "--colour", "usage", {"apply", "--colour"}},
+      // Opening a FIFO for reading blocks until a writer comes; /dev/zero never ends.
+      {"ManifestIsAFifo", [](Workspace& w) { ::mkfifo((w.manifests + "/x.toml").c_str(), 0644); }, 2, "x.toml",
+       "not a regular file"},
+      {"ManifestLinksToADevice",
+       [](Workspace& w) { fs::create_symlink("/dev/zero", w.manifests + "/x.toml"); }, 2, "x.toml",
+       "not a regular file"},
+      {"ManifestIsAFolder", [](Workspace& w) { fs::create_directory(w.manifests + "/x.toml"); }, 2, "x.toml",
+       "not a regular file"},
   };
 }
 

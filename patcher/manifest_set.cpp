@@ -2,16 +2,17 @@
 // checked against each other (one engine version, agreeing pins, no new file
 // claimed twice) and put in stacking order (ORDER, or `after`).
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
+#include "fd.h"
 #include "manifest.h"
 #include "paths.h"
 #include "text.h"
@@ -31,17 +32,32 @@ const Manifest& ManifestSet::get(const std::string& name) const {
 
 namespace {
 
+// A manifest or ORDER file: a regular file (O_NONBLOCK so a FIFO cannot
+// hang the open; fstat refuses it and a device such as /dev/zero) of at most
+// kMaxManifestBytes. A symlink to a regular file is fine: anchors folders
+// are often linked into place.
 Result<std::string> read_small_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return make_error(ErrorKind::Io, path, "cannot read: " + errno_text(errno));
+  kvtier::Fd guard(fd);
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && st.st_size > static_cast<off_t>(kMaxManifestBytes))
+  if (::fstat(fd, &st) != 0) return make_error(ErrorKind::Io, path, "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(ErrorKind::Usage, path, "not a regular file");
+  if (st.st_size > static_cast<off_t>(kMaxManifestBytes))
     return make_error(ErrorKind::Usage, path,
                       "manifest is " + std::to_string(st.st_size) + " bytes; at most " +
                           std::to_string(kMaxManifestBytes) + " are read");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorKind::Io, path, "cannot read: " + errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(ErrorKind::Io, path, "cannot read: " + errno_text(errno));
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
 }
 
 }  // namespace
