@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -75,15 +76,30 @@ Result<cxxscope::FileReport> parse(const std::string& path, const std::string& t
 
 bool is_cxx(std::string_view path) { return cxxscope::is_cxx_path(path); }
 
+namespace {
+
+// The tool reads files from its own working directory: a relative root
+// (`--root src`) named nothing there, and every C/C++ anchor looked drifted.
+std::string absolute_root(const std::string& root) {
+  std::error_code ec;
+  auto p = std::filesystem::absolute(root, ec);
+  if (ec) return root;
+  std::string out = p.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
 void configure(const std::string& tool, const std::string& root) {
   std::lock_guard<std::mutex> g(ctx().mu);
   ctx().tool = tool;
-  ctx().root = root;
+  ctx().root = absolute_root(root);
 }
 
 void configure_root(const std::string& root) {
   std::lock_guard<std::mutex> g(ctx().mu);
-  ctx().root = root;
+  ctx().root = absolute_root(root);
 }
 
 void configure_python(const std::string& python) {

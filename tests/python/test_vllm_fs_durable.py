@@ -214,6 +214,19 @@ def test_region_the_preprocessor_drops_fails_closed(
     assert snapshot(source_tree) == before
 
 
+def test_a_relative_root_plans_like_an_absolute_one(tool, manifests, source_tree):
+    """The Clang tool runs elsewhere: a relative --root used to reach it as
+    is, so every C/C++ anchor was "found 0 times" (drift, exit 3)."""
+    cmd = [str(tool), "plan", "--root", source_tree.name, "--manifests", str(manifests),
+           "--fragments", str(REPO_ROOT / "overlays"), "--overlays", OVERLAY]  # fmt: skip
+    relative = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=source_tree.parent
+    )
+    absolute = Overlay(tool, source_tree, manifests)("plan")
+    assert relative.returncode == absolute.returncode == 0, relative.stderr
+    assert relative.stdout == absolute.stdout and "sync-data" in relative.stdout
+
+
 def test_drift_in_cxx_file_reports_nearest(tool, manifests, source_tree):
     path = source_tree / "csrc/fs_io.cpp"
     path.write_text(
