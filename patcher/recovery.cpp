@@ -345,6 +345,31 @@ Result<DiscardReport> discard(const Tree& tree, const std::vector<std::string>& 
                       "journal is corrupt (" + p.corrupt +
                           "); it cannot be rolled back either: restore the files it names by hand (reinstall the "
                           "engine wheel), then remove the journal");
+  // All or nothing. Once every change is in place the transaction removes
+  // the saved old bytes, then its journal: interrupted there, some files
+  // can no longer be rolled back, and a partial roll-back would leave the
+  // tree half-applied. Finishing it forward is the way out then.
+  std::vector<std::string> unsaved;
+  for (const auto& e : p.entries) {
+    if (e.kind != "write" && e.kind != "delete") continue;
+    auto cur = sha_at(tree, e.path);
+    if (!cur) return cur.error();
+    bool is_new = e.kind == "write" ? *cur == e.new_sha : *cur == "-";
+    if (*cur == e.old_sha || !is_new) continue;  // nothing to undo, or someone's edit (kept)
+    auto old = sha_at(tree, saved_name_for(e.path));
+    if (!old) return old.error();
+    if (*old != e.old_sha) unsaved.push_back(e.path + ": its old bytes were already removed");
+  }
+  if (!unsaved.empty() && p.finishable()) {
+    Error e = make_error(ErrorKind::Tampered, unsaved.front().substr(0, unsaved.front().find(": ")),
+                         "the interrupted transaction had put every change in place and was cleaning up: " +
+                             std::to_string(unsaved.size()) +
+                             " file(s) cannot be rolled back, so rolling back would leave the tree half-applied; "
+                             "nothing was changed. `overlay recover --root ROOT` finishes it (then `overlay revert` "
+                             "undoes it, if that is what you want)");
+    e.details = unsaved;
+    return e;
+  }
   for (size_t k = p.entries.size(); k-- > 0;) {
     const JournalEntry& e = p.entries[k];
     auto parent = tree.open_parent(e.path);

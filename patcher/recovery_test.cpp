@@ -95,6 +95,28 @@ TEST(Recovery, DiscardAfterSomeRenamesRestoresTheOldBytes) {
   EXPECT_EQ(w.run({"check"}).code, 0);
 }
 
+// Killed while removing the saved old bytes, after every rename: the tree is
+// applied, the journal still there. Discarding would put back only the files
+// whose old bytes were still saved (hostile-test finding), so it refuses and
+// recover finishes the transaction.
+TEST(Recovery, DiscardAfterTheCleanupBeganRefusesAndRecoverFinishes) {
+  for (const char* cmd : {"apply", "revert"}) {
+    Workspace w;
+    if (std::string(cmd) == "revert") ASSERT_EQ(w.run({"apply"}).code, 0);
+    ASSERT_EQ(w.run({cmd}, {{"OVERLAY_FAULT", "unlink-saved:2"}}).code, kKilled) << cmd;
+    ASSERT_TRUE(exists(w.tree + "/.overlay-journal"));
+    auto before = snapshot(w.tree);
+    auto d = w.run({"recover", "--discard"});
+    EXPECT_EQ(d.code, 4) << cmd << d.out << d.err;
+    EXPECT_THAT(d.err, HasSubstr("half-applied"));
+    EXPECT_THAT(d.err, HasSubstr("overlay recover --root"));
+    EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "") << cmd;
+    ASSERT_EQ(w.run({"recover"}).code, 0) << cmd;
+    EXPECT_FALSE(exists(w.tree + "/.overlay-journal"));
+    EXPECT_EQ(w.run({"check", "--expect", std::string(cmd) == "apply" ? "applied" : "pristine"}).code, 0) << cmd;
+  }
+}
+
 TEST(Recovery, KillDuringDiscardThenDiscardAgainConverges) {
   Workspace probe;
   ASSERT_EQ(probe.run({"apply"}, {{"OVERLAY_FAULT", "rename:3"}}).code, kKilled);

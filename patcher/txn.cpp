@@ -449,8 +449,11 @@ Status commit(const Tree& tree, const std::vector<Change>& changes) {
   for (auto& [d, fd] : dirs)
     if (auto s = fsync_dir(fd, d.empty() ? "." : d); !s) return s;
   // 4. done
-  for (auto& sl : slots)
-    if (sl.made_saved) ::unlinkat(sl.dir.get(), sl.saved.c_str(), 0);
+  for (auto& sl : slots) {
+    if (!sl.made_saved) continue;
+    if (int e = fault("unlink-saved")) return io(kJournalName, "cannot remove the saved old bytes" + kept, e);
+    ::unlinkat(sl.dir.get(), sl.saved.c_str(), 0);
+  }
   for (size_t i = 0; i < changes.size(); ++i) {
     if (changes[i].kind != Change::Rmdir) continue;
     if (int e = fault("rmdir")) return io(changes[i].path, "cannot remove the folder" + kept, e);
