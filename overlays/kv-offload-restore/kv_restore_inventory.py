@@ -6,7 +6,8 @@ key each good manifest proves (a full-attention key as part of a chain, a
 state key only at the manifest's boundary). Later manifests the writer
 publishes, and the ones keep-K or ``kvstore gc`` remove, are picked up by a
 rescan of the manifest directory (names only). A manifest naming a key whose
-promotion failed is marked bad and never used again by this process.
+promotion failed is marked bad and not used again by this process unless a
+writer replaces the file (same name, new inode, size or mtime).
 """
 
 import logging
@@ -24,6 +25,9 @@ logger = logging.getLogger(__name__)
 def offload_key(key_hex: str, group: int) -> bytes:
     """vLLM's OffloadKey: the block hash plus the 4-byte big-endian group."""
     return bytes.fromhex(key_hex) + group.to_bytes(4, "big")
+
+
+Identity = tuple[int, int, int]  # inode, size, mtime_ns of a manifest file
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,11 @@ class Inventory:
         self.namespace_hex = namespace.hex()
         self.rank = rank
         self.manifests: dict[str, list[Proof]] = {}
-        self.bad: set[str] = set()
+        # name -> the file's identity when it was judged bad: a manifest
+        # rewritten under the same name (a boundary published again) is read
+        # again, an unchanged bad one never.
+        self.bad: dict[str, Identity | None] = {}
+        self._identity: dict[str, Identity] = {}  # of each loaded manifest
         self._by_key: dict[bytes, dict[str, Proof]] = {}
 
     def scan(self) -> tuple[int, int]:
@@ -67,26 +75,43 @@ class Inventory:
             names = set()
         for gone in [n for n in self.manifests if n not in names]:
             self._drop(gone)
-        self.bad &= names
-        for name in sorted(names - self.manifests.keys() - self.bad):
-            proofs = self._load(name)
+        for name, seen in list(self.bad.items()):
+            if name not in names or self._lstat(name) != seen:
+                del self.bad[name]
+        for name in sorted(names - self.manifests.keys() - self.bad.keys()):
+            proofs, identity = self._load(name)
             if proofs is None:
                 rejected += 1
-                self.bad.add(name)
+                self.bad[name] = identity
                 continue
             loaded += 1
             self.manifests[name] = proofs
+            self._identity[name] = identity
             for p in proofs:
                 self._by_key.setdefault(offload_key(p.key_hex, p.group), {})[name] = p
         return loaded, rejected
 
-    def _load(self, name: str) -> list[Proof] | None:
-        path = os.path.join(self.manifest_dir, name)
+    def _lstat(self, name: str) -> Identity | None:
         try:
-            m = fmt.decode_manifest(fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES))
+            st = os.lstat(os.path.join(self.manifest_dir, name))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _load(self, name: str) -> tuple[list[Proof] | None, Identity | None]:
+        """The proofs of one manifest (None: not usable), and the identity
+        of the file they were read from."""
+        path = os.path.join(self.manifest_dir, name)
+        identity = self._lstat(name)
+        try:
+            fd = fmt.open_regular(path)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+                m = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
         except (OSError, fmt.FormatError) as e:
             logger.warning("KV restore: manifest %s not used: %s", path, e)
-            return None
+            return None, identity
         if (
             m.namespace != self.namespace_hex
             or m.rank != self.rank
@@ -96,7 +121,7 @@ class Inventory:
                 "KV restore: manifest %s not used: namespace, rank or name differ",
                 path,
             )
-            return None
+            return None, identity
         proofs = []
         for g in m.groups:
             for i, e in enumerate(g.entries):
@@ -117,9 +142,10 @@ class Inventory:
                         m.chunk_tokens,
                     )
                 )
-        return proofs
+        return proofs, identity
 
     def _drop(self, name: str) -> None:
+        self._identity.pop(name, None)
         for p in self.manifests.pop(name, ()):
             key = offload_key(p.key_hex, p.group)
             named = self._by_key.get(key)
@@ -132,8 +158,9 @@ class Inventory:
         """Stop using every manifest that names ``key``; returns their names."""
         names = list(self._by_key.get(key, {}))
         for name in names:
+            identity = self._identity.get(name)
             self._drop(name)
-            self.bad.add(name)
+            self.bad[name] = identity
         return names
 
     def proof(self, key: bytes) -> Proof | None:

@@ -18,7 +18,9 @@ the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
   promotions to the step's connector metadata and every worker fills its own
   slot of the CPU rows from its own disk. The job succeeds only when every
   rank reported PROMOTE_OK; any PROMOTE_FAIL fails it for all, the keys are
-  held as misses until a rank proves them again, and the request recomputes.
+  held as misses until a rank proves them again or ``failed_hold_s`` passed
+  (a bad chunk's manifests are dropped by its rank meanwhile, so only keys
+  still proven everywhere are tried again), and the request recomputes.
 - ``submit_store`` completes at once: the worker-local writer stores.
 - ``drain_jobs`` (a prefix-cache reset) fails every queued or in-flight
   promotion; a worker's late report for it is ignored. A worker runs a
@@ -55,6 +57,7 @@ from .kv_store_local.vllm_scheduler import release_manager
 logger = logging.getLogger(__name__)
 
 DEFAULT_READY_TIMEOUT_S = 120.0
+FAILED_HOLD_S = 60.0
 MODULE_PATH = __name__
 
 
@@ -96,7 +99,13 @@ class LocalStoreTier(SecondaryTierManager):
         self._ready = 0
         self._timed_out = False
         self._provable: dict[int, int] = {}  # key digest -> ranks proving it
-        self._failed: set[int] = set()  # digests held as misses
+        # Digests held as misses after a failed promotion, until a monotonic
+        # time: long enough for the ranks' KEY_DOWN of a bad chunk to arrive,
+        # short enough that a passing failure (a gc sweep holding the lock)
+        # does not keep a prefix from restoring for the life of the engine.
+        self._failed: dict[int, float] = {}
+        self.failed_hold_s = FAILED_HOLD_S
+        self.clock = time.monotonic
         self._queued: list[TransferJob] = []
         self._inflight: dict[int, _Promotion] = {}
         self._finished: list[JobResult] = []
@@ -128,10 +137,11 @@ class LocalStoreTier(SecondaryTierManager):
             result = self._not_ready_result()
         else:
             digest = reports.key_digest(key)
-            hit = (
-                digest not in self._failed
-                and self._provable.get(digest, 0) >= self.num_workers
-            )
+            until = self._failed.get(digest)
+            if until is not None and self.clock() >= until:
+                del self._failed[digest]
+                until = None
+            hit = until is None and self._provable.get(digest, 0) >= self.num_workers
             result = LookupResult.HIT if hit else LookupResult.MISS
         self.stats.lookups[result.name.lower()] += 1
         return result
@@ -189,7 +199,7 @@ class LocalStoreTier(SecondaryTierManager):
                 self._ready += ranks
             elif kind == reports.KEY_UP:
                 self._provable[value] = self._provable.get(value, 0) + ranks
-                self._failed.discard(value)
+                self._failed.pop(value, None)
             elif kind == reports.KEY_DOWN:
                 left = self._provable.get(value, 0) - ranks
                 if left > 0:
@@ -219,7 +229,8 @@ class LocalStoreTier(SecondaryTierManager):
             return
         self.stats.promotions_failed += 1
         self.stats.keys_failed += len(promotion.keys)
-        self._failed.update(reports.key_digest(k) for k in promotion.keys)
+        until = self.clock() + self.failed_hold_s
+        self._failed.update((reports.key_digest(k), until) for k in promotion.keys)
         logger.warning(
             "KV restore: promotion %d failed on %d of %d ranks; %d keys miss and "
             "recompute",

@@ -10,6 +10,7 @@ and the CPU region's allocation (a bytearray) are played by the rig.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pickle
@@ -19,6 +20,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 import zlib
 
 import harness
@@ -275,6 +277,54 @@ def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp, hang_guard):
     # the keys stay misses: a second request recomputes without a promotion
     again, _ = restore_b(restarted, hashes, n=10)
     assert again == 0 and restarted.tier.stats.promotions_failed == 1
+    restarted.shutdown()
+
+
+def test_a_passing_failure_holds_the_keys_for_a_while_not_for_ever(ns, store):
+    """A gc sweep holding the lock fails a promotion without marking anything
+    bad: the keys miss for failed_hold_s, then restore again."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+    lock = os.open(os.path.join(base_dir(restarted), ".lock"), os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a sweep at work
+    hits, _ = restore_b(restarted, hashes)
+    os.close(lock)
+    assert hits == 0
+    assert dict(restarted.restorers[0].stats.failures) == {"lock_busy": 1}
+    assert restarted.restorers[0].stats.manifests_marked_bad == 0
+    again, _ = restore_b(restarted, hashes, n=10)
+    assert again == 0 and restarted.tier.stats.promotions_failed == 1  # held
+    later = time.monotonic() + restarted.tier.failed_hold_s + 1
+    restarted.tier.clock = lambda: later
+    hits, _ = restore_b(restarted, hashes, n=11)
+    assert hits == RESTORED
+    assert_restored(restarted, hashes, n=11)
+    restarted.shutdown()
+
+
+def test_a_bad_manifest_published_again_is_read_again(ns, store):
+    """The bad chunk is written anew and its boundary published again under
+    the same name (a new file): the rank proves the keys again."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    path = chunk_path(rig, key_of(hashes, 0, 2))
+    good = open(path, "rb").read()
+    flip_payload_bit(rig, hashes)
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == 0 and restarted.restorers[0].stats.manifests_marked_bad >= 1
+    open(path, "wb").write(good)
+    manifests = os.path.join(base_dir(restarted), "manifests")
+    for name in os.listdir(manifests):  # the writer's temp + rename: new inodes
+        m = os.path.join(manifests, name)
+        shutil.copyfile(m, m + ".again")
+        os.replace(m + ".again", m)
+    rs.rescan_now(restarted)
+    restarted.step()
+    hits, _ = restore_b(restarted, hashes, n=10)
+    assert hits == RESTORED
+    assert_restored(restarted, hashes, n=10)
     restarted.shutdown()
 
 
