@@ -503,7 +503,18 @@ def test_make_fenced_adds_the_writer_keys_it_checks() -> None:
     }
     assert f.namespace_hash(fenced) == f.namespace_hash(by_hand)
     assert "key_scheme" not in f.make_fenced(**FENCED_ARGS)
-    for bad in ({"key_scheme": {"hash": 1}}, {"layer_index": ""}, {"layer_index": 3}):
+    identity = {"quantization": "fp8", "weights": "ab"}
+    with_identity = f.make_fenced(**FENCED_ARGS, model_identity=identity)
+    assert with_identity["model_identity"] == identity
+    assert f.namespace_hash(with_identity) != f.namespace_hash(
+        f.make_fenced(**FENCED_ARGS)
+    )
+    for bad in (
+        {"key_scheme": {"hash": 1}},
+        {"model_identity": {"dtype": None}},
+        {"layer_index": ""},
+        {"layer_index": 3},
+    ):
         with pytest.raises(f.FormatError) as err:
             f.make_fenced(**FENCED_ARGS, **bad)
         assert err.value.reason is f.Reason.BAD_FIELD

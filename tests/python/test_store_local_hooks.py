@@ -208,6 +208,56 @@ def test_restore_one_fails_the_boot(patched, knob_on, monkeypatch):
         store_step(Vllm(patched))
 
 
+def test_model_identity_forks_the_namespace(patched, tmp_path):
+    """KV computed by other weights, quantization or config overrides has
+    the same layout, so only the fence keeps it from being restored."""
+    import importlib
+
+    vw = importlib.import_module(f"{OFFLOADING}.kv_store_local.vllm_worker")
+    fmt = importlib.import_module(f"{OFFLOADING}.kv_store_format")
+    weights = tmp_path / "model"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"w" * 10)
+    (weights / "README.md").write_text("not weights")
+
+    def namespace(**change):
+        # an object with a default repr: its address must not reach the fence
+        config = {"rope_scaling": change.pop("rope", None), "hook": object()}
+        mc = {
+            "revision": None,
+            "quantization": None,
+            "dtype": "torch.bfloat16",
+            "model": str(weights),
+            "hf_config": SimpleNamespace(to_dict=lambda: dict(config)),
+        }
+        mc.update(change)
+        identity = vw.model_identity(
+            SimpleNamespace(model_config=SimpleNamespace(**mc))
+        )
+        fenced = fmt.make_fenced(
+            model="m", vllm_version="0.33.0", build_id="", tp_size=1,
+            kv_dtype="bfloat16", hash_algorithm="sha256", num_speculative_tokens=0,
+            page_sizes={0: 64}, state_abi={}, model_identity=identity,
+        )  # fmt: skip
+        return fmt.namespace_hash(fenced)
+
+    base = namespace()
+    assert namespace() == base  # a restart
+    os.utime(weights / "model.safetensors", (1, 1))  # a fresh download
+    (weights / "README.md").write_text("edited")
+    assert namespace() == base
+    forks = [
+        namespace(quantization="fp8"),
+        namespace(revision="abc123"),
+        namespace(dtype="torch.float16"),
+        namespace(rope={"type": "yarn", "factor": 4.0}),
+    ]
+    (weights / "model.safetensors").write_bytes(b"w" * 11)  # other weights
+    forks.append(namespace())
+    assert len({base, *forks}) == 1 + len(forks)
+    assert vw.model_identity(SimpleNamespace()) == {}  # nothing to read: no key
+
+
 # --------------------------------------------------------------------------
 # Knob on: scheduler side
 

@@ -54,11 +54,13 @@ def make_fenced(
     state_abi: Mapping[str, Any],
     key_scheme: Mapping[str, str] | None = None,
     layer_index: str | None = None,
+    model_identity: Mapping[str, str] | None = None,
     format_version: int = FORMAT_VERSION,
 ) -> dict[str, Any]:
-    """The fenced part, checked. ``key_scheme`` (how chunk keys are hashed) and
-    ``layer_index`` (what a header's layer_index counts) are the vLLM writer's
-    extra keys (FORMAT.md 4); a reader only compares them."""
+    """The fenced part, checked. ``key_scheme`` (how chunk keys are hashed),
+    ``layer_index`` (what a header's layer_index counts) and
+    ``model_identity`` (what decides the KV values beside the layout) are the
+    vLLM writer's extra keys (FORMAT.md 4); a reader only compares them."""
     fenced: dict[str, Any] = {
         "format_version": format_version,
         "model": model,
@@ -71,14 +73,19 @@ def make_fenced(
         "page_sizes": [[g, page_sizes[g]] for g in sorted(page_sizes)],
         "state_abi": dict(state_abi),
     }
-    if key_scheme is not None:
+    for name, strings in (
+        ("key_scheme", key_scheme),
+        ("model_identity", model_identity),
+    ):
+        if strings is None:
+            continue
         if not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in key_scheme.items()
+            isinstance(k, str) and isinstance(v, str) for k, v in strings.items()
         ):
             raise FormatError(
-                Reason.BAD_FIELD, "fenced.key_scheme must map strings to strings"
+                Reason.BAD_FIELD, f"fenced.{name} must map strings to strings"
             )
-        fenced["key_scheme"] = dict(key_scheme)
+        fenced[name] = dict(strings)
     if layer_index is not None:
         if not isinstance(layer_index, str) or not layer_index:
             raise FormatError(

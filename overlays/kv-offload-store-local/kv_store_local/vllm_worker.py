@@ -6,6 +6,9 @@ The hooks in ``OffloadingConnectorWorker`` build a ``VllmWorkerStore`` (in
 ``_init_worker``); what it hands on to ``WorkerStore`` is plain values.
 """
 
+import hashlib
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -140,6 +143,56 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def weights_fingerprint(path: str) -> str:
+    """sha256 over the names and sizes of the weight files in a local model
+    folder ("" for a hub name). Sizes, not mtimes: a fresh download of the
+    same weights must keep the namespace; weights replaced in place with the
+    same sizes need GLM53_KV_OFFLOAD_BUILD_ID (docs/DEPLOY.md)."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return ""
+    h = hashlib.sha256()
+    for name in names:
+        if name.endswith(WEIGHT_SUFFIXES):
+            try:
+                size = os.stat(os.path.join(path, name)).st_size
+            except OSError:
+                continue
+            h.update(f"{name}\0{size}\n".encode())
+    return h.hexdigest()
+
+
+def _stable_str(value: Any) -> str:
+    """A config value JSON cannot hold, as text that is the same in every
+    process (a default repr carries a memory address: never fenced)."""
+    text = str(value)
+    return type(value).__qualname__ if " at 0x" in text else text
+
+
+def model_identity(vllm_config: Any) -> dict[str, str]:
+    """What decides the KV values a model computes, beside the fenced layout:
+    the weights (revision, quantization, the local weight files) and the
+    model config as vLLM resolved it (dtype, overrides such as rope scaling).
+    Fenced, so KV computed by other weights is never restored."""
+    mc = getattr(vllm_config, "model_config", None)
+    if mc is None:
+        return {}
+    hf = getattr(mc, "hf_config", None)
+    config = hf.to_dict() if hasattr(hf, "to_dict") else {}
+    text = json.dumps(config, sort_keys=True, default=_stable_str)
+    return {
+        "revision": str(getattr(mc, "revision", None) or ""),
+        "quantization": str(getattr(mc, "quantization", None) or ""),
+        "dtype": dtype_name(getattr(mc, "dtype", "")),
+        "hf_config": hashlib.sha256(text.encode()).hexdigest(),
+        "weights": weights_fingerprint(str(getattr(mc, "model", ""))),
+    }
+
+
 def settings_from_vllm(
     spec: Any, vllm_config: Any, kv_cache_config: Any
 ) -> WorkerSettings:
@@ -163,6 +216,7 @@ def settings_from_vllm(
         tp_size=parallel.tp_size,
         config_rank=parallel.rank,
         blocks_per_chunk=spec.blocks_per_chunk,
+        model_identity=model_identity(vllm_config),
     )
     if parallel.pp_size > 1 or parallel.pcp_size > 1 or parallel.dcp_size > 1:
         settings.unsupported = "only tensor parallelism is supported"

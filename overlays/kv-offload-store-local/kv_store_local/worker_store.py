@@ -43,6 +43,8 @@ class WorkerSettings:
     blocks_per_chunk: int
     groups: list[GroupLayout] = field(default_factory=list)
     mamba_types: dict[int, str] = field(default_factory=dict)
+    # What decides the KV values beside the layout (vllm_worker.model_identity).
+    model_identity: dict[str, str] = field(default_factory=dict)
     layer_names: dict[int, list[str]] = field(default_factory=dict)  # per group
     unsupported: str | None = None  # why this layout cannot be written
 
@@ -132,6 +134,9 @@ class WorkerStore:
             # Headers name layers by the model's layer index (earlier writers put
             # the position within the group there): never mix the two in one store.
             layer_index="model",
+            # KV computed by other weights, quantization or config overrides
+            # must never be restored: they fork the namespace too.
+            model_identity=s.model_identity or None,
         )
         info = {
             "keep_boundaries": self.knobs.keep_boundaries,
