@@ -33,6 +33,7 @@ struct Outcome {
   TreeState state;  // the state found (after completing any interrupted transaction)
   std::vector<std::string> selected;  // overlays acted on, stacking order
   std::vector<std::string> skipped;   // already in the wanted state
+  std::vector<std::string> absent;    // nothing of it in this tree (a C/C++ overlay on a Python-only tree)
   std::vector<FileChangeReport> changes;
   bool recovered = false;  // an interrupted transaction was completed first
   int compiled = 0;        // units compiled by --check-injected

@@ -235,6 +235,11 @@ int main(int argc, char** argv) {
     std::cout << "ok: " << (r.expect_pristine ? "pristine" : "applied");
     for (const auto& n : out->selected) std::cout << " " << n;
     std::cout << "\n";
+    // Accepted like an overlay superseded upstream, but not in the tree at all: say so.
+    for (const auto& os : out->state.overlays)
+      if (os.state == OverlayStatus::Absent && std::ranges::find(out->selected, os.name) != out->selected.end())
+        std::cout << "  " << os.name << ": absent (neither its C/C++ sources nor the binary built from them is in "
+                  << "this tree)\n";
     if (out->compiled) std::cout << "compiled " << out->compiled << " files and fragments: ok\n";
     if (a.verbose) std::cout << state_text(out->state);
   } else {

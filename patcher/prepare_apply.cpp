@@ -152,7 +152,7 @@ Status prepare_apply(const Session& s, const Request& r, Prepared& p) {
   for (const auto& os : ts.overlays) {
     bool want = contains(sel, os.name);
     if (os.state == OverlayStatus::Absent) {  // nothing of it is in this tree (built.h)
-      if (want) p.out.skipped.push_back(os.name);
+      if (want) p.out.absent.push_back(os.name);
     } else if (os.state == OverlayStatus::Applied || os.state == OverlayStatus::Superseded) {
       wanted.push_back(os.name);
       if (want) p.out.skipped.push_back(os.name);

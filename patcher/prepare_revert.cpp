@@ -69,10 +69,13 @@ Status prepare_revert(const Session& s, const Request& /*r*/, Prepared& p) {
                             " first or both together");
     }
   if (auto st = require_consistent(ts, sel, s.set, /*allow_stale=*/true); !st) return st.error();
-  for (const auto& os : ts.overlays)
-    if (contains(sel, os.name) && (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded ||
-                                    os.state == OverlayStatus::Absent))
+  for (const auto& os : ts.overlays) {
+    if (!contains(sel, os.name)) continue;
+    if (os.state == OverlayStatus::Absent)
+      p.out.absent.push_back(os.name);
+    else if (os.state == OverlayStatus::Pristine || os.state == OverlayStatus::Superseded)
       p.out.skipped.push_back(os.name);
+  }
   // Revert strips the selected overlays' verified regions (later overlays
   // first), so it also works when fragments changed since the apply.
   for (const auto& fs : ts.files) {

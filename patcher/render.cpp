@@ -44,7 +44,7 @@ nlohmann::json outcome_json(const std::string& command, const Outcome& o) {
   nlohmann::json changes = nlohmann::json::array();
   for (const auto& c : o.changes) changes.push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
   return {{"ok", true},           {"command", command},       {"selected", o.selected},
-          {"skipped", o.skipped}, {"recovered", o.recovered}, {"compiled", o.compiled},
+          {"skipped", o.skipped}, {"absent", o.absent}, {"recovered", o.recovered}, {"compiled", o.compiled},
           {"notes", o.notes},     {"changes", changes},       {"state", state_json(o.state)}};
 }
 
@@ -137,6 +137,10 @@ std::string outcome_text(const std::string& command, const Outcome& o, bool with
   if (o.recovered) out += "completed an interrupted transaction first\n";
   for (const auto& s : o.skipped)
     out += fmt::format("{}: already {}\n", s, command == "revert" || command == "plan-revert" ? "pristine" : "applied");
+  for (const auto& s : o.absent)
+    out += fmt::format("{}: absent: neither its C/C++ sources nor the binary built from them is in this tree; "
+                       "nothing to do\n",
+                       s);
   bool dry = command.rfind("plan", 0) == 0;
   for (const auto& c : o.changes) {
     out += fmt::format("{} {} {}\n", dry ? "would" : "did", c.action, c.path);

@@ -115,3 +115,21 @@ def test_version_is_the_build_id_of_the_artifacts(overlay_bin):
         check=True,
     )
     assert engines == script.stdout.splitlines()[1:]
+
+
+def test_an_overlay_not_in_the_tree_is_called_absent(overlay_bin, tree_copy):
+    """The C++ overlay on the wheel's Python-only tree: neither 'already
+    applied' nor 'already pristine', and check says so beside its ok."""
+    args = ["--root", str(tree_copy)]
+    assert ov(overlay_bin, "apply", *args, "-q").returncode == 0
+    again = ov(overlay_bin, "apply", *args)
+    assert again.returncode == 0, again.stderr
+    assert "vllm-fs-durable: absent:" in again.stdout
+    assert "vllm-fs-durable: already" not in again.stdout
+    check = ov(overlay_bin, "check", *args)
+    assert check.returncode == 0 and "  vllm-fs-durable: absent (" in check.stdout
+    doc = json.loads(ov(overlay_bin, "apply", *args, "--json").stdout)
+    assert doc["absent"] == ["vllm-fs-durable"]
+    assert "vllm-fs-durable" not in doc["skipped"]
+    back = ov(overlay_bin, "revert", *args)
+    assert back.returncode == 0 and "vllm-fs-durable: absent:" in back.stdout
