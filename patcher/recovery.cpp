@@ -43,6 +43,12 @@ namespace {
 constexpr const char* kWayOut =
     "`overlay recover --discard --root ROOT` rolls the interrupted transaction back (files it replaced get their "
     "old bytes back; files someone edited are kept as they are)";
+// A journal that cannot be read cannot be rolled back either.
+constexpr const char* kCorruptWayOut =
+    "the journal cannot be read, so the transaction can be neither finished nor rolled back: restore the files it "
+    "touched by hand (reinstall the engine wheel), then remove the journal";
+
+const char* way_out(const Pending& p) { return p.corrupt.empty() ? kWayOut : kCorruptWayOut; }
 
 // sha256 of a regular file, "-" when absent, "?" for anything else.
 Result<std::string> sha_at(const Tree& tree, const std::string& rel) {
@@ -211,7 +217,7 @@ Result<Pending> inspect(const Tree& tree, const std::vector<std::string>& paths)
             ? "a committed transaction (" + std::to_string(p.entries.size()) + " changes, " + std::to_string(left) +
                   " still to do); the next apply, revert or `overlay recover` finishes it"
             : "a committed transaction that cannot be finished as it stands (see its problems); apply, revert and "
-              "check refuse until it is resolved; " + std::string(kWayOut);
+              "check refuse until it is resolved; " + std::string(way_out(p));
     p.leftovers.push_back(Leftover{kJournalName, "journal", fate});
   }
   auto jt = tree.type(kJournalTemp);
@@ -288,7 +294,7 @@ Result<bool> recover(const Tree& tree, const std::vector<std::string>& paths) {
       size_t colon = first.find(": ");
       Error e = make_error(ErrorKind::Tampered, first.substr(0, colon),
                            "an interrupted transaction cannot be finished: " + first.substr(colon + 2) +
-                               "; nothing was changed. Way out: " + kWayOut);
+                               "; nothing was changed. Way out: " + way_out(p));
       e.details = blockers;
       return e;
     }

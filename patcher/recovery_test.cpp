@@ -117,6 +117,20 @@ TEST(Recovery, DiscardAfterTheCleanupBeganRefusesAndRecoverFinishes) {
   }
 }
 
+// A journal cut short can be neither finished nor discarded: the advice must
+// not send the user to a --discard that refuses too.
+TEST(Recovery, ACorruptJournalGivesAdviceThatWorks) {
+  Workspace w;
+  ASSERT_EQ(w.run({"apply"}, {{"OVERLAY_FAULT", "rename:1"}}).code, kKilled);
+  std::string journal = w.tree + "/.overlay-journal";
+  ASSERT_EQ(::truncate(journal.c_str(), 40), 0);
+  auto r = w.run({"recover"});
+  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("reinstall the engine wheel"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("recover --discard")));
+  EXPECT_EQ(w.run({"recover", "--discard"}).code, 4);
+}
+
 TEST(Recovery, KillDuringDiscardThenDiscardAgainConverges) {
   Workspace probe;
   ASSERT_EQ(probe.run({"apply"}, {{"OVERLAY_FAULT", "rename:3"}}).code, kKilled);
