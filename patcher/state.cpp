@@ -10,6 +10,18 @@
 
 namespace patcher {
 
+namespace {
+
+// Up to three paths, and how many more.
+std::string some_of(const std::vector<std::string>& paths) {
+  std::string out;
+  for (size_t i = 0; i < paths.size() && i < 3; ++i) out += (i ? ", " : "") + paths[i];
+  if (paths.size() > 3) out += " and " + std::to_string(paths.size() - 3) + " more";
+  return out;
+}
+
+}  // namespace
+
 const char* edit_status_name(EditStatus s) {
   switch (s) {
     case EditStatus::Applied: return "applied";
@@ -141,6 +153,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
     os.after = m.after;
     bool absent_built = false;  // a [[built_files]] binary missing along with its sources
     int applied = 0, pristine = 0, neutral = 0;
+    std::vector<std::string> with, without;  // files that carry it / do not
     bool drift = false, tampered = false, half = false, stale = false;
     auto visit = [&](const FileState& fs) {
       bool mine = false;
@@ -178,8 +191,8 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       }
       for (const auto& fo : fs.overlays) {
         if (fo.overlay != m.overlay) continue;
-        if (fo.state == FileOverlayStatus::Applied) ++applied;
-        if (fo.state == FileOverlayStatus::Pristine) ++pristine;
+        if (fo.state == FileOverlayStatus::Applied) ++applied, with.push_back(fs.path);
+        if (fo.state == FileOverlayStatus::Pristine) ++pristine, without.push_back(fs.path);
         if (fo.state == FileOverlayStatus::Neutral) ++neutral;
         if (fo.state == FileOverlayStatus::Partial) half = true;
         for (const auto& e : fo.edits)
@@ -195,7 +208,13 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       os.state = OverlayStatus::Stale;
     else if (half || (applied && pristine)) {
       os.state = OverlayStatus::HalfApplied;
-      if (!half) os.problems.push_back("some files carry this overlay and some do not");
+      if (!half)
+        os.problems.push_back(without.front() + ": does not carry this overlay, which " + some_of(with) +
+                              (with.size() == 1 ? " carries" : " carry") +
+                              (without.size() > 1 ? " (nor do " + some_of({without.begin() + 1, without.end()}) + ")"
+                                                  : std::string()) +
+                              "; put the file back as the overlay left it, or reinstall the engine wheel and apply "
+                              "again");
     } else if (applied)
       os.state = OverlayStatus::Applied;
     else if (pristine)

@@ -68,6 +68,21 @@ TEST(State, AppliedTree) {
     for (const auto& e : fo.edits) EXPECT_NE(e.state, EditStatus::Missing) << fo.overlay << "/" << e.id;
 }
 
+// A new file deleted by hand after apply: the overlay is half-applied, and
+// the problem names the file that lacks it and what to do.
+TEST(State, HalfAppliedNamesTheFileThatLacksTheOverlay) {
+  Fixture f;
+  f.apply_all();
+  ASSERT_EQ(::unlink(f.w.tree_file("example/cache_hooks.py").c_str()), 0);
+  TreeState ts = f.state();
+  const OverlayState* os = ts.overlay("example-cache");
+  ASSERT_EQ(os->state, OverlayStatus::HalfApplied);
+  ASSERT_FALSE(os->problems.empty());
+  EXPECT_EQ(os->problems.front().rfind("example/cache_hooks.py: does not carry this overlay, which ", 0), 0u)
+      << os->problems.front();
+  EXPECT_NE(os->problems.front().find("reinstall the engine wheel"), std::string::npos);
+}
+
 TEST(State, EveryEditStatusHasOneName) {
   EXPECT_STREQ(edit_status_name(EditStatus::Applied), "applied");
   EXPECT_STREQ(edit_status_name(EditStatus::Missing), "missing");
