@@ -1,6 +1,7 @@
 // One file's state against the manifests: a target file (its regions
 // verified, stripped back to the pin, and rebuilt to tell applied from stale
 // or tampered), or a new file (its sentinel header and text hash).
+#include <cstdio>
 #include <algorithm>
 #include <map>
 
@@ -14,6 +15,34 @@
 namespace patcher {
 
 namespace {
+
+// strip_overlay numbers the lines of the text it was given, from which later
+// overlays' regions are already gone; a user looks for the line in the file.
+// "line N: region O/E ..." gets the file's own line of that region (the same
+// occurrence of O/E, counted in order: stripping does not reorder regions).
+std::string with_file_line(const std::string& message, const std::vector<std::string>& given,
+                           const std::vector<Region>& in_file, const std::string& path) {
+  size_t n = 0, used = 0;
+  if (std::sscanf(message.c_str(), "line %zu: region %*s%zn", &n, &used) != 1 || n == 0) return message;
+  auto here = parse_regions(given, path);
+  if (!here) return message;
+  const Region* at = nullptr;
+  size_t k = 0;
+  for (const Region& r : *here) {
+    if (r.begin == n - 1) {
+      at = &r;
+      break;
+    }
+  }
+  if (!at) return message;
+  for (const Region& r : *here)
+    if (r.overlay == at->overlay && r.edit == at->edit && r.begin < at->begin) ++k;
+  for (const Region& r : in_file) {
+    if (r.overlay != at->overlay || r.edit != at->edit) continue;
+    if (k-- == 0) return "line " + std::to_string(r.begin + 1) + message.substr(message.find(':'));
+  }
+  return message;
+}
 
 Status check_target_text(const std::string& bytes, const std::string& path) {
   if (auto off = find_invalid_utf8(bytes))
@@ -194,7 +223,7 @@ Status analyze_file(const Tree& tree, const ManifestSet& set, const std::string&
     auto stripped = strip_overlay(lines, m, *m.find_file(path), path, &counts[k]);
     if (!stripped) {
       fs.state = FileStatus::Tampered;
-      fs.message = stripped.error().message;
+      fs.message = with_file_line(stripped.error().message, lines, *regions, path);
       return ok_status();
     }
     lines = std::move(*stripped);

@@ -5,9 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 
 #include "engine.h"
+#include "region.h"
+#include "text.h"
 #include "test_util.h"
 
 // gtest prints these by their output names in a failure.
@@ -81,6 +84,38 @@ TEST(State, HalfAppliedNamesTheFileThatLacksTheOverlay) {
   EXPECT_EQ(os->problems.front().rfind("example/cache_hooks.py: does not carry this overlay, which ", 0), 0u)
       << os->problems.front();
   EXPECT_NE(os->problems.front().find("reinstall the engine wheel"), std::string::npos);
+}
+
+// A hand edit in a region of the first overlay, below a region of the
+// second: the problem gives the file's own line of that region's sentinel.
+TEST(State, ATamperedRegionIsNamedByItsLineInTheFile) {
+  Fixture f;
+  f.apply_all();
+  for (const char* rel : {"example/scheduler.py", "example/worker.py"}) {
+    std::string path = f.w.tree_file(rel);
+    Text text = split_lines(read_file(path));
+    auto regions = parse_regions(text.lines, rel);
+    ASSERT_TRUE(regions.ok());
+    // The last region of example-cache with a region of example-cache-stats before it.
+    const Region* target = nullptr;
+    bool later_before = false;
+    std::vector<Region> by_begin = *regions;
+    std::sort(by_begin.begin(), by_begin.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+    for (const Region& r : by_begin) {
+      if (r.overlay == "example-cache-stats") later_before = true;
+      if (r.overlay == "example-cache" && later_before) target = &r;
+    }
+    if (!target) continue;
+    text.lines[target->begin + 1] += "  # hand edit";
+    write_file(path, join_lines(text));
+    TreeState ts = f.state();
+    const FileState* fs = ts.file(rel);
+    ASSERT_EQ(fs->state, FileStatus::Tampered);
+    EXPECT_EQ(fs->message.rfind("line " + std::to_string(target->begin + 1) + ": region example-cache/", 0), 0u)
+        << fs->message;
+    return;
+  }
+  GTEST_SKIP() << "no example-cache region below an example-cache-stats region in the example tree";
 }
 
 TEST(State, EveryEditStatusHasOneName) {
