@@ -109,6 +109,8 @@ std::string gc_report_text(const GcReport& r) {
   std::string out;
   bool plan_refused = false;
   for (const auto& rank : r.ranks) {
+    // Each rank's plan and sweep lines under its name (several ranks in a tier).
+    if (rank.executed || rank.swept || rank.error) out += fmt::format("rank {}:\n", printable(rank.where));
     for (const auto& why : rank.refusals) out += fmt::format("refused {}\n", printable(why));
     plan_refused = plan_refused || (rank.refused && !rank.plan.refusals.empty());
     if (rank.executed) out += plan_text(rank.plan, false);
