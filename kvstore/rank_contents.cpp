@@ -88,7 +88,7 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
   // unlistable folder: which chunks are named, or held by a live writer, is
   // unknown. pending/ says so as an unreadable entry (a sweep refuses).
   bool pending_broken = false;
-  auto manifests_broken = [&](const std::string& rel) {
+  auto store_dir_broken = [&](const std::string& rel) {
     if (rel == kvformat::kManifestDir) inv.manifests_readable = false;
     if (rel == kvformat::kPendingDir) pending_broken = true;
   };
@@ -97,17 +97,17 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
       inv.findings.push_back({join(prefix, d), FindingKind::kForeign, "directory not part of the store format"});
   for (const auto& l : w.links) {
     if (under_foreign(l.rel)) continue;
-    manifests_broken(l.rel);
+    store_dir_broken(l.rel);
     inv.findings.push_back({join(prefix, l.rel), FindingKind::kSymlink, "symlink, not followed"});
   }
   for (const auto& o : w.others) {
     if (under_foreign(o.rel)) continue;
-    manifests_broken(o.rel);
+    store_dir_broken(o.rel);
     inv.findings.push_back({join(prefix, o.rel), FindingKind::kForeign, "not a regular file"});
   }
   for (const auto& p : w.problems) {
     if (under_foreign(p.rel)) continue;
-    manifests_broken(p.rel);
+    store_dir_broken(p.rel);
     inv.findings.push_back(
         {join(prefix, p.rel), FindingKind::kUnreadable, fmt::format("{}: {}", p.what, std::strerror(p.err))});
   }
@@ -120,7 +120,7 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
     if (parts.size() == 1 && parts[0] == kvformat::kLockFile) {
       known = true;
     } else if (parts.size() == 1 && (parts[0] == kvformat::kManifestDir || parts[0] == kvformat::kPendingDir)) {
-      manifests_broken(f.rel);  // a file where the folder belongs
+      store_dir_broken(f.rel);  // a file where the folder belongs
     } else if (parts.size() == 2 && parts[0] == kvformat::kManifestDir) {
       if (kvformat::parse_manifest_file_name(parts[1])) {
         out.manifests.emplace_back(f.rel, f.st);
