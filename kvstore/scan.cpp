@@ -382,7 +382,9 @@ Outcome<TierListing> list_tier(int root_fd, const std::string& root_name, const 
     tier.findings.push_back({f.rel, FindingKind::kForeign, "not part of the store format"});
   }
   for (const auto& l : w.links) tier.findings.push_back({l.rel, FindingKind::kSymlink, "symlink, not followed"});
-  for (const auto& o : w.others) tier.findings.push_back({o.rel, FindingKind::kForeign, "not a regular file"});
+  for (const auto& o : w.others)
+    if (!is_record_name(o.rel))  // a record that is no file: its rank reports it (bad-namespace)
+      tier.findings.push_back({o.rel, FindingKind::kForeign, "not a regular file"});
   for (const auto& p : w.problems)
     tier.findings.push_back({p.rel, FindingKind::kUnreadable, fmt::format("{}: {}", p.what, std::strerror(p.err))});
   std::sort(tier.ranks.begin(), tier.ranks.end(), [](const auto& a, const auto& b) { return a.rel < b.rel; });

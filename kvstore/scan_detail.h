@@ -43,7 +43,11 @@ inline bool older_than_grace(const FileStat& st, const ScanOptions& opt) { retur
 inline Outcome<std::string> read_small(int fd, const std::string& rel, size_t limit) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return io_error(rel, errno, "cannot stat");
-  if (!S_ISREG(st.st_mode)) return io_error(rel, EINVAL, "not a regular file");
+  if (!S_ISREG(st.st_mode)) {
+    Error e = io_error(rel, EINVAL, "");
+    e.message = "not a regular file";  // not "...: Invalid argument"
+    return e;
+  }
   if (static_cast<uint64_t>(st.st_size) > limit) {
     Error e;
     e.kind = ErrorKind::kInvalid;

@@ -596,6 +596,17 @@ def test_unreadable_file_is_reported_and_refuses_sweep(kv):
             target.chmod(0o644)
 
 
+def test_a_fifo_namespace_record_is_one_finding_and_no_hang(kv, store):
+    two_boundaries(store)
+    record = Path(store.layout.namespace_record)
+    record.unlink()
+    os.mkfifo(record)
+    r = kv("verify", str(store.tier))
+    assert r.code == 1
+    assert lines(r.out)[:-1] == [f"{record.name}: bad-namespace: not a regular file"]
+    assert kv("gc", "--sweep", str(store.tier)).code == 4  # refused, nothing deleted
+
+
 def test_missing_namespace_record_refuses_sweep(kv, store):
     two_boundaries(store)
     Path(store.layout.namespace_record).unlink()
