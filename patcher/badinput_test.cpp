@@ -61,9 +61,9 @@ std::vector<Case> cases() {
        "example-cache.toml", "duplicate edit id \"import-cache\""},
       {"TargetPathDotDot",
        [](Workspace& w) { edit(cache(w), "path = \"example/worker.py\"", "path = \"example/../../outside.py\""); }, 2,
-       "example-cache.toml", "escapes the root through \"..\""},
+       "example-cache.toml: line ", "escapes the root through \"..\""},
       {"TargetPathAbsolute", [](Workspace& w) { edit(cache(w), "path = \"example/worker.py\"", "path = \"/etc/passwd\""); },
-       2, "example-cache.toml", "is absolute"},
+       2, "example-cache.toml: line ", "is absolute"},
       {"TargetIsSymlink",
        [](Workspace& w) {
          fs::rename(w.tree_file("example/worker.py"), w.dir + "/worker.py");

@@ -267,7 +267,7 @@ Result<std::string> table_path(const Ctx& c, const toml::table& t, const std::st
                                std::set<std::string>& paths) {
   auto p = get_string(c, t, "path", where, true);
   if (!p) return p.error();
-  if (auto s = validate_rel_path(*p, c.file, "path"); !s) return s.error();
+  if (auto s = validate_rel_path(*p, c.file, "path"); !s) return c.err(*t.get("path"), s.error().message);
   if (!paths.insert(*p).second) return c.err(t, "file \"" + *p + "\" is listed twice");
   return *p;
 }
@@ -299,7 +299,8 @@ Result<FileSpec> parse_file(const Ctx& c, const toml::table& ft, const std::stri
   if (!db) return db.error();
   f.compile_commands = *db;
   if (!f.compile_commands.empty())
-    if (auto s = validate_rel_path(f.compile_commands, c.file, "compile_commands"); !s) return s.error();
+    if (auto s = validate_rel_path(f.compile_commands, c.file, "compile_commands"); !s)
+      return c.err(*ft.get("compile_commands"), s.error().message);
   if (const toml::node* mc = ft.get("must_compile")) {
     if (!mc->is_boolean()) return c.err(*mc, "\"must_compile\" of \"" + f.path + "\" must be true or false");
     f.must_compile = *mc->value<bool>();
