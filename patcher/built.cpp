@@ -1,13 +1,16 @@
 #include "built.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -178,10 +181,35 @@ Result<std::string> python_include(const std::string& python) {
   return include;
 }
 
+namespace {
+
+// Build folders are named overlay-build.<pid>.XXXXXX. One whose process is
+// gone was left by a killed run (nothing else removes it): removed here, if
+// it is ours. A pid reused by a live process keeps its folder (safe side).
+void remove_stale_build_folders(const std::string& tmp) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    std::string name = entry.path().filename().string();
+    long pid = 0;
+    int used = 0;
+    if (std::sscanf(name.c_str(), "overlay-build.%ld.%*6[A-Za-z0-9]%n", &pid, &used) != 1 ||
+        used != static_cast<int>(name.size()) || pid <= 0 || pid == ::getpid())
+      continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 Result<std::string> build(const BuiltFile& bf, const std::map<std::string, std::string>& inputs,
                           const std::string& python, double* seconds) {
   auto started = std::chrono::steady_clock::now();
-  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp") + "/overlay-build.XXXXXX";
+  std::string tmp = std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp";
+  remove_stale_build_folders(tmp);
+  std::string tmpl = tmp + "/overlay-build." + std::to_string(::getpid()) + ".XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) return make_error(ErrorKind::Io, tmpl, "cannot create a build folder: " + errno_text(errno));

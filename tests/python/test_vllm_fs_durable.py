@@ -357,6 +357,26 @@ def test_wheel_rebuild_replace_and_revert(tool, manifests, wheel_tree, sources, 
     assert ov("check", "--expect", "pristine").returncode == 0
 
 
+def test_a_killed_runs_build_folder_is_removed_by_the_next_build(
+    tool, manifests, wheel_tree, sources, tmp_path
+):
+    """A kill -9 leaves overlay-build.<pid>.* behind; the next build removes
+    the ones whose process is gone, and never a live process's."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dead = tmp / "overlay-build.4194300.AbC123"  # above any pid in use here
+    live = tmp / f"overlay-build.{os.getpid()}.XyZ789"
+    other = tmp / "overlay-build.notapid"
+    for d in (dead, live, other):
+        d.mkdir()
+        (d / "fs_io.o").write_bytes(b"x")
+    done = Overlay(tool, wheel_tree, manifests, sources)(
+        "apply", env={"TMPDIR": str(tmp)}
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, other.name])
+
+
 def test_wheel_binary_that_differs_from_pin_is_not_replaced(
     tool, manifests, wheel_tree, sources
 ):
