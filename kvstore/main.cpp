@@ -366,6 +366,14 @@ const CLI::Validator kFiniteNumber(
     },
     "NUMBER");
 
+// Decimal digits only: CLI11 read "abc" as out of range and "0x2" as 2.
+const CLI::Validator kWholeNumber(
+    [](std::string& s) -> std::string {
+      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return "not a whole number: " + s;
+      return {};
+    },
+    "N");
+
 int main(int argc, char** argv) {
   CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (formats v1 and v2)", "kvstore"};
   app.footer(kvtier::cli::exit_code_help());
@@ -381,7 +389,9 @@ int main(int argc, char** argv) {
     if (root) {
       sub->add_option("ROOT", c.root, "a rank base (<prefix>_<model>_<ns>_r<rank>) or the tier folder holding ranks");
       sub->add_option("--root", c.root_opt, "ROOT given as an option (as `overlay --root`)");
-      sub->add_option("--threads", c.threads, "chunk reader threads (default min(4, cores))")->check(CLI::Range(1, 64));
+      sub->add_option("--threads", c.threads, "chunk reader threads (default min(4, cores))")
+          ->check(kWholeNumber)
+          ->check(CLI::Range(1, 64));
     }
     sub->add_flag("--json", c.json, "one JSON document on stdout (docs/JSON.md), also on failure");
     sub->add_flag("-q,--quiet", c.quiet, "no progress line and no summary on success; problems still printed");
@@ -409,6 +419,7 @@ int main(int argc, char** argv) {
   gc->add_flag("--force", g.force, "sweep despite refusal reasons (unreadable manifests, every manifest planned)");
   gc->add_option("--keep", g.keep, "keep-K boundaries per chain (default: the namespace record's "
                                    "info.keep_boundaries, else 2; 0 keeps every manifest)")
+      ->check(kWholeNumber)
       ->check(CLI::Range(0, 1024));
   gc->add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for writers to release the lock (default 30)")
       ->check(kFiniteNumber)

@@ -207,6 +207,9 @@ def test_a_number_option_refuses_nan(kv, store):
         r = kv(*args, str(store.tier))
         assert r.code == 2 and "not a number" in r.err, (args, r.err)
     assert kv("gc", "--grace", "1.5", str(store.tier)).code == 0
+    for args in (["--keep", "abc"], ["--keep", "0x2"], ["--threads", "two"]):
+        r = kv("gc", *args, str(store.tier))
+        assert r.code == 2 and "not a whole number" in r.err, (args, r.err)
 
 
 def test_plain_kvstore_prints_usage(kv):
