@@ -150,6 +150,8 @@ Result<Outcome> check(const Session& s, const Request& r) {
                 st == (r.expect_pristine ? OverlayStatus::Pristine : OverlayStatus::Applied);
     if (!good) wrong.push_back(name + " is " + overlay_status_name(st));
   }
+  // A pristine or applied tree holds no file an overlay made that no manifest names.
+  for (const auto& l : ts->strays) wrong.push_back(l.path + " is a " + l.what + " (" + l.fate + ")");
   if (!wrong.empty()) {
     std::string list;
     for (auto& w : wrong) list += (list.empty() ? "" : ", ") + w;

@@ -13,6 +13,8 @@ nlohmann::json state_json(const TreeState& ts) {
   j["journal_problems"] = ts.journal_problems;
   j["leftovers"] = nlohmann::json::array();
   for (const auto& l : ts.leftovers) j["leftovers"].push_back({{"path", l.path}, {"what", l.what}, {"fate", l.fate}});
+  j["strays"] = nlohmann::json::array();
+  for (const auto& l : ts.strays) j["strays"].push_back({{"path", l.path}, {"what", l.what}, {"fate", l.fate}});
   j["overlays"] = nlohmann::json::array();
   for (const auto& o : ts.overlays)
     j["overlays"].push_back({{"name", o.name},
@@ -128,6 +130,7 @@ std::string state_text(const TreeState& ts) {
     for (const auto& d : f.details) out += "  " + d + "\n";
   }
   for (const auto& l : ts.leftovers) out += "leftover " + l.what + " " + l.path + ": " + l.fate + "\n";
+  for (const auto& l : ts.strays) out += l.what + " " + l.path + ": " + l.fate + "\n";
   for (const auto& p : ts.journal_problems) out += "  problem: " + p + "\n";
   return out;
 }

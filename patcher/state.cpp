@@ -2,15 +2,52 @@
 // transaction, and from them each overlay's state.
 #include "state.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <set>
 
 #include "built.h"
 #include "cxx_backend.h"
+#include "paths.h"
+#include "sentinel.h"
 
 namespace patcher {
 
 namespace {
+
+// Beside every file the set manages, a file whose first line is an overlay's
+// new-file header but which no manifest names: nothing would ever remove it.
+Status find_strays(const Tree& tree, TreeState& ts) {
+  std::set<std::string> known, dirs;
+  for (const auto& f : ts.files) {
+    known.insert(f.path);
+    dirs.insert(dir_name(f.path));
+  }
+  for (const auto& d : dirs) {
+    auto dir = d.empty() ? Result<std::optional<Fd>>(std::optional<Fd>()) : tree.open_parent(d + "/x");
+    if (!dir) return dir.error();
+    if (!d.empty() && !dir->has_value()) continue;  // the folder is gone
+    auto names = list_dir(d.empty() ? tree.fd() : (*dir)->get(), d.empty() ? "." : d);
+    if (!names) return names.error();
+    for (const auto& n : *names) {
+      std::string rel = d.empty() ? n : d + "/" + n;
+      if (known.count(rel)) continue;
+      auto t = tree.type(rel);
+      if (!t || *t != S_IFREG) continue;
+      auto data = tree.read(rel);
+      if (!data || !data->has_value()) continue;
+      const std::string& bytes = (*data)->bytes;
+      Sentinel h = parse_sentinel(std::string_view(bytes).substr(0, bytes.find('\n')));
+      if (h.kind != SentinelKind::NewFile) continue;
+      ts.strays.push_back(Leftover{rel, "stray overlay file",
+                                   "created by overlay " + h.overlay +
+                                       ", but no manifest here names it, so nothing removes it: delete it by hand "
+                                       "(or revert with the manifests that applied it)"});
+    }
+  }
+  return ok_status();
+}
 
 // Up to three paths, and how many more.
 std::string some_of(const std::vector<std::string>& paths) {
@@ -130,6 +167,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       ts.files.push_back(std::move(fs));
     }
   }
+  if (auto st = find_strays(tree, ts); !st) return st.error();
   std::vector<std::string> paths;
   for (const auto& f : ts.files) {
     paths.push_back(f.path);

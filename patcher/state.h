@@ -86,6 +86,9 @@ struct TreeState {
   std::vector<std::string> journal_problems;   // why it cannot be finished ("" list: it can)
   std::vector<std::string> stray_temps;        // temp files and staging folders
   std::vector<Leftover> leftovers;             // everything a transaction left, and its fate
+  // Files an overlay created (their new-file header says so) that no manifest
+  // of this set names: a [[new_files]] entry dropped between apply and revert.
+  std::vector<Leftover> strays;
   const OverlayState* overlay(const std::string& name) const;
   const FileState* file(const std::string& path) const;
 };

@@ -10,6 +10,7 @@
 
 #include "engine.h"
 #include "region.h"
+#include "sentinel.h"
 #include "text.h"
 #include "test_util.h"
 
@@ -116,6 +117,24 @@ TEST(State, ATamperedRegionIsNamedByItsLineInTheFile) {
     return;
   }
   GTEST_SKIP() << "no example-cache region below an example-cache-stats region in the example tree";
+}
+
+// A new file whose [[new_files]] entry was dropped from the manifest after
+// apply: nothing would remove it, so status lists it and check fails.
+TEST(State, AManagedFileNoManifestNamesIsAStray) {
+  Workspace w;
+  ASSERT_EQ(w.run({"apply"}).code, 0);
+  write_file(w.tree_file("example/gone.py"),
+             new_file_header("#", "example-cache", "0123456789abcdef") + "\nVALUE = 1\n");
+  write_file(w.tree_file("example/notes.py"), "# an ordinary module\n");
+  auto st = w.run({"status"});
+  EXPECT_EQ(st.code, 0) << st.err;
+  EXPECT_NE(st.out.find("stray overlay file example/gone.py: created by overlay example-cache"), std::string::npos)
+      << st.out;
+  EXPECT_EQ(st.out.find("example/notes.py"), std::string::npos) << st.out;
+  auto r = w.run({"check"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("example/gone.py is a stray overlay file"), std::string::npos) << r.err;
 }
 
 TEST(State, EveryEditStatusHasOneName) {
