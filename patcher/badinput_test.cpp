@@ -148,10 +148,10 @@ std::vector<Case> cases() {
       {"ReadOnlyTree", [](Workspace&) {}, 6, "example/scheduler.py", "Read-only file system", {"apply"}, true},
       {"DiskFull", [](Workspace&) {}, 6, "example/worker.py", "No space left on device", {"apply"}, true},
       {"OverlayNameMismatch", [](Workspace& w) { edit(cache(w), "overlay = \"example-cache\"", "overlay = \"other\""); },
-       2, "example-cache.toml", "does not match the file name"},
+       2, "example-cache.toml", "line 4: overlay = \"other\" does not match the file name"},
       {"AfterNamesUnknownOverlay",
        [](Workspace& w) { edit(stats(w), "after = [\"example-cache\"]", "after = [\"nope\"]"); }, 2,
-       "example-cache-stats.toml", "unknown overlay \"nope\""},
+       "example-cache-stats.toml", "line 7: \"after\" names unknown overlay \"nope\""},
       {"AfterCycle",
        [](Workspace& w) {
          fs::remove(w.manifests + "/ORDER");

@@ -375,10 +375,14 @@ Result<Manifest> parse_manifest(const std::string& toml_text, const std::string&
     if (!v) return v.error();
     *dst = *v;
   }
-  if (!valid_name(m.overlay)) return c.err("overlay name \"" + m.overlay + "\" must be 1-64 of [A-Za-z0-9._-]");
+  const toml::node& overlay_node = *root.get("overlay");
+  m.overlay_line = static_cast<int>(overlay_node.source().begin.line);
+  if (!valid_name(m.overlay))
+    return c.err(overlay_node, "overlay name \"" + m.overlay + "\" must be 1-64 of [A-Za-z0-9._-]");
   if (!valid_name(m.engine) || !valid_name(m.engine_version))
     return c.err("engine and engine_version must be 1-64 of [A-Za-z0-9._-]");
   if (const toml::node* n = root.get("after")) {
+    m.after_line = static_cast<int>(n->source().begin.line);
     const toml::array* arr = n->as_array();
     if (!arr) return c.err(*n, "\"after\" must be an array of overlay names");
     for (const toml::node& x : *arr) {

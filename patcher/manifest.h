@@ -65,6 +65,8 @@ struct Manifest {
   int format = 1;
   std::string overlay, engine, engine_version, summary;
   std::vector<std::string> after;
+  // TOML lines of `overlay =` and `after =`, for the set's checks (0: absent).
+  int overlay_line = 0, after_line = 0;
   std::vector<FileSpec> files;
   std::vector<NewFile> new_files;
   std::vector<BuiltFile> built_files;

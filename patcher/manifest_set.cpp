@@ -85,7 +85,8 @@ Result<ManifestSet> load_manifests(const std::string& dir, const std::string& fr
     if (!m) return m.error();
     if (m->overlay != stem)
       return make_error(ErrorKind::Usage, path,
-                        "overlay = \"" + m->overlay + "\" does not match the file name \"" + n + "\"");
+                        "line " + std::to_string(m->overlay_line) + ": overlay = \"" + m->overlay +
+                            "\" does not match the file name \"" + n + "\"");
     loaded.push_back(std::move(*m));
   }
   std::map<std::string, const Manifest*> by_name;
@@ -97,7 +98,8 @@ Result<ManifestSet> load_manifests(const std::string& dir, const std::string& fr
                             loaded[0].engine + " " + loaded[0].engine_version + ")");
     for (const auto& a : m.after)
       if (!by_name.count(a))
-        return make_error(ErrorKind::Usage, m.file, "\"after\" names unknown overlay \"" + a + "\"");
+        return make_error(ErrorKind::Usage, m.file,
+                          "line " + std::to_string(m.after_line) + ": \"after\" names unknown overlay \"" + a + "\"");
   }
   // Same target in two overlays: the pins must agree; a new file may not be
   // another overlay's target or new file.
