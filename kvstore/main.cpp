@@ -355,16 +355,20 @@ int run_inspect(const Common& c, const std::string& file) {
 
 }  // namespace
 
-// CLI::Range lets NaN through (every comparison with it is false), and a
-// NaN grace or lock timeout acted as 0.
-const CLI::Validator kFiniteNumber(
-    [](std::string& s) -> std::string {
-      char* end = nullptr;
-      double v = std::strtod(s.c_str(), &end);
-      if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return "not a number: " + s;
-      return {};
-    },
-    "NUMBER");
+// Seconds from 0 to max. CLI::Range lets NaN through (every comparison with
+// it is false; a NaN grace or lock timeout acted as 0) and prints its bounds
+// as 86400.000000.
+CLI::Validator seconds_up_to(double max, const std::string& max_text) {
+  return CLI::Validator(
+      [max, max_text](std::string& s) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return "not a number: " + s;
+        if (v < 0 || v > max) return "out of range: " + s + " (0 to " + max_text + " seconds)";
+        return {};
+      },
+      "SECONDS");
+}
 
 // Decimal digits only: CLI11 read "abc" as out of range and "0x2" as 2.
 const CLI::Validator kWholeNumber(
@@ -398,8 +402,7 @@ int main(int argc, char** argv) {
     sub->add_flag("-v,--verbose", c.verbose, "more detail: gc lists every file it plans or deletes");
     if (with_grace)
       sub->add_option("--grace", c.grace_s, "seconds before an unnamed chunk or a temp counts as garbage (default 600)")
-          ->check(kFiniteNumber)
-          ->check(CLI::Range(0.0, 1e9));
+          ->check(seconds_up_to(1e9, "1000000000"));
     sub->footer(kvtier::cli::exit_code_help());
   };
   auto add_prometheus = [&](CLI::App* sub) {
@@ -422,8 +425,7 @@ int main(int argc, char** argv) {
       ->check(kWholeNumber)
       ->check(CLI::Range(0, 1024));
   gc->add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for writers to release the lock (default 30)")
-      ->check(kFiniteNumber)
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(seconds_up_to(86400, "86400"));
   gc->add_flag("--verify-payloads", g.verify_payloads, "also checksum every payload (slower; default: headers only)");
 
   auto* stat = app.add_subcommand("stat", "totals per rank, group and chain; boundary times");

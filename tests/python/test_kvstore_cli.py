@@ -207,6 +207,15 @@ def test_a_number_option_refuses_nan(kv, store):
         r = kv(*args, str(store.tier))
         assert r.code == 2 and "not a number" in r.err, (args, r.err)
     assert kv("gc", "--grace", "1.5", str(store.tier)).code == 0
+    for args, text in (
+        (
+            ["gc", "--sweep", "--lock-timeout=-1"],
+            "out of range: -1 (0 to 86400 seconds)",
+        ),
+        (["gc", "--grace", "2e9"], "out of range: 2e9 (0 to 1000000000 seconds)"),
+    ):
+        r = kv(*args, str(store.tier))
+        assert r.code == 2 and text in r.err, (args, r.err)
     for args in (["--keep", "abc"], ["--keep", "0x2"], ["--threads", "two"]):
         r = kv("gc", *args, str(store.tier))
         assert r.code == 2 and "not a whole number" in r.err, (args, r.err)
