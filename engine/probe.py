@@ -394,6 +394,11 @@ def restore_report(worker: Any) -> dict[str, Any]:
     stats["failures"] = dict(restore.stats.failures)
     promotions, failures = getattr(restore, "_probe", ([], []))
     inventory = restore.inventory
+    writer: dict[str, Any] = {}
+    if store is not None and store.active:
+        # What the recompute's stores did (a refused chunk is written anew).
+        writer["drained"] = store.writer.wait_idle(timeout=120.0)
+        writer.update(dataclasses.asdict(store.stats))
     return {
         "restore": True,
         "active": restore.active,
@@ -403,5 +408,6 @@ def restore_report(worker: Any) -> dict[str, Any]:
         "manifests_bad": sorted(inventory.bad) if inventory is not None else [],
         "promotions": promotions,
         "failures": failures,
+        "writer_stats": writer,
         **_rank_info(store),
     }

@@ -122,10 +122,10 @@ def stages() -> list[Stage]:
     # releasing each captured job unwritten (the capture and hooks alone), with no capture
     # at all (the hooks alone; probe.ablate_writer), and on and off with the engine thread's
     # Python stack sampled (probe.start_sampler).
-    for wave, name, more in ((10, "pressure.capture", ["--ablate", "capture"]),
-                             (11, "pressure.hooks", ["--ablate", "hooks"]),
-                             (12, "pressure.sampled", ["--sample", "--probe"]),
-                             (13, "pressure.off.sampled", ["--sample"])):  # fmt: skip
+    for wave, name, more in ((11, "pressure.capture", ["--ablate", "capture"]),
+                             (12, "pressure.hooks", ["--ablate", "hooks"]),
+                             (13, "pressure.sampled", ["--sample", "--probe"]),
+                             (14, "pressure.off.sampled", ["--sample"])):  # fmt: skip
         knob = "0" if ".off" in name else "1"
         out.append(
             Stage(name, big, "patched", knob, press + more, wave=wave, timeout=300,
@@ -134,8 +134,10 @@ def stages() -> list[Stage]:
     # Restore across a restart (docs/overlays/kv-offload-restore.md): engine 1 writes the
     # store and exits; engine 2, a new process on the same store with RESTORE=1, serves the
     # same prompts; then one payload byte of a chunk engine 2 restored is flipped and engine
-    # 3 serves them again. One request at a time, so every engine's request sees the same
-    # prefix-hit split as the cold engine's request with the same hit (suite.restore_judge).
+    # 3 serves them again (it refuses the chunk, recomputes, and its store writes the chunk
+    # anew); engine 4 restores again, the rewritten chunk included. One request at a time,
+    # so every engine's request sees the same prefix-hit split as the cold engine's request
+    # with the same hit (suite.restore_judge).
     seq = small + ["--sequential"]
     for model, path, extra in (("llama", llama, []), ("lfm2", lfm2, hyb)):
         store = f"restore.{model}"
@@ -149,6 +151,8 @@ def stages() -> list[Stage]:
             Stage(f"{store}.bad", path, "patched", "1", seq + extra + ["--restore-probe"],
                   env=on, wave=9, store=store, verify=False, corrupt=f"{store}.hit",
                   timeout=150),
+            Stage(f"{store}.healed", path, "patched", "1", seq + extra + ["--restore-probe"],
+                  env=on, wave=10, store=store, timeout=150),
         ]  # fmt: skip
     return out
 
@@ -423,6 +427,7 @@ def restore_judge(
         name = f"restore.{model}"
         cold, write = results.get(f"{name}.cold"), results.get(f"{name}.write")
         hit, bad = results.get(f"{name}.hit"), results.get(f"{name}.bad")
+        healed = results.get(f"{name}.healed")
         if cold is None:
             continue
         if write is not None:
@@ -437,6 +442,11 @@ def restore_judge(
             verdicts[
                 f"{name}.bad: corrupted chunk refused, recomputed, logprobs == cold"
             ] = _refused(cold, hit or {}, bad, corruptions.get(f"{name}.bad", {}))
+        if healed is not None:
+            verdicts[
+                f"{name}.healed: the refused chunk written anew and restored, "
+                "logprobs and KV bytes == cold"
+            ] = _healed(cold, bad or {}, healed, corruptions.get(f"{name}.bad", {}))
     return verdicts
 
 
@@ -478,18 +488,22 @@ def _restored(cold: dict, hit: dict) -> dict:
     return v
 
 
+def _loaded_keys(res: dict) -> list[str]:
+    return [
+        item.get("key")
+        for w in res.get("restore_workers") or []
+        for p in w.get("promotions", [])
+        if p.get("ok")
+        for item in p.get("keys", [])
+    ]
+
+
 def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
     sched = bad.get("restore_scheduler") or {}
     workers = bad.get("restore_workers") or []
     key = corruption.get("key")
     failures = [f for w in workers for f in w.get("failures", [])]
-    loaded = [
-        item.get("key")
-        for w in workers
-        for p in w.get("promotions", [])
-        if p.get("ok")
-        for item in p.get("keys", [])
-    ]
+    loaded = _loaded_keys(bad)
     v = {
         "rc": bad.get("rc"),
         "corruption": corruption,
@@ -526,6 +540,29 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
         and v["recomputed"]
         and v["logprobs"]["ok"]
         and v["kv"]["ok"]
+    )
+    return v
+
+
+def _healed(cold: dict, bad: dict, healed: dict, corruption: dict) -> dict:
+    """Engine 3 refused the corrupted chunk and its store wrote the key anew;
+    engine 4 restores that chunk among the rest, == cold, and the store verifies."""
+    v = _restored(cold, healed)
+    key = corruption.get("key")
+    written = [w.get("writer_stats", {}) for w in bad.get("restore_workers") or []]
+    v["bad_engine_writer"] = written
+    v["rewritten"] = any(
+        s.get("keys_distrusted", 0) >= 1 and s.get("keys_written", 0) >= 1
+        for s in written
+    )
+    v["corrupted_chunk_restored"] = bool(key) and key in _loaded_keys(healed)
+    v["kvstore_verify"] = healed.get("kvstore_verify")
+    v["ok"] = (
+        v["ok"]
+        and "error" not in corruption
+        and v["rewritten"]
+        and v["corrupted_chunk_restored"]
+        and (healed.get("kvstore_verify") or {}).get("rc") == 0
     )
     return v
 

@@ -17,7 +17,9 @@ Every TP worker reads only its own store (the rank base the writer opened):
   only once every rank succeeded) and its CRC is checked. Any failure fails
   the job on this rank: the manifests naming the key are marked bad (their
   keys go down) and the scheduler turns the whole job, on every rank, into a
-  miss; its rows are freed unread.
+  miss; its rows are freed unread. A refused file is handed to this rank's
+  writer (``distrust``): the recompute's store writes it anew and publishes
+  the manifests naming it again, so the keys come back up.
 
 Promotions run synchronously in the worker's step (``start_kv_transfers``,
 before any CPU->GPU load of that step is submitted), so a promotion is never
@@ -58,6 +60,8 @@ logger = logging.getLogger(__name__)
 ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
 RESCAN_SECONDS = 1.0
 READERS = 4  # files read and verified at once
+# Failures that say nothing against the chunk file: no rewrite is asked for.
+NOT_THE_FILE = frozenset({"no_manifest", "unknown_group"})
 WINDOW = 8  # verified payloads waiting for the scatter, at most
 
 
@@ -384,6 +388,10 @@ class WorkerRestore:
         if e.key is not None and self.inventory is not None:
             names = self.inventory.mark_bad(e.key)
             self.stats.manifests_marked_bad += len(names)
+        if e.key is not None and e.reason not in NOT_THE_FILE:
+            # The header may still verify: without this the writer would keep
+            # deduplicating onto the bad file and the keys would stay down.
+            self._store.writer.distrust((e.key[:-4], int.from_bytes(e.key[-4:], "big")))
         logger.warning(
             "KV restore: promotion failed (%s: %s); manifests marked bad: %s; "
             "the request recomputes",

@@ -177,7 +177,8 @@ def restore_results() -> dict:
                     "promotions": [{"ok": False, "keys": [chunk]},
                                    {"ok": True, "keys": [dict(chunk, key="k9")]}],
                     "failures": [{"reason": "payload_checksum_mismatch", "key": "k0"}],
-                    "manifests_bad": ["m0.json", "m1.json"]}]  # fmt: skip
+                    "manifests_bad": ["m0.json", "m1.json"],
+                    "writer_stats": {"keys_distrusted": 1, "keys_written": 1}}]  # fmt: skip
     return {
         "restore.llama.cold": seq_stage([0, 32], [32, 64]),
         "restore.llama.write": seq_stage([0, 32], [32, 64]),
@@ -201,6 +202,17 @@ def restore_results() -> dict:
                 "promotions_failed": 1,
             },
         ),
+        "restore.llama.healed": seq_stage(
+            [32, 64],
+            [32, 64],
+            restore_workers=copy.deepcopy(hit_workers),
+            restore_scheduler={
+                "keys_promoted": 6,
+                "promotions_ok": 2,
+                "promotions_failed": 0,
+            },
+            kvstore_verify={"rc": 0, "out": "no problems"},
+        ),
     }
 
 
@@ -210,11 +222,15 @@ CORRUPTED = {
 HIT = "restore.llama.hit: restored after a restart, logprobs and KV bytes == cold"
 BAD = "restore.llama.bad: corrupted chunk refused, recomputed, logprobs == cold"
 WRITE = "restore.llama.write: logprobs == cold"
+HEALED = (
+    "restore.llama.healed: the refused chunk written anew and restored, "
+    "logprobs and KV bytes == cold"
+)
 
 
 def test_restore_verdicts_pass_a_good_run():
     verdicts = suite.judge(restore_results(), CORRUPTED)
-    for name in (WRITE, HIT, BAD):
+    for name in (WRITE, HIT, BAD, HEALED):
         assert verdicts[name]["ok"], (name, verdicts[name])
     # Each restored request is compared with the cold request of the same prefix hit.
     assert verdicts[HIT]["logprobs"]["cold_round_per_request"] == [[1, 1], [1, 1]]
@@ -294,6 +310,40 @@ def test_restore_corruption_fails_on_each_defect(path, value):
     assert not verdict[BAD]["ok"]
 
 
+@pytest.mark.parametrize(
+    "stage,path,value",
+    [
+        # engine 3's store did not write the refused key anew
+        ("restore.llama.bad", ("restore_workers", 0, "writer_stats"), {}),
+        (
+            "restore.llama.bad",
+            ("restore_workers", 0, "writer_stats", "keys_written"),
+            0,
+        ),
+        # engine 4 did not restore the corrupted chunk, or restored nothing
+        (
+            "restore.llama.healed",
+            ("restore_workers", 0, "promotions", 0, "keys", 0, "key"),
+            "k5",
+        ),
+        ("restore.llama.healed", ("restore_scheduler", "promotions_failed"), 1),
+        ("restore.llama.healed", ("rounds", 0, "num_cached_tokens"), [0, 32]),
+        # the store does not verify afterwards; a byte or logprob differs from cold
+        ("restore.llama.healed", ("kvstore_verify", "rc"), 1),
+        ("restore.llama.healed", ("kvstore_verify",), None),
+        ("restore.llama.healed", ("rounds", 0, "kv_digests", 1, 0, 2), "XX"),
+        (
+            "restore.llama.healed",
+            ("rounds", 0, "logprobs", 0, 0),
+            [[5, -0.2], [9, -1.5]],
+        ),
+    ],
+)
+def test_restore_healing_fails_on_each_defect(stage, path, value):
+    verdict = suite.judge(_break(restore_results(), stage, path, value), CORRUPTED)
+    assert not verdict[HEALED]["ok"]
+
+
 def test_restore_corruption_not_done_fails():
     verdicts = suite.judge(
         restore_results(), {"restore.llama.bad": {"error": "nothing"}}
@@ -327,8 +377,8 @@ def test_corrupt_chunk_flips_one_payload_byte_of_a_restored_chunk(tmp_path):
 def test_restore_stages_share_one_store_and_run_in_order():
     by_name = {s.name: s for s in suite.stages()}
     for model in ("llama", "lfm2"):
-        cold, write, hit, bad = (by_name[f"restore.{model}.{x}"]
-                                 for x in ("cold", "write", "hit", "bad"))  # fmt: skip
+        cold, write, hit, bad, healed = (by_name[f"restore.{model}.{x}"]
+                                         for x in ("cold", "write", "hit", "bad", "healed"))  # fmt: skip
         assert cold.tree == "pristine" and cold.knob is None
         assert write.store == hit.store == bad.store == f"restore.{model}"
         assert write.env["GLM53_KV_OFFLOAD_RESTORE"] == "0"
@@ -337,6 +387,10 @@ def test_restore_stages_share_one_store_and_run_in_order():
             == bad.env["GLM53_KV_OFFLOAD_RESTORE"]
             == "1"
         )
-        assert cold.wave == write.wave < hit.wave < bad.wave
+        assert cold.wave == write.wave < hit.wave < bad.wave < healed.wave
         assert bad.corrupt == hit.name and not bad.probe
-        assert all("--sequential" in s.args for s in (cold, write, hit, bad))
+        assert (
+            healed.store == bad.store and healed.probe
+        )  # kvstore verify runs after it
+        assert healed.env["GLM53_KV_OFFLOAD_RESTORE"] == "1"
+        assert all("--sequential" in s.args for s in (cold, write, hit, bad, healed))

@@ -328,6 +328,54 @@ def test_a_bad_manifest_published_again_is_read_again(ns, store):
     restarted.shutdown()
 
 
+def test_a_refused_chunk_is_written_anew_by_the_recompute(ns, store):
+    """A payload that went bad under a header that still verifies: the writer
+    deduplicated onto it for good and the keys never restored again. The
+    refusal hands the file to the writer; the recompute's store writes it
+    anew and publishes its boundaries again, so the prefix restores in this
+    boot and after a restart."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    path = chunk_path(rig, key_of(hashes, 0, 2))
+    good = open(path, "rb").read()
+    flip_payload_bit(rig, hashes)
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == 0 and restarted.restorers[0].stats.manifests_marked_bad >= 1
+    manifests = os.path.join(base_dir(restarted), "manifests")
+    before = {
+        n: os.stat(os.path.join(manifests, n)).st_ino for n in os.listdir(manifests)
+    }
+    # The request recomputes its prompt and vLLM stores it again.
+    restarted.store_request("c", hashes, PROMPT_BLOCKS, 11)
+    stats = restarted.workers[0]._kv_store.stats
+    assert stats.keys_distrusted == 1
+    assert open(path, "rb").read() == good
+    after = {
+        n: os.stat(os.path.join(manifests, n)).st_ino for n in os.listdir(manifests)
+    }
+    assert after.keys() == before.keys()
+    assert any(after[n] != before[n] for n in before)  # published again: new files
+    # In this boot, from the disk alone (the keys the failed job held as
+    # misses and no rank took down stay held for failed_hold_s).
+    restarted.scheduler.reset_cache()
+    restarted.step()
+    restarted.region.data[:] = bytes(len(restarted.region.data))
+    rs.rescan_now(restarted)
+    restarted.step()
+    later = time.monotonic() + restarted.tier.failed_hold_s + 1
+    restarted.tier.clock = lambda: later
+    hits, _ = restore_b(restarted, hashes, n=12)
+    assert hits == RESTORED
+    assert_restored(restarted, hashes, n=12)
+    restarted.shutdown()
+    again = Rig(ns, store)
+    hits, _ = restore_b(again, hashes, n=13)
+    assert hits == RESTORED
+    assert_restored(again, hashes, n=13)
+    again.shutdown()
+
+
 def test_a_fifo_named_like_a_manifest_is_passed_over(ns, store, hang_guard):
     """Neither the writer's keep-K scan nor the restore inventory opens it."""
     rig, hashes = write_a(ns, store)

@@ -337,6 +337,41 @@ def test_failed_key_is_not_taken_from_disk(tmp_path, monkeypatch):
     assert sls.verify_store(tmp_path) == []
 
 
+def test_a_refused_file_is_written_anew_and_its_manifests_published_again(tmp_path):
+    """A payload bit flipped under a header that still verifies: dedup keeps
+    the file. Once a reader refuses it (``distrust``, the restore overlay's
+    call), the next capture writes it anew and every manifest naming it is
+    published again under its name (a new file, which a reader reads again)."""
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    base = only_base(tmp_path)
+    manifest_dir = Path(store.writer.layout.manifest_dir)
+    write_boundary(store, maker, 1)
+    write_boundary(store, maker, 2, first=2)
+    names = sorted(sls.manifests(base))
+    assert len(names) == 2
+    path = Path(store.writer.layout.chunk(sls.block_hash(1).hex(), 0))
+    good = path.read_bytes()
+    path.write_bytes(good[:-1] + bytes([good[-1] ^ 0x01]))
+    write_boundary(store, maker, 1)
+    assert path.read_bytes() != good  # the header verifies: deduplicated
+    assert store.stats.keys_written == 11 and store.stats.keys_distrusted == 0
+    inodes = {n: (manifest_dir / n).stat().st_ino for n in names}
+    store.writer.distrust((sls.block_hash(1), 0))
+    write_boundary(store, maker, 1)
+    assert store.stats.keys_distrusted == 1
+    assert path.read_bytes() == good
+    assert store.stats.keys_written == 12  # that key alone
+    # Both boundaries' chains hold chunk 1: the one this job completes is
+    # published again at once; B48's waits for its own candidate.
+    assert sorted(sls.manifests(base)) == names
+    again = [n for n in names if (manifest_dir / n).stat().st_ino != inodes[n]]
+    assert [fmt.parse_manifest_file_name(n)[0] for n in again] == [32]
+    write_boundary(store, maker, 2, first=2)
+    assert all((manifest_dir / n).stat().st_ino != inodes[n] for n in names)
+    assert sls.verify_store(tmp_path) == []
+
+
 def test_keep_k_retains_the_newest_boundaries_of_every_chain(tmp_path):
     store, staging = sls.make_store(
         tmp_path, knobs=sls.knobs(tmp_path, keep_boundaries=2)

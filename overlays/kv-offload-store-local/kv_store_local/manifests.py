@@ -65,7 +65,8 @@ class ManifestBook:
         self._on_enospc = on_enospc
         # (hash, group) -> (payload length, payload checksum), verified.
         self.durable: OrderedDict[Ident, tuple[int, int]] = OrderedDict()
-        self.failed: set[Ident] = set()  # never manifested this boot
+        # Failed writes and refused files: not manifested until written anew.
+        self.failed: set[Ident] = set()
         self._pending: OrderedDict[str, tuple[Candidate, set[Ident]]] = OrderedDict()
         self._waiting: dict[Ident, set[str]] = {}
         self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
@@ -173,6 +174,18 @@ class ManifestBook:
             out.update((g, key) for g in candidate.full for key in chain[done:])
             out.update((g, chain[-1]) for g in candidate.state)
         return out
+
+    def distrust(self, ident: Ident) -> None:
+        """A reader refused this key's file: it counts as failed (written
+        anew before any manifest names it), and the manifests whose chain
+        holds its key are forgotten as published, so their candidates publish
+        them again under the same names (new files, which a reader that
+        marked the old ones bad reads again)."""
+        self.failed.add(ident)
+        self.durable.pop(ident, None)
+        key = ident[0].hex()
+        for name in [n for n, chain in self.published.items() if key in chain]:
+            del self.published[name]
 
     # -- publishing ----------------------------------------------------------
 

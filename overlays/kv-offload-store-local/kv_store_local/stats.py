@@ -34,6 +34,7 @@ class StoreStats:
     bytes_written: int = 0
     keys_deduplicated: int = 0
     keys_failed: int = 0
+    keys_distrusted: int = 0  # files a reader refused: written anew when captured
     write_seconds: float = 0.0
     manifests_published: int = 0
     manifests_dropped: int = 0

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The writer thread: captured keys -> durable chunk files.
 
-Per key: dedup only if the existing file's header verifies; else header +
-payload into a temp file and start its writeback. A job's files are fsynced
+Per key: dedup only if the existing file's header verifies and no reader
+refused the file this boot; else header + payload into a temp file and start
+its writeback. A job's files are fsynced
 and renamed on an I/O thread while the next job is staged; the manifests
 they complete are published by the ManifestBook. ENOSPC pauses the writer.
 """
@@ -84,12 +85,25 @@ class StoreWriter(JobQueue):
         self._io: ThreadPoolExecutor | None = None
         self._io_batch: tuple[list[StagedFile], Future] | None = None
         self._staged: set[Ident] = set()
+        # Keys whose files a reader refused (``distrust``), under self._cv.
+        self._distrusted: list[Ident] = []
         self._checksums = Checksummer(
             checksum_threads
             if checksum_threads is not None
             else default_checksum_threads()
         )
         self._prepare()
+
+    def distrust(self, ident: Ident) -> None:
+        """A reader refused this key's file (bad payload CRC, truncated, ...).
+
+        Its header may still verify, so the writer would keep deduplicating
+        onto it: the next capture of the key writes it anew instead, and the
+        manifests naming it are published again. Any thread; taken by the
+        writer thread when it next processes a job.
+        """
+        with self._cv:
+            self._distrusted.append(ident)
 
     @property
     def failed(self) -> set[Ident]:
@@ -146,6 +160,11 @@ class StoreWriter(JobQueue):
         ``flush`` commits the rest once the queue is empty.
         """
         self._lock_shared()
+        with self._cv:
+            distrusted, self._distrusted = self._distrusted, []
+        for ident in distrusted:
+            self.stats.keys_distrusted += 1
+            self.manifests.distrust(ident)
         ready: list[str] = []
         # Candidates are tracked even while paused: the keys they wait for
         # may be captured again once space is back.
@@ -258,8 +277,9 @@ class StoreWriter(JobQueue):
         if ident in self._staged:
             return None  # already on its way to disk
         path = self.layout.chunk(item.hash.hex(), item.group)
-        # A key whose write failed this boot is never taken from disk: only
-        # a complete new write (temp, fsync, rename, dir fsync) clears it.
+        # A key whose write failed, or whose file a reader refused, this boot
+        # is never taken from disk: only a complete new write (temp, fsync,
+        # rename, dir fsync) clears it.
         header = None if ident in self.failed else self.manifests.header(ident)
         if header is not None:
             # Dedup only on a header that verifies; anything else is rewritten.
