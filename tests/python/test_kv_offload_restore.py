@@ -303,9 +303,10 @@ def test_a_passing_failure_holds_the_keys_for_a_while_not_for_ever(ns, store):
     restarted.shutdown()
 
 
-def test_a_bad_manifest_published_again_is_read_again(ns, store):
-    """The bad chunk is written anew and its boundary published again under
-    the same name (a new file): the rank proves the keys again."""
+def restart_refusing_a_flipped_chunk(ns, store):
+    """Write A, flip a payload bit of one chunk, restart: the restore of A is
+    refused (a miss) and the chunk's manifests are marked bad. Returns the
+    restarted rig, A's hashes, the chunk's path and its good bytes."""
     rig, hashes = write_a(ns, store)
     rig.shutdown()
     path = chunk_path(rig, key_of(hashes, 0, 2))
@@ -314,6 +315,13 @@ def test_a_bad_manifest_published_again_is_read_again(ns, store):
     restarted = Rig(ns, store)
     hits, _ = restore_b(restarted, hashes)
     assert hits == 0 and restarted.restorers[0].stats.manifests_marked_bad >= 1
+    return restarted, hashes, path, good
+
+
+def test_a_bad_manifest_published_again_is_read_again(ns, store):
+    """The bad chunk is written anew and its boundary published again under
+    the same name (a new file): the rank proves the keys again."""
+    restarted, hashes, path, good = restart_refusing_a_flipped_chunk(ns, store)
     open(path, "wb").write(good)
     manifests = os.path.join(base_dir(restarted), "manifests")
     for name in os.listdir(manifests):  # the writer's temp + rename: new inodes
@@ -334,14 +342,7 @@ def test_a_refused_chunk_is_written_anew_by_the_recompute(ns, store):
     refusal hands the file to the writer; the recompute's store writes it
     anew and publishes its boundaries again, so the prefix restores in this
     boot and after a restart."""
-    rig, hashes = write_a(ns, store)
-    rig.shutdown()
-    path = chunk_path(rig, key_of(hashes, 0, 2))
-    good = open(path, "rb").read()
-    flip_payload_bit(rig, hashes)
-    restarted = Rig(ns, store)
-    hits, _ = restore_b(restarted, hashes)
-    assert hits == 0 and restarted.restorers[0].stats.manifests_marked_bad >= 1
+    restarted, hashes, path, good = restart_refusing_a_flipped_chunk(ns, store)
     manifests = os.path.join(base_dir(restarted), "manifests")
     before = {
         n: os.stat(os.path.join(manifests, n)).st_ino for n in os.listdir(manifests)
