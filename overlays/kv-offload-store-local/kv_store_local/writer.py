@@ -3,9 +3,9 @@
 
 Per key: dedup only if the existing file's header verifies and no reader
 refused the file this boot; else header + payload into a temp file and start
-its writeback. A job's files are fsynced
-and renamed on an I/O thread while the next job is staged; the manifests
-they complete are published by the ManifestBook. ENOSPC pauses the writer.
+its writeback. A job's files are fsynced and renamed on an I/O thread while
+the next job is staged; the manifests they complete are published by the
+ManifestBook. ENOSPC pauses the writer.
 """
 
 import errno
@@ -107,7 +107,8 @@ class StoreWriter(JobQueue):
 
     @property
     def failed(self) -> set[Ident]:
-        """Keys whose write failed this boot: never written or manifested."""
+        """Keys whose write failed, or whose file a reader refused, this boot:
+        not taken from disk or manifested until written anew in full."""
         return self.manifests.failed
 
     def _prepare(self) -> None:
