@@ -280,6 +280,19 @@ def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp, hang_guard):
     restarted.shutdown()
 
 
+def assert_restored_after_the_hold(rig: Rig, hashes, n: int) -> None:
+    """Past failed_hold_s (the tier's clock moved on), A restores in full."""
+    later = time.monotonic() + rig.tier.failed_hold_s + 1
+    rig.tier.clock = lambda: later
+    hits, _ = restore_b(rig, hashes, n=n)
+    assert hits == RESTORED
+    assert_restored(rig, hashes, n=n)
+
+
+def inodes(folder: str) -> dict[str, int]:
+    return {n: os.stat(os.path.join(folder, n)).st_ino for n in os.listdir(folder)}
+
+
 def test_a_passing_failure_holds_the_keys_for_a_while_not_for_ever(ns, store):
     """A gc sweep holding the lock fails a promotion without marking anything
     bad: the keys miss for failed_hold_s, then restore again."""
@@ -295,11 +308,7 @@ def test_a_passing_failure_holds_the_keys_for_a_while_not_for_ever(ns, store):
     assert restarted.restorers[0].stats.manifests_marked_bad == 0
     again, _ = restore_b(restarted, hashes, n=10)
     assert again == 0 and restarted.tier.stats.promotions_failed == 1  # held
-    later = time.monotonic() + restarted.tier.failed_hold_s + 1
-    restarted.tier.clock = lambda: later
-    hits, _ = restore_b(restarted, hashes, n=11)
-    assert hits == RESTORED
-    assert_restored(restarted, hashes, n=11)
+    assert_restored_after_the_hold(restarted, hashes, n=11)
     restarted.shutdown()
 
 
@@ -344,17 +353,13 @@ def test_a_refused_chunk_is_written_anew_by_the_recompute(ns, store):
     boot and after a restart."""
     restarted, hashes, path, good = restart_refusing_a_flipped_chunk(ns, store)
     manifests = os.path.join(base_dir(restarted), "manifests")
-    before = {
-        n: os.stat(os.path.join(manifests, n)).st_ino for n in os.listdir(manifests)
-    }
+    before = inodes(manifests)
     # The request recomputes its prompt and vLLM stores it again.
     restarted.store_request("c", hashes, PROMPT_BLOCKS, 11)
     stats = restarted.workers[0]._kv_store.stats
     assert stats.keys_distrusted == 1
     assert open(path, "rb").read() == good
-    after = {
-        n: os.stat(os.path.join(manifests, n)).st_ino for n in os.listdir(manifests)
-    }
+    after = inodes(manifests)
     assert after.keys() == before.keys()
     assert any(after[n] != before[n] for n in before)  # published again: new files
     # In this boot, from the disk alone (the keys the failed job held as
@@ -364,11 +369,7 @@ def test_a_refused_chunk_is_written_anew_by_the_recompute(ns, store):
     restarted.region.data[:] = bytes(len(restarted.region.data))
     rs.rescan_now(restarted)
     restarted.step()
-    later = time.monotonic() + restarted.tier.failed_hold_s + 1
-    restarted.tier.clock = lambda: later
-    hits, _ = restore_b(restarted, hashes, n=12)
-    assert hits == RESTORED
-    assert_restored(restarted, hashes, n=12)
+    assert_restored_after_the_hold(restarted, hashes, n=12)
     restarted.shutdown()
     again = Rig(ns, store)
     hits, _ = restore_b(again, hashes, n=13)

@@ -175,14 +175,17 @@ class ManifestBook:
             out.update((g, chain[-1]) for g in candidate.state)
         return out
 
-    def distrust(self, ident: Ident) -> None:
-        """A reader refused this key's file: it counts as failed (written
-        anew before any manifest names it), and the manifests whose chain
-        holds its key are forgotten as published, so their candidates publish
-        them again under the same names (new files, which a reader that
-        marked the old ones bad reads again)."""
+    def mark_failed(self, ident: Ident) -> None:
+        """Not taken from disk or manifested until written anew in full."""
         self.failed.add(ident)
         self.durable.pop(ident, None)
+
+    def distrust(self, ident: Ident) -> None:
+        """A reader refused this key's file: it counts as failed, and the
+        manifests whose chain holds its key are forgotten as published, so
+        their candidates publish them again under the same names (new files,
+        which a reader that marked the old ones bad reads again)."""
+        self.mark_failed(ident)
         key = ident[0].hex()
         for name in [n for n, chain in self.published.items() if key in chain]:
             del self.published[name]

@@ -344,8 +344,7 @@ class StoreWriter(JobQueue):
     def _failed_write(
         self, ident: Ident, path: str, e: OSError, origin: Any = None
     ) -> None:
-        self.failed.add(ident)
-        self.manifests.durable.pop(ident, None)
+        self.manifests.mark_failed(ident)
         self.stats.keys_failed += 1
         if e.errno == errno.ENOSPC:
             self._pause()
