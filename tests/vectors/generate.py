@@ -827,8 +827,11 @@ def add_records(v: Vectors) -> None:
     variant("nul_then_junk", "bad_json", "a valid record, then a NUL byte and junk",
             raw + b"\0junk")
     # Levels count arrays and objects (FORMAT.md 4.1): the record is 1, info 2.
-    deep = f.canonical_json({**good, "info": {**good["info"], "deep": nested(62)}})
-    variant("nested_64", OK, "64 levels: 62 lists around 1 in info", deep)
+    # Valid, with a spec: both codecs must also encode 64 levels, byte for byte.
+    rec64 = f.NamespaceRecord(FENCED, {**info, "deep": nested(62)})
+    deep = f.encode_namespace_record(rec64)
+    v.add("record", "nested_64", deep, OK, "64 levels: 62 lists around 1 in info",
+          record_verdict, record_spec(rec64, 1), "json")  # fmt: skip
     variant("nested_65", "bad_json", "65 levels: 63 lists around 1 in info",
             one_list_more(deep, 62))
     variant("not_object", "bad_field", "a string", b'"fenced"')
