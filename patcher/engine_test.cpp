@@ -209,6 +209,39 @@ TEST(Engine, AnEditByAnotherProcessDuringApplyOrRevertIsNeverLost) {
   }
 }
 
+// The same while an interrupted transaction is finished (apply finishes it
+// first): a file changed since it was verified is not replaced.
+TEST(Engine, AnEditByAnotherProcessWhileFinishingAJournalIsNeverLost) {
+  bool refused = false;
+  for (int nth = 1; nth <= 4; ++nth) {
+    SCOPED_TRACE("recover-rename:" + std::to_string(nth));
+    Workspace w;
+    Session s = open_session(w);
+    {
+      FailStep hook("rename", 1, EIO);  // committed, nothing renamed
+      HookGuard g(&hook);
+      ASSERT_FALSE(apply(s, Request{}).ok());
+    }
+    std::string target = w.tree_file("example/worker.py");
+    EditAtStep hook("recover-rename", nth, target);
+    Result<Outcome> r = make_error(ErrorKind::Usage, "", "");
+    {
+      HookGuard g(&hook);
+      r = apply(s, Request{});
+    }
+    ASSERT_TRUE(hook.fired);
+    EXPECT_THAT(read_file(target), ::testing::EndsWith(EditAtStep::kEdit));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().file, "example/worker.py");
+    if (r.error().kind == ErrorKind::Tampered) continue;  // edited after it was finished: the applied file, edited
+    EXPECT_EQ(r.error().kind, ErrorKind::Busy) << r.error().line();
+    EXPECT_THAT(r.error().message, HasSubstr("changed by another process"));
+    EXPECT_EQ(::access((w.tree + "/.overlay-journal").c_str(), F_OK), 0);  // kept for recover --discard
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+}
+
 TEST(Engine, TheProductionBinaryHasNoFaultHook) {
   Workspace w;
   // The same variable that makes the test binary die at the first rename is

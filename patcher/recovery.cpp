@@ -346,6 +346,17 @@ Result<bool> recover(const Tree& tree, const std::vector<std::string>& paths) {
       std::string base = base_name(e.path), tmp = base_name(temp_name_for(e.path));
       if (int err = fault("recover-rename"))
         return io(e.path, "cannot finish the interrupted transaction", err);
+      if (!(e.kind == "create" && staging_of(p.entries, e.path))) {
+        // As in commit(): the bytes classify() saw must still be there right
+        // before the rename; another process may have changed them since.
+        auto now = sha_now(dir, base, e.path);
+        if (!now) return now.error();
+        bool as_seen = e.kind == "write" || e.kind == "delete" ? *now == e.old_sha : *now == "-";
+        if (!as_seen)
+          return make_error(ErrorKind::Busy, e.path,
+                            "changed by another process while the interrupted transaction was being finished; "
+                            "it is not replaced and the journal is kept: run the command again");
+      }
       if (e.kind == "delete") {
         if (::unlinkat(dir, base.c_str(), 0) != 0 && errno != ENOENT) return io(e.path, "cannot remove the file", errno);
       } else if (e.kind == "write") {

@@ -205,7 +205,34 @@ Result<Fd> make_marked_dir(int parent, const std::string& name, const Change& sp
   return dir;
 }
 
-// Per change: where it acts.
+// sha256 of `name` in `dir` as it is now, "-" when absent, "?" when it is not
+// a regular file. No fault step: the re-checks below must not move the
+// numbering of the steps the crash tests kill at.
+Result<std::string> sha_now(int dir, const std::string& name, const std::string& display, std::string* bytes) {
+  int fd = ::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::string("-");
+    if (errno == ELOOP) return std::string("?");
+    return io(display, "cannot read it again before replacing it", errno);
+  }
+  Fd owned(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return io(display, "cannot stat it", errno);
+  if (!S_ISREG(st.st_mode)) return std::string("?");
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io(display, "cannot read it again before replacing it", errno);
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  std::string sha = kvtier::sha256_hex(data);
+  if (bytes) *bytes = std::move(data);
+  return sha;
+}
+
 }  // namespace txn_steps
 
 namespace {
@@ -297,34 +324,6 @@ Status preflight(const Tree& tree, const std::vector<Change>& changes, const std
                             " bytes and " + std::to_string(inodes) + " inodes free (nothing was written)");
   }
   return ok_status();
-}
-
-// sha256 of `name` in `dir` as it is now, "-" when absent, "?" when it is not
-// a regular file. No fault step: the re-checks below must not move the
-// numbering of the steps the crash tests kill at.
-Result<std::string> sha_now(int dir, const std::string& name, const std::string& display, std::string* bytes = nullptr) {
-  int fd = ::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::string("-");
-    if (errno == ELOOP) return std::string("?");
-    return io(display, "cannot read it again before replacing it", errno);
-  }
-  Fd owned(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return io(display, "cannot stat it", errno);
-  if (!S_ISREG(st.st_mode)) return std::string("?");
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io(display, "cannot read it again before replacing it", errno);
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  std::string sha = kvtier::sha256_hex(data);
-  if (bytes) *bytes = std::move(data);
-  return sha;
 }
 
 // Another process may edit a target while this one writes (the lock keeps
