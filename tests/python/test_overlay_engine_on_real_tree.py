@@ -5,7 +5,8 @@ harness, so the injected code is executed, not only compiled.
 
 Exit codes are the engine's documented contract (docs/OVERLAYS.md):
 0 ok, 1 not in the expected state, 2 usage/manifest, 3 drift,
-4 tampered/half-applied, 5 compile, 6 I/O.
+4 tampered/half-applied, 5 compile, 6 I/O, 7 busy (a lock, or a target another
+process changed while apply wrote).
 """
 
 from __future__ import annotations
