@@ -231,6 +231,7 @@ PIN_0330 = REPO_ROOT / "fixtures" / "vllm-0.33.0"
 PYTHON_OVERLAYS = ["kv-offload-scope", "kv-offload-store-local", "kv-offload-restore"]
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
 WORKER = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py"
+CONFIG = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
 JOURNAL = ".overlay-journal"
 
 
@@ -291,13 +292,15 @@ def test_discard_after_a_hand_edit_refuses_naming_the_file(build_dir, tmp_path):
     assert t.hashes() == before, "a refused discard changed the tree"
 
 
-def test_an_edit_by_another_process_during_apply_is_kept(build_dir, tmp_path):
+@pytest.mark.parametrize("step", ["rename:1", "rename:3"])
+def test_an_edit_by_another_process_during_apply_is_kept(build_dir, tmp_path, step):
     """Paused after the commit point, a line appended to worker.py vanished and
     apply said "applied". Now the file is re-checked right before its rename:
-    apply exits 7 (busy), rolls back, and the edit is kept."""
+    apply exits 7 (busy), rolls back (at rename:3 config.py and scheduler.py
+    are already patched), and the edit is kept."""
     t = Faults(build_dir, tmp_path)
     pristine = t.hashes()
-    env = {**os.environ, "OVERLAY_FAULT": "pause@rename:1"}
+    env = {**os.environ, "OVERLAY_FAULT": f"pause@{step}"}
     proc = subprocess.Popen(
         t.args("apply"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
@@ -310,6 +313,8 @@ def test_an_edit_by_another_process_during_apply_is_kept(build_dir, tmp_path):
             assert time.monotonic() < deadline, "apply never reached the pause"
             time.sleep(0.05)
         assert (t.root / JOURNAL).is_file()
+        config_patched = t.hashes()[CONFIG] != pristine[CONFIG]
+        assert config_patched == (step == "rename:3"), "not the change order assumed"
         with (t.root / WORKER).open("a") as f:
             f.write("# appended by another process\n")
         edited = hashlib.sha256((t.root / WORKER).read_bytes()).hexdigest()
