@@ -40,6 +40,9 @@ class StoreStats:
     manifests_dropped: int = 0
     manifests_superseded: int = 0
     state_files_removed: int = 0
+    # Oldest unpublished chunks left out of the pending record (its bound):
+    # a sweep may delete them, and a manifest needing one waits for a rewrite.
+    pending_chunks_dropped: int = 0
     enospc_pauses: int = 0
 
     def drops(self) -> dict[str, int]:
