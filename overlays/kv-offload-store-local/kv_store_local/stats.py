@@ -18,6 +18,8 @@ DROP_REASONS = {
 @dataclass
 class StoreStats:
     jobs_captured: int = 0
+    # Store jobs captured at shutdown: vLLM had deferred them to a next step.
+    jobs_drained: int = 0
     keys_captured: int = 0
     bytes_captured: int = 0
     capture_seconds: float = 0.0
