@@ -44,6 +44,11 @@ REPO = Path(__file__).resolve().parents[1]
 for folder in ("kv-offload-store-local", "kv-offload-scope", "kv-offload-restore"):
     sys.path.insert(0, str(REPO / "overlays" / folder))
 
+# The promotions read through the native store library: this checkout's
+# build unless KVTIER_STORE_LIB names another.
+os.environ.setdefault(
+    "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
+)
 import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402
