@@ -15,9 +15,12 @@ as on the serving machine; no vLLM is imported either way):
   checks with kv_store_format, preadv into the rows, zlib CRC) on a thread
   pool of N threads, one file a task, as kv_restore_worker ran it;
 - ``native``: the real ``WorkerRestore.promote`` of today (lock, opens, one
-  ``kvtier_read_chunks`` call a job on N threads).
+  ``kvtier_read_chunks`` call a job on N threads);
+- ``plain``: restore_bench's plain read of the same files on N threads
+  (reused buffers, no checks): what the page cache gives.
 
-Prints payload GB/s per pass (the best of ``--repeat``) and the ratio.
+Prints GB/s per pass (the best of ``--repeat``; payload bytes for python
+and native, file bytes for plain) and native / python.
 Needs no GPU; the library comes from ``--lib``, KVTIER_STORE_LIB or
 build/storeio/.
 """
@@ -136,8 +139,10 @@ def main() -> None:
         f"{os.cpu_count()} cores; library {lib.path} ({lib.version})"
     )
     print(
-        f"{'threads':>7s} {'python GB/s':>12s} {'native GB/s':>12s} {'native/python':>14s}"
+        f"{'threads':>7s} {'python GB/s':>12s} {'native GB/s':>12s} "
+        f"{'plain GB/s':>11s} {'native/python':>14s}"
     )
+    biggest = max(map(os.path.getsize, files))
     figures = {"files": len(files), "bytes": size, "cores": os.cpu_count(), "rows": []}
     for threads in (int(t) for t in args.threads.split(",")):
         row = {"threads": threads}
@@ -153,10 +158,13 @@ def main() -> None:
                     seconds = time.perf_counter() - start
                     best = seconds if best is None else min(best, seconds)
                 row[name] = payload / best / 1e9
+        plain = min(rb.plain_read(files, threads, biggest) for _ in range(args.repeat))
+        row["plain"] = size / plain / 1e9
         row["ratio"] = row["native"] / row["python"]
         figures["rows"].append(row)
         print(
-            f"{threads:7d} {row['python']:12.2f} {row['native']:12.2f} {row['ratio']:13.2f}x"
+            f"{threads:7d} {row['python']:12.2f} {row['native']:12.2f} "
+            f"{row['plain']:11.2f} {row['ratio']:13.2f}x"
         )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))

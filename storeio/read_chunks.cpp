@@ -198,7 +198,7 @@ std::optional<Failure> check_arguments(const kvtier_read_item& item) {
   return std::nullopt;
 }
 
-std::optional<Failure> read_one(kvtier_read_item& item) {
+std::optional<Failure> read_one(kvtier_read_item& item, bool willneed) {
   if (auto f = check_arguments(item)) return f;
   const auto segments = to_segments(item.segments, item.num_segments);
   if (!segments) return Failure{KVTIER_E_ARGUMENT, "bad_argument", 0, "a segment with ndim > 6"};
@@ -227,6 +227,9 @@ std::optional<Failure> read_one(kvtier_read_item& item) {
   if (auto f = check_expected(*header, item, *segments)) return f;
   if (auto r = kvformat::check_file_size(*header, size); !r) return format_failure(r.error());
 
+  if (willneed)
+    (void)::posix_fadvise(fd, static_cast<off_t>(header->header_length()),
+                          static_cast<off_t>(header->payload_length), POSIX_FADV_WILLNEED);
   std::uint32_t crc = 0;
   if (auto f = read_payload(fd, header->header_length(), item.runs, item.num_runs, crc,
                             item.bytes_read))
@@ -244,6 +247,7 @@ extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uin
   if (count == 0) return 0;
   if (!items) return -1;
   const bool stop_on_failure = flags & KVTIER_READ_STOP_ON_FAILURE;
+  const bool willneed = flags & KVTIER_READ_WILLNEED;
   std::atomic<bool> failed{false};
   std::atomic<int64_t> bad{0};
   storeio::parallel_for(count, storeio::thread_count(threads, count), [&](std::size_t i) {
@@ -257,7 +261,7 @@ extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uin
       return;
     }
     try {
-      if (auto f = storeio::read_one(item)) {
+      if (auto f = storeio::read_one(item, willneed)) {
         storeio::set_failure(out, f->status, f->reason, f->err, item.path, f->text);
         failed.store(true, std::memory_order_relaxed);
         bad.fetch_add(1);

@@ -91,6 +91,16 @@ TEST(ReadChunks, GoodFileLandsInTheRuns) {
   EXPECT_EQ(f.landed(), f.payload);
 }
 
+TEST(ReadChunks, TheReadaheadHintChangesNoVerdict) {
+  Fixture f;
+  EXPECT_EQ(kvtier_read_chunks(&f.item, 1, 1, KVTIER_READ_WILLNEED), 0);
+  EXPECT_EQ(f.landed(), f.payload);
+  f.file[f.file.size() - 1] ^= 1;
+  storeio::testing::write_file(f.path, f.file);
+  EXPECT_EQ(kvtier_read_chunks(&f.item, 1, 1, KVTIER_READ_WILLNEED), 1);
+  EXPECT_STREQ(f.item.reason, "payload_checksum_mismatch");
+}
+
 TEST(ReadChunks, AnOpenDescriptorIsReadAndKeptOpen) {
   Fixture f;
   const int fd = ::open(f.path.c_str(), O_RDONLY);

@@ -75,6 +75,7 @@ def read_job(
     keys: Sequence[bytes],
     requests: Sequence[native.ReadRequest],
     threads: int,
+    willneed: bool = False,
 ) -> int:
     """Read and verify every file of one promotion; the payload bytes read.
 
@@ -82,7 +83,9 @@ def read_job(
     library stops starting files after a failure; the ones it skipped come
     after it). On failure no byte of the job's memory may be used.
     """
-    results = lib.read_chunks(requests, threads, stop_on_failure=True)
+    results = lib.read_chunks(
+        requests, threads, stop_on_failure=True, willneed=willneed
+    )
     total = 0
     for key, result in zip(keys, results, strict=True):
         if not result.ok:

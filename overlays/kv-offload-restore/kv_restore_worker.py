@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
 RESCAN_SECONDS = 1.0
 READERS = 8  # threads of the native read of one job (bench/restore_read_bench.py)
+# fadvise(WILLNEED) each payload before its read: off until a disk run shows
+# it pays (bench/restore_bench.py evicts the page cache; set it there).
+READ_WILLNEED = False
 # Failures that say nothing against the chunk file: no rewrite is asked for.
 NOT_THE_FILE = frozenset({"no_manifest", "unknown_group"})
 
@@ -332,7 +335,7 @@ class WorkerRestore:
             )
         keys = [key for key, _, _, _ in opened]
         self.stats.bytes_restored += chunk_read.read_job(
-            self._native, keys, requests, READERS
+            self._native, keys, requests, READERS, READ_WILLNEED
         )
 
     def _geometry(self, proof: Proof) -> tuple[Any, int, int]:

@@ -44,6 +44,7 @@ E_ARGUMENT = 6
 E_SKIPPED = 7
 
 READ_STOP_ON_FAILURE = 1
+READ_WILLNEED = 2
 
 FAULT_NONE = 0
 FAULT_WRITE = 1
@@ -269,9 +270,11 @@ class Library:
         requests: Sequence[ReadRequest],
         threads: int,
         stop_on_failure: bool = False,
+        willneed: bool = False,
     ) -> list[Result]:
         """Read and verify every request (one call, ``threads`` threads);
-        one Result per request, in order. A failed item's memory is garbage."""
+        one Result per request, in order. A failed item's memory is garbage.
+        ``willneed``: fadvise each payload before reading it (a disk hint)."""
         items = (_ReadItem * max(1, len(requests)))()
         keep: list[object] = []  # the arrays the items point into
         for item, r in zip(items, requests, strict=False):
@@ -290,7 +293,9 @@ class Library:
             item.num_runs = len(r.runs)
             item.segments = segments
             item.runs = runs
-        flags = READ_STOP_ON_FAILURE if stop_on_failure else 0
+        flags = (READ_STOP_ON_FAILURE if stop_on_failure else 0) | (
+            READ_WILLNEED if willneed else 0
+        )
         n = self._lib.kvtier_read_chunks(items, len(requests), threads, flags)
         if n < 0:
             raise ValueError(f"{self.path}: kvtier_read_chunks refused its arguments")

@@ -116,6 +116,11 @@ typedef struct kvtier_read_item {
 /* Stop starting items once one failed (a promotion fails whole anyway); the
  * ones never started get KVTIER_E_SKIPPED. */
 #define KVTIER_READ_STOP_ON_FAILURE 1u
+/* After a file's header checks pass, posix_fadvise(WILLNEED) its whole
+ * payload before reading it: the disk gets the file's reads queued at once
+ * instead of readahead's ramp. A hint: never changes a verdict. */
+#define KVTIER_READ_WILLNEED 2u
+/* Flag bits this library does not know are ignored. */
 
 /* Reads and verifies `count` items on `threads` threads (0: one per core;
  * never more than count). Per item, in FORMAT.md 3.5's order: open, fstat,
