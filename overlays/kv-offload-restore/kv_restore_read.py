@@ -37,17 +37,6 @@ def buffer_address(buf: Any) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
-def coalesce_runs(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merge (address, length) runs that follow each other in memory."""
-    out: list[list[int]] = []
-    for address, length in runs:
-        if out and out[-1][0] + out[-1][1] == address:
-            out[-1][1] += length
-        else:
-            out.append([address, length])
-    return [(a, n) for a, n in out]
-
-
 def request(
     proof: Proof,
     fd: int,

@@ -10,9 +10,10 @@ Every TP worker reads only its own store (the rank base the writer opened):
   worker takes the store lock shared (``kvstore gc --sweep`` needs it
   exclusive) and opens every file the job needs. One call of the native
   store library (libkvtier_store.so, no GIL, ``READERS`` threads) then
-  reads the job's files; per file: the header is checked in docs/FORMAT.md's order and against the
-  manifest entry (namespace, group, key, boundary index, payload length and
-  checksum, segment table equal to this boot's layout), then the file size;
+  reads the job's files; per file: the header is checked in
+  docs/FORMAT.md's order and against the manifest entry (namespace, group,
+  key, boundary index, payload length and checksum, segment table equal to
+  this boot's layout), then the file size;
   then the payload is read straight into this rank's own slots of the job's
   CPU row (rows the tiering manager allocated for this promotion, loadable
   only once every rank succeeded) and its CRC is checked. Any failure fails
@@ -151,6 +152,8 @@ class WorkerRestore:
         self._lock_path = ""
         self._namespace = b""
         self._native = load_native()
+        self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
+        self._plans_of: Any = None  # the staging list the plans were made for
         # Test seam: called with the job's opened files before they are read.
         self.before_read: Any = None
 
@@ -324,14 +327,10 @@ class WorkerRestore:
         requests = []
         for _, chunk, proof, fd in opened:
             layout, first, count = self._geometry(proof)
+            segments, plan = self._plan(layout, first, count)
+            runs = [(address + chunk * stride, n) for address, stride, n in plan]
             requests.append(
-                chunk_read.request(
-                    proof,
-                    fd,
-                    self._namespace,
-                    layout.segments(count),
-                    self._runs(layout, chunk, first, count),
-                )
+                chunk_read.request(proof, fd, self._namespace, segments, runs)
             )
         keys = [key for key, _, _, _ in opened]
         self.stats.bytes_restored += chunk_read.read_job(
@@ -350,15 +349,44 @@ class WorkerRestore:
     def _runs(self, layout: Any, chunk: int, first: int, count: int) -> list:
         """Where the payload goes, in payload order: per layer, per sub-block,
         the unpadded page bytes (the inverse of the writer's capture)."""
-        bpc = self._store.settings.blocks_per_chunk
-        runs = []
-        for layer in layout.layers:
-            t = self._store._staging[layer.tensor]
-            page = t.width // bpc
-            row = chunk_read.buffer_address(t.source) + t.offset + chunk * t.row_stride
-            for j in range(first, first + count):
-                runs.append((row + j * page, layer.real_bytes))
-        return chunk_read.coalesce_runs(runs)
+        _, plan = self._plan(layout, first, count)
+        return [(address + chunk * stride, n) for address, stride, n in plan]
+
+    def _plan(self, layout: Any, first: int, count: int) -> tuple[Any, list]:
+        """(segment table, runs of CPU row 0 as (address, row stride, length)),
+        once per (group, first sub-block, sub-blocks): the per-file Python
+        work of a promotion is then one list comprehension.
+
+        Runs are merged only where they follow each other in memory and move
+        with the same row stride, so they stay adjacent in every row."""
+        key = (layout.group, first, count)
+        if self._plans_of is not self._store._staging:
+            self._plans = {}
+            self._plans_of = self._store._staging
+        plan = self._plans.get(key)
+        if plan is None:
+            bpc = self._store.settings.blocks_per_chunk
+            runs: list[list[int]] = []
+            for layer in layout.layers:
+                t = self._store._staging[layer.tensor]
+                page = t.width // bpc
+                row = chunk_read.buffer_address(t.source) + t.offset
+                for j in range(first, first + count):
+                    address = row + j * page
+                    last = runs[-1] if runs else None
+                    if (
+                        last
+                        and last[1] == t.row_stride
+                        and last[0] + last[2] == address
+                    ):
+                        last[2] += layer.real_bytes
+                    else:
+                        runs.append([address, t.row_stride, layer.real_bytes])
+            plan = self._plans[key] = (
+                layout.segments(count),
+                [(a, s, n) for a, s, n in runs],
+            )
+        return plan
 
     def _fail(self, e: chunk_read.PromotionFailed) -> None:
         self.stats.failures[e.reason] += 1

@@ -19,7 +19,6 @@ for folder in ("kv-offload-store-local", "kv-offload-restore"):
     if str(REPO / "overlays" / folder) not in sys.path:
         sys.path.insert(0, str(REPO / "overlays" / folder))
 
-import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
 import restore_read_py as oracle  # noqa: E402  (sim/)
 from kv_store_format import native  # noqa: E402
@@ -131,9 +130,18 @@ def test_a_missing_or_mismatched_library_is_refused_naming_the_file(
 def test_the_restore_refuses_to_start_without_the_library(tmp_path, monkeypatch):
     missing = tmp_path / "gone" / "libkvtier_store.so"
     monkeypatch.setenv(native.ENV_LIBRARY, str(missing))
-    monkeypatch.setenv(krw.ENV_RESTORE, "1")
-    with pytest.raises(krw.RestoreRefused, match=str(missing)):
-        krw.WorkerRestore.from_env()
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_RESTORE", "1")
+    # Imported here and dropped after: other tests check that no kv_restore
+    # module is loaded while restore is off.
+    before = set(sys.modules)
+    try:
+        import kv_restore_worker as krw
+
+        with pytest.raises(krw.RestoreRefused, match=str(missing)):
+            krw.WorkerRestore.from_env()
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
 
 
 def test_the_default_path_is_beside_the_module(monkeypatch):

@@ -20,10 +20,13 @@ Standard library only: it runs inside vLLM.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .constants import MAX_NDIM
 from .segment import Segment
@@ -199,12 +202,36 @@ def _segments(segments: Sequence[Segment]) -> ctypes.Array:
     return out
 
 
-def _runs(runs: Sequence[tuple[int, int]]) -> ctypes.Array:
-    out = (_Run * max(1, len(runs)))()
-    for dst, (address, length) in zip(out, runs, strict=False):
-        dst.address = address
-        dst.length = length
-    return out
+def _runs(runs: Sequence[tuple[int, int]]) -> tuple[array, Any]:
+    """The runs as kvtier_run[] (two uint64 each), built at C speed; the
+    array must outlive the call."""
+    flat = array("Q", itertools.chain.from_iterable(runs))
+    if not flat:
+        flat.append(0)
+    return flat, ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_Run))
+
+
+class _SegmentCache:
+    """kvtier_segment[] per segment table: a promotion passes the same few
+    tables (one per group and sub-block count) for every file, so each is
+    converted once. Keyed by the table object, which the cache keeps alive."""
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._arrays: dict[int, tuple[Sequence[Segment], ctypes.Array]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, segments: Sequence[Segment]) -> ctypes.Array:
+        with self._lock:
+            hit = self._arrays.get(id(segments))
+            if hit is not None and hit[0] is segments:
+                return hit[1]
+            if len(self._arrays) >= self.LIMIT:
+                self._arrays.clear()
+            converted = _segments(segments)
+            self._arrays[id(segments)] = (segments, converted)
+            return converted
 
 
 def _text(raw: bytes) -> str:
@@ -264,6 +291,7 @@ class Library:
             ctypes.c_uint32,
         ]
         self._lib = lib
+        self._segment_arrays = _SegmentCache()
 
     def read_chunks(
         self,
@@ -278,8 +306,9 @@ class Library:
         items = (_ReadItem * max(1, len(requests)))()
         keep: list[object] = []  # the arrays the items point into
         for item, r in zip(items, requests, strict=False):
-            segments, runs = _segments(r.segments), _runs(r.runs)
-            keep += [segments, runs]
+            segments = self._segment_arrays.get(r.segments)
+            flat, runs = _runs(r.runs)
+            keep.append(flat)
             item.path = None if r.path is None else os.fsencode(r.path)
             item.fd = r.fd
             item.group = r.group
@@ -318,8 +347,9 @@ class Library:
         items = (_WriteItem * max(1, len(requests)))()
         keep: list[object] = []
         for item, r in zip(items, requests, strict=False):
-            segments, runs = _segments(r.segments), _runs(r.runs)
-            keep += [segments, runs]
+            segments = self._segment_arrays.get(r.segments)
+            flat, runs = _runs(r.runs)
+            keep.append(flat)
             item.path = os.fsencode(r.path)
             item.group = r.group
             item.key_hash_length = len(r.key_hash)
