@@ -258,6 +258,7 @@ def main() -> int:
         llm.generate(
             warm, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False
         )
+        block_ids.clear()  # the warm-up requests' blocks are not the timed ones
     rounds = []
     for rnd in range(args.rounds):
         cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}

@@ -641,7 +641,9 @@ def judge(
             ) == 0 == other.get("rc")
     verdicts.update(restore_judge(results, corruptions or {}))
     for name, res in results.items():
-        if res.get("workers") is not None and not name.startswith("pressure"):
+        if res.get("workers") is not None and not name.startswith(
+            ("pressure", "ttft.", "burst8b.")
+        ):  # the real-size stages do not compare bytes (minutes): see their judges
             tp = 2 if name.endswith("tp2") else 1
             verdicts[f"{name}: writer, groups, bytes, verify"] = check_writer(res, tp)
     pressure = [n for n in sorted(results) if n.startswith("pressure.")]
@@ -787,6 +789,30 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             and all(s.get("keys_restored", 0) > 0 for s in stats)
             and bool(stats)
             and (kv is None or kv["ok"]),
+        }
+    if write.get("rounds"):
+        verdicts["ttft.llama8b.write: store written, kvstore verify clean"] = {
+            "stats": [w.get("stats", {}) for w in write.get("workers") or []],
+            "kvstore_verify": write.get("kvstore_verify"),
+            "ok": write.get("rc") == 0
+            and (write.get("kvstore_verify") or {}).get("rc") == 0,
+        }
+    # Every full chunk of each prompt reached the store (the tail of the last request
+    # included, written at the clean shutdown): a restore then covers the prompt up to the
+    # chunk holding its last token, which vLLM always computes.
+    chunk = 16 * 16  # --blocks-per-chunk 16 of 16-token blocks
+    covered = {
+        kind: [
+            row.get(f"{kind}_cached_tokens") == (row["tokens"] - 1) // chunk * chunk
+            for row in rows
+        ]
+        for kind in ("disk", "cache")
+        if f"{kind}_s" in rows[0]
+    }
+    if covered:
+        verdicts["ttft.llama8b: each prompt restored up to its last chunk"] = {
+            "covered": covered,
+            "ok": all(all(v) for v in covered.values()),
         }
     verdicts["ttft.llama8b: time to first token (s), cold vs restore (benchmark)"] = {
         "rows": rows,

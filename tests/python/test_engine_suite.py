@@ -463,19 +463,20 @@ def ttft_results() -> dict:
         "ttft.llama8b.write": ttft_stage([4.1, 61.0], [0, 0], [None, None]),
         "ttft.llama8b.disk": ttft_stage(
             [2.0, 12.0],
-            [32752, 126960],
+            [32512, 126720],
             DIGESTS,
             restore_workers=restored,
             before=plain,
         ),
         "ttft.llama8b.cache": ttft_stage(
-            [0.5, 2.0], [32752, 126960], DIGESTS, restore_workers=restored, before=plain
+            [0.5, 2.0], [32512, 126720], DIGESTS, restore_workers=restored, before=plain
         ),
     }
 
 
 def test_ttft_rows_and_read_phase_against_the_plain_read():
     verdicts = suite.ttft_judge(ttft_results())
+    assert verdicts["ttft.llama8b: each prompt restored up to its last chunk"]["ok"]
     rows = verdicts[
         "ttft.llama8b: time to first token (s), cold vs restore (benchmark)"
     ]["rows"]
@@ -533,3 +534,19 @@ def test_disk_speeds_read_every_byte_and_write_what_they_say(tmp_path):
         assert [p["bytes"] for p in speeds["passes"]] == [sum(sizes.values())] * 2
     w = diskspeed.write_speed(str(tmp_path / "w"), size=4 << 20, block=1 << 20)
     assert w["bytes"] == 4 << 20 and not os.listdir(tmp_path / "w")
+
+
+def test_ttft_a_tail_left_out_of_the_store_fails():
+    results = ttft_results()
+    results["ttft.llama8b.cache"]["rounds"][0]["num_cached_tokens"][1] = 126976 - 8192
+    verdicts = suite.ttft_judge(results)
+    assert not verdicts["ttft.llama8b: each prompt restored up to its last chunk"]["ok"]
+
+
+def test_ttft_write_stage_needs_a_clean_verify():
+    results = ttft_results()
+    results["ttft.llama8b.write"]["kvstore_verify"] = {"rc": 0}
+    key = "ttft.llama8b.write: store written, kvstore verify clean"
+    assert suite.ttft_judge(results)[key]["ok"]
+    results["ttft.llama8b.write"]["kvstore_verify"] = {"rc": 1}
+    assert not suite.ttft_judge(results)[key]["ok"]
