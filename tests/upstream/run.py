@@ -13,8 +13,9 @@ overlays); it goes first on PYTHONPATH, so the venv stays pristine.
 
 The selection (default): every fetched test file that names the offloading
 connector (`kv_connector.v1.offloading` or `OffloadingConnector`), the code
-the overlays patch; --all runs every fetched test file. Each tree's run is
-split in --jobs shards (every N-th collected test) run side by side.
+the overlays patch; --all runs every fetched test file. The runs (pristine,
+then one per knob setting) go side by side, --jobs at a time; a run is split
+into shards (every N-th collected test) only when the runs leave jobs idle.
 
 Each test's outcome on the patched tree (per knob setting) is compared with
 its outcome on the pristine tree, by node id. With the knobs unset or 0
@@ -172,16 +173,21 @@ def run_all(
     jobs: int,
     scratch: Path,
 ) -> dict[str, dict[str, list[str]]]:
-    """Every run's outcomes, its shards run at most `jobs` at a time."""
+    """Every run's outcomes, its shards run at most `jobs` at a time.
+
+    Each process pays vLLM's and torch's import, so a run is split only as far
+    as the runs alone do not fill the jobs (4 runs on 2 cores: one shard each).
+    """
+    shards = max(1, jobs // len(runs))
     pending = []
     for label, (prefix, env) in runs.items():
-        for shard in range(jobs):
+        for shard in range(shards):
             out = scratch / f"{label}.{shard}.json"
             shard_env = dict(env)
             path = [str(prefix)] if prefix is not None else []
             shard_env["PYTHONPATH"] = os.pathsep.join([*path, str(HERE)])
             shard_env["UPSTREAM_OUTCOMES"] = str(out)
-            shard_env["UPSTREAM_SHARD"] = f"{shard}/{jobs}"
+            shard_env["UPSTREAM_SHARD"] = f"{shard}/{shards}"
             cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "upstream_outcomes", "-W", "ignore", *files]  # fmt: skip
             pending.append((label, shard, cmd, shard_env, out))
