@@ -23,4 +23,5 @@ if [ "${KVTIER_REAL:-1}" != 0 ]; then
   KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" "$(scripts/real-venv.sh)" -m pytest -q tests/realsched ||
     status=1
 fi
+KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" scripts/upstream-tests.sh || status=1 # vLLM's own tests, both trees
 exit $status

@@ -171,20 +171,21 @@ class HybridVllm:
     def hybrid_layout(self, *, scratch: bool = True, drafter: str | None = "eagle"):
         """g0 full, [g1 scratch], four mamba groups, [drafter].
 
-        drafter: "eagle" (an is_eagle_group SWA group), "swa" (an exact
-        SlidingWindowSpec group not flagged EAGLE), "eagle-full" (an
-        is_eagle_group full-attention group) or None.
+        drafter: "eagle" (an is_eagle_group SWA group of draft layers), "swa"
+        (a target SlidingWindowSpec group, neither EAGLE nor draft),
+        "eagle-full" (an is_eagle_group full-attention group of draft layers)
+        or None.
         """
         groups: list[tuple] = [(self.full(), False)]
         if scratch:
             groups.append((self.scratch(), False))
         groups += [(self.mamba(), False) for _ in STATE_GROUPS]
+        # vLLM marks the specs of draft layers (KVCacheSpec.is_draft).
         if drafter == "eagle":
-            groups.append((self.swa(), True))
+            groups.append((replace(self.swa(), is_draft=True), True))
         elif drafter == "swa":
             groups.append((self.swa(), False))
         elif drafter == "eagle-full":
-            # vLLM marks the specs of draft layers (KVCacheSpec.is_draft).
             groups.append((replace(self.full(), is_draft=True), True))
         return self.kv_cache_config(*groups)
 

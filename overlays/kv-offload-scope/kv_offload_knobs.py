@@ -206,16 +206,29 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
     )
 
 
-def drafter_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """The drafter knob alone, by its rule (the scope overlay reads only it)."""
+def _flag_knob(name: str, environ: Mapping[str, str] | None) -> bool:
     env = os.environ if environ is None else environ
-    value = env.get(DRAFTER)
+    value = env.get(name)
     if value is None:
         return False
     problem = _flag(value)
     if problem is not None:
-        raise _problem(DRAFTER, value, problem)
+        raise _problem(name, value, problem)
     return value == "1"
+
+
+def tier_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``GLM53_KV_OFFLOAD`` alone, by its rule: whether the disk tier is on.
+
+    The scope overlay's rules apply only then; the store-local writer
+    validates every other knob when it starts.
+    """
+    return _flag_knob(ENABLE, environ)
+
+
+def drafter_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """The drafter knob alone, by its rule (read by the scope overlay)."""
+    return _flag_knob(DRAFTER, environ)
 
 
 def table() -> str:

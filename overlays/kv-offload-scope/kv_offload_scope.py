@@ -1,16 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Scope native KV offloading to the eligible KV cache groups.
+"""Scope native KV offloading to the groups the disk tier keeps.
 
 Upstream already offloads only the prefix-cacheable groups and keys each
-group config by its original index. This module adds the deployment policy on
-top of that selection:
+group config by its original index. With the disk tier off
+(``GLM53_KV_OFFLOAD`` unset or 0) every hook hands back upstream's own
+values, so vLLM's CPU offloading behaves as stock 0.33.0. With the tier on
+(``GLM53_KV_OFFLOAD=1``) this module adds the deployment policy:
 
-- draft-model attention groups (an EAGLE group, or an exact
-  ``SlidingWindowSpec`` group under an EAGLE-style speculative config) are not
-  offloaded unless ``GLM53_KV_OFFLOAD_DRAFTER=1``;
-- ``UniformTypeKVCacheSpecs`` wrappers are classified through their single
-  member type, and a wrapper with more than one member type is a startup
-  error rather than a guess;
+- draft-model attention groups (every layer a draft layer,
+  ``KVCacheSpec.is_draft``) are not offloaded unless
+  ``GLM53_KV_OFFLOAD_DRAFTER=1``;
+- a ``UniformTypeKVCacheSpecs`` group with more than one member type is a
+  startup error: the chunk store describes a group by one layer type;
 - the worker builds its transfer layout from exactly the groups the
   offloading config carries, so scheduler and worker agree position by
   position;
@@ -21,20 +22,21 @@ from typing import TYPE_CHECKING
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import kv_offload_knobs
 from vllm.logger import init_logger
-from vllm.v1.kv_cache_interface import (
-    KVCacheSpec,
-    SlidingWindowSpec,
-    UniformTypeKVCacheSpecs,
-)
+from vllm.v1.kv_cache_interface import KVCacheSpec, UniformTypeKVCacheSpecs
 
 if TYPE_CHECKING:
-    from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.kv_offload.config import OffloadingConfig
 
 logger = init_logger(__name__)
 
+TIER_ENV = kv_offload_knobs.ENABLE
 DRAFTER_ENV = kv_offload_knobs.DRAFTER
+
+
+def tier_enabled() -> bool:
+    """Whether the disk tier is on (``GLM53_KV_OFFLOAD=1``, strict 0/1)."""
+    return kv_offload_knobs.tier_enabled()
 
 
 def offload_drafter_enabled() -> bool:
@@ -50,9 +52,10 @@ def unwrap_group_spec(group_id: int, spec: KVCacheSpec) -> KVCacheSpec:
     """Return the per-layer spec that classifies a group, failing closed.
 
     Upstream picks the first member of a ``UniformTypeKVCacheSpecs`` as the
-    group's representative. That is only sound when every member has the
-    same type, so anything else stops the boot instead of classifying the
-    group by whichever layer happens to come first.
+    group's representative (MLA + an indexer, MLA + hidden states). vLLM's
+    CPU tier copies such a group page by page; the chunk store's header
+    describes a group by one layer type, so with the tier on a group of
+    several types stops the boot, saying how to serve the model without it.
     """
     if not isinstance(spec, UniformTypeKVCacheSpecs):
         return spec
@@ -62,37 +65,25 @@ def unwrap_group_spec(group_id: int, spec: KVCacheSpec) -> KVCacheSpec:
         raise ValueError(
             f"KV offloading cannot classify KV cache group {group_id}: its "
             f"UniformTypeKVCacheSpecs holds {len(names)} spec types {names}, "
-            "expected exactly one."
+            f"expected exactly one. The disk tier ({TIER_ENV}=1) stores a group "
+            f"of one layer type only: set {TIER_ENV}=0 to serve this model with "
+            "vLLM's own CPU offloading and no disk tier."
         )
     return spec.first_spec
 
 
-def uses_eagle_speculation(vllm_config: "VllmConfig") -> bool:
-    speculative_config = vllm_config.speculative_config
-    return speculative_config is not None and speculative_config.use_eagle()
-
-
-def is_drafter_group(
-    group: "KVCacheGroupSpec", spec: KVCacheSpec, eagle_speculation: bool
-) -> bool:
-    """Whether a group holds draft-model attention KV.
-
-    ``spec`` is the unwrapped group spec. Only an exact ``SlidingWindowSpec``
-    counts: subclasses such as ``SlidingWindowMLASpec`` are target-model
-    layers.
+def is_drafter_group(group: "KVCacheGroupSpec") -> bool:
+    """Whether a group holds draft-model attention KV only.
 
     vLLM flags a group ``is_eagle_group`` when ANY of its layers is a draft
-    layer. A drafter whose spec equals the target's (an EAGLE head on a plain
-    Llama, say) is grouped with the target's attention layers; that group
-    holds target KV and its spec is a target layer's (``is_draft`` unset), so
-    it stays eligible. Otherwise the target's KV would never be offloaded.
+    layer, and marks each draft layer's spec ``is_draft`` (not compared, so a
+    drafter whose spec equals the target's joins the target's group). Only a
+    group whose every layer is a draft layer is a drafter group; a shared
+    group (an MTP or EAGLE head beside target layers) holds target KV and
+    stays eligible, and so does a target model's own sliding-window group.
     """
-    if group.is_eagle_group and _only_draft_layers(group):
-        return True
-    return eagle_speculation and type(spec) is SlidingWindowSpec
-
-
-def _only_draft_layers(group: "KVCacheGroupSpec") -> bool:
+    if not group.is_eagle_group:
+        return False
     spec = group.kv_cache_spec
     if isinstance(spec, UniformTypeKVCacheSpecs):
         return all(member.is_draft for member in spec.kv_cache_specs.values())
@@ -100,22 +91,23 @@ def _only_draft_layers(group: "KVCacheGroupSpec") -> bool:
 
 
 def select_eligible_groups(
-    vllm_config: "VllmConfig",
     kv_cache_config: "KVCacheConfig",
     candidates: tuple[tuple[int, "KVCacheGroupSpec"], ...],
 ) -> tuple[tuple[int, "KVCacheGroupSpec"], ...]:
     """Filter upstream's offload candidates down to the eligible groups.
 
     ``candidates`` are (original group index, group) pairs; the original
-    index is kept so every later pairing still goes through it.
+    index is kept so every later pairing still goes through it. With the
+    tier off they come back unchanged (the knobs are still validated).
     """
     offload_drafter = offload_drafter_enabled()
-    eagle_speculation = uses_eagle_speculation(vllm_config)
+    if not tier_enabled():
+        return candidates
     eligible: list[tuple[int, KVCacheGroupSpec]] = []
     drafters: list[int] = []
     for group_id, group in candidates:
-        spec = unwrap_group_spec(group_id, group.kv_cache_spec)
-        if is_drafter_group(group, spec, eagle_speculation):
+        unwrap_group_spec(group_id, group.kv_cache_spec)
+        if is_drafter_group(group):
             drafters.append(group_id)
             if not offload_drafter:
                 continue
@@ -142,13 +134,24 @@ def offloaded_group_ids(config: "OffloadingConfig") -> tuple[int, ...]:
     return tuple(group.group_id for group in config.groups)
 
 
-def all_groups_offloaded(
+def worker_group_ids(
+    config: "OffloadingConfig", upstream_ids: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The groups the worker registers: upstream's with the tier off, else
+    exactly the groups the offloading config carries (the scheduler's)."""
+    return offloaded_group_ids(config) if tier_enabled() else upstream_ids
+
+
+def partial_tail_allowed(
     config: "OffloadingConfig", kv_cache_config: "KVCacheConfig"
 ) -> bool:
-    """Whether every KV cache group is in the offload set.
+    """With the tier on, whether every KV cache group is in the offload set.
 
     A partial tail loads to a boundary inside a block; a group outside the
-    offload set has nothing to refill that block from.
+    offload set has nothing to refill that block from. With the tier off
+    upstream's own rule stands alone.
     """
+    if not tier_enabled():
+        return True
     num_groups = len(kv_cache_config.kv_cache_groups)
     return set(offloaded_group_ids(config)) == set(range(num_groups))

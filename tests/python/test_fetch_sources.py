@@ -56,7 +56,10 @@ def run(cache: Path, pins_file: Path, *args: str) -> subprocess.CompletedProcess
 
 
 def test_sources_and_built_extract_exactly_the_pins(cache, pin_set):
-    for kind, pin_file in (("--sources", "SOURCES"), ("--built", "BUILT")):
+    kinds = [("--sources", "SOURCES"), ("--built", "BUILT")]
+    if (pin_set / "TESTS").is_file():
+        kinds.append(("--tests", "TESTS"))
+    for kind, pin_file in kinds:
         done = run(cache, pin_set / "PINS", kind)
         assert done.returncode == 0, done.stderr
         tree = Path(done.stdout.strip())
@@ -125,3 +128,29 @@ def test_malformed_sdist_pin_is_a_usage_error(cache, pin_set, tmp_path):
     done = run(cache, d / "PINS", "--sources")
     assert done.returncode == 2
     assert "SDIST:1" in done.stderr
+
+
+def test_upstream_test_pin_mismatch_names_the_file(cache, pin_set, tmp_path):
+    if not (pin_set / "TESTS").is_file():
+        pytest.skip("no TESTS pins")
+    d = _pin_copy(pin_set, tmp_path)
+    lines = (d / "TESTS").read_text().splitlines()
+    i = next(n for n, line in enumerate(lines) if not line.startswith("#"))
+    _, name = lines[i].split()
+    lines[i] = f"{'0' * 64}  {name}"
+    (d / "TESTS").write_text("\n".join(lines) + "\n")
+    done = run(cache, d / "PINS", "--tests")
+    assert done.returncode == 1
+    assert name in done.stderr and "does not match pin" in done.stderr
+    assert not (cache / "kvtier" / "upstream-tests" / pin_set.name).exists()
+
+
+def test_pin_lines_read_the_sdist(cache, pin_set):
+    done = run(
+        cache, pin_set / "PINS", "--tests", "--pin-lines", "tests/v1/__init__.py"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        pins(pin_set / "TESTS")["tests/v1/__init__.py"],
+        "tests/v1/__init__.py",
+    ]

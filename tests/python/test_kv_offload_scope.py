@@ -8,6 +8,10 @@ upstream alone (superseded edits, unaffected layouts) against pristine too.
 Layout vocabulary (GLM-5.3-like, see hybrid_layout): g0 full attention, g1 a
 scratch ring (not prefix-cacheable), g2-g5 mamba state groups in "align" mode,
 g6 the drafter's attention group.
+
+The scope rules apply only with the disk tier on (GLM53_KV_OFFLOAD=1, set for
+every test here unless it says otherwise); with it off the patched tree must
+give upstream's own values on every layout (test_tier_off_is_pristine).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from trees import patched_copy, run_overlay
 OVERLAY = "kv-offload-scope"
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 DRAFTER_ENV = "GLM53_KV_OFFLOAD_DRAFTER"
+TIER_ENV = "GLM53_KV_OFFLOAD"
 SUPERSEDED = {
     "divisibility-eligible-only",
     "group-config-original-index",
@@ -83,8 +88,17 @@ def patched(patched_tree, engine_name):
 
 
 @pytest.fixture(autouse=True)
-def drafter_unset(monkeypatch):
+def tier_on(monkeypatch):
+    """The disk tier on, the drafter knob unset (a test may change either)."""
     monkeypatch.delenv(DRAFTER_ENV, raising=False)
+    monkeypatch.setenv(TIER_ENV, "1")
+
+
+def set_tier(monkeypatch, value: str | None) -> None:
+    if value is None:
+        monkeypatch.delenv(TIER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TIER_ENV, value)
 
 
 # --------------------------------------------------------------------------
@@ -192,12 +206,11 @@ def test_hooks_call_the_scope_module(patched_tree):
         in (offloading / "config.py").read_text()
     )
     assert (
-        "kv_offload_scope.all_groups_offloaded("
+        "kv_offload_scope.partial_tail_allowed("
         in (offloading / "scheduler.py").read_text()
     )
     assert (
-        "kv_offload_scope.offloaded_group_ids("
-        in (offloading / "worker.py").read_text()
+        "kv_offload_scope.worker_group_ids(" in (offloading / "worker.py").read_text()
     )
 
 
@@ -239,7 +252,7 @@ def test_pristine_offloads_the_drafter_group(pristine):
     assert group_ids(config) == [0, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.parametrize("drafter", ["eagle", "swa", "eagle-full"])
+@pytest.mark.parametrize("drafter", ["eagle", "eagle-full"])
 @pytest.mark.parametrize(
     ("knob", "offloaded"), [(None, False), ("0", False), ("1", True)]
 )
@@ -270,8 +283,11 @@ def test_scratch_group_never_offloaded(patched, monkeypatch, knob):
     ]
 
 
-@pytest.mark.parametrize("speculative", [None, "ngram"])
-def test_plain_swa_group_is_target_without_eagle(patched, speculative):
+@pytest.mark.parametrize("speculative", [None, "ngram", "eagle", "mtp"])
+def test_target_swa_group_is_never_a_drafter(patched, speculative):
+    """vLLM issue #52735 (upstream's TestSharedGroupMTPOffload): under EAGLE-style
+    speculation the target's own sliding-window group is offloaded too. Only
+    KVCacheSpec.is_draft makes a drafter, not the spec type."""
     vllm = Vllm(patched)
     config = vllm.offloading_config(
         vllm.vllm_config(speculative=speculative), vllm.hybrid_layout(drafter="swa")
@@ -289,15 +305,19 @@ def test_swa_subclass_is_not_a_drafter(patched):
 @pytest.mark.parametrize(
     "value", ["", "true", "yes", "on", "2", "-1", "01", " 1", "1 "]
 )
-def test_drafter_knob_is_parsed_strictly(patched, monkeypatch, value):
-    monkeypatch.setenv(DRAFTER_ENV, value)
+@pytest.mark.parametrize("tier", ["1", "0", None])
+@pytest.mark.parametrize("name", [DRAFTER_ENV, TIER_ENV])
+def test_knobs_are_parsed_strictly(patched, monkeypatch, value, tier, name):
+    """A set knob is validated whether the tier is on or off."""
+    set_tier(monkeypatch, tier)
+    monkeypatch.setenv(name, value)
     vllm = Vllm(patched)
     # Even a layout without any drafter group refuses to boot.
     layout = vllm.kv_cache_config((vllm.full(), False))
     with pytest.raises(ValueError) as failure:
         vllm.offloading_config(vllm.vllm_config(), layout)
     # The contract's message: NAME=value (quoted unless plain): the rule.
-    assert f"{DRAFTER_ENV}=" in str(failure.value)
+    assert f"{name}=" in str(failure.value)
     assert value in str(failure.value)
 
 
@@ -311,7 +331,7 @@ def misaligned_layout(vllm: Vllm, drafter_block: int):
     return vllm.kv_cache_config(
         (vllm.full(3 * BLOCK), False),
         (vllm.mamba(3 * BLOCK, mode="none"), False),
-        (vllm.swa(drafter_block), True),
+        (replace(vllm.swa(drafter_block), is_draft=True), True),
     )
 
 
@@ -351,13 +371,57 @@ def test_pristine_asserts_on_the_misaligned_drafter(pristine):
 # Wrapper specs
 
 
-def test_wrapper_with_two_member_types_is_a_startup_error(patched):
+def hidden_state(vllm: Vllm):
+    return vllm.kci.HiddenStateCacheSpec(
+        block_size=vllm.block,
+        num_kv_heads=1,
+        head_size=32,
+        dtype=vllm.torch.bfloat16,
+    )
+
+
+# Mixed UniformTypeKVCacheSpecs groups upstream serves (its test_config.py:
+# uniform-mla-fa, a DSA-style MLA + full-attention group, and MLA + hidden
+# state): refused with the tier on, upstream's with it off.
+MIXED_WRAPPERS = {
+    "mla-plus-full": (lambda v: v.wrap(v.mla(), v.full()), "FullAttentionSpec"),
+    "mla-plus-hidden-state": (
+        lambda v: v.wrap(v.mla(), hidden_state(v)),
+        "HiddenStateCacheSpec",
+    ),
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(MIXED_WRAPPERS))
+def test_wrapper_with_two_member_types_is_refused_with_the_tier_on(patched, wrapper):
     vllm = Vllm(patched)
-    layout = vllm.kv_cache_config((vllm.wrap(vllm.full(), vllm.mla()), False))
+    build, other = MIXED_WRAPPERS[wrapper]
+    layout = vllm.kv_cache_config((build(vllm), False))
     with pytest.raises(ValueError, match="cannot classify KV cache group 0") as failure:
-        vllm.offloading_config(vllm.vllm_config(), layout)
-    assert "FullAttentionSpec" in str(failure.value)
-    assert "MLAAttentionSpec" in str(failure.value)
+        vllm.offloading_config(vllm.vllm_config(layout=layout), layout)
+    message = str(failure.value)
+    assert other in message and "MLAAttentionSpec" in message
+    # The boot message says what to do.
+    assert f"set {TIER_ENV}=0" in message
+
+
+@pytest.mark.parametrize("tier", [None, "0"])
+@pytest.mark.parametrize("wrapper", sorted(MIXED_WRAPPERS))
+def test_wrapper_with_two_member_types_boots_with_the_tier_off(
+    patched_tree, engine_tree, monkeypatch, wrapper, tier
+):
+    """Upstream's offloading config (the scheduler's config is flattened to
+    one member upstream; the workers keep the wrappers)."""
+    set_tier(monkeypatch, tier)
+    views = []
+    for tree in (engine_tree, patched_tree):
+        with harness.engine(tree) as ns:
+            vllm = Vllm(ns)
+            layout = vllm.kv_cache_config((MIXED_WRAPPERS[wrapper][0](vllm), False))
+            config = vllm.offloading_config(vllm.vllm_config(layout=layout), layout)
+            views.append((repr(config), group_ids(config)))
+    assert views[1] == views[0]
+    assert views[1][1] == [0]
 
 
 def test_pristine_classifies_a_mixed_wrapper_by_its_first_member(pristine):
@@ -370,14 +434,26 @@ def test_pristine_classifies_a_mixed_wrapper_by_its_first_member(pristine):
 
 def test_single_type_wrapper_is_classified_by_its_member(patched):
     vllm = Vllm(patched)
+    draft = replace(vllm.swa(), is_draft=True)
     layout = vllm.kv_cache_config(
         (vllm.wrap(vllm.mla(), vllm.mla()), False),
         (vllm.wrap(vllm.swa(), vllm.swa()), False),
+        (vllm.wrap(draft, draft), True),
     )
-    # Under EAGLE the wrapped exact-SWA group is the drafter.
-    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [0]
-    config = vllm.vllm_config(speculative=None)
-    assert group_ids(vllm.offloading_config(config, layout)) == [0, 1]
+    # Only the group whose every member is a draft layer is the drafter.
+    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [0, 1]
+
+
+def test_shared_mtp_group_is_offloaded(patched):
+    """An MTP/EAGLE head beside target layers (is_eagle_group, a target layer's
+    spec) holds target KV: offloaded with the tier on, with the knob unset."""
+    vllm = Vllm(patched)
+    draft = replace(vllm.full(), is_draft=True)
+    layout = vllm.kv_cache_config(
+        (vllm.wrap(vllm.full(), draft), True),
+        (vllm.swa(), True),
+    )
+    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [0, 1]
 
 
 # --------------------------------------------------------------------------
@@ -632,9 +708,18 @@ def scheduler_view(vllm: Vllm, kv_cache_config, speculative: str | None):
     }
 
 
-# (layout, speculative method): layouts without a draft-model group, where
-# every hook must hand back upstream's own values. A target SWA group counts as
-# a drafter under EAGLE (the fork's rule), so it is compared without EAGLE.
+def shared_mtp_layout(v):
+    """Full + SWA under MTP, the MTP head (layer 2) sharing the full-attention
+    group: vLLM flags it EAGLE and its spec is a target layer's."""
+    return v.kv_cache_config(
+        (v.full(), True, ["model.layers.0.mixer", "model.layers.2.mixer"]),
+        (v.swa(), False, ["model.layers.1.mixer"]),
+    )
+
+
+# (layout, speculative method). The first ones have no draft-model group, no
+# group outside the offload set and no mixed wrapper: there every hook must
+# hand back upstream's own values even with the tier on.
 LAYOUTS_UPSTREAM_SERVES = {
     "uniform-single-group": (lambda v: v.kv_cache_config((v.full(), False)), "eagle"),
     "uniform-no-speculation": (lambda v: v.kv_cache_config((v.full(), False)), None),
@@ -646,20 +731,58 @@ LAYOUTS_UPSTREAM_SERVES = {
         lambda v: v.kv_cache_config((v.full(), False), (v.swa(), False)),
         None,
     ),
+    # vLLM issue #52735: the target's SWA group under EAGLE-style speculation.
+    "full-plus-target-swa-eagle": (
+        lambda v: v.kv_cache_config((v.full(), False), (v.swa(), False)),
+        "eagle",
+    ),
+    "shared-mtp-group": (shared_mtp_layout, "mtp"),
+}
+# Layouts where the tier-on rules differ from upstream; with the tier off they
+# must be upstream's too.
+LAYOUTS_THE_TIER_SCOPES = {
+    "hybrid-scratch-and-drafter": (lambda v: v.hybrid_layout(), "eagle"),
+    "full-plus-scratch": (
+        lambda v: v.hybrid_layout(drafter=None),
+        "eagle",
+    ),
 }
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS_UPSTREAM_SERVES))
-@pytest.mark.parametrize("knob", [None, "0", "1"])
-def test_identical_to_pristine(patched_tree, engine_tree, monkeypatch, layout, knob):
-    if knob is not None:
-        monkeypatch.setenv(DRAFTER_ENV, knob)
-    build, speculative = LAYOUTS_UPSTREAM_SERVES[layout]
+def views_of_both_trees(patched_tree, engine_tree, build, speculative):
     views = []
     for tree in (engine_tree, patched_tree):
         with harness.engine(tree) as ns:
             vllm = Vllm(ns)
             views.append(scheduler_view(vllm, build(vllm), speculative))
-    pristine_view, patched_view = views
+    return views
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS_UPSTREAM_SERVES))
+@pytest.mark.parametrize("drafter", [None, "0", "1"])
+def test_identical_to_pristine(patched_tree, engine_tree, monkeypatch, layout, drafter):
+    if drafter is not None:
+        monkeypatch.setenv(DRAFTER_ENV, drafter)
+    build, speculative = LAYOUTS_UPSTREAM_SERVES[layout]
+    pristine_view, patched_view = views_of_both_trees(
+        patched_tree, engine_tree, build, speculative
+    )
+    assert patched_view == pristine_view
+    assert patched_view["jobs"], "the scenario must store something"
+
+
+@pytest.mark.parametrize(
+    "layout", sorted(LAYOUTS_UPSTREAM_SERVES) + sorted(LAYOUTS_THE_TIER_SCOPES)
+)
+@pytest.mark.parametrize("tier", [None, "0"])
+def test_tier_off_is_pristine(patched_tree, engine_tree, monkeypatch, layout, tier):
+    """The disk tier off: upstream's offload set, partial-tail claim, store jobs
+    and worker layout on every layout, the drafter knob set or not."""
+    set_tier(monkeypatch, tier)
+    monkeypatch.setenv(DRAFTER_ENV, "0")
+    build, speculative = {**LAYOUTS_UPSTREAM_SERVES, **LAYOUTS_THE_TIER_SCOPES}[layout]
+    pristine_view, patched_view = views_of_both_trees(
+        patched_tree, engine_tree, build, speculative
+    )
     assert patched_view == pristine_view
     assert patched_view["jobs"], "the scenario must store something"

@@ -59,8 +59,11 @@ def test_real_grouping_of_the_hybrid_layout(knobs, installed_tree, pinned_files_
 # -- kv-offload-scope -------------------------------------------------------------------------
 
 
-def test_drafter_group_left_out_and_boot_line(knobs, caplog):
-    knobs()
+TIER_ON = {"": "1", "CPU_GB": "1"}
+
+
+def test_drafter_group_left_out_and_boot_line(knobs, caplog, tmp_path):
+    knobs(**TIER_ON, DIR=str(tmp_path))
     with caplog.at_level(logging.INFO):
         booted = realsched.boot()
     assert [
@@ -78,8 +81,8 @@ def test_drafter_group_left_out_and_boot_line(knobs, caplog):
     assert booted.offload.config.supports_partial_tail is False
 
 
-def test_drafter_group_offloaded_with_the_knob(knobs):
-    knobs(DRAFTER="1")
+def test_drafter_group_offloaded_with_the_knob(knobs, tmp_path):
+    knobs(**TIER_ON, DIR=str(tmp_path), DRAFTER="1")
     booted = realsched.boot()
     assert [g.group_idx for g in booted.offload.config.kv_group_configs] == [
         *TARGET_GROUPS,
@@ -93,14 +96,17 @@ def test_pristine_offloads_the_drafter(pristine_traces):
 
 
 @pytest.mark.parametrize("target", ["hybrid", "attention"])
-def test_drafter_sharing_the_target_spec_keeps_the_target_group(knobs, target):
+def test_drafter_sharing_the_target_spec_keeps_the_target_group(
+    knobs, target, tmp_path
+):
     """vLLM puts a drafter whose spec equals the target's attention spec into the target's
     group and flags that whole group as EAGLE. It holds target KV, so it stays eligible.
 
     Found on the H200 (docs/ENGINE.md): a plain Llama with an EAGLE head has one such group,
     and the scope overlay left it out, so the patched engine did not boot at all ("KV
-    offloading found no eligible cache groups"), whatever GLM53_KV_OFFLOAD said."""
-    knobs()
+    offloading found no eligible cache groups"), whatever GLM53_KV_OFFLOAD said. With
+    the disk tier on it is offloaded too (an MTP head sharing a group: the same)."""
+    knobs(**TIER_ON, DIR=str(tmp_path))
     booted = realsched.boot(drafter="same", target=target)
     groups = booted.kv_cache_config.kv_cache_groups
     mixed = [i for i, g in enumerate(groups) if g.is_eagle_group]
@@ -205,9 +211,11 @@ def test_restore_disabled_even_when_the_cpu_tier_holds_the_prefix(
     assert engine.s.requests.get("c") is None and "c" in engine.finished
 
 
-def test_knob_unset_loads_like_upstream_on_a_target_only_layout(knobs, pristine_traces):
-    """Knob unset, DRAFTER=1 (nothing left out): the patched tree loads what upstream loads."""
-    knobs(DRAFTER="1")
+@pytest.mark.parametrize("drafter", [None, "0", "1"])
+def test_tier_off_loads_like_upstream(knobs, pristine_traces, drafter):
+    """Tier off (upstream's offload set, the drafter's group included, whatever the drafter
+    knob says): the patched tree schedules and loads what upstream does (issue 39)."""
+    knobs(DRAFTER=drafter)
     _, _, trace = realsched.run_scenario("reload")
     pristine = pristine_traces("reload")["reload"]
     assert realsched.canonical(trace) == realsched.canonical(pristine)
@@ -223,10 +231,11 @@ def test_knob_zero_schedules_exactly_like_the_scoped_tree(knobs):
 
 
 def test_store_jobs_identical_with_the_writer_on(knobs, tmp_path):
-    """The store-only tier changes no store job: same jobs, same GPU blocks, same CPU chunks."""
+    """The store-only writer changes no store job: same jobs, same GPU blocks, same CPU
+    chunks (the drafter offloaded on both sides, as the tier-off scope does)."""
     knobs()
     _, _, off = realsched.run_scenario("prefix")
-    knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1"})
+    knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1", "DRAFTER": "1"})
     _, _, on = realsched.run_scenario("prefix")
     assert realsched.canonical(on)["steps"] == realsched.canonical(off)["steps"]
 

@@ -1,0 +1,78 @@
+"""tests/upstream/run.py's comparison and selection (pure functions, no venv): the CI
+stage that runs vLLM's own offloading tests on the pristine and the patched tree."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "upstream_run", REPO_ROOT / "tests" / "upstream" / "run.py"
+)
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+
+A, B = "tests/t.py::test_a", "tests/t.py::test_b[x]"
+
+
+def test_same_outcomes_are_no_difference():
+    same = {A: ["passed", ""], B: ["failed", "E"]}
+    assert run.compare(same, dict(same), {}) == ([], [])
+
+
+def test_an_unexplained_difference_is_named():
+    problems, stale = run.compare({A: ["passed", ""]}, {A: ["failed", "boom"]}, {})
+    assert problems == [f"{A}: passed -> failed  boom"] and stale == []
+
+
+def test_a_missing_test_is_a_difference():
+    problems, _ = run.compare({A: ["passed", ""]}, {}, {})
+    assert problems == [f"{A}: passed -> absent  "]
+
+
+def test_an_explanation_must_name_the_same_outcomes():
+    pristine, patched = {A: ["passed", ""]}, {A: ["error", "E"]}
+    assert run.compare(pristine, patched, {A: ("passed", "error")}) == ([], [])
+    problems, _ = run.compare(pristine, patched, {A: ("passed", "failed")})
+    assert problems
+
+
+def test_a_stale_explanation_fails_too():
+    same = {A: ["passed", ""]}
+    _, stale = run.compare(same, same, {A: ("passed", "failed")})
+    assert stale == [f"{A}: listed but not a difference"]
+
+
+def test_explained_file_format(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_text(f"# comment\n\n{B} | passed -> failed | the reason\n")
+    assert run.read_explained(path) == {B: ("passed", "failed")}
+    path.write_text(f"{B} | passed failed | the reason\n")
+    with pytest.raises(run.SetupError, match=r"d\.txt:1: expected"):
+        run.read_explained(path)
+
+
+def test_the_committed_knob1_file_parses():
+    explained = run.read_explained(run.EXPLAINED["1"])
+    assert explained and all(o == ("passed", "failed") for o in explained.values())
+
+
+def test_selection_is_the_files_naming_the_connector(tmp_path):
+    (tmp_path / "tests" / "a").mkdir(parents=True)
+    (tmp_path / "tests" / "a" / "test_uses.py").write_text(
+        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading import x\n"
+    )
+    (tmp_path / "tests" / "a" / "test_named.py").write_text(
+        'c = "OffloadingConnector"\n'
+    )
+    (tmp_path / "tests" / "a" / "test_other.py").write_text(
+        "import vllm.v1.kv_offload\n"
+    )
+    (tmp_path / "tests" / "a" / "helper.py").write_text("OffloadingConnector\n")
+    assert run.select_files(tmp_path, False) == [
+        "tests/a/test_named.py",
+        "tests/a/test_uses.py",
+    ]
+    assert len(run.select_files(tmp_path, True)) == 3
