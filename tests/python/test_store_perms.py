@@ -1,0 +1,145 @@
+"""Who may read and change the store (kv_store_local.store_perms, issue 38).
+
+The writer creates everything private to the serving user whatever the
+umask (or readable by the knob's group), another uid cannot read a chunk or
+the namespace record, and a store folder others can change is refused at
+boot with one line naming the folder and its mode.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import store_local_support as sls
+from kv_store_local import store_perms as perms
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, setpriv)")
+
+
+@pytest.fixture(autouse=True)
+def private_modes():
+    yield
+    perms.use(perms.Modes())  # the process-wide modes, as a new process has them
+
+
+@pytest.fixture
+def open_tmp():
+    """A folder every user may enter (the pytest tmp folders are 0700): only
+    the store's own modes then keep another uid out."""
+    d = tempfile.mkdtemp(prefix="kvtier-perms-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield Path(d)
+    shutil.rmtree(d)
+
+
+def write_some(root: Path, **knob_overrides):
+    store, staging = sls.make_store(root, knobs=sls.knobs(root, **knob_overrides))
+    assert store.active, store.disabled_reason
+    maker = sls.JobMaker(staging)
+    for job in [maker.full_chunks(0, 3)] + [
+        maker.state(2, g) for g in sls.STATE_GROUPS
+    ]:
+        sls.run_job(store, job)
+    store.writer.flush()
+    return store
+
+
+def modes_under(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    dirs = {str(root): stat.S_IMODE(os.lstat(root).st_mode)}
+    files = {}
+    for here, subdirs, names in os.walk(root):
+        for d in subdirs:
+            dirs[os.path.join(here, d)] = stat.S_IMODE(
+                os.lstat(os.path.join(here, d)).st_mode
+            )
+        for n in names:
+            files[os.path.join(here, n)] = stat.S_IMODE(
+                os.lstat(os.path.join(here, n)).st_mode
+            )
+    return dirs, files
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o022, 0o077])
+def test_everything_the_writer_creates_is_private_whatever_the_umask(tmp_path, mask):
+    root = tmp_path / "tier" / "kv"  # both folders made by the writer
+    old = os.umask(mask)
+    try:
+        store = write_some(root)
+        store.writer._pending_file.update({(0, "ab" * 32)})  # the pending record
+        dirs, files = modes_under(tmp_path / "tier")
+    finally:
+        os.umask(old)
+    kinds = {Path(f).suffix for f in files}
+    assert {".json", ".bin"} <= kinds, kinds  # records, manifests, chunks
+    assert store.writer.layout.lock in files
+    assert store.writer.layout.namespace_record in files
+    assert any("pending" in f for f in files)
+    assert {m for m in dirs.values()} == {0o700}, dirs
+    assert {m for m in files.values()} == {0o600}, files
+
+
+def test_the_group_knob_makes_it_group_readable_never_world(tmp_path):
+    root = tmp_path / "kv"
+    old = os.umask(0o077)  # would take the group's bits away
+    try:
+        write_some(root, group="root")
+        dirs, files = modes_under(root)
+    finally:
+        os.umask(old)
+    assert set(dirs.values()) == {0o2750}, dirs
+    assert set(files.values()) == {0o640}, files
+    assert {os.lstat(p).st_gid for p in [*dirs, *files]} == {0}
+
+
+def test_a_group_the_serving_user_is_not_in_is_refused(tmp_path):
+    with pytest.raises(perms.UnsafeStore, match="does not exist"):
+        perms.modes_for_group("no-such-group-kvtier")
+    store, _ = sls.make_store(
+        tmp_path / "kv", knobs=sls.knobs(tmp_path / "kv", group="nogroup")
+    )
+    assert not store.active
+    assert "not in group 'nogroup'" in store.disabled_reason
+    assert not (tmp_path / "kv").exists()  # refused before anything was made
+
+
+def read_as_nobody(path: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat", path],
+        capture_output=True,
+    )
+
+
+def test_another_uid_cannot_read_a_chunk_or_the_namespace_record(open_tmp):
+    root = open_tmp / "kv"
+    store = write_some(root)
+    layout = store.writer.layout
+    (chunk,) = [
+        os.path.join(d, n)
+        for d, _, names in os.walk(layout.base)
+        for n in names
+        if n.endswith(".bin")
+    ][:1]
+    for path in (chunk, layout.namespace_record):
+        denied = read_as_nobody(path)
+        assert denied.returncode != 0
+        assert b"Permission denied" in denied.stderr, denied.stderr
+    # The same reader gets through where the modes would let it: the
+    # refusal above is the store's modes, not the test's setup.
+    control = open_tmp / "control.txt"
+    control.write_bytes(b"visible")
+    control.chmod(0o644)
+    assert read_as_nobody(str(control)).stdout == b"visible"
+
+
+def test_the_existing_modes_are_kept(tmp_path):
+    root = tmp_path / "kv"
+    root.mkdir()
+    root.chmod(0o750)  # the operator's choice, narrower than 0755
+    write_some(root)
+    assert stat.S_IMODE(os.lstat(root).st_mode) == 0o750
