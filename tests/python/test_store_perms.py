@@ -137,6 +137,61 @@ def test_another_uid_cannot_read_a_chunk_or_the_namespace_record(open_tmp):
     assert read_as_nobody(str(control)).stdout == b"visible"
 
 
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757, 0o1777])
+def test_a_store_folder_others_can_change_is_refused_at_boot(tmp_path, mode):
+    root = tmp_path / "kv"
+    root.mkdir()
+    root.chmod(mode)
+    store, _ = sls.make_store(root)
+    assert not store.active
+    assert store.disabled_reason.startswith(
+        f"store folder not safe: {root} (mode {mode:04o}"
+    )
+    assert "writable" in store.disabled_reason
+    assert os.listdir(root) == []  # nothing written
+
+
+def test_a_folder_above_the_store_others_can_change_is_refused(tmp_path):
+    above = tmp_path / "shared"
+    (above / "kv").mkdir(parents=True)
+    above.chmod(0o777)
+    store, _ = sls.make_store(above / "kv")
+    assert not store.active
+    assert f"{above} (mode 0777, uid 0) is group- and world-writable" in (
+        store.disabled_reason
+    )
+
+
+def test_a_symlink_on_the_way_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    store, _ = sls.make_store(tmp_path / "link" / "kv")
+    assert not store.active
+    assert f"{tmp_path / 'link'} is a symlink" in store.disabled_reason
+    assert os.listdir(real) == []
+
+
+def test_a_store_folder_of_another_user_is_refused(tmp_path):
+    root = tmp_path / "kv"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534)
+    store, _ = sls.make_store(root)
+    assert not store.active
+    assert "is owned by another user" in store.disabled_reason
+
+
+def test_a_root_owned_sticky_folder_above_is_safe(tmp_path):
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    assert perms.store_problem(str(sticky / "kv")) is None  # made 0700 below it
+    store = write_some(sticky / "kv")
+    assert store.active
+    # The sticky folder itself is no store folder: others can add entries.
+    assert "world-writable" in perms.store_problem(str(sticky))
+
+
 def test_the_existing_modes_are_kept(tmp_path):
     root = tmp_path / "kv"
     root.mkdir()

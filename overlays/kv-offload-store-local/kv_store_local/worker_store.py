@@ -118,8 +118,9 @@ class WorkerStore:
         if s.unsupported:
             raise WriterDisabled(s.unsupported)
         try:
-            # Before anything is created: what it creates is private to us.
+            # Before anything is created: the store must be private to us.
             store_perms.use(store_perms.modes_for_group(self.knobs.group))
+            store_perms.check_store(self.knobs.root)
         except store_perms.UnsafeStore as e:
             raise WriterDisabled(str(e)) from e
         rank, provenance = resolve_rank(s.config_rank, s.tp_size, self._tp)
