@@ -8,6 +8,7 @@ boot with one line naming the folder and its mode.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import stat
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import store_local_support as sls
+from kv_store_format import native
 from kv_store_local import store_perms as perms
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, setpriv)")
@@ -198,3 +200,30 @@ def test_the_existing_modes_are_kept(tmp_path):
     root.chmod(0o750)  # the operator's choice, narrower than 0755
     write_some(root)
     assert stat.S_IMODE(os.lstat(root).st_mode) == 0o750
+
+
+@pytest.mark.parametrize("group_read", [False, True])
+def test_the_native_chunk_write_is_private_or_group_read_whatever_the_umask(
+    tmp_path, group_read
+):
+    path = native.library_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not built")
+    lib = native.load(path)
+    segments = sls.fmt.make_segments(
+        [(0, sls.fmt.SegmentKind.KV, sls.fmt.DType.UINT8, (64,), (1,))]
+    )
+    buf = bytearray(64)
+    runs = [(ctypes.addressof(ctypes.c_char.from_buffer(buf)), 64)]
+    for mask in (0o000, 0o077):
+        target = tmp_path / f"c{mask}.bin"
+        request = native.WriteRequest(
+            str(target), 0, bytes(32), bytes(32), 16, segments, runs
+        )
+        old = os.umask(mask)
+        try:
+            (result,) = lib.write_chunks([request], 1, group_read=group_read)
+        finally:
+            os.umask(old)
+        assert result.ok, result.message
+        assert stat.S_IMODE(target.stat().st_mode) == (0o640 if group_read else 0o600)
