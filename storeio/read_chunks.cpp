@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "crc_combine.h"
 #include "fault.h"
 #include "fd.h"
 #include "item_status.h"
@@ -34,6 +36,8 @@ constexpr std::size_t kHeadRead = 64 << 10;  // as kv_store_format.chunk's first
 // still in cache, large enough that the system-call cost does not show.
 constexpr std::uint64_t kWindow = 1 << 20;
 constexpr int kIovMax = 1024;
+// A file is split across threads only in parts of at least this much.
+constexpr std::uint64_t kMinPiece = 4 << 20;
 
 struct Failure {
   std::int32_t status;
@@ -107,22 +111,23 @@ std::optional<Failure> check_expected(const kvformat::ChunkHeader& h, const kvti
   return std::nullopt;
 }
 
-// preadv the payload from `offset` into the runs, the CRC over each window
-// right after it arrived. Fails `truncated` if the file ends early.
-std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_run* runs,
-                                    std::uint32_t num_runs, std::uint32_t& crc,
-                                    std::uint64_t& bytes_read) {
-  std::uint32_t run = 0;
-  std::uint64_t in_run = 0;  // bytes of runs[run] already read
+// preadv `limit` payload bytes from file offset `offset` into the runs,
+// starting at byte `in_run` of runs[run]; the CRC over each window right
+// after it arrived. Fails `truncated` if the file ends early.
+std::optional<Failure> read_range(int fd, std::uint64_t offset, const kvtier_run* runs,
+                                  std::uint32_t num_runs, std::uint32_t run, std::uint64_t in_run,
+                                  std::uint64_t limit, std::uint32_t& crc,
+                                  std::uint64_t& bytes_read) {
   std::vector<iovec> iov;
   iov.reserve(16);
-  while (run < num_runs) {
+  while (run < num_runs && limit > 0) {
     // The next window: up to kWindow bytes of the following runs.
     iov.clear();
     std::uint64_t want = 0;
-    for (std::uint32_t r = run; r < num_runs && want < kWindow && iov.size() < kIovMax; ++r) {
+    const std::uint64_t cap = std::min(kWindow, limit);
+    for (std::uint32_t r = run; r < num_runs && want < cap && iov.size() < kIovMax; ++r) {
       const std::uint64_t start = r == run ? in_run : 0;
-      const std::uint64_t take = std::min(runs[r].length - start, kWindow - want);
+      const std::uint64_t take = std::min(runs[r].length - start, cap - want);
       if (take == 0) continue;
       iov.push_back({reinterpret_cast<void*>(runs[r].address + start), take});
       want += take;
@@ -174,6 +179,53 @@ std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_r
       }
     }
     offset += want;
+    limit -= want;
+  }
+  return std::nullopt;
+}
+
+// The whole payload in `pieces` parts read at once on their own threads
+// (a job of fewer files than threads still uses them all); the CRCs of the
+// parts combined in payload order.
+std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_run* runs,
+                                    std::uint32_t num_runs, std::uint64_t length,
+                                    unsigned pieces, std::uint32_t& crc,
+                                    std::uint64_t& bytes_read) {
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(kMinPiece, (length + pieces - 1) / std::max(1u, pieces));
+  const std::size_t count = length == 0 ? 1 : static_cast<std::size_t>((length + piece - 1) / piece);
+  if (count <= 1)
+    return read_range(fd, offset, runs, num_runs, 0, 0, length, crc, bytes_read);
+  struct Part {
+    std::uint32_t run = 0;
+    std::uint64_t in_run = 0;
+    std::uint64_t start = 0;
+    std::uint64_t length = 0;
+    std::uint32_t crc = 0;
+    std::uint64_t bytes = 0;
+    std::optional<Failure> failure;
+  };
+  std::vector<Part> parts(count);
+  std::uint32_t run = 0;
+  std::uint64_t run_start = 0;  // payload offset of runs[run]
+  for (std::size_t p = 0; p < count; ++p) {
+    Part& part = parts[p];
+    part.start = p * piece;
+    part.length = std::min(piece, length - part.start);
+    while (run < num_runs && run_start + runs[run].length <= part.start)
+      run_start += runs[run++].length;
+    part.run = run;
+    part.in_run = part.start - run_start;
+  }
+  parallel_for(count, static_cast<unsigned>(count), [&](std::size_t p) {
+    Part& part = parts[p];
+    part.failure = read_range(fd, offset + part.start, runs, num_runs, part.run, part.in_run,
+                              part.length, part.crc, part.bytes);
+  });
+  for (const Part& part : parts) {
+    if (part.failure) return part.failure;
+    crc = crc32_combine(crc, part.crc, part.bytes);
+    bytes_read += part.bytes;
   }
   return std::nullopt;
 }
@@ -198,7 +250,7 @@ std::optional<Failure> check_arguments(const kvtier_read_item& item) {
   return std::nullopt;
 }
 
-std::optional<Failure> read_one(kvtier_read_item& item, bool willneed) {
+std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, unsigned pieces) {
   if (auto f = check_arguments(item)) return f;
   const auto segments = to_segments(item.segments, item.num_segments);
   if (!segments) return Failure{KVTIER_E_ARGUMENT, "bad_argument", 0, "a segment with ndim > 6"};
@@ -231,8 +283,8 @@ std::optional<Failure> read_one(kvtier_read_item& item, bool willneed) {
     (void)::posix_fadvise(fd, static_cast<off_t>(header->header_length()),
                           static_cast<off_t>(header->payload_length), POSIX_FADV_WILLNEED);
   std::uint32_t crc = 0;
-  if (auto f = read_payload(fd, header->header_length(), item.runs, item.num_runs, crc,
-                            item.bytes_read))
+  if (auto f = read_payload(fd, header->header_length(), item.runs, item.num_runs,
+                            header->payload_length, pieces, crc, item.bytes_read))
     return f;
   if (auto r = kvformat::check_payload_checksum(*header, crc); !r)
     return format_failure(r.error());
@@ -250,7 +302,10 @@ extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uin
   const bool willneed = flags & KVTIER_READ_WILLNEED;
   std::atomic<bool> failed{false};
   std::atomic<int64_t> bad{0};
-  storeio::parallel_for(count, storeio::thread_count(threads, count), [&](std::size_t i) {
+  const unsigned workers = storeio::thread_count(threads, count);
+  // Threads the items cannot use one each: their payloads are split instead.
+  const unsigned pieces = std::max(1u, storeio::thread_count(threads, SIZE_MAX) / workers);
+  storeio::parallel_for(count, workers, [&](std::size_t i) {
     kvtier_read_item& item = items[i];
     item.bytes_read = 0;
     const auto out = storeio::outcome_of(item);
@@ -261,7 +316,7 @@ extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uin
       return;
     }
     try {
-      if (auto f = storeio::read_one(item, willneed)) {
+      if (auto f = storeio::read_one(item, willneed, pieces)) {
         storeio::set_failure(out, f->status, f->reason, f->err, item.path, f->text);
         failed.store(true, std::memory_order_relaxed);
         bad.fetch_add(1);

@@ -293,6 +293,54 @@ TEST(ReadChunks, ManyItemsOnManyThreadsEachGetTheirOwnVerdict) {
   EXPECT_EQ(items[3].status, KVTIER_E_SKIPPED);
 }
 
+TEST(ReadChunks, OneBigFileIsSplitAcrossTheThreadsAndStillVerified) {
+  // 13 MiB over runs that cross the 4 MiB part boundaries at odd places.
+  ScratchDir dir;
+  kvformat::ChunkHeader header = state_header((13 << 20) - 44);
+  const auto payload = pattern_bytes(header.payload_length, 21);
+  header.payload_checksum = kvformat::crc32(payload);
+  auto file = make_chunk(header, payload);
+  const std::string path = dir.file("big.bin");
+  write_file(path, file);
+  const auto segments = abi_segments(header.segments);
+  std::vector<std::uint8_t> dest(payload.size());
+  const auto base = reinterpret_cast<std::uint64_t>(dest.data());
+  const std::uint64_t cuts[] = {0, 7, (4 << 20) + 3, (9 << 20) - 1, payload.size()};
+  std::vector<kvtier_run> runs;
+  for (int i = 0; i < 4; ++i) runs.push_back({base + cuts[i], cuts[i + 1] - cuts[i]});
+  kvtier_read_item item{};
+  item.path = path.c_str();
+  item.fd = -1;
+  item.group = header.group;
+  item.namespace_hash = header.namespace_hash.data();
+  item.key_hash = header.key_hash.data();
+  item.key_hash_length = static_cast<std::uint32_t>(header.key_hash.size());
+  item.num_segments = static_cast<std::uint32_t>(segments.size());
+  item.segments = segments.data();
+  item.boundary = header.boundary;
+  item.payload_length = header.payload_length;
+  item.payload_checksum = header.payload_checksum;
+  item.num_runs = static_cast<std::uint32_t>(runs.size());
+  item.runs = runs.data();
+  EXPECT_EQ(kvtier_read_chunks(&item, 1, 4, 0), 0) << item.message;
+  EXPECT_EQ(item.bytes_read, payload.size());
+  EXPECT_EQ(dest, payload);
+  // A flipped byte in each part is still found.
+  for (const std::uint64_t at : {std::uint64_t{5}, std::uint64_t{(6 << 20)}, payload.size() - 1}) {
+    auto bad = file;
+    bad[file.size() - payload.size() + at] ^= 0x10;
+    write_file(path, bad);
+    EXPECT_EQ(kvtier_read_chunks(&item, 1, 4, 0), 1) << at;
+    EXPECT_STREQ(item.reason, "payload_checksum_mismatch") << at;
+  }
+  // A read error in one part fails the file.
+  write_file(path, file);
+  kvtier_store_test_fault(KVTIER_FAULT_READ, EIO, 2, 1);
+  EXPECT_EQ(kvtier_read_chunks(&item, 1, 4, 0), 1);
+  kvtier_store_test_fault(KVTIER_FAULT_NONE, 0, 0, 0);
+  EXPECT_STREQ(item.reason, "io_error");
+}
+
 TEST(ReadChunks, NoItemsIsNothingAndNullItemsAreRefused) {
   EXPECT_EQ(kvtier_read_chunks(nullptr, 0, 1, 0), 0);
   EXPECT_EQ(kvtier_read_chunks(nullptr, 3, 1, 0), -1);

@@ -122,8 +122,9 @@ typedef struct kvtier_read_item {
 #define KVTIER_READ_WILLNEED 2u
 /* Flag bits this library does not know are ignored. */
 
-/* Reads and verifies `count` items on `threads` threads (0: one per core;
- * never more than count). Per item, in FORMAT.md 3.5's order: open, fstat,
+/* Reads and verifies `count` items on `threads` threads (0: one per core).
+ * With fewer items than threads, each payload is read in parts of at least
+ * 4 MiB on the spare threads (the parts' CRCs combined in order). Per item, in FORMAT.md 3.5's order: open, fstat,
  * header parse and checks, then namespace, group, key, boundary, payload
  * length and checksum, segment table, file size; then preadv of the payload
  * straight into the runs and its CRC-32 (ISA-L), computed over the bytes as
