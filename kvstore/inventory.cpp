@@ -20,6 +20,7 @@ const char* finding_name(FindingKind k) {
     case FindingKind::kOrphan: return "orphan";
     case FindingKind::kStaleTemp: return "stale-temp";
     case FindingKind::kBadPending: return "bad-pending";
+    case FindingKind::kUnsafeFolder: return "unsafe-folder";
   }
   return "?";
 }

@@ -38,7 +38,8 @@ Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) 
   struct stat st;
   if (::fstatat(rank_fd, kLockFileName, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
     return not_a_lock(st.st_mode);
-  int fd = ::openat(rank_fd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  // Private like every store file (docs/DEPLOY.md, Security); never re-moded.
+  int fd = ::openat(rank_fd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int err = errno;
     if (::fstatat(rank_fd, kLockFileName, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))

@@ -30,6 +30,7 @@
 #include "printable.h"
 #include "kvtier/kvstore/scan.h"
 #include "kvtier/kvstore/stat.h"
+#include "kvtier/kvstore/store_perms.h"
 #include "kvtier/kvstore/walk.h"
 
 namespace {
@@ -220,6 +221,9 @@ int run_verify(const Common& c) {
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
   if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
   auto findings = all_findings(*scan);
+  // A store others can change is a finding of its own (docs/DEPLOY.md, Security).
+  if (auto unsafe = unsafe_store_folder(c.root, serving_uid_for(c.root)))
+    findings.insert(findings.begin(), Finding{".", FindingKind::kUnsafeFolder, *unsafe});
   auto summary = summarize(*scan);
   code = findings.empty() ? kExitClean : kExitProblems;
   code = write_metrics(c, code, render(&summary));
@@ -255,6 +259,11 @@ int run_gc(const Common& c, const GcArgs& g) {
   };
   auto store = open_checked(c, &code);
   if (!store) return write_metrics(c, code, render(nullptr, nullptr));
+  // Never act on a store others can change: what it holds may be theirs.
+  if (g.sweep)
+    if (auto unsafe = unsafe_store_folder(c.root, serving_uid_for(c.root)))
+      return write_metrics(c, fail(c, kExitRefused, fmt::format("sweep refused, nothing deleted: store folder not safe: {}", *unsafe)),
+                           render(nullptr, nullptr));
   Progress progress(show_progress(c), g.sweep ? "sweep" : "gc");
   GcOptions o;
   if (g.keep >= 0) o.keep = static_cast<uint32_t>(g.keep);

@@ -150,7 +150,12 @@ std::string folder_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-std::optional<Failure> write_one(kvtier_write_item& item) {
+// Private to the serving user, or group-readable (the group from the
+// folder's setgid bit, store_perms.py); set on the descriptor too, since
+// the umask may have taken bits from the mode given to open.
+mode_t file_mode(std::uint32_t flags) { return (flags & KVTIER_WRITE_GROUP_READ) ? 0640 : 0600; }
+
+std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
   if (auto f = check_arguments(item)) return f;
   const auto segments = to_segments(item.segments, item.num_segments);
   if (!segments) return bad_argument("a segment with ndim > 6");
@@ -169,13 +174,15 @@ std::optional<Failure> write_one(kvtier_write_item& item) {
                         probe.error().message);
 
   const std::string tmp = temp_path(item.path);
-  kvtier::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  const mode_t mode = file_mode(flags);
+  kvtier::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
   if (!fd.valid()) return sys_failure(errno, "create " + tmp);
   auto fail = [&](Failure f) {
     fd = kvtier::Fd();
     ::unlink(tmp.c_str());
     return f;
   };
+  if (::fchmod(fd.get(), mode) != 0) return fail(sys_failure(errno, "fchmod " + tmp));
   // Payload first, its CRC on the way; then the header that carries it.
   std::uint32_t crc = 0;
   if (auto f = write_payload(fd.get(), header_length, item, crc)) return fail(*f);
@@ -205,7 +212,7 @@ int sync_folder(const std::string& folder) {
 }  // namespace storeio
 
 extern "C" int64_t kvtier_write_chunks(kvtier_write_item* items, size_t count, uint32_t threads,
-                                       uint32_t /*flags*/) {
+                                       uint32_t flags) {
   if (count == 0) return 0;
   if (!items) return -1;
   std::vector<char> renamed(count, 0);
@@ -216,7 +223,7 @@ extern "C" int64_t kvtier_write_chunks(kvtier_write_item* items, size_t count, u
     item.file_size = 0;
     const auto out = storeio::outcome_of(item);
     try {
-      if (auto f = storeio::write_one(item)) {
+      if (auto f = storeio::write_one(item, flags)) {
         storeio::set_failure(out, f->status, f->reason, f->err, item.path, f->text);
       } else {
         renamed[i] = 1;

@@ -73,7 +73,24 @@ TEST(WriteChunks, WritesAChunkTheCodecVerifies) {
   EXPECT_EQ(f.dir.names(), std::vector<std::string>{"chunk.bin"}) << "no temp left";
   struct stat st {};
   ASSERT_EQ(::stat(f.path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "private to the serving user";
+}
+
+// Whatever the umask: the mode is set on the descriptor, never widened.
+TEST(WriteChunks, ModeIsPrivateOrGroupReadWhateverTheUmask) {
+  for (const mode_t mask : {mode_t{0}, mode_t{077}, mode_t{0277}}) {
+    for (const std::uint32_t flags : {0u, std::uint32_t{KVTIER_WRITE_GROUP_READ}}) {
+      Fixture f;
+      auto it = f.item(f.path);
+      const mode_t old = ::umask(mask);
+      const auto bad = kvtier_write_chunks(&it, 1, 1, flags);
+      ::umask(old);
+      ASSERT_EQ(bad, 0) << it.message;
+      struct stat st {};
+      ASSERT_EQ(::stat(f.path.c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 07777, flags ? 0640u : 0600u) << "umask " << mask;
+    }
+  }
 }
 
 TEST(WriteChunks, WhatIsWrittenReadsBack) {

@@ -52,6 +52,7 @@ from vllm.v1.kv_offload.tiering.base import (
 
 from . import kv_restore_reports as reports
 from .kv_restore_worker import RestoreRefused, restore_requested
+from .kv_store_local import store_perms
 from .kv_store_local.vllm_scheduler import release_manager
 
 logger = logging.getLogger(__name__)
@@ -281,6 +282,12 @@ class SchedulerRestore:
             raise RestoreRefused(
                 "GLM53_KV_OFFLOAD_RESTORE=1 needs GLM53_KV_OFFLOAD=1: restore reads "
                 "the store the worker-local writer keeps."
+            )
+        root = os.environ.get("GLM53_KV_OFFLOAD_DIR", "")
+        unsafe = store_perms.store_problem(root) if root else None
+        if unsafe is not None:
+            raise RestoreRefused(
+                f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: store folder not safe: {unsafe}"
             )
         algorithm = str(vllm_config.cache_config.prefix_caching_hash_algo)
         if algorithm.startswith("xxhash") and "PYTHONHASHSEED" not in os.environ:

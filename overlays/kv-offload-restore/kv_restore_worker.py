@@ -52,12 +52,14 @@ try:
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
     from .kv_store_format import native
+    from .kv_store_local import store_perms
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_restore_read as chunk_read  # type: ignore[no-redef]
     import kv_restore_reports as reports  # type: ignore[no-redef]
     import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
     from kv_store_format import native  # type: ignore[no-redef]
+    from kv_store_local import store_perms  # type: ignore[no-redef]
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +177,11 @@ class WorkerRestore:
             self._disable(f"this rank's store is not open ({reason})")
             return
         layout = writer.layout
+        # Chunks are inputs: never read a store others can change.
+        unsafe = store_perms.store_problem(layout.root)
+        if unsafe is not None:
+            self._disable(f"store folder not safe: {unsafe}")
+            return
         try:
             record = fmt.decode_namespace_record(
                 fmt.read_regular(layout.namespace_record, fmt.MAX_RECORD_BYTES)
@@ -273,7 +280,7 @@ class WorkerRestore:
         if self.inventory is None or len(keys) != len(chunks):
             self.stats.failures["restore_off"] += 1
             return False
-        lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         opened: list[tuple[bytes, int, Proof, int]] = []
         try:
             try:

@@ -30,6 +30,7 @@ DRAFTER = "GLM53_KV_OFFLOAD_DRAFTER"
 KEEP_BOUNDARIES = "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES"
 BUILD_ID = "GLM53_KV_OFFLOAD_BUILD_ID"
 CAPTURE_MIB = "GLM53_KV_OFFLOAD_CAPTURE_MIB"
+GROUP = "GLM53_KV_OFFLOAD_GROUP"
 
 EXIT_REFUSED = 2
 
@@ -38,6 +39,7 @@ _DECIMAL = re.compile(r"0|[1-9][0-9]{0,5}")
 # or ','.
 _DIR = re.compile(r"/[A-Za-z0-9._/@+-]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
 
 
 class KnobError(ValueError):
@@ -107,6 +109,12 @@ def _token(value: str) -> str | None:
     return "must be 1-64 of [A-Za-z0-9._-], starting alphanumeric"
 
 
+def _group(value: str) -> str | None:
+    if _GROUP.fullmatch(value):
+        return None
+    return "must be a group name: 1-32 of [A-Za-z0-9._-], not starting with a digit"
+
+
 RULES: tuple[Rule, ...] = (
     Rule(ENABLE, "`0` or `1`", "`0` (off)", _flag),
     Rule(
@@ -137,6 +145,13 @@ RULES: tuple[Rule, ...] = (
         _token,
     ),
     Rule(CAPTURE_MIB, "integer 16..65536 (MiB)", "`512`", _bounded(16, 65536)),
+    Rule(
+        GROUP,
+        "a group the serving user is in: it may read the store (folders `02750`, "
+        "files `0640`)",
+        "empty: the serving user only (`0700`/`0600`)",
+        _group,
+    ),
 )
 REQUIRED_WHEN_ON = (DIR, CPU_GB)
 NAMES = tuple(rule.name for rule in RULES)
@@ -153,6 +168,7 @@ class Knobs:
     keep_boundaries: int
     build_id: str
     capture_mib: int = DEFAULT_CAPTURE_MIB
+    group: str = ""  # the group that may read the store; "": private
 
     @property
     def capture_bytes(self) -> int:
@@ -203,6 +219,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
         keep_boundaries=int(values.get(KEEP_BOUNDARIES, DEFAULT_KEEP_BOUNDARIES)),
         build_id=values.get(BUILD_ID, ""),
         capture_mib=int(values.get(CAPTURE_MIB, DEFAULT_CAPTURE_MIB)),
+        group=values.get(GROUP, ""),
     )
 
 

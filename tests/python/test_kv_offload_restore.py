@@ -544,6 +544,16 @@ def test_restore_needs_the_store(ns, store, monkeypatch):
         Rig(ns, store)
 
 
+def test_a_store_others_can_change_fails_the_boot(ns, store):
+    # docs/DEPLOY.md "Security": chunks are inputs, so such a store is never read.
+    store.mkdir(parents=True)
+    store.chmod(0o777)
+    with pytest.raises(
+        ValueError, match=rf"store folder not safe: {re.escape(str(store))} \(mode 0777"
+    ):
+        Rig(ns, store)
+
+
 @pytest.mark.parametrize("value", ["yes", "2", ""])
 def test_a_bad_restore_value_fails_the_boot(ns, store, monkeypatch, value):
     monkeypatch.setenv("GLM53_KV_OFFLOAD_RESTORE", value)

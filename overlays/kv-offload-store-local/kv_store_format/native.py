@@ -48,6 +48,7 @@ E_SKIPPED = 7
 
 READ_STOP_ON_FAILURE = 1
 READ_WILLNEED = 2
+WRITE_GROUP_READ = 1  # kvtier_write_chunks: files 0640, not 0600
 
 FAULT_NONE = 0
 FAULT_WRITE = 1
@@ -340,10 +341,11 @@ class Library:
         ]
 
     def write_chunks(
-        self, requests: Sequence[WriteRequest], threads: int
+        self, requests: Sequence[WriteRequest], threads: int, group_read: bool = False
     ) -> list[Result]:
         """Write every request durably (temp, fdatasync, rename, folder
-        fsync); one Result per request, in order."""
+        fsync); one Result per request, in order. Files are 0600, or 0640
+        with group_read (store_perms.Modes.group_read)."""
         items = (_WriteItem * max(1, len(requests)))()
         keep: list[object] = []
         for item, r in zip(items, requests, strict=False):
@@ -361,7 +363,8 @@ class Library:
             item.num_runs = len(r.runs)
             item.segments = segments
             item.runs = runs
-        n = self._lib.kvtier_write_chunks(items, len(requests), threads, 0)
+        flags = WRITE_GROUP_READ if group_read else 0
+        n = self._lib.kvtier_write_chunks(items, len(requests), threads, flags)
         if n < 0:
             raise ValueError(f"{self.path}: kvtier_write_chunks refused its arguments")
         return [

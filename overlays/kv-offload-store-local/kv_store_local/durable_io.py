@@ -2,7 +2,8 @@
 """File writes with the durability the store format asks for.
 
 Temp names carry the process and thread id, a failed write removes its temp,
-and nothing is renamed before its data is fsynced. The writer calls these
+and nothing is renamed before its data is fsynced. Files are created with
+the store's private mode (store_perms). The writer calls these
 through the module (``durable_io.write_chunk_file``) so tests can inject
 faults in one place.
 """
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import store_perms
 from .deps import fmt
 
 
@@ -49,7 +51,7 @@ def write_file_durably(
     name is never left partial.
     """
     tmp = _temp_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = store_perms.create_file(tmp, os.O_WRONLY)
     try:
         # kvstore gc deletes a namespace-record temp only when nobody holds
         # its flock (FORMAT.md 7.1): the record is written outside the lock.
@@ -75,7 +77,7 @@ def write_chunk_file(path: str, header: bytes, payload: memoryview) -> tuple[int
     the temp file is removed and the error raised: no partial file is left.
     """
     tmp = _temp_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = store_perms.create_file(tmp, os.O_WRONLY)
     try:
         write_all(fd, header)
         write_all(fd, payload)

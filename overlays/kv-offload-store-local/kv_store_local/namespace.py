@@ -5,7 +5,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import durable_io
+from . import durable_io, store_perms
 from .deps import fmt, init_logger
 from .errors import WriterDisabled
 
@@ -47,7 +47,7 @@ def open_namespace(
     record = fmt.NamespaceRecord(fenced=dict(fenced), info=dict(info))
     ns = record.namespace_hash
     layout = fmt.StoreLayout.create(root, model, ns, rank)
-    os.makedirs(root, exist_ok=True)
+    store_perms.make_dirs(root)
     try:
         existing = fmt.read_regular(layout.namespace_record, fmt.MAX_RECORD_BYTES)
     except FileNotFoundError:

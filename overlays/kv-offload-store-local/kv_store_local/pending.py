@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Iterable
 
+from . import store_perms
 from .deps import fmt
 
 
@@ -33,10 +34,10 @@ class PendingFile:
         if self._fd is None:
             # Created and locked under the store lock: a sweep never sees it
             # unlocked while this writer lives.
-            os.makedirs(self.layout.pending_dir, exist_ok=True)
+            store_perms.make_dirs(self.layout.pending_dir)
             name = fmt.pending_file_name(os.getpid(), threading.get_native_id())
             self.path = os.path.join(self.layout.pending_dir, name)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._fd = store_perms.open_or_create(self.path, os.O_RDWR)
             fcntl.flock(self._fd, fcntl.LOCK_SH)
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import store_perms
 from .capture_pool import CapturePool
 from .captured import Candidate, CapturedJob, CapturedKey
 from .copier import Copier, coalesce
@@ -119,6 +120,12 @@ class WorkerStore:
         s = self.settings
         if s.unsupported:
             raise WriterDisabled(s.unsupported)
+        try:
+            # Before anything is created: the store must be private to us.
+            store_perms.use(store_perms.modes_for_group(self.knobs.group))
+            store_perms.check_store(self.knobs.root)
+        except store_perms.UnsafeStore as e:
+            raise WriterDisabled(str(e)) from e
         rank, provenance = resolve_rank(s.config_rank, s.tp_size, self._tp)
         fenced = fmt.make_fenced(
             model=s.model,

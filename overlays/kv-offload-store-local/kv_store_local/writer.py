@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from . import durable_io
+from . import durable_io, store_perms
 from .capture_pool import CapturePool
 from .captured import CapturedJob, CapturedKey
 from .checksum import Checksummer, default_checksum_threads
@@ -112,10 +112,10 @@ class StoreWriter(JobQueue):
         return self.manifests.failed
 
     def _prepare(self) -> None:
-        os.makedirs(self.layout.manifest_dir, exist_ok=True)
+        store_perms.make_dirs(self.layout.manifest_dir)
         durable_io.fsync_dir(self.layout.base)
         durable_io.fsync_dir(self.layout.root)
-        self._lock_fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = store_perms.open_or_create(self.layout.lock, os.O_RDWR)
         self._pending_file = PendingFile(self.layout)
         self.manifests.load_existing()
 
@@ -365,10 +365,7 @@ class StoreWriter(JobQueue):
             missing.append(d)
             d = os.path.dirname(d)
         for d in reversed(missing):
-            try:
-                os.mkdir(d)
-            except FileExistsError:
-                pass
+            store_perms.make_dir(d)
             # The new entry must be durable before files in it are named.
             self._dirty_dirs.add(os.path.dirname(d))
         self._made_dirs.add(directory)

@@ -141,7 +141,8 @@ typedef struct kvtier_write_item {
   /* in */
   const char* path; /* the final path; its folder must exist. The temp file is
                        "<path>.tmp.<pid>.<tid>" (fmt.temp_name; tid = the
-                       writing thread's gettid()), created O_EXCL 0644 */
+                       writing thread's gettid()), created O_EXCL 0600
+                       (0640 with KVTIER_WRITE_GROUP_READ) */
   uint32_t group;
   uint32_t key_hash_length;
   const uint8_t* namespace_hash; /* 32 bytes */
@@ -161,6 +162,10 @@ typedef struct kvtier_write_item {
   char reason[KVTIER_REASON_BYTES];
   char message[KVTIER_MESSAGE_BYTES];
 } kvtier_write_item;
+
+/* Chunk files group-readable (0640) instead of private to the writing user
+ * (0600); the group is the folder's (the writer makes folders setgid). */
+#define KVTIER_WRITE_GROUP_READ 1u
 
 /* Writes `count` items on `threads` threads (0: one per core). Per item:
  * temp file, header + payload (pwritev from the runs), fdatasync, rename over

@@ -29,6 +29,7 @@ enum class FindingKind {
   kOrphan,          // a state-group chunk named by no manifest
   kStaleTemp,       // a writer temp file older than the grace period
   kBadPending,      // a live writer's pending record cannot be read or parsed
+  kUnsafeFolder,    // others could change the store: ROOT or a folder above it (store_perms.h)
 };
 
 const char* finding_name(FindingKind k);

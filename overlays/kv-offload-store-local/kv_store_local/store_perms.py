@@ -1,0 +1,208 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Who may read and change the store (docs/DEPLOY.md, "Security").
+
+A chunk is the KV of a user's prompt, and with restore on it is an input:
+so the writer makes everything it creates private to the serving user
+(folders 0700, files 0600), or readable by one group the operator names
+(GLM53_KV_OFFLOAD_GROUP: folders 02750, files 0640), never by the world,
+whatever the umask. Modes are set on the open descriptor (never by path,
+which another user could swap), and what exists already is left as found.
+
+At boot, like ssh's StrictModes, the store folder and every folder above
+it must be changeable by nobody but root and the serving user: no symlink,
+owned by root or this user, not group/world-writable (above the store, a
+root-owned sticky folder such as /tmp is fine: others cannot rename or
+remove what they do not own in it).
+"""
+
+import grp
+import os
+import stat
+from dataclasses import dataclass
+
+_DIR_PRIVATE = 0o700
+_FILE_PRIVATE = 0o600
+# setgid: what is created inside inherits the group (the C write path
+# creates chunk files without knowing the gid).
+_DIR_GROUP = 0o2750
+_FILE_GROUP = 0o640
+
+
+class UnsafeStore(Exception):
+    """The store is changeable by others, or the group knob is unusable."""
+
+
+@dataclass(frozen=True)
+class Modes:
+    gid: int | None = None  # the group that may read, or None: private
+
+    @property
+    def dir_mode(self) -> int:
+        return _DIR_PRIVATE if self.gid is None else _DIR_GROUP
+
+    @property
+    def file_mode(self) -> int:
+        return _FILE_PRIVATE if self.gid is None else _FILE_GROUP
+
+    @property
+    def group_read(self) -> bool:
+        return self.gid is not None
+
+
+_current = [Modes()]
+
+
+def current() -> Modes:
+    """The modes this process creates store entries with."""
+    return _current[0]
+
+
+def use(modes: Modes) -> None:
+    """Set them for the process (the writer, at boot: one tier per process)."""
+    _current[0] = modes
+
+
+def modes_for_group(name: str) -> Modes:
+    """Private for "", else the named group, which this process must be in
+    (or files it creates could not be given to it); UnsafeStore if not."""
+    if not name:
+        return Modes()
+    try:
+        gid = grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise UnsafeStore(f"group {name!r} does not exist") from None
+    if gid != os.getegid() and gid not in os.getgroups():
+        raise UnsafeStore(
+            f"the serving user (uid {os.geteuid()}) is not in group {name!r}"
+        )
+    return Modes(gid)
+
+
+def _fix(fd: int, mode: int, modes: Modes) -> None:
+    # chown before chmod: a chown may clear setgid.
+    if modes.gid is not None:
+        os.fchown(fd, -1, modes.gid)
+    os.fchmod(fd, mode)  # the umask only ever took bits away
+
+
+def create_file(path: str, flags: int, modes: Modes | None = None) -> int:
+    """A new file (O_EXCL, never through a symlink) with the store's mode;
+    returns its descriptor. On error nothing is left behind."""
+    m = modes or current()
+    fd = os.open(
+        path,
+        flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        m.file_mode,
+    )
+    try:
+        _fix(fd, m.file_mode, m)
+    except BaseException:
+        os.close(fd)
+        _unlink(path)
+        raise
+    return fd
+
+
+def open_or_create(path: str, flags: int, modes: Modes | None = None) -> int:
+    """Create the file as create_file does, or open it as it is (its mode
+    kept: never widened, never changed)."""
+    try:
+        return create_file(path, flags, modes)
+    except FileExistsError:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def make_dir(path: str, modes: Modes | None = None) -> bool:
+    """mkdir with the store's mode; False when it was there (left as is)."""
+    m = modes or current()
+    try:
+        os.mkdir(path, m.dir_mode & 0o777)
+    except FileExistsError:
+        return False
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _fix(fd, m.dir_mode, m)
+    finally:
+        os.close(fd)
+    return True
+
+
+def make_dirs(path: str, modes: Modes | None = None) -> list[str]:
+    """Every missing folder down to path, each as make_dir makes it;
+    returns the ones made, outermost first."""
+    missing = []
+    d = os.path.abspath(path)
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    made = []
+    for d in reversed(missing):
+        if make_dir(d, modes):
+            made.append(d)
+    return made
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# -- refusing a store others can change -----------------------------------
+
+
+def folder_problem(path: str, st: os.stat_result, is_store: bool) -> str | None:
+    """Why others could change what is in this folder, or None."""
+    mode = stat.S_IMODE(st.st_mode)
+    shown = f"{path} (mode {mode:04o}, uid {st.st_uid})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{shown} is not a folder"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{shown} is owned by another user"
+    if mode & 0o022:
+        sticky_root = st.st_uid == 0 and mode & stat.S_ISVTX
+        if is_store or not sticky_root:
+            who = (
+                "group- and world"
+                if mode & 0o022 == 0o022
+                else ("group" if mode & 0o020 else "world")
+            )
+            return f"{shown} is {who}-writable"
+    return None
+
+
+def store_problem(root: str) -> str | None:
+    """The first folder, from the store folder up to /, that others could
+    change (one line naming it and its mode), or None. A store folder not
+    made yet is checked from the nearest folder above it that exists."""
+    path = os.path.normpath(os.path.abspath(root))
+    is_store = True
+    while True:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            return f"{path}: cannot check ({e.strerror})"
+        if st is not None:
+            problem = folder_problem(path, st, is_store)
+            if problem is not None:
+                return problem
+        is_store = False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def check_store(root: str) -> None:
+    """UnsafeStore naming the folder, if others could change the store."""
+    problem = store_problem(root)
+    if problem is not None:
+        raise UnsafeStore(f"store folder not safe: {problem}")
