@@ -16,16 +16,21 @@ the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
   rank's READY arrived it answers RETRY (after ``ready_timeout_s``, MISS).
 - ``submit_load`` queues the promotion; the scheduler hook attaches queued
   promotions to the step's connector metadata and every worker fills its own
-  slot of the CPU rows from its own disk. The job succeeds only when every
-  rank reported PROMOTE_OK; any PROMOTE_FAIL fails it for all, the keys are
+  slot of the CPU rows from its own disk, on its promotion thread, while the
+  engine steps on (the request waits: its keys are HIT_PENDING in the CPU
+  tier). The job, and with it its rows, stays in flight until every rank
+  reported: success only when all reported PROMOTE_OK; any PROMOTE_FAIL
+  fails it for all, the keys are
   held as misses until a rank proves them again or ``failed_hold_s`` passed
   (a bad chunk's manifests are dropped by its rank meanwhile, so only keys
   still proven everywhere are tried again), and the request recomputes.
 - ``submit_store`` completes at once: the worker-local writer stores.
 - ``drain_jobs`` (a prefix-cache reset) fails every queued or in-flight
-  promotion; a worker's late report for it is ignored. A worker runs a
-  promotion inside the step that carried it, before any later step's DMA,
-  and the tiering manager holds new promotions until the reset is flushed.
+  promotion at once (vLLM's reset then frees every CPU row); a worker's late
+  report for it is ignored. The ids of the ones already sent go out with the
+  next step's metadata (``kv_restore_fence``): every worker cancels or waits
+  for their reads before it submits any transfer of that step, so no late
+  read lands in a row the reset handed to someone else.
 """
 
 import logging
@@ -66,7 +71,7 @@ class TierStats:
     lookups: Counter = field(default_factory=Counter)  # hit / miss / retry
     promotions_ok: int = 0
     promotions_failed: int = 0
-    promotions_fenced: int = 0
+    promotions_fenced: int = 0  # failed by a cache reset while in flight
     keys_promoted: int = 0
     keys_failed: int = 0
 
@@ -109,6 +114,9 @@ class LocalStoreTier(SecondaryTierManager):
         self._queued: list[TransferJob] = []
         self._inflight: dict[int, _Promotion] = {}
         self._finished: list[JobResult] = []
+        # Sent promotions a reset failed: the workers wait for their reads
+        # at the start of the next step (kv_restore_fence).
+        self._fence: list[int] = []
 
     # -- readiness -------------------------------------------------------------
 
@@ -160,17 +168,28 @@ class LocalStoreTier(SecondaryTierManager):
 
     def has_pending_work(self) -> bool:
         waiting = not self.ready and not self._timed_out
-        return bool(waiting or self._queued or self._inflight or self._finished)
+        return bool(
+            waiting or self._queued or self._inflight or self._finished or self._fence
+        )
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
 
     def drain_jobs(self) -> None:
-        """A cache reset: every promotion not yet confirmed fails now."""
+        """A cache reset: every promotion not yet confirmed fails now.
+
+        vLLM's contract is to block until no tier I/O touches the CPU rows;
+        ours runs in the workers, whose reports only come with a step, so the
+        wait moves there: the sent ones are fenced in the next step's
+        metadata, and each worker waits for their reads before any transfer.
+        """
+        queued = {job.job_id for job in self._queued}
         for job_id, promotion in self._inflight.items():
             self._finished.append(JobResult(job_id=job_id, success=False))
             self.stats.promotions_fenced += 1
             self.stats.keys_failed += len(promotion.keys)
+            if job_id not in queued:
+                self._fence.append(job_id)
         self._inflight.clear()
         self._queued.clear()
 
@@ -192,6 +211,12 @@ class LocalStoreTier(SecondaryTierManager):
         ]
         self._queued.clear()
         return out
+
+    def take_fence(self) -> list[int]:
+        """Promotions a reset failed after they were sent: the workers wait
+        for their reads before this step's transfers."""
+        fence, self._fence = self._fence, []
+        return fence
 
     def on_reports(self, items: Iterable[tuple[int, int, int]]) -> None:
         for kind, value, ranks in items:
@@ -340,6 +365,9 @@ class SchedulerRestore:
         return num_hit_tokens, bool(num_hit_tokens) and not sync_load
 
     def attach(self, meta: Any) -> None:
+        fence = self.tier.take_fence()
+        if fence:
+            meta.kv_restore_fence = fence
         requests = self.tier.take_requests()
         if requests:
             meta.kv_restore = requests

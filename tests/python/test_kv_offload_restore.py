@@ -20,6 +20,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 
@@ -504,26 +505,71 @@ def test_keep_k_retiring_before_the_open_is_a_miss(ns, store):
 
 
 def test_a_reset_fences_a_promotion_in_flight(ns, store):
+    """The reset fails the promotion at once and vLLM frees its rows; the next
+    step's metadata fences it, and the worker's step does not go on (no
+    transfer of that step is submitted) until the read finished."""
     rig, hashes = write_a(ns, store)
     rig.shutdown()
     restarted = Rig(ns, store)
+    restarted.wait_promotions = False
     request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
     restarted.scheduler.on_new_request(request)
     restarted.step()  # inventories
+    released = threading.Event()
+    restorer = restarted.restorers[0]
+    restorer.before_read = lambda proofs: released.wait(60)
     assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
-    meta = restarted.scheduler.build_connector_meta(rs.empty_output())
-    assert meta.kv_restore  # the promotion is on its way to the workers
+    meta = restarted.step()  # the promotion starts on the worker and blocks
+    assert meta.kv_restore and not getattr(meta, "kv_restore_fence", None)
     restarted.scheduler.reset_cache()
     assert restarted.tier.stats.promotions_fenced == 1
-    # the workers still run it in the step that carried it; the late report is
-    # ignored and nothing is marked loaded
-    for worker in restarted.workers:
-        mine = pickle.loads(pickle.dumps(meta))
-        worker.start_kv_transfers(mine)
-    assert restarted.restorers[0].stats.jobs_ok == 1
-    restarted.step()
+    timer = threading.Timer(0.5, released.set)
+    timer.start()
+    start = time.monotonic()
+    fenced = restarted.step()
+    assert time.monotonic() - start >= 0.4  # the step waited for the read
+    assert fenced.kv_restore_fence == [meta.kv_restore[0]["job"]]
+    assert restorer.stats.jobs_fenced == 1 and restorer.stats.jobs_ok == 1
+    restarted.step()  # the late report is ignored, nothing is marked loaded
     assert restarted.tier.stats.promotions_ok == 0
     assert restarted.workers[0].gpu.loads == []
+    timer.join()
+    restarted.shutdown()
+
+
+def test_a_queued_promotion_a_reset_fences_is_cancelled(ns, store):
+    """Two promotions sent; the first blocks on its read, the reset fences
+    both: the second never starts, the worker waits for the first."""
+    rig, hashes = write_a(ns, store)
+    other = chain_hashes("d", PROMPT_BLOCKS)
+    rig.store_request("d", other, PROMPT_BLOCKS, 1)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+    restarted.wait_promotions = False
+    restarted.step()  # inventories
+    released = threading.Event()
+    restorer = restarted.restorers[0]
+    reads = []
+
+    def blocked(proofs):
+        reads.append(len(proofs))
+        released.wait(60)
+
+    restorer.before_read = blocked
+    for name, h in (("b", hashes), ("e", other)):
+        request = restarted.request(name, h, PROMPT_BLOCKS * BLOCK)
+        restarted.scheduler.on_new_request(request)
+        restarted.scheduler.get_num_new_matched_tokens(request, 0)
+    meta = restarted.step()
+    assert len(meta.kv_restore) == 2
+    restarted.scheduler.reset_cache()
+    timer = threading.Timer(0.3, released.set)
+    timer.start()
+    restarted.step()
+    timer.join()
+    assert restorer.stats.jobs_fenced == len(meta.kv_restore)
+    assert len(reads) == 1  # a queued one was cancelled before its first open
+    assert restarted.tier.stats.promotions_ok == 0
     restarted.shutdown()
 
 
