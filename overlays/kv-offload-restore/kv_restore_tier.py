@@ -31,6 +31,11 @@ the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
   next step's metadata (``kv_restore_fence``): every worker cancels or waits
   for their reads before it submits any transfer of that step, so no late
   read lands in a row the reset handed to someone else.
+- Restore only when it pays: before a request's lookup the scheduler hook
+  weighs the prefix the store would restore (kv_restore_cost: every rank's
+  measured read rate against the engine's measured prefill rate for that
+  context); when reading is predicted slower, every lookup of that request
+  in our tier answers MISS and the decision is counted and logged.
 """
 
 import logging
@@ -55,6 +60,7 @@ from vllm.v1.kv_offload.tiering.base import (
     TransferJob,
 )
 
+from . import kv_restore_cost as cost
 from . import kv_restore_reports as reports
 from .kv_restore_worker import RestoreRefused, restore_requested
 from .kv_store_local.vllm_scheduler import release_manager
@@ -74,6 +80,13 @@ class TierStats:
     promotions_fenced: int = 0  # failed by a cache reset while in flight
     keys_promoted: int = 0
     keys_failed: int = 0
+    # Restore only when it pays: prefixes weighed (both rates measured),
+    # declined (reading predicted slower than recomputing: a miss), and not
+    # weighed for want of a measured rate (restored, as before).
+    restores_weighed: int = 0
+    restores_declined: int = 0
+    restores_unmeasured: int = 0
+    last_estimate: dict | None = None  # the last weighed one (Estimate)
 
 
 @dataclass
@@ -117,6 +130,10 @@ class LocalStoreTier(SecondaryTierManager):
         # Sent promotions a reset failed: the workers wait for their reads
         # at the start of the next step (kv_restore_fence).
         self._fence: list[int] = []
+        # Requests whose restore was declined, during their lookup.
+        self.declined: set[str] = set()
+        self.rates = cost.ReadRates()
+        self.prefill = cost.PrefillRate()
 
     # -- readiness -------------------------------------------------------------
 
@@ -143,6 +160,8 @@ class LocalStoreTier(SecondaryTierManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if not self.ready:
             result = self._not_ready_result()
+        elif req_context.req_id in self.declined:
+            result = LookupResult.MISS  # recomputing is predicted faster
         else:
             digest = reports.key_digest(key)
             until = self._failed.get(digest)
@@ -153,6 +172,17 @@ class LocalStoreTier(SecondaryTierManager):
             result = LookupResult.HIT if hit else LookupResult.MISS
         self.stats.lookups[result.name.lower()] += 1
         return result
+
+    def provable(self, key: OffloadKey) -> bool:
+        """Whether a lookup of ``key`` would hit now (no side effects)."""
+        if not self.ready:
+            return False
+        digest = reports.key_digest(key)
+        until = self._failed.get(digest)
+        if until is not None and self.clock() < until:
+            return False
+        assert self.num_workers is not None
+        return self._provable.get(digest, 0) >= self.num_workers
 
     def submit_load(self, job_metadata: TransferJob) -> None:
         self._queued.append(job_metadata)
@@ -233,6 +263,8 @@ class LocalStoreTier(SecondaryTierManager):
                     self._provable.pop(value, None)
             elif kind in (reports.PROMOTE_OK, reports.PROMOTE_FAIL):
                 self._on_result(value, kind == reports.PROMOTE_OK, ranks)
+            elif kind in (reports.READ_RATE, reports.KEY_BYTES):
+                self.rates.on_report(kind, value)
 
     def _on_result(self, job_id: int, ok: bool, ranks: int) -> None:
         promotion = self._inflight.get(job_id)
@@ -283,6 +315,8 @@ class SchedulerRestore:
         tier.num_workers = num_workers
         # The groups a restore fills: the offloaded ones, original indices.
         self.loaded_group_ids = loaded_group_ids
+        self.steps = cost.StepClock(tier.prefill)
+        self.now = time.perf_counter
 
     @classmethod
     def from_vllm(
@@ -348,7 +382,13 @@ class SchedulerRestore:
             num_hit_tokens: int | None = 0
         else:
             lookup_start = time.monotonic()
-            num_hit_tokens = sched._lookup(req_status, max_num_new_tokens)
+            declined = not self._pays(sched, request, req_status, num_computed_tokens)
+            if declined:
+                self.tier.declined.add(req_status.req_context.req_id)
+            try:
+                num_hit_tokens = sched._lookup(req_status, max_num_new_tokens)
+            finally:
+                self.tier.declined.discard(req_status.req_context.req_id)
             sched._connector_stats.observe_histogram(
                 _lookup_sync_metric(sched),
                 time.monotonic() - lookup_start,
@@ -364,7 +404,69 @@ class SchedulerRestore:
         )
         return num_hit_tokens, bool(num_hit_tokens) and not sync_load
 
-    def attach(self, meta: Any) -> None:
+    def _pays(
+        self, sched: Any, request: Any, req_status: Any, num_computed_tokens: int
+    ) -> bool:
+        """Weigh what the store would restore for this request (False: miss).
+
+        The prefix ends at the deepest key of the request our tier would hit
+        (a manifest boundary; vLLM may stop a little earlier); the keys to
+        read are the tier's keys up to it that the CPU tier does not hold.
+        """
+        tier = self.tier
+        primary = getattr(sched.manager, "primary_tier", None)
+        context = req_status.req_context
+        found: list[tuple[int, Any]] = []
+        for config, state in zip(
+            sched.config.kv_group_configs, req_status.group_states, strict=False
+        ):
+            for i, key in enumerate(state.offload_keys):
+                end = (i + 1) * config.tokens_per_chunk
+                if end > num_computed_tokens and tier.provable(key):
+                    found.append((end, key))
+        end = min(max((e for e, _ in found), default=0), request.num_prompt_tokens - 1)
+        if end <= num_computed_tokens:
+            return True  # nothing of the store to weigh
+        keys = sum(
+            1
+            for e, key in found
+            if e <= end
+            and (primary is None or primary.lookup(key, context) is LookupResult.MISS)
+        )
+        if keys == 0:
+            return True  # held in the CPU tier already (or being promoted)
+        estimate = cost.weigh(
+            tier.rates, tier.prefill, tier.num_workers or 1, keys,
+            num_computed_tokens, end,
+        )  # fmt: skip
+        if estimate is None:
+            tier.stats.restores_unmeasured += 1
+            return True
+        tier.stats.restores_weighed += 1
+        tier.stats.restores_declined += not estimate.restore
+        tier.stats.last_estimate = estimate.as_dict()
+        logger.info(
+            "KV restore: request %s: %d tokens from the store (%d keys a rank, "
+            "%.1f MB at %.3g GB/s: %.3f s) vs recompute %.3f s: %s",
+            request.request_id,
+            estimate.tokens,
+            keys,
+            estimate.read_bytes / 1e6,
+            estimate.read_rate / 1e9,
+            estimate.read_s,
+            estimate.recompute_s,
+            "restore" if estimate.restore else "miss (recompute is faster)",
+        )
+        return estimate.restore
+
+    def attach(
+        self, meta: Any, scheduler_output: Any = None, req_status: Any = None
+    ) -> None:
+        if scheduler_output is not None and req_status is not None:
+            try:
+                self.steps.on_step(self.now(), _scheduled(scheduler_output, req_status))
+            except Exception:  # a missed measurement never fails a step
+                logger.debug("KV restore: step not timed", exc_info=True)
         fence = self.tier.take_fence()
         if fence:
             meta.kv_restore_fence = fence
@@ -376,6 +478,15 @@ class SchedulerRestore:
         items = reports.take(meta.completed_jobs)
         if items:
             self.tier.on_reports(items)
+
+
+def _scheduled(scheduler_output: Any, req_status: Any):
+    """(request, tokens scheduled, tokens computed before, prompt tokens)."""
+    for req_id, n in (scheduler_output.num_scheduled_tokens or {}).items():
+        status = req_status.get(req_id)
+        if status is not None:
+            req = status.req
+            yield req_id, n, req.num_computed_tokens, req.num_prompt_tokens
 
 
 def _lookup_sync_metric(sched: Any) -> Any:

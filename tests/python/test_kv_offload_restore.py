@@ -867,3 +867,38 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
     finally:
         os.close(fd)
     assert len(head) == fmt.decode_header(big).header_length
+
+
+def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
+    """Per-token prefill seconds a + b * context, fit from timed steps; the read
+    estimate is the slowest rank's; nothing is weighed until both are measured."""
+    cost = ns.load(f"{OFFLOADING}.kv_restore_cost")
+    reports = ns.load(f"{OFFLOADING}.kv_restore_reports")
+    prefill, rates = cost.PrefillRate(), cost.ReadRates()
+    assert cost.weigh(rates, prefill, 2, 10, 0, 4096) is None
+    a, b = 20e-6, 1e-9  # seconds a token, and per token of context
+    clock = cost.StepClock(prefill)
+    now = 0.0
+    for start in range(0, 8192, 1024):  # one request's chunked prefill
+        clock.on_step(now, [("r", 1024, start, 8192)])
+        mean = start + 512
+        now += 1024 * (a + b * mean)
+    clock.on_step(now, [("r", 1, 8192, 8192)])  # it decodes: the last is timed
+    fit_a, fit_b = prefill.coefficients()
+    assert abs(fit_a - a) < 1e-9 and abs(fit_b - b) < 1e-12
+    assert abs(prefill.seconds(0, 4096) - (a * 4096 + b * 4096**2 / 2)) < 1e-9
+    # A step after which nothing scheduled came back is not timed (idle).
+    steps = prefill.steps
+    clock.on_step(now, [("x", 512, 0, 512)])
+    clock.on_step(now + 100.0, [("y", 512, 0, 512)])
+    assert prefill.steps == steps
+    # Two ranks: 2 GB/s and 0.5 GB/s, 1 MB a key; the slow one decides.
+    for rank, rate in ((0, 2e9), (1, 0.5e9)):
+        rates.on_report(reports.READ_RATE, reports.rank_value(rank, rate))
+        rates.on_report(reports.KEY_BYTES, reports.rank_value(rank, 1e6))
+    assert cost.weigh(rates, prefill, 3, 10, 0, 4096) is None  # rank 2 unmeasured
+    estimate = cost.weigh(rates, prefill, 2, 100, 0, 4096)
+    assert abs(estimate.read_s - 100 * 1e6 / 0.5e9) < 1e-9
+    assert estimate.restore is (estimate.read_s <= estimate.recompute_s)
+    assert not estimate.restore  # 0.2 s of reading against ~0.09 s of prefill
+    assert cost.weigh(rates, prefill, 2, 10, 0, 4096).restore

@@ -368,7 +368,7 @@ def test_a_promotion_runs_across_steps_while_others_decode(restore_on):
         assert "b" not in record.scheduled  # B waits for its KV
         decoded_while_held += record.scheduled.get("d", 0) > 0
     assert decoded_while_held == 4
-    ranks.held.set()
+    ranks.settle()  # release the read and let it end
     engine.run()
     tier = tier_of(booted)
     assert tier.stats.promotions_ok == 1 and tier.stats.promotions_failed == 0
@@ -438,7 +438,7 @@ def test_rows_of_a_promotion_in_flight_are_never_reused(restore_on):
         engine.step()
         assert ranks.in_flight()
     assert ranks.store_rows and not set(job["chunks"]) & set(ranks.store_rows)
-    ranks.held.set()
+    ranks.settle()  # release the read and let it end
     engine.run()
     ranks.settle()
     engine.step()
@@ -449,4 +449,46 @@ def test_rows_of_a_promotion_in_flight_are_never_reused(restore_on):
     (load,) = [j for j in engine.load_jobs if j["req"] == "e"]
     for row in load["src"]:
         assert ranks.row_bytes(row)[:1] == b"P", row
+    ranks.shutdown()
+
+
+@pytest.mark.parametrize("store", ["slow", "fast"])
+def test_a_restore_that_reads_slower_than_recompute_is_a_miss(restore_on, store):
+    """The engine measures both rates itself: W's prefill (the played model runs
+    in microseconds a token) and B's promotion (read in 0.4 s from the slow
+    store, at once from the fast one). After a reset only the store holds A's
+    prefix: E (A's prompt) is weighed; from the slow store reading is predicted
+    slower than recomputing, so the tier answers MISS, counts and logs it, and E
+    recomputes; from the fast one E restores."""
+    booted, engine, ranks = restart_with_ranks(0.4 if store == "slow" else 0.0)
+    tier = tier_of(booted)
+    engine.add("w", [700 + i for i in range(len(PROMPT))], MAX_TOKENS)
+    engine.run()
+    assert tier.prefill.steps >= 1  # W's prefill step was timed
+    engine.add("b", PROMPT, MAX_TOKENS)
+    step_until(engine, lambda: ranks.promotions)
+    ranks.settle()  # the read ends (0.4 s on the slow store)
+    engine.run()
+    assert tier.stats.promotions_ok == 1  # no read rate yet: restored
+    assert tier.stats.restores_unmeasured >= 1 and tier.stats.restores_weighed == 0
+    assert all(r.stats.read_rate > 0 for r in ranks.restorers)
+    assert engine.s.reset_prefix_cache(reset_connector=True)  # GPU and CPU
+    engine.step()
+    engine.add("e", PROMPT, MAX_TOKENS)
+    engine.step()
+    ranks.settle()
+    engine.run()
+    estimate = tier.stats.last_estimate
+    assert tier.stats.restores_weighed == 1 and estimate is not None
+    assert estimate["tokens"] > 0 and estimate["keys"] > 0
+    computed = sum(st.scheduled.get("e", 0) for st in engine.steps)
+    loads = [j for j in engine.load_jobs if j["req"] == "e"]
+    if store == "slow":
+        assert estimate["read_s"] > estimate["recompute_s"]
+        assert not estimate["restore"] and tier.stats.restores_declined == 1
+        assert tier.stats.promotions_ok == 1  # no promotion for E
+        assert loads == [] and computed >= len(PROMPT)
+    else:
+        assert estimate["restore"] and tier.stats.restores_declined == 0
+        assert tier.stats.promotions_ok == 2 and len(loads) == 1
     ranks.shutdown()
