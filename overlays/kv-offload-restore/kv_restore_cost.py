@@ -9,10 +9,8 @@ Both rates are the running engine's own:
 - ``PrefillRate``: the engine's prefill seconds per token as a function of
   the context the token attends to, ``a + b * context`` (attention grows with
   the context, the rest does not), fit by weighted least squares over the
-  steps the scheduler timed whose scheduled tokens were mostly prefill. A
-  step's time is the time from its connector metadata to the next step's
-  (the model ran in between); a step after which no scheduled request came
-  back is not timed (the engine may have gone idle).
+  steps the scheduler timed (``StepClock``) whose scheduled tokens were
+  mostly prefill.
 
 ``weigh`` answers None while either rate is unmeasured: with no evidence the
 tier restores, as it always did.
@@ -126,12 +124,23 @@ def weigh(
     )
 
 
-@dataclass
 class StepClock:
-    """Times the scheduler's steps and feeds the prefill ones to a PrefillRate."""
+    """Times the scheduler's steps and feeds the prefill ones to a PrefillRate.
 
-    prefill: PrefillRate
-    _last: tuple[float, frozenset, int, float] | None = None  # t, reqs, n, ctx
+    A step's time is taken as the longer of the two periods that follow its
+    metadata (to the next step's, and from there to the one after): with
+    synchronous scheduling the first is the step's own model time; with
+    async scheduling (two steps in flight) the next step is scheduled at once
+    and the second period is this step's. The longer one never undercounts a
+    step, so the prefill estimate errs towards restoring, never towards a
+    miss. A step is timed only if the engine stepped on: some request of it
+    is scheduled again in each of the two next steps.
+    """
+
+    def __init__(self, prefill: PrefillRate) -> None:
+        self.prefill = prefill
+        # The last two steps: (time, requests, prefill tokens, mean context).
+        self._steps: list[tuple[float, frozenset, int, float]] = []
 
     def on_step(
         self, now: float, scheduled: Iterable[tuple[str, int, int, int]]
@@ -144,10 +153,11 @@ class StepClock:
             p = max(0, min(n, prompt - computed))
             prefill += p
             weighted += p * (computed + p / 2)
-        last = self._last
-        if last is not None and last[1] & reqs:  # the engine stepped on
-            self.prefill.observe(last[2], last[3], now - last[0])
+        mean = weighted / prefill if prefill else 0.0
         timed = prefill > 0 and prefill >= PREFILL_SHARE * total
-        self._last = (
-            (now, frozenset(reqs), prefill, weighted / prefill) if timed else None
-        )
+        if len(self._steps) == 2:
+            (t0, r0, n0, c0), (t1, r1, _, _) = self._steps
+            if n0 and r0 & r1 and r1 & reqs:
+                self.prefill.observe(n0, c0, max(t1 - t0, now - t1))
+        step = (now, frozenset(reqs), prefill if timed else 0, mean)
+        self._steps = [*self._steps[-1:], step]

@@ -382,7 +382,13 @@ class SchedulerRestore:
             num_hit_tokens: int | None = 0
         else:
             lookup_start = time.monotonic()
-            declined = not self._pays(sched, request, req_status, num_computed_tokens)
+            try:
+                declined = not self._pays(
+                    sched, request, req_status, num_computed_tokens
+                )
+            except Exception:  # no estimate: restore, as without one
+                logger.exception("KV restore: the restore was not weighed")
+                declined = False
             if declined:
                 self.tier.declined.add(req_status.req_context.req_id)
             try:
