@@ -421,6 +421,39 @@ def test_ranks_that_disagree_load_nothing(ns, store):
     restarted.shutdown()
 
 
+def test_one_rank_failing_steps_later_is_a_miss_on_all(ns, store):
+    """Rank 0 reads its files at once and reports OK; rank 1's read is held for
+    several steps, then refuses a flipped payload: the job waits for rank 1 (no
+    load meanwhile), then fails on both ranks, and nothing is loaded."""
+    rig, hashes = write_a(ns, store, tp=2)
+    rig.shutdown()
+    flip_payload_bit_on(rig, key_of(hashes, 0, 3), rank=1)
+    restarted = Rig(ns, store, tp=2)
+    restarted.wait_promotions = False
+    released = threading.Event()
+    restarted.restorers[1].before_read = lambda proofs: released.wait(60)
+    request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
+    restarted.scheduler.on_new_request(request)
+    restarted.step()  # inventories
+    assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
+    restarted.step()  # the promotion reaches both ranks
+    assert restarted.restorers[0].wait_idle(30)  # rank 0 done, rank 1 held
+    for _ in range(3):
+        restarted.step()
+        assert restarted.tier.stats.promotions_ok == 0
+        assert restarted.tier.stats.promotions_failed == 0  # waits for rank 1
+    released.set()
+    assert restarted.restorers[1].wait_idle(30)
+    restarted.step()
+    assert restarted.tier.stats.promotions_failed == 1
+    assert restarted.restorers[0].stats.jobs_ok == 1
+    assert restarted.restorers[1].stats.failures == {"payload_checksum_mismatch": 1}
+    hits, _ = restarted.lookup(request)
+    assert hits == 0
+    assert [w.gpu.loads for w in restarted.workers] == [[], []]
+    restarted.shutdown()
+
+
 # --------------------------------------------------------------------------
 # Races
 
