@@ -315,7 +315,9 @@ class Ranks:
         return bytes(self.flat[row * self.row : row * self.row + self.slot])
 
     def in_flight(self) -> bool:
-        return any(r._running for r in self.restorers)
+        # (getattr: against a tree whose promotions run in the step, this says
+        # False instead of failing on a missing attribute)
+        return any(getattr(r, "_running", None) for r in self.restorers)
 
     def settle(self) -> None:
         self.held.set()
