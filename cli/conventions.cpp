@@ -79,8 +79,19 @@ std::string precheck(const CLI::App& app, int argc, const char* const* argv) {
       bool known = false;
       for (const auto& n : scope.names) known = known || n == name;
       if (!known) {
-        std::string hint = nearest(name, scope.names);
         std::string where = current ? " for '" + current->get_name() + "'" : "";
+        // An option of another subcommand is named as such: "did you mean
+        // '--help'?" for `kvstore verify --keep` sent the user the wrong way.
+        std::string owners;
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+          if (sub == current) continue;
+          Scope other;
+          add_options(*sub, other);
+          for (const auto& n : other.names)
+            if (n == name) owners += (owners.empty() ? "'" : ", '") + sub->get_name() + "'";
+        }
+        if (!owners.empty()) return "unknown option '" + name + "'" + where + "; it belongs to " + owners;
+        std::string hint = nearest(name, scope.names);
         return "unknown option '" + name + "'" + where + (hint.empty() ? "" : "; did you mean '" + hint + "'?");
       }
       if (tok.find('=') == std::string::npos && scope.takes_value.count(name)) ++i;

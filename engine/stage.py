@@ -41,6 +41,23 @@ def workload(name: str) -> tuple[list[list[int]], int]:
         prompts = [list((i * 3) % 1000 + 1 for i in range(n)) for n in (300, 450, 600)]
         prompts.append([(11 * i) % 900 + 50 for i in range(500)])
         return prompts, 16
+    if name.startswith("ttft:"):
+        # Long prompts for the time-to-first-token stages, one per length; no two share
+        # a first token, so no prompt is a prefix hit of another.
+        lengths = [int(n) for n in name[5:].split(",")]
+        prompts = [
+            [(r * 977 + i * 13 + 1) % 120000 + 2 for i in range(n)]
+            for r, n in enumerate(lengths)
+        ]
+        return prompts, 1
+    if name == "burst":
+        # Sixteen long prompts at once on a real model shape: the write path under a
+        # store burst of about 32 GiB of KV (Llama-3.1-8B's shape).
+        prompts = [
+            [(r * 389 + i * 11 + 5) % 120000 + 2 for i in range(16384)]
+            for r in range(16)
+        ]
+        return prompts, 32
     if name == "pressure":
         # Many long requests: far more KV than the small CPU tier and capture budget hold.
         prompts = [
@@ -55,7 +72,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         model=args.model,
         load_format="dummy",
         enforce_eager=True,
-        max_model_len=4096,
+        max_model_len=args.max_model_len,
         skip_tokenizer_init=True,
         attention_backend="TRITON_ATTN",
         dtype="bfloat16",
@@ -80,7 +97,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         extra = {
             "spec_name": "TieringOffloadingSpec",
             "cpu_bytes_to_use": args.cpu_bytes,
-            "blocks_per_chunk": 1,
+            "blocks_per_chunk": args.blocks_per_chunk,
             "offload_prompt_only": False,
             "secondary_tiers": [],
         }
@@ -169,6 +186,14 @@ def main() -> int:
     p.add_argument("--connector", action="store_true")
     p.add_argument("--cpu-bytes", type=int, default=1 << 30)
     p.add_argument("--kv-cache-gb", type=int, default=2)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--blocks-per-chunk", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds (TTFT: 1)")
+    p.add_argument(
+        "--no-digests",
+        action="store_true",
+        help="with --sequential: skip the KV digests (long prompts: seconds each)",
+    )
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--hybrid", action="store_true")
     p.add_argument("--eagle", default="")
@@ -238,17 +263,21 @@ def main() -> int:
         llm.generate(
             warm, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False
         )
+        block_ids.clear()  # the warm-up requests' blocks are not the timed ones
     rounds = []
-    for rnd in range(2):
+    for rnd in range(args.rounds):
         cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
         if args.sample:
             llm.collective_rpc(probe.start_sampler)
         t = time.time()
         digests = []
+        request_seconds = []
         if args.sequential:
             outs = []
             for req in requests:
+                t_req = time.time()
                 (out,) = llm.generate([req], sp, use_tqdm=False)
+                request_seconds.append(round(time.time() - t_req, 4))
                 outs.append(out)
                 # One request per call: the one the scheduler freed (its internal id may
                 # carry a suffix the output's id lacks).
@@ -259,7 +288,7 @@ def main() -> int:
                         probe.block_digests,
                         args=([list(g) for g in ids], len(req["prompt_token_ids"])),
                     )[0]
-                    if ids is not None
+                    if ids is not None and not args.no_digests
                     else None
                 )
         else:
@@ -272,6 +301,7 @@ def main() -> int:
         rounds.append(
             {
                 "seconds": round(dt, 4),
+                "request_seconds": request_seconds,
                 "generated_tokens": generated,
                 "prompt_tokens": prompt_tokens,
                 "tokens_per_s": round((generated + prompt_tokens) / dt, 1),

@@ -24,6 +24,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import diskspeed  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "models")
 
@@ -44,6 +48,9 @@ class Stage:
     corrupt: str | None = None  # before this stage: flip a payload byte of a chunk that
     # the named stage restored (restore stages)
     diagnosis: bool = False  # runs only when --only names it exactly
+    before: str | None = None  # before this stage, on the store's files: "evict" (page
+    # cache dropped, plain parallel read from disk timed) or "warm" (read into the page
+    # cache, plain read from it timed); "disk-write" times a sequential write + fsync
 
     @property
     def probe(self) -> bool:
@@ -109,11 +116,13 @@ def stages() -> list[Stage]:
             gpus=2,
         )
     )
-    # Throughput tier off vs on, same workload, alone on the GPU, one after the other in the
-    # order off, on, on, off (a drift over time cancels in the mean); the "on" runs are also
-    # the pressure runs (small CPU tier, a burst far above the capture budget).
+    # Throughput tier off vs on, same workload, alone on the GPU, one after the other in
+    # three pairs, the middle one reversed (off on, on off, off on: a drift over time
+    # cancels); the "on" runs are also the pressure runs (small CPU tier, a burst far above
+    # the capture budget). The ratio is the median of the three pairs' ratios.
     for wave, name, knob in ((3, "pressure.off", "0"), (4, "pressure.on", "1"),
-                             (5, "pressure.on2", "1"), (6, "pressure.off2", "0")):  # fmt: skip
+                             (5, "pressure.on2", "1"), (6, "pressure.off2", "0"),
+                             (15, "pressure.off3", "0"), (16, "pressure.on3", "1")):  # fmt: skip
         extra = ["--probe"] if knob == "1" else []
         out.append(
             Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300)
@@ -154,6 +163,45 @@ def stages() -> list[Stage]:
             Stage(f"{store}.healed", path, "patched", "1", seq + extra + ["--restore-probe"],
                   env=on, wave=10, store=store, timeout=150),
         ]  # fmt: skip
+    out += real_size_stages()
+    return out
+
+
+LLAMA_8B = os.path.join(MODELS, "llama-8b")
+TTFT_TOKENS = (32768, 126976)
+
+
+def real_size_stages() -> list[Stage]:
+    """Llama-3.1-8B's shape (dummy weights): time to first token cold, restored from disk
+    and restored from the page cache (ttft.*), and a burst of long prompts tier off / on
+    (burst8b.*). Each engine alone on the GPU; minutes of device time, so they run only
+    when --only names their prefix (ttft, burst8b)."""
+    long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
+    ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
+                   "--sequential", "--rounds", "1", "--blocks-per-chunk", "16"]  # fmt: skip
+    tier = ["--connector", "--cpu-bytes", str(24 << 30)]
+    budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20"}  # the capture budget: the whole prompt
+    on = budget | {"GLM53_KV_OFFLOAD_RESTORE": "1"}
+    store = "ttft.llama8b"
+    out = [
+        Stage(f"{store}.cold", LLAMA_8B, "pristine", None, ttft, wave=30, timeout=480),
+        Stage(f"{store}.write", LLAMA_8B, "patched", "1", ttft + tier + ["--probe", "--no-digests"],
+              budget | {"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=31, store=store, timeout=480),
+        Stage(f"{store}.disk", LLAMA_8B, "patched", "1", ttft + tier + ["--restore-probe"],
+              on, wave=32, store=store, verify=False, before="evict", timeout=480),
+        Stage(f"{store}.cache", LLAMA_8B, "patched", "1", ttft + tier + ["--restore-probe"],
+              on, wave=33, store=store, verify=False, before="warm", timeout=480),
+    ]  # fmt: skip
+    burst = long + ["--workload", "burst", "--rounds", "1", "--logprobs", "0",
+                    "--max-num-seqs", "16", "--thread-cpu", "--blocks-per-chunk", "16"]  # fmt: skip
+    tier = ["--connector", "--cpu-bytes", str(16 << 30)]
+    out += [
+        Stage("burst8b.off", LLAMA_8B, "patched", "0", burst + tier, wave=34, timeout=420),
+        Stage("burst8b.on", LLAMA_8B, "patched", "1", burst + tier + ["--probe"],
+              {"GLM53_KV_OFFLOAD_CPU_GB": "8"}, wave=35, before="disk-write", timeout=420),
+    ]  # fmt: skip
+    for s in out:
+        s.diagnosis = True  # selected by prefix only: see selected()
     return out
 
 
@@ -218,6 +266,15 @@ def run_wave(
         results[st.name] = res
         print(f"  {st.name}: rc={rc} up={res.get('engine_up_s')}s", flush=True)
     return results
+
+
+def prepare(st: Stage, opts: argparse.Namespace) -> dict:
+    """The plain disk or page-cache speed a stage is judged against, measured on the
+    store's own files (or beside the stores) just before the stage."""
+    if st.before == "disk-write":
+        return {"disk_write": diskspeed.write_speed(opts.stores)}
+    root = os.path.join(opts.stores, st.store or st.name)
+    return {"plain_read": diskspeed.read_speeds(root, from_disk=st.before == "evict")}
 
 
 def kvstore_verify(binary: str, root: str) -> dict:
@@ -591,7 +648,9 @@ def judge(
             ) == 0 == other.get("rc")
     verdicts.update(restore_judge(results, corruptions or {}))
     for name, res in results.items():
-        if res.get("workers") is not None and not name.startswith("pressure"):
+        if res.get("workers") is not None and not name.startswith(
+            ("pressure", "ttft.", "burst8b.")
+        ):  # the real-size stages do not compare bytes (minutes): see their judges
             tp = 2 if name.endswith("tp2") else 1
             verdicts[f"{name}: writer, groups, bytes, verify"] = check_writer(res, tp)
     pressure = [n for n in sorted(results) if n.startswith("pressure.")]
@@ -605,41 +664,213 @@ def judge(
             for n in pressure
             if results[n].get("rounds")
         } | {"ok": True}
-    offs = [results[n] for n in ("pressure.off", "pressure.off2") if n in results]
-    ons = [results[n] for n in ("pressure.on", "pressure.on2") if n in results]
-    if offs and ons and all(r.get("rounds") for r in offs + ons):
+    verdicts.update(throughput_judge(results))
+    verdicts.update(ttft_judge(results))
+    verdicts.update(burst_judge(results))
+    return verdicts
 
-        def rate(r: dict) -> float:
-            return r["rounds"][0]["tokens_per_s"]
 
-        off_rate = sum(rate(r) for r in offs) / len(offs)
-        on_rate = sum(rate(r) for r in ons) / len(ons)
-        stats = [w.get("stats", {}) for r in ons for w in r.get("workers", [])]
-        verdicts["throughput tier on / off (round 0, tokens/s, mean of the runs)"] = {
-            "off_tokens_per_s": [rate(r) for r in offs],
-            "on_tokens_per_s": [rate(r) for r in ons],
-            "ratio": round(on_rate / off_rate, 3),
-            "off_s": [r["rounds"][0]["seconds"] for r in offs],
-            "on_s": [r["rounds"][0]["seconds"] for r in ons],
+def _rate(r: dict) -> float:
+    return r["rounds"][0]["tokens_per_s"]
+
+
+def _engine_cpu(r: dict) -> float | None:
+    return r["rounds"][0].get("thread_cpu", {}).get("(caller)")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def throughput_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Tier on / off, round 0: per pair (off, on), (off2, on2), (off3, on3) the ratio of
+    tokens/s and of the engine thread's CPU seconds; the figure is the median ratio. A
+    benchmark: it prints, it does not fail; the pressure verdicts below can."""
+    verdicts: dict[str, dict] = {}
+    pairs = []
+    for suffix in ("", "2", "3"):
+        off, on = (
+            results.get(f"pressure.off{suffix}"),
+            results.get(f"pressure.on{suffix}"),
+        )
+        if off and on and off.get("rounds") and on.get("rounds"):
+            pairs.append((f"pressure.off{suffix}", off, f"pressure.on{suffix}", on))
+    if pairs:
+        ratios = [round(_rate(on) / _rate(off), 3) for _, off, _, on in pairs]
+        cpu = [
+            round(_engine_cpu(on) / _engine_cpu(off), 3)
+            for _, off, _, on in pairs
+            if _engine_cpu(on) and _engine_cpu(off)
+        ]
+        stats = [w.get("stats", {}) for *_, on in pairs for w in on.get("workers", [])]
+        verdicts[
+            "throughput tier on / off (round 0, tokens/s; median of the pairs)"
+        ] = {
+            "pairs": [[a, b] for a, _, b, _ in pairs],
+            "off_tokens_per_s": [_rate(off) for _, off, _, _ in pairs],
+            "on_tokens_per_s": [_rate(on) for *_, on in pairs],
+            "ratios": ratios,
+            "ratio": _median(ratios),
+            "engine_thread_cpu_ratios": cpu,
+            "engine_thread_cpu_ratio": _median(cpu) if cpu else None,
             "capture_seconds": [round(s.get("capture_seconds", 0.0), 3) for s in stats],
             "ok": True,
         }
-        for r, name in zip(ons, ("pressure.on", "pressure.on2"), strict=False):
-            st = [w.get("stats", {}) for w in r.get("workers", [])]
-            toks = r["rounds"][0]["tokens"]
-            full = all(len(t) == 32 for t in toks)
-            verify = r.get("kvstore_verify", {}).get("rc")
-            verdicts[f"{name}: all requests served, drops counted, store clean"] = {
-                "requests_finished": len(toks),
-                "all_full_length": full,
-                "stats": st,
-                "kvstore_verify_rc": verify,
-                "ok": r.get("rc") == 0
-                and full
-                and sum(x.get("keys_dropped_budget", 0) for x in st) > 0
-                and verify == 0,
-            }
+    for name in ("pressure.on", "pressure.on2", "pressure.on3"):
+        r = results.get(name)
+        if not r or not r.get("rounds"):
+            continue
+        st = [w.get("stats", {}) for w in r.get("workers", [])]
+        toks = r["rounds"][0]["tokens"]
+        full = all(len(t) == 32 for t in toks)
+        verify = r.get("kvstore_verify", {}).get("rc")
+        verdicts[f"{name}: all requests served, drops counted, store clean"] = {
+            "requests_finished": len(toks),
+            "all_full_length": full,
+            "stats": st,
+            "kvstore_verify_rc": verify,
+            "ok": r.get("rc") == 0
+            and full
+            and sum(x.get("keys_dropped_budget", 0) for x in st) > 0
+            and verify == 0,
+        }
     return verdicts
+
+
+def _first_logprobs(res: dict) -> list:
+    rounds = res.get("rounds") or [{}]
+    return rounds[0].get("logprobs") or []
+
+
+def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Per prompt length: the TTFT cold, restored from disk and from the page cache, the
+    restore's read phase against the plain parallel read of the same files in the same
+    run; restored first-step logprobs and KV bytes must equal the cold engine's."""
+    verdicts: dict[str, dict] = {}
+    cold = results.get("ttft.llama8b.cold")
+    if not cold or not cold.get("rounds"):
+        return verdicts
+    write = results.get("ttft.llama8b.write") or {}
+    rows = []
+    for i, tokens in enumerate(TTFT_TOKENS):
+        row: dict = {
+            "tokens": tokens,
+            "cold_s": cold["rounds"][0]["request_seconds"][i],
+        }
+        if write.get("rounds"):
+            row["write_engine_s"] = write["rounds"][0]["request_seconds"][i]
+        rows.append(row)
+    for kind in ("disk", "cache"):
+        res = results.get(f"ttft.llama8b.{kind}")
+        if not res or not res.get("rounds"):
+            continue
+        stats = [w.get("stats", {}) for w in res.get("restore_workers") or []]
+        plain = (res.get("before") or {}).get("plain_read", {})
+        read_s = sum(s.get("read_seconds", 0.0) for s in stats)
+        read_b = sum(s.get("bytes_restored", 0) for s in stats)
+        for i, row in enumerate(rows):
+            t = res["rounds"][0]["request_seconds"][i]
+            row[f"{kind}_s"] = t
+            row[f"{kind}_speedup"] = round(row["cold_s"] / t, 2) if t else None
+            row[f"{kind}_cached_tokens"] = res["rounds"][0]["num_cached_tokens"][i]
+        lp = same_first_logprobs(cold, res)
+        kv = (
+            same_kv(cold, res)
+            if any(res["rounds"][0].get("kv_digests") or [])
+            else None
+        )
+        verdicts[f"ttft.llama8b.{kind}: restored, logprobs and KV bytes == cold"] = {
+            "stats": stats,
+            "plain_read": plain,
+            "read_phase_s": round(read_s, 3),
+            "read_phase_bytes": read_b,
+            "read_phase_gb_per_s": round(read_b / read_s / 1e9, 3) if read_s else None,
+            "read_vs_plain": round(read_b / read_s / 1e9 / plain["best_gb_per_s"], 3)
+            if read_s and plain.get("best_gb_per_s")
+            else None,
+            "logprobs": lp,
+            "kv": kv,
+            "ok": res.get("rc") == 0
+            and all(s.get("keys_restored", 0) > 0 for s in stats)
+            and bool(stats)
+            and (kv is None or kv["ok"]),
+        }
+    if write.get("rounds"):
+        verdicts["ttft.llama8b.write: store written, kvstore verify clean"] = {
+            "stats": [w.get("stats", {}) for w in write.get("workers") or []],
+            "kvstore_verify": write.get("kvstore_verify"),
+            "ok": write.get("rc") == 0
+            and (write.get("kvstore_verify") or {}).get("rc") == 0,
+        }
+    # Every full chunk of each prompt reached the store (the tail of the last request
+    # included, written at the clean shutdown): a restore then covers the prompt up to the
+    # chunk holding its last token, which vLLM always computes.
+    chunk = 16 * 16  # --blocks-per-chunk 16 of 16-token blocks
+    covered = {
+        kind: [
+            row.get(f"{kind}_cached_tokens") == (row["tokens"] - 1) // chunk * chunk
+            for row in rows
+        ]
+        for kind in ("disk", "cache")
+        if f"{kind}_s" in rows[0]
+    }
+    if covered:
+        verdicts["ttft.llama8b: each prompt restored up to its last chunk"] = {
+            "covered": covered,
+            "ok": all(all(v) for v in covered.values()),
+        }
+    verdicts["ttft.llama8b: time to first token (s), cold vs restore (benchmark)"] = {
+        "rows": rows,
+        "ok": True,
+    }
+    return verdicts
+
+
+def same_first_logprobs(cold: dict, other: dict) -> dict:
+    """The first step's top-20 logprobs of every prompt, cold vs restored. Recorded, not
+    judged: the cold engine prefilled every token, the restored one only the tail on top
+    of the restored prefix (another attention split), so bit equality is not expected
+    here; the KV bytes are (same_kv)."""
+    n = diff = 0
+    worst = 0.0
+    for a, b in zip(_first_logprobs(cold), _first_logprobs(other), strict=False):
+        steps, d, w = _compare_steps(a, b)
+        n, diff, worst = n + steps, diff + d, max(worst, w)
+    return {"compared": n, "top20_sets_differ": diff, "max_abs": worst}
+
+
+def burst_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Llama-3.1-8B's shape, 16 x 16k tokens at once, tier off vs on: tokens/s, the engine
+    thread's CPU, and the writer's bytes per second against the disk's plain sequential
+    write + fsync measured just before (a benchmark; every key must be accounted for)."""
+    off, on = results.get("burst8b.off"), results.get("burst8b.on")
+    if not (off and on and off.get("rounds") and on.get("rounds")):
+        return {}
+    stats = [w.get("stats", {}) for w in on.get("workers", [])]
+    written = sum(s.get("bytes_written", 0) for s in stats)
+    write_s = max((s.get("write_seconds", 0.0) for s in stats), default=0.0)
+    disk = (on.get("before") or {}).get("disk_write", {})
+    writer_rate = written / write_s / 1e9 if write_s else None
+    return {
+        "burst8b: tier on / off, writer vs disk (benchmark)": {
+            "off_tokens_per_s": _rate(off),
+            "on_tokens_per_s": _rate(on),
+            "ratio": round(_rate(on) / _rate(off), 3),
+            "engine_thread_cpu": [_engine_cpu(off), _engine_cpu(on)],
+            "writer_bytes": written,
+            "writer_seconds": round(write_s, 3),
+            "writer_gb_per_s": round(writer_rate, 3) if writer_rate else None,
+            "disk_write": disk,
+            "writer_vs_disk": round(writer_rate / disk["gb_per_s"], 3)
+            if writer_rate and disk.get("gb_per_s")
+            else None,
+            "stats": stats,
+            "kvstore_verify_rc": on.get("kvstore_verify", {}).get("rc"),
+            "ok": on.get("rc") == 0 == off.get("rc"),
+        }
+    }
 
 
 def selected(every: list[Stage], wanted: list[str], gpus: int) -> list[Stage]:
@@ -647,6 +878,8 @@ def selected(every: list[Stage], wanted: list[str], gpus: int) -> list[Stage]:
     the GPUs; a diagnosis stage only when named exactly (device minutes)."""
 
     def named(s: Stage) -> bool:
+        if s.diagnosis and s.name.startswith(("ttft.", "burst8b.")):
+            return any(s.name == w or s.name.startswith(w + ".") for w in wanted)
         if s.diagnosis:
             return s.name in wanted
         return not wanted or any(
@@ -677,10 +910,14 @@ def main() -> int:
             s.wave = together[0]
     results: dict[str, dict] = {}
     corruptions: dict[str, dict] = {}
+    prepared: dict[str, dict] = {}
     t0 = time.time()
     for wave in sorted({s.wave for s in todo}):
         batch = [s for s in todo if s.wave == wave]
         for st in batch:
+            if st.before:
+                prepared[st.name] = prepare(st, opts)
+                print(f"  before {st.name}: {prepared[st.name]}", flush=True)
             if st.corrupt:
                 corruptions[st.name] = corrupt_chunk(results.get(st.corrupt, {}))
                 print(
@@ -691,6 +928,8 @@ def main() -> int:
             flush=True,
         )
         results.update(run_wave(batch, opts, logs))
+    for name, speeds in prepared.items():
+        results.setdefault(name, {})["before"] = speeds
     verdicts = judge(results, corruptions)
     with open(os.path.join(opts.out, "results.json"), "w") as f:
         json.dump({"results": results, "verdicts": verdicts, "corruptions": corruptions}, f,

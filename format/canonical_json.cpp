@@ -9,6 +9,8 @@ namespace {
 
 using nlohmann::json;
 
+// FORMAT.md 4.1: at most 64 arrays and objects open at once; scalars and
+// keys add no level.
 constexpr int kMaxDepth = 64;
 
 // Decodes one UTF-8 code point at s[i]; returns false on malformed input.
@@ -78,8 +80,10 @@ Result<void> write_string(const std::string& s, std::string& out) {
   return {};
 }
 
-Result<void> write_value(const json& v, std::string& out, int depth) {
-  if (depth > kMaxDepth) return make_error(Reason::BadJson, "nesting deeper than 64");
+// `open`: the arrays and objects around v.
+Result<void> write_value(const json& v, std::string& out, int open) {
+  if ((v.is_array() || v.is_object()) && open >= kMaxDepth)
+    return make_error(Reason::BadJson, "nesting deeper than 64");
   switch (v.type()) {
     case json::value_t::null: out += "null"; return {};
     case json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; return {};
@@ -100,7 +104,7 @@ Result<void> write_value(const json& v, std::string& out, int depth) {
       for (const auto& item : v) {
         if (!first) out += ',';
         first = false;
-        if (auto r = write_value(item, out, depth + 1); !r) return r;
+        if (auto r = write_value(item, out, open + 1); !r) return r;
       }
       out += ']';
       return {};
@@ -115,7 +119,7 @@ Result<void> write_value(const json& v, std::string& out, int depth) {
         first = false;
         if (auto r = write_string(it.key(), out); !r) return r;
         out += ':';
-        if (auto r = write_value(it.value(), out, depth + 1); !r) return r;
+        if (auto r = write_value(it.value(), out, open + 1); !r) return r;
       }
       out += '}';
       return {};
@@ -124,8 +128,8 @@ Result<void> write_value(const json& v, std::string& out, int depth) {
   }
 }
 
-// Nesting depth of the raw text, counted outside strings, so a hostile file
-// cannot drive the recursive parser deep.
+// Nesting depth of the raw text, counted outside strings: the exact rule,
+// checked before parsing so a hostile file cannot drive the parser deep.
 bool depth_within_limit(std::string_view text) {
   int depth = 0;
   bool in_string = false;
@@ -137,7 +141,7 @@ bool depth_within_limit(std::string_view text) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth + 1) return false;
+      if (++depth > kMaxDepth) return false;
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -149,7 +153,7 @@ bool depth_within_limit(std::string_view text) {
 
 Result<std::string> canonical_json(const json& value) {
   std::string out;
-  if (auto r = write_value(value, out, 1); !r) return r.error();
+  if (auto r = write_value(value, out, 0); !r) return r.error();
   return out;
 }
 
@@ -158,6 +162,10 @@ Result<json> parse_strict_json(std::string_view text, std::size_t limit) {
     return make_error(Reason::BadJson,
                       std::to_string(text.size()) + " bytes, limit " + std::to_string(limit));
   if (text.starts_with("\xEF\xBB\xBF")) return make_error(Reason::BadJson, "byte-order mark");
+  // nlohmann's lexer takes a NUL byte for the end of input and would accept
+  // `{...}\0junk`; JSON allows NUL nowhere unescaped (Python: "Extra data").
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+    return make_error(Reason::BadJson, "NUL byte at offset " + std::to_string(nul));
   if (!depth_within_limit(text)) return make_error(Reason::BadJson, "nesting deeper than 64");
   std::vector<std::set<std::string>> keys;
   bool duplicate = false;

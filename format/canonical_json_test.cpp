@@ -52,15 +52,35 @@ TEST(CanonicalJson, RejectsWhatPythonWouldNotRoundTrip) {
   EXPECT_EQ(canon(json(std::string("\xC0\x80"))), "ERROR:bad_json");      // overlong
 }
 
+// FORMAT.md 4.1: a level is an array or object; the scalar inside adds none.
 TEST(CanonicalJson, DepthLimit) {
-  const std::string ok = std::string(63, '[') + "1" + std::string(63, ']');
+  const std::string ok = std::string(64, '[') + "1" + std::string(64, ']');
   EXPECT_EQ(strict(ok), ok);
-  const std::string deep = std::string(64, '[') + "1" + std::string(64, ']');
+  const std::string empty_ok = std::string(63, '[') + "{}" + std::string(63, ']');
+  EXPECT_EQ(strict(empty_ok), empty_ok);
+  const std::string deep = std::string(65, '[') + "1" + std::string(65, ']');
   EXPECT_EQ(strict(deep), "ERROR:bad_json");
+  EXPECT_EQ(strict(std::string(64, '[') + "{}" + std::string(64, ']')), "ERROR:bad_json");
+  // Encoding counts alike: 64 lists encode, 65 do not.
+  json v = 1;
+  for (int i = 0; i < 64; ++i) v = json::array({v});
+  EXPECT_EQ(canon(v), ok);
+  EXPECT_EQ(canon(json::array({v})), "ERROR:bad_json");
   EXPECT_EQ(strict(std::string(100000, '[')), "ERROR:bad_json");
   // Brackets inside strings do not count.
   EXPECT_EQ(strict(R"(["[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["])"),
             R"(["[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["])");
+}
+
+// nlohmann's lexer reads a NUL byte as the end of input: `{}\0junk` parsed
+// as `{}` while Python (and FORMAT.md 4.1) call it bad_json (issue 37).
+TEST(CanonicalJson, NulByteAnywhereIsBadJson) {
+  using namespace std::string_literals;
+  EXPECT_EQ(strict("{}\0junk"s), "ERROR:bad_json");
+  EXPECT_EQ(strict("{}\0"s), "ERROR:bad_json");
+  EXPECT_EQ(strict("{\"a\":\"x\0y\"}"s), "ERROR:bad_json");
+  EXPECT_EQ(strict("[1,\0 2]"s), "ERROR:bad_json");
+  EXPECT_EQ(strict("{\"a\":\"x\\u0000y\"}"s), "{\"a\":\"x\\u0000y\"}");  // escaped: fine
 }
 
 TEST(CanonicalJson, SizeLimit) {

@@ -30,6 +30,9 @@ Result<std::vector<PendingChunk>> check_body(const json& body) {
     if (!group || *group < 0 || *group > kMaxGroupIndex || !is_key_hex(key))
       return bad_field("chunk must be [group, key hex]");
     out.push_back({static_cast<std::uint32_t>(*group), key});
+    // FORMAT.md 9.1: sorted by (group, key), each once.
+    if (out.size() > 1 && !(out[out.size() - 2] < out.back()))
+      return bad_field("chunks must be sorted by (group, key), each once");
   }
   return out;
 }

@@ -91,7 +91,10 @@ Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOp
     auto lock = lock_exclusive(rank_fd, opt.lock_timeout);
     if (!lock) {
       r.refusals.push_back(fmt::format("{}/{}", r.where, lock.error().line()));
-      r.refused = r.busy = lock.error().kind == ErrorKind::kRefused;
+      // Busy (a writer held it) or unsafe (not a regular file: even --force
+      // must not sweep without a lock that keeps writers out); else I/O.
+      r.busy = lock.error().kind == ErrorKind::kRefused;
+      r.refused = r.busy || lock.error().kind == ErrorKind::kInvalid;
       (r.refused ? report.refused : report.io_failed) = true;
       report.ranks.push_back(std::move(r));
       continue;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "kvtier/format/layout.h"
 #include "kvtier/format/retention.h"
 
 namespace kvstore {
@@ -47,6 +48,20 @@ std::string ref_key(uint32_t group, const std::string& key) {
   return fmt::format("{}/{}", group, key);
 }
 
+// Names the rank folder, the record it lacks and what is wrong with it
+// (the scan's finding on the record, FORMAT.md 4: <rank base>.json beside it).
+std::string namespace_refusal(const RankInventory& inv, const std::string& where) {
+  const std::string record = kvformat::namespace_record_name(inv.name);
+  for (const auto& f : inv.findings) {
+    const bool on_record = f.rel == record || f.rel.ends_with("/" + record);
+    if (!on_record || (f.kind != FindingKind::kBadNamespace && f.kind != FindingKind::kUnreadable)) continue;
+    if (f.detail == "namespace record missing")
+      return fmt::format("{}: rank folder without its namespace record: {} does not exist beside it", where, f.rel);
+    return fmt::format("{}: its namespace record {} is invalid ({})", where, f.rel, f.detail);
+  }
+  return fmt::format("{}: no valid namespace record {} beside the rank folder", where, record);
+}
+
 bool older_than_grace(const FileStat& st, const PlanOptions& opt) {
   return st.mtime_ns + opt.grace_ns <= opt.now_ns;
 }
@@ -79,32 +94,30 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     }
   }
 
-  // Something in the rank could not be read (a manifest, manifests/ itself, a
-  // chunk folder, a live writer's pending record): nobody can say which
-  // chunks are unnamed or whether a "missing" chunk is really gone. Even
-  // --force then deletes only what cannot break a manifest: superseded
-  // readable manifests and temps.
+  // Something in the rank could not be read or parsed (a manifest, manifests/
+  // itself, a chunk folder, a live writer's pending record): nobody can say
+  // which chunks are unnamed or whether a "missing" chunk is really gone. An
+  // unparsable manifest (torn, bit rot, a later format version) hides what
+  // it names exactly as an unreadable one does. Even --force then deletes
+  // only what cannot break a manifest: superseded readable manifests and
+  // temps; the unparsable manifest stays, so the next sweep cannot take its
+  // chunks for orphans either.
   bool complete = inv.manifests_readable;
-  for (const auto& m : inv.manifests) complete = complete && m.readable;
+  for (const auto& m : inv.manifests) complete = complete && m.readable && m.parsed;
   for (const auto& f : inv.findings)
     if (f.kind == FindingKind::kUnreadable || f.kind == FindingKind::kBadPending) complete = false;
 
   for (size_t i = 0; i < inv.manifests.size(); ++i) {
     const auto& m = inv.manifests[i];
-    if (!complete && (!m.parsed || m.broken)) {
-      if (!m.readable) plan.refusals.push_back(fmt::format("{}: manifest could not be read", m.rel));
-      continue;
+    if (!m.readable || !m.parsed) {
+      plan.refusals.push_back(
+          fmt::format("{}: manifest could not be {}", m.rel, m.readable ? "parsed" : "read"));
+      continue;  // never deleted, not even forced: what it names is unknown
     }
-    if (!m.readable) {
-      plan.refusals.push_back(fmt::format("{}: manifest could not be read", m.rel));
-      continue;
-    }
-    if (!m.parsed) {
-      plan.refusals.push_back(fmt::format("{}: manifest could not be parsed", m.rel));
-      manifests.push_back({m.rel, DeleteReason::kBadManifest, "invalid manifest", m.st, true});
-    } else if (m.broken) {
-      manifests.push_back({m.rel, DeleteReason::kBadManifest,
-                           "names a missing or damaged chunk", m.st, true});
+    if (m.broken) {
+      // Incomplete: its "missing" chunk may only be unseen.
+      if (complete)
+        manifests.push_back({m.rel, DeleteReason::kBadManifest, "names a missing or damaged chunk", m.st, true});
     } else if (!kept[i]) {
       manifests.push_back({m.rel, DeleteReason::kSuperseded,
                            fmt::format("beyond keep {} on every chain", opt.keep), m.st, true});
@@ -141,13 +154,12 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
   std::sort(manifests.begin(), manifests.end(), by_rel);
   std::sort(rest.begin(), rest.end(), by_rel);
   plan.manifests_planned = manifests.size();
+  // The rank by its folder's name, also when it is ROOT itself (its rel is "").
+  const std::string& where = inv.rel.empty() ? inv.name : inv.rel;
   if (plan.manifests_total > 0 && plan.manifests_planned == plan.manifests_total)
-    plan.refusals.push_back(fmt::format(
-        "{}: the plan would delete every manifest ({})", inv.rel.empty() ? "." : inv.rel,
-        plan.manifests_total));
-  if (!inv.namespace_ok)
-    plan.refusals.push_back(fmt::format("{}: namespace record missing or invalid",
-                                        inv.rel.empty() ? "." : inv.rel));
+    plan.refusals.push_back(
+        fmt::format("{}: the plan would delete every manifest ({})", where, plan.manifests_total));
+  if (!inv.namespace_ok) plan.refusals.push_back(namespace_refusal(inv, where));
   for (const auto& f : inv.findings) {
     if (f.kind == FindingKind::kUnreadable)
       plan.refusals.push_back(fmt::format("{}: could not be read ({})", f.rel, f.detail));

@@ -60,6 +60,7 @@ std::vector<std::pair<std::string, DeleteReason>> items(const Plan& p) {
 // Linear chain m1..m5; each names f1..fi (group 0) and its state payload si.
 RankInventory linear_chain() {
   RankInventory inv;
+  inv.name = "p_m_0123456789abcdef_r0";  // ROOT is this rank base: rel is ""
   inv.namespace_ok = true;
   std::vector<std::string> full;
   for (int i = 1; i <= 5; ++i) {
@@ -172,7 +173,7 @@ TEST(Plan, RefusesWhenEveryManifestGoes) {
   auto p = make_plan(inv, opts(2));
   EXPECT_EQ(p.manifests_planned, 5u);
   ASSERT_EQ(p.refusals.size(), 1u);
-  EXPECT_EQ(p.refusals[0], ".: the plan would delete every manifest (5)");
+  EXPECT_EQ(p.refusals[0], "p_m_0123456789abcdef_r0: the plan would delete every manifest (5)");
 }
 
 TEST(Plan, RefusesOnUnreadableManifestOrNamespace) {
@@ -180,12 +181,61 @@ TEST(Plan, RefusesOnUnreadableManifestOrNamespace) {
   inv.manifests[0].readable = false;
   inv.manifests[0].parsed = false;
   inv.namespace_ok = false;
+  inv.findings.push_back({"../p_m_0123456789abcdef_r0.json", FindingKind::kBadNamespace, "namespace record missing"});
   auto p = make_plan(inv, opts(2));
   EXPECT_EQ(p.refusals, (std::vector<std::string>{
                             "r/manifests/m1.json: manifest could not be read",
-                            ".: namespace record missing or invalid",
+                            "p_m_0123456789abcdef_r0: rank folder without its namespace record: "
+                            "../p_m_0123456789abcdef_r0.json does not exist beside it",
                         }));
   for (const auto& i : p.items) EXPECT_NE(i.rel, "r/manifests/m1.json");
+}
+
+// Issue 37: the refusal said "refused .:" for a rank base given as ROOT.
+TEST(Plan, InvalidNamespaceRecordIsNamedWithWhatIsWrong) {
+  auto inv = linear_chain();
+  inv.rel = "p_m_0123456789abcdef_r0";
+  inv.namespace_ok = false;
+  inv.findings.push_back({"p_m_0123456789abcdef_r0.json", FindingKind::kBadNamespace, "bad_json: not valid JSON"});
+  auto p = make_plan(inv, opts(2));
+  EXPECT_EQ(p.refusals, (std::vector<std::string>{
+                            "p_m_0123456789abcdef_r0: its namespace record p_m_0123456789abcdef_r0.json is "
+                            "invalid (bad_json: not valid JSON)",
+                        }));
+}
+
+// Issue 37: --force on a rank whose manifests were all unparsable deleted
+// every chunk (as orphans) and the manifests with them. An unparsable
+// manifest hides what it names as an unreadable one does: same rule.
+TEST(Plan, UnparsableManifestsHoldEveryChunkBackEvenForced) {
+  auto inv = linear_chain();
+  inv.chunks.push_back(chunk(0, "orphan", false));
+  for (auto& m : inv.manifests) {
+    m.parsed = false;
+    m.chain.clear();
+    m.refs.clear();
+  }
+  auto p = make_plan(inv, opts(2));
+  EXPECT_TRUE(p.chunks_withheld);
+  EXPECT_TRUE(p.items.empty()) << p.items.size();
+  ASSERT_EQ(p.refusals.size(), 5u);
+  EXPECT_EQ(p.refusals[0], "r/manifests/m1.json: manifest could not be parsed");
+}
+
+TEST(Plan, OneUnparsableManifestKeepsChunksButSweepsSupersededOnes) {
+  auto inv = linear_chain();
+  inv.manifests.push_back(manifest("bad", {"f1"}, "s1"));
+  inv.manifests.back().parsed = false;
+  inv.manifests.back().refs.clear();
+  inv.manifests.back().chain.clear();
+  inv.chunks.push_back(chunk(0, "orphan", false));
+  auto p = make_plan(inv, opts(2));
+  EXPECT_TRUE(p.chunks_withheld);
+  for (const auto& i : p.items) {
+    EXPECT_TRUE(i.manifest) << i.rel;
+    EXPECT_EQ(i.reason, DeleteReason::kSuperseded) << i.rel;
+  }
+  EXPECT_EQ(p.manifests_planned, 3u);  // m1..m3; "bad" itself stays
 }
 
 TEST(Plan, PartlyUnreadableRankPlansNoChunkEvenForced) {

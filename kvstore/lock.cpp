@@ -2,19 +2,52 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
 #include <thread>
 
 namespace kvstore {
 
 namespace {
 
+const char* type_name(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISLNK(m)) return "a symlink";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+  return "not a regular file";
+}
+
+Error not_a_lock(mode_t m) {
+  Error e;
+  e.kind = ErrorKind::kInvalid;
+  e.path = kLockFileName;
+  e.message = std::string("is ") + type_name(m) +
+              ", not a regular file: no writer can be locked out through it (remove it; the sweep creates it)";
+  return e;
+}
+
 Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) {
-  int fd = ::openat(rank_fd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(kLockFileName, errno, "cannot open lock file");
+  // Only a regular file is a lock: flock on a FIFO works but no writer uses
+  // it, and opening a device could act on it. Looked at before the open (so
+  // nothing special is opened) and after it (in case it was swapped).
+  struct stat st;
+  if (::fstatat(rank_fd, kLockFileName, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+    return not_a_lock(st.st_mode);
+  int fd = ::openat(rank_fd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    if (::fstatat(rank_fd, kLockFileName, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+      return not_a_lock(st.st_mode);
+    return io_error(kLockFileName, err, "cannot open lock file");
+  }
   Fd guard(fd);
+  if (::fstat(fd, &st) != 0) return io_error(kLockFileName, errno, "cannot stat lock file");
+  if (!S_ISREG(st.st_mode)) return not_a_lock(st.st_mode);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {

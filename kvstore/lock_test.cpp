@@ -1,5 +1,10 @@
 #include "kvtier/kvstore/lock.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "test_tmpdir.h"
@@ -34,6 +39,30 @@ TEST(StoreLock, ExclusiveSucceedsOnceWritersRelease) {
   ASSERT_TRUE(gc);
   auto writer = lock_shared(root->get(), milliseconds(20));
   EXPECT_FALSE(writer);  // and a writer waits for the sweep
+}
+
+// Issue 37: a FIFO .lock was flock'ed and the sweep went ahead (no writer
+// locks through a FIFO); a folder failed as an I/O error. One rule: a .lock
+// that is not a regular file is refused (kInvalid), and is not opened.
+TEST(StoreLock, ALockThatIsNotARegularFileIsRefused) {
+  for (const char* kind : {"fifo", "folder", "symlink", "dangling"}) {
+    testing::TmpDir t;
+    const std::string lock = t / ".lock";
+    if (std::string(kind) == "fifo") ASSERT_EQ(::mkfifo(lock.c_str(), 0644), 0);
+    if (std::string(kind) == "folder") t.mkdir(".lock");
+    if (std::string(kind) == "symlink") {
+      t.write("real", "");
+      std::filesystem::create_symlink(t / "real", lock);
+    }
+    if (std::string(kind) == "dangling") std::filesystem::create_symlink(t / "nowhere", lock);
+    auto root = open_root(t.path());
+    ASSERT_TRUE(root);
+    auto gc = lock_exclusive(root->get(), milliseconds(10));
+    ASSERT_FALSE(gc) << kind;
+    EXPECT_EQ(gc.error().kind, ErrorKind::kInvalid) << kind << ": " << gc.error().line();
+    EXPECT_NE(gc.error().message.find("not a regular file"), std::string::npos) << gc.error().line();
+    EXPECT_FALSE(t.exists("nowhere")) << kind;  // nothing created through a link
+  }
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <regex>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -109,6 +111,17 @@ int write_metrics(const Common& c, int code, Render render) {
     return code == kExitClean ? kExitIo : code;
   }
   return code;
+}
+
+// What the summary line says after a failed run, instead of "no problems"
+// (which would describe only what was scanned). Empty for 0 and 1.
+std::string failure_words(int code) {
+  switch (code) {
+    case kExitRefused: return "sweep refused for safety in some rank(s) (exit 4)";
+    case kExitIo: return "the run failed with an I/O error (exit 6)";
+    case kExitBusy: return "a writer held the store lock: not swept (exit 7)";
+    default: return "";
+  }
 }
 
 // True when ROOT holds entries but no rank folder, and is not one itself.
@@ -216,7 +229,8 @@ int run_verify(const Common& c) {
     fmt::print("{}\n", json_text(j));
   } else {
     fmt::print(text_out(c), "{}", findings_text(findings));
-    if (!c.quiet || code != kExitClean) fmt::print(text_out(c), "{}", summary_text("verify", summary));
+    if (!c.quiet || code != kExitClean)
+      fmt::print(text_out(c), "{}", summary_text("verify", summary, failure_words(code)));
   }
   exit_now(code);
 }
@@ -277,7 +291,8 @@ int run_gc(const Common& c, const GcArgs& g) {
     // A dry run lists its plan (that is what it is for); a sweep prints its
     // summary, and each file only with -v (and always in --json).
     fmt::print(text_out(c), "{}", per_file_filter(gc_report_text(*report), c.verbose || !g.sweep));
-    if (!c.quiet || code != kExitClean) fmt::print(text_out(c), "{}", summary_text("gc", summary));
+    if (!c.quiet || code != kExitClean)
+      fmt::print(text_out(c), "{}", summary_text("gc", summary, failure_words(code)));
   }
   exit_now(code);
 }
@@ -307,18 +322,32 @@ int run_stat(const Common& c) {
   exit_now(code);
 }
 
+std::string not_a_chunk_file(const std::string& file, const struct stat& st) {
+  if (S_ISLNK(st.st_mode)) return symlink_error(file).line();
+  const char* what = S_ISDIR(st.st_mode)    ? "a folder"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "a device"
+                                                                     : "not a regular file";
+  return fmt::format("{}: is {}, not a regular file; kvstore reads chunks only from regular files", file, what);
+}
+
 int run_inspect(const Common& c, const std::string& file) {
   bool json = c.json;
   if (root_missing(file)) return fail(c, kExitUsage, fmt::format("{}: does not exist", file));
-  int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  // One class, one code (as for ROOT): FILE is not something kvstore opens
+  // as a chunk (a symlink, FIFO, folder, socket or device) is exit 6, and a
+  // special file is never opened (a device could act on it).
+  struct stat st;
+  if (::lstat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return fail(c, kExitIo, not_a_chunk_file(file, st));
+  int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
-    return fail(c, kExitIo, io_error(file, errno, errno == ELOOP ? "is a symlink, not followed" : "cannot open").line());
+    if (errno == ELOOP) return fail(c, kExitIo, symlink_error(file).line());
+    return fail(c, kExitIo, io_error(file, errno, "cannot open").line());
   }
   Fd guard(fd);
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return fail(c, kExitUsage, fmt::format("{}: not a regular file", file));
-  }
+  if (::fstat(fd, &st) != 0) return fail(c, kExitIo, io_error(file, errno, "cannot stat").line());
+  if (!S_ISREG(st.st_mode)) return fail(c, kExitIo, not_a_chunk_file(file, st));
   auto hdr = kvformat::read_chunk_header_fd(fd);
   if (!hdr) {
     auto r = hdr.error().reason;
@@ -361,22 +390,32 @@ int run_inspect(const Common& c, const std::string& file) {
 CLI::Validator seconds_up_to(double max, const std::string& max_text) {
   return CLI::Validator(
       [max, max_text](std::string& s) -> std::string {
+        // Decimal only: strtod also reads hex ("0x10" as 16), leading spaces and inf.
+        static const std::regex kDecimal(R"(-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?)");
+        if (!std::regex_match(s, kDecimal)) return "not a number: " + s + " (decimal seconds, e.g. 600 or 1.5)";
         char* end = nullptr;
         double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return "not a number: " + s;
+        if (end != s.c_str() + s.size() || !std::isfinite(v)) return "not a number: " + s;
         if (v < 0 || v > max) return "out of range: " + s + " (0 to " + max_text + " seconds)";
         return {};
       },
       "SECONDS");
 }
 
-// Decimal digits only: CLI11 read "abc" as out of range and "0x2" as 2.
-const CLI::Validator kWholeNumber(
-    [](std::string& s) -> std::string {
-      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return "not a whole number: " + s;
-      return {};
-    },
-    "N");
+// Decimal digits only: CLI11 read "abc" as out of range and "0x2" as 2. A
+// negative whole number is one: say what is wrong with it.
+CLI::Validator whole_number(int min) {
+  return CLI::Validator(
+      [min](std::string& s) -> std::string {
+        const bool negative = s.size() > 1 && s[0] == '-';
+        const std::string digits = negative ? s.substr(1) : s;
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
+          return "not a whole number: " + s;
+        if (negative) return fmt::format("must be >= {}: {}", min, s);
+        return {};
+      },
+      "N");
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (formats v1 and v2)", "kvstore"};
@@ -394,7 +433,7 @@ int main(int argc, char** argv) {
       sub->add_option("ROOT", c.root, "a rank base (<prefix>_<model>_<ns>_r<rank>) or the tier folder holding ranks");
       sub->add_option("--root", c.root_opt, "ROOT given as an option (as `overlay --root`)");
       sub->add_option("--threads", c.threads, "chunk reader threads (default min(4, cores))")
-          ->check(kWholeNumber)
+          ->check(whole_number(1))
           ->check(CLI::Range(1, 64));
     }
     sub->add_flag("--json", c.json, "one JSON document on stdout (docs/JSON.md), also on failure");
@@ -422,7 +461,7 @@ int main(int argc, char** argv) {
   gc->add_flag("--force", g.force, "sweep despite refusal reasons (unreadable manifests, every manifest planned)");
   gc->add_option("--keep", g.keep, "keep-K boundaries per chain (default: the namespace record's "
                                    "info.keep_boundaries, else 2; 0 keeps every manifest)")
-      ->check(kWholeNumber)
+      ->check(whole_number(0))
       ->check(CLI::Range(0, 1024));
   gc->add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for writers to release the lock (default 30)")
       ->check(seconds_up_to(86400, "86400"));
@@ -442,6 +481,15 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}", app.help());
     return kExitUsage;
   }
+  // CLI11 answers --version as soon as it sees it, whatever else is there:
+  // `kvstore --version extra` printed the version and exited 0.
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i)
+    if (std::string_view(argv[i]) == "--version" && argc != 2) {
+      print_error("--version takes no other arguments (see kvstore --help)");
+      if (c.json)
+        fmt::print("{}\n", json_text(kvtier::cli::error_json("kvstore", "", kExitUsage, "--version takes no other arguments")));
+      return kExitUsage;
+    }
   // Unknown commands and options first, with a suggestion, before CLI11
   // would report a missing required value instead.
   if (std::string bad = kvtier::cli::precheck(app, argc, argv); !bad.empty()) {
@@ -468,8 +516,11 @@ int main(int argc, char** argv) {
   if (c.command != "inspect") {
     if (!c.root.empty() && !c.root_opt.empty() && c.root != c.root_opt)
       return usage("ROOT given twice, as " + c.root + " and --root " + c.root_opt);
+    const bool given = app.get_subcommands().front()->count("ROOT") > 0 ||
+                       app.get_subcommands().front()->count("--root") > 0;
     if (c.root.empty()) c.root = c.root_opt;
-    if (c.root.empty()) return usage("ROOT is required (positional or --root)");
+    if (c.root.empty())
+      return usage(given ? "ROOT is empty (an empty string names no folder)" : "ROOT is required (positional or --root)");
   }
   if (c.quiet && c.verbose) return usage("-q and -v contradict each other");
   if (g.force && !g.sweep) return usage("--force only applies to --sweep");

@@ -39,13 +39,15 @@ nlohmann::json findings_json(const std::vector<Finding>& findings) {
   return arr;
 }
 
-std::string summary_text(const char* verb, const ScanSummary& s) {
+std::string summary_text(const char* verb, const ScanSummary& s, std::string_view failure) {
   std::string kinds;
   for (const auto& [k, n] : s.by_kind) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, k);
+  std::string verdict = s.by_kind.empty()
+                            ? std::string(failure.empty() ? "no problems" : "nothing found in what was scanned")
+                            : fmt::format("{} finding(s): {}", s.damage + s.garbage, kinds);
+  if (!failure.empty()) verdict += fmt::format("; {}", failure);
   return fmt::format("{}: {} rank(s), {} chunk(s), {} manifest(s), {} bytes; {}\n", verb, s.ranks, s.chunks,
-                     s.manifests, s.bytes,
-                     s.by_kind.empty() ? std::string("no problems") : fmt::format("{} finding(s): {}",
-                                                                                  s.damage + s.garbage, kinds));
+                     s.manifests, s.bytes, verdict);
 }
 
 nlohmann::json summary_json(const ScanSummary& s) {

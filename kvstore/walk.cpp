@@ -40,15 +40,21 @@ std::pair<std::string_view, std::string_view> split_parent(std::string_view rel)
   return {rel.substr(0, slash), rel.substr(slash + 1)};
 }
 
+Error symlink_error(std::string path) {
+  // Not strerror(ELOOP), "Too many levels of symbolic links": there is one.
+  Error e = io_error(std::move(path), ELOOP, "");
+  e.message = "is a symlink; kvstore does not follow links (give the path it points to)";
+  return e;
+}
+
 Outcome<Fd> open_root(const std::string& path) {
   // O_DIRECTORY|O_NOFOLLOW on a link to a directory says ENOTDIR; say why.
   struct stat lst;
-  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
-    return io_error(path, ELOOP, "is a symlink, refusing to follow it");
+  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) return symlink_error(path);
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    if (err == ELOOP) return io_error(path, err, "is a symlink, refusing to follow it");
+    if (err == ELOOP) return symlink_error(path);
     if (err == ENOTDIR) return io_error(path, err, "not a directory");
     return io_error(path, err, "cannot open");
   }

@@ -112,6 +112,18 @@ std::vector<Case> cases() {
                     "# >>> overlay other/thing sha256=0123456789abcdef\nimport os\n");
        },
        2, "worker_import.py", "looks like an overlay sentinel"},
+      // Issue 37: a NUL byte is valid UTF-8 but breaks any source it is injected into.
+      {"FragmentHasNul",
+       [](Workspace& w) {
+         write_file(w.overlays + "/example-cache/worker_import.py", std::string("import os\n\0x = 1\n", 17));
+       },
+       2, "worker_import.py", "contains a NUL byte (line 2)"},
+      {"FragmentHasNulCheck",
+       [](Workspace& w) { write_file(w.overlays + "/example-cache/worker_import.py", std::string("import os\0\n", 11)); },
+       2, "worker_import.py", "contains a NUL byte (line 1)", {"check"}},
+      {"NewFileSourceHasNul",
+       [](Workspace& w) { write_file(w.overlays + "/example-cache/cache_hooks.py", std::string("x = 1\n\0", 7)); }, 2,
+       "cache_hooks.py", "contains a NUL byte"},
       {"TargetMissing", [](Workspace& w) { fs::remove(w.tree_file("example/worker.py")); }, 3, "example/worker.py",
        "does not exist"},
       {"TargetUnreadable", [](Workspace&) {}, 6, "example/worker.py", "Permission denied",

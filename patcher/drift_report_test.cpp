@@ -59,6 +59,43 @@ TEST(DriftReport, AScopeMissSaysWhereTheAnchorTextMovedTo) {
   EXPECT_THAT(r.err, HasSubstr("outside the scope: line 9 (in class Runner/def run)"));
 }
 
+// Issue 37: a `def` whose signature spans several lines was left out of the
+// enclosing scope (0.32.0 scheduler.py line 1881: "in class
+// OffloadingConnectorScheduler", not in build_connector_meta): the closing
+// `) -> T:` line is shallower than the body and hid the header.
+TEST(DriftReport, TheEnclosingFunctionOfAMultiLineSignatureIsNamed) {
+  Workspace w;
+  replace_in(w.tree_file("example/worker.py"), "    def run(self, prompt: str) -> list[int]:\n",
+             "    def run(\n        self,\n        prompt: str,\n    ) -> list[int]:\n");
+  replace_in(w.tree_file("example/worker.py"), "class Worker", "class Runner");
+  auto r = w.run({"plan"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("outside the scope: line 12 (in class Runner/def run)")) << r.err;
+}
+
+// Issue 37: a nearest match inside text an earlier overlay injects was
+// offered as "line 6 (inside an injected region)", a line number of the
+// in-memory build, not of the file on disk.
+TEST(DriftReport, ANearestMatchInInjectedTextIsNamedByItsRegionNotAsALineOfTheFile) {
+  Workspace w;
+  replace_in(w.manifests + "/example-cache-stats.toml", "anchor = \"from example import cache_hooks\"",
+             "anchor = \"from example import cache_hook\"");
+  auto r = w.run({"plan"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("line 2 of the region example-cache/import-cache injects (not a line of the file on "
+                               "disk) 0.9"))
+      << r.err;
+  EXPECT_THAT(r.err, HasSubstr("+++ example/scheduler.py line 2 of the region example-cache/import-cache injects"));
+  EXPECT_THAT(r.err, Not(HasSubstr("inside an injected region")));
+  auto j = nlohmann::json::parse(w.run({"plan", "--json"}).out);
+  const auto& e = j["error"]["files"][0]["edits"][0];
+  EXPECT_EQ(e["edit"], "stats-import") << e.dump(2);
+  EXPECT_EQ(e["nearest"][0]["line"], 0) << e.dump(2);
+  EXPECT_EQ(e["nearest"][0]["injected_by"], "example-cache/import-cache");
+  EXPECT_EQ(e["nearest"][0]["region_line"], 2);
+  EXPECT_EQ(e["nearest"][0]["text"], "from example import cache_hooks");
+}
+
 TEST(DriftReport, OneBlockPerFileAndTheFirstLineNamesEveryFile) {
   Workspace w;
   replace_in(w.tree_file("example/scheduler.py"), "for request in batch:", "for req in batch:");

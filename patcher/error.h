@@ -28,15 +28,17 @@ const char* kind_name(ErrorKind k);
 // drift report, for --json and for callers that act on it.
 struct DriftItem {
   struct Near {
-    size_t line = 0;  // 1-based
+    size_t line = 0;  // 1-based; 0: text an earlier overlay injects, not on disk
     double score = 0;
     std::string text;
+    std::string injected_by;  // line 0: the region's "overlay/edit"
+    size_t region_line = 0;   // line 0: 1-based line in that region (its begin sentinel is 1)
   };
   std::string file, overlay, edit, manifest;
   std::string kind;  // anchor | scope | scope-refused | pin
   std::string scope;
   int expected = 0, found = 0;
-  std::vector<size_t> found_at;  // 1-based lines
+  std::vector<size_t> found_at;  // 1-based lines (0: inside an earlier overlay's injected text)
   std::vector<Near> nearest;     // best first
   std::vector<std::string> diff;  // unified diff from the anchor (or the pinned file) to the tree
   std::string superseded_by;      // the edit's superseded_by text, when that text is gone upstream

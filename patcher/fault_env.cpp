@@ -4,8 +4,13 @@
 //                                       <step> is reached, as a kill would.
 //   OVERLAY_FAULT=<ERRNO>@<step>[:<n>]  the I/O at that step fails with ERRNO
 //                                       (ENOSPC, EACCES, EROFS, EIO, EDQUOT).
+//   OVERLAY_FAULT=pause@<step>[:<n>]    stop the process (SIGSTOP) there, after
+//                                       writing "overlay-fault-paused <step>" to
+//                                       stderr: a test changes the tree, then
+//                                       sends SIGCONT (another process racing it).
 //   OVERLAY_FAULT=list                  write "overlay-fault-step <step>" to stderr
 //                                       at every step, so tests can kill at each.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,7 +35,10 @@ class EnvFaultHook : public FaultHook {
       list_ = true;
       return;
     }
-    if (auto at = s.find('@'); at != std::string::npos) {
+    if (auto at = s.find('@'); at != std::string::npos && s.substr(0, at) == "pause") {
+      pause_ = true;
+      s = s.substr(at + 1);
+    } else if (at != std::string::npos) {
       static const std::map<std::string, int> names = {
           {"ENOSPC", ENOSPC}, {"EACCES", EACCES}, {"EROFS", EROFS}, {"EIO", EIO}, {"EDQUOT", EDQUOT}};
       auto it = names.find(s.substr(0, at));
@@ -52,12 +60,19 @@ class EnvFaultHook : public FaultHook {
     }
     if (step_.empty() || step_ != step) return 0;
     if (++seen_[step_] != nth_) return 0;
+    if (pause_) {
+      std::string line = std::string("overlay-fault-paused ") + step + "\n";
+      (void)!::write(2, line.data(), line.size());
+      ::raise(SIGSTOP);
+      return 0;
+    }
     if (err_) return err_;
     _exit(kFaultExitCode);
   }
 
  private:
   bool list_ = false;
+  bool pause_ = false;
   std::string step_;
   int nth_ = 1;
   int err_ = 0;  // 0: kill; else inject this errno

@@ -128,8 +128,13 @@ bool valid_sha(const std::string& s) {
   return true;
 }
 
-// Checks text the engine injects or matches: UTF-8, LF, no sentinel lines.
+// Checks text the engine injects or matches: UTF-8, LF, no NUL byte, no sentinel lines.
 Status check_text(const std::string& text, const std::string& display, const char* what) {
+  // Valid UTF-8, but no Python or C source may hold it: injected, it breaks the file.
+  if (size_t nul = text.find('\0'); nul != std::string::npos)
+    return make_error(ErrorKind::Usage, display,
+                      std::string(what) + " contains a NUL byte (line " + std::to_string(line_of_offset(text, nul)) +
+                          "); no source file may hold one");
   if (auto off = find_invalid_utf8(text))
     return make_error(ErrorKind::Usage, display,
                       std::string(what) + " is not valid UTF-8 (line " + std::to_string(line_of_offset(text, *off)) +

@@ -44,20 +44,47 @@ struct Op {
   size_t order = 0;
 };
 
-std::string where(const BuildLine& l, size_t index) {
-  if (l.origin) return fmt::format("line {}", l.origin);
-  return fmt::format("line {} (inside an injected region)", index + 1);
+// Line `index` of the build as a report names it. A line an earlier overlay
+// injects is not a line of the file on disk (the build is the projection with
+// the earlier overlays applied in memory): it is named by its region instead
+// (issue 37: "line 76 (inside an injected region)" was no line of the file).
+size_t region_line(const Build& b, size_t index) {  // 1-based, the begin sentinel is 1
+  size_t j = index;
+  while (j > 0 && b.lines[j - 1].region == b.lines[index].region) --j;
+  return index - j + 1;
 }
 
-size_t line_no(const Build& b, size_t index) { return b.lines[index].origin ? b.lines[index].origin : index + 1; }
+std::string where(const Build& b, size_t index) {
+  const BuildLine& l = b.lines[index];
+  if (l.origin) return fmt::format("line {}", l.origin);
+  return fmt::format("line {} of the region {} injects (not a line of the file on disk)", region_line(b, index),
+                     b.region_at(index + 1));
+}
+
+// 1-based line in the file, 0 for injected text (see injected_by).
+size_t line_no(const Build& b, size_t index) { return b.lines[index].origin; }
+
+DriftItem::Near near_item(const Build& b, size_t index, double score, const std::string& text) {
+  DriftItem::Near n{line_no(b, index), score, text, "", 0};
+  if (!n.line) {
+    n.injected_by = b.region_at(index + 1);
+    n.region_line = region_line(b, index);
+  }
+  return n;
+}
 
 // "class X/def f" around 0-based `line` of Python text ("" at module level).
+// Only lines that start a logical line count: the closing `) -> T:` of a
+// signature spanning several lines is shallower than the body but is not a
+// header, and must not hide its `def` (issue 37).
 std::string enclosing_scope(const std::vector<std::string>& texts, size_t line) {
   std::vector<std::string> chain;
+  std::vector<bool> starts = logical_starts(texts);
+  while (line > 0 && !starts[line]) --line;  // a continuation: judge its logical line
   size_t limit = leading_ws(texts[line]).size();
   for (size_t i = line + 1; i-- > 0 && limit > 0;) {
     std::string_view t = trim(texts[i]);
-    if (t.empty()) continue;
+    if (t.empty() || !starts[i] || t[0] == '#') continue;
     size_t ind = leading_ws(texts[i]).size();
     if (ind >= limit) continue;
     limit = ind;
@@ -112,7 +139,7 @@ void drift_report(std::vector<std::string>& out, std::vector<DriftItem>& items, 
   if (!found.empty()) {
     std::string at;
     for (size_t f : found) {
-      at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+      at += (at.empty() ? "" : ", ") + where(b, f);
       it.found_at.push_back(line_no(b, f));
     }
     out.push_back("  found at " + at);
@@ -127,8 +154,8 @@ void drift_report(std::vector<std::string>& out, std::vector<DriftItem>& items, 
   }
   out.push_back("  nearest lines (similarity):");
   for (const auto& n : near) {
-    out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[n.line], n.line), n.score, texts[n.line]));
-    it.nearest.push_back(DriftItem::Near{line_no(b, n.line), n.score, texts[n.line]});
+    out.push_back(fmt::format("    {} {:.2f}: {}", where(b, n.line), n.score, texts[n.line]));
+    it.nearest.push_back(near_item(b, n.line, n.score, texts[n.line]));
   }
   const NearMatch& best = near.front();
   size_t len = std::min(e.anchor_lines.size(), range.end - best.line);
@@ -138,7 +165,9 @@ void drift_report(std::vector<std::string>& out, std::vector<DriftItem>& items, 
     std::vector<std::string> cand(texts.begin() + static_cast<long>(best.line),
                                   texts.begin() + static_cast<long>(best.line + len));
     it.diff = unified_diff(e.anchor_lines, cand, "anchor " + m.overlay + "/" + e.id + " (" + m.file + ")",
-                           fmt::format("{} line {}", file, line_no(b, best.line)), 1, line_no(b, best.line));
+                           line_no(b, best.line) ? fmt::format("{} line {}", file, line_no(b, best.line))
+                                                         : fmt::format("{} {}", file, where(b, best.line)),
+                           1, line_no(b, best.line) ? line_no(b, best.line) : region_line(b, best.line));
     for (auto& d : it.diff) out.push_back("    " + d);
   }
   items.push_back(std::move(it));
@@ -161,7 +190,7 @@ void scope_report(std::vector<std::string>& out, std::vector<DriftItem>& items, 
   auto anywhere = find_anchor(texts, 0, texts.size(), e.anchor_lines);
   for (size_t f : anywhere) {
     std::string in = cxx::is_cxx(file) ? "" : enclosing_scope(texts, f);
-    it.elsewhere.push_back(fmt::format("line {}{}", line_no(b, f), in.empty() ? " (module level)" : " (in " + in + ")"));
+    it.elsewhere.push_back(fmt::format("{}{}", where(b, f), in.empty() ? " (module level)" : " (in " + in + ")"));
   }
   if (!it.elsewhere.empty()) {
     std::string list;
@@ -172,7 +201,7 @@ void scope_report(std::vector<std::string>& out, std::vector<DriftItem>& items, 
   if (!sm.found.empty()) {
     std::string at;
     for (size_t f : sm.found) {
-      at += (at.empty() ? "" : ", ") + where(b.lines[f], f);
+      at += (at.empty() ? "" : ", ") + where(b, f);
       it.found_at.push_back(line_no(b, f));
     }
     out.push_back("  found at " + at);
@@ -187,8 +216,8 @@ void scope_report(std::vector<std::string>& out, std::vector<DriftItem>& items, 
                                                       : "  no def/class headers in the searched range");
   else out.push_back("  nearest headers (similarity):");
   for (const auto& sc : scored) {
-    out.push_back(fmt::format("    {} {:.2f}: {}", where(b.lines[sc.line], sc.line), sc.score, texts[sc.line]));
-    it.nearest.push_back(DriftItem::Near{line_no(b, sc.line), sc.score, texts[sc.line]});
+    out.push_back(fmt::format("    {} {:.2f}: {}", where(b, sc.line), sc.score, texts[sc.line]));
+    it.nearest.push_back(near_item(b, sc.line, sc.score, texts[sc.line]));
   }
   items.push_back(std::move(it));
 }
@@ -233,14 +262,14 @@ Status apply_overlay(Build& b, const Manifest& m, const FileSpec& spec, const st
         if (!why) return why.error();
         if (!why->empty())
           return make_error(ErrorKind::Usage, file,
-                            fmt::format("edit {}/{}: anchor at {} refused: {}", m.overlay, e.id, where(b.lines[f], f), *why));
+                            fmt::format("edit {}/{}: anchor at {} refused: {}", m.overlay, e.id, where(b, f), *why));
       }
     for (size_t f : found) {
       for (size_t j = f; j < f + e.anchor_lines.size(); ++j) {
         if (!b.lines[j].claim.empty())
           return make_error(ErrorKind::Usage, file,
                             fmt::format("edits {} and {}/{} both anchor on {}; overlapping edits are not allowed",
-                                        b.lines[j].claim, m.overlay, e.id, where(b.lines[j], j)));
+                                        b.lines[j].claim, m.overlay, e.id, where(b, j)));
       }
       for (size_t j = f; j < f + e.anchor_lines.size(); ++j) b.lines[j].claim = m.overlay + "/" + e.id;
       ops.push_back(Op{f, e.anchor_lines.size(), &e, ops.size()});

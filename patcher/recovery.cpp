@@ -48,7 +48,19 @@ constexpr const char* kCorruptWayOut =
     "the journal cannot be read, so the transaction can be neither finished nor rolled back: restore the files it "
     "touched by hand (reinstall the engine wheel), then remove the journal";
 
-const char* way_out(const Pending& p) { return p.corrupt.empty() ? kWayOut : kCorruptWayOut; }
+// Neither finishable (the caller knows) nor discardable: the one way left.
+std::string stuck_way_out(const Pending& p) {
+  std::string blocker = p.blockers().empty() ? "" : p.blockers().front();
+  return "it cannot be rolled back whole either (" + p.unsaved.front() + "): give " +
+         blocker.substr(0, blocker.find(": ")) +
+         " the bytes the transaction wrote (undo the edit) and run `overlay recover --root ROOT`, or reinstall the "
+         "engine wheel";
+}
+
+std::string way_out(const Pending& p) {
+  if (!p.corrupt.empty()) return kCorruptWayOut;
+  return p.unsaved.empty() ? kWayOut : stuck_way_out(p);
+}
 
 // sha256 of a regular file, "-" when absent, "?" for anything else.
 Result<std::string> sha_at(const Tree& tree, const std::string& rel) {
@@ -185,6 +197,29 @@ Status classify(const Tree& tree, std::vector<JournalEntry>& entries) {
   return ok_status();
 }
 
+// Pending::unsaved: a file that needs its old bytes back (it holds the new
+// ones; a file someone edited is kept, not rolled back) and has no intact
+// saved copy of them.
+Result<std::vector<std::string>> find_unsaved(const Tree& tree, const std::vector<JournalEntry>& entries) {
+  std::vector<std::string> unsaved;
+  for (const auto& e : entries) {
+    if (e.kind != "write" && e.kind != "delete") continue;
+    auto cur = sha_at(tree, e.path);
+    if (!cur) return cur.error();
+    bool is_new = e.kind == "write" ? *cur == e.new_sha : *cur == "-";
+    if (*cur == e.old_sha || !is_new) continue;
+    std::string saved = saved_name_for(e.path);
+    auto old = sha_at(tree, saved);
+    if (!old) return old.error();
+    if (*old == "-")
+      unsaved.push_back(e.path + ": its saved old bytes " + saved + " are gone");
+    else if (*old != e.old_sha)
+      unsaved.push_back(e.path + ": its saved old bytes " + saved + " are damaged (sha256 " + short_sha(*old) +
+                        "..., expected " + short_sha(e.old_sha) + "...)");
+  }
+  return unsaved;
+}
+
 void add_unique(std::vector<std::string>& v, const std::string& s) {
   for (const auto& x : v)
     if (x == s) return;
@@ -205,6 +240,9 @@ Result<Pending> inspect(const Tree& tree, const std::vector<std::string>& paths)
     p.corrupt = parsed.corrupt;
     p.entries = std::move(parsed.entries);
     if (auto s = classify(tree, p.entries); !s) return s.error();
+    auto unsaved = find_unsaved(tree, p.entries);
+    if (!unsaved) return unsaved.error();
+    p.unsaved = std::move(*unsaved);
     for (const auto& e : p.entries) {
       add_unique(all, e.path);
       if (e.state != JournalEntry::ToDo) continue;
@@ -217,7 +255,7 @@ Result<Pending> inspect(const Tree& tree, const std::vector<std::string>& paths)
             ? "a committed transaction (" + std::to_string(p.entries.size()) + " changes, " + std::to_string(left) +
                   " still to do); the next apply, revert or `overlay recover` finishes it"
             : "a committed transaction that cannot be finished as it stands (see its problems); apply, revert and "
-              "check refuse until it is resolved; " + std::string(way_out(p));
+              "check refuse until it is resolved; " + way_out(p);
     p.leftovers.push_back(Leftover{kJournalName, "journal", fate});
   }
   auto jt = tree.type(kJournalTemp);
@@ -308,6 +346,17 @@ Result<bool> recover(const Tree& tree, const std::vector<std::string>& paths) {
       std::string base = base_name(e.path), tmp = base_name(temp_name_for(e.path));
       if (int err = fault("recover-rename"))
         return io(e.path, "cannot finish the interrupted transaction", err);
+      if (!(e.kind == "create" && staging_of(p.entries, e.path))) {
+        // As in commit(): the bytes classify() saw must still be there right
+        // before the rename; another process may have changed them since.
+        auto now = sha_now(dir, base, e.path);
+        if (!now) return now.error();
+        bool as_seen = e.kind == "write" || e.kind == "delete" ? *now == e.old_sha : *now == "-";
+        if (!as_seen)
+          return make_error(ErrorKind::Busy, e.path,
+                            "changed by another process while the interrupted transaction was being finished; "
+                            "it is not replaced and the journal is kept: run the command again");
+      }
       if (e.kind == "delete") {
         if (::unlinkat(dir, base.c_str(), 0) != 0 && errno != ENOENT) return io(e.path, "cannot remove the file", errno);
       } else if (e.kind == "write") {
@@ -351,29 +400,33 @@ Result<DiscardReport> discard(const Tree& tree, const std::vector<std::string>& 
                       "journal is corrupt (" + p.corrupt +
                           "); it cannot be rolled back either: restore the files it names by hand (reinstall the "
                           "engine wheel), then remove the journal");
-  // All or nothing. Once every change is in place the transaction removes
-  // the saved old bytes, then its journal: interrupted there, some files
-  // can no longer be rolled back, and a partial roll-back would leave the
-  // tree half-applied. Finishing it forward is the way out then.
-  std::vector<std::string> unsaved;
-  for (const auto& e : p.entries) {
-    if (e.kind != "write" && e.kind != "delete") continue;
-    auto cur = sha_at(tree, e.path);
-    if (!cur) return cur.error();
-    bool is_new = e.kind == "write" ? *cur == e.new_sha : *cur == "-";
-    if (*cur == e.old_sha || !is_new) continue;  // nothing to undo, or someone's edit (kept)
-    auto old = sha_at(tree, saved_name_for(e.path));
-    if (!old) return old.error();
-    if (*old != e.old_sha) unsaved.push_back(e.path + ": its old bytes were already removed");
-  }
-  if (!unsaved.empty() && p.finishable()) {
+  // All or nothing. A file the transaction replaced or deleted can be rolled
+  // back only from its saved old bytes; where they are gone (the transaction
+  // was removing them, every change in place) or damaged, rolling back the
+  // rest would leave the tree half-applied: new modules removed, importers
+  // still patched. So one such file refuses the whole discard, whether or not
+  // the transaction can be finished instead (issue 37: with a hand-edited
+  // file it could not, and discard went ahead partially).
+  const std::vector<std::string>& unsaved = p.unsaved;
+  bool all_in_place = true;  // every line already Done: the transaction was cleaning up
+  for (const auto& e : p.entries)
+    if (e.state != JournalEntry::Done) all_in_place = false;
+  if (!unsaved.empty()) {
+    std::string where = all_in_place ? "the interrupted transaction had put every change in place and was cleaning up: "
+                                     : "";
+    std::string way = p.finishable()
+                          ? "`overlay recover --root ROOT` finishes it (then `overlay revert` undoes it, if that is "
+                            "what you want)"
+                          : "It cannot be finished either (" + p.blockers().front() + "): give " +
+                                p.blockers().front().substr(0, p.blockers().front().find(": ")) +
+                                " the bytes the transaction wrote (undo the edit) and run `overlay recover --root "
+                                "ROOT`, or reinstall the engine wheel";
     Error e = make_error(ErrorKind::Tampered, unsaved.front().substr(0, unsaved.front().find(": ")),
-                         "the interrupted transaction had put every change in place and was cleaning up: " +
-                             std::to_string(unsaved.size()) +
+                         where + std::to_string(unsaved.size()) +
                              " file(s) cannot be rolled back, so rolling back would leave the tree half-applied; "
-                             "nothing was changed. `overlay recover --root ROOT` finishes it (then `overlay revert` "
-                             "undoes it, if that is what you want)");
+                             "nothing was changed. " + way);
     e.details = unsaved;
+    for (const auto& b : p.blockers()) e.details.push_back(b + " (blocks finishing it)");
     return e;
   }
   for (size_t k = p.entries.size(); k-- > 0;) {
@@ -429,11 +482,10 @@ Result<DiscardReport> discard(const Tree& tree, const std::vector<std::string>& 
       r.kept.push_back(e.path + ": changed by someone since the transaction began; kept as it is");
       continue;
     }
-    if (*old != e.old_sha) {
-      r.kept.push_back(e.path + (e.kind == "write" ? ": keeps the transaction's new text" : ": stays deleted") +
-                       " (its old bytes were not saved); reinstall the engine wheel to restore the pinned file");
-      continue;
-    }
+    if (*old != e.old_sha)  // refused above, before anything was rolled back: changed meanwhile
+      return make_error(ErrorKind::Tampered, e.path,
+                        "its saved old bytes changed while the transaction was being rolled back; stopped (the "
+                        "journal is kept)");
     if (::renameat(dir, saved.c_str(), dir, base.c_str()) != 0) return io(e.path, "cannot restore the old bytes", errno);
     r.restored.push_back(e.path);
   }

@@ -19,6 +19,7 @@ namespace patcher::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kKilled = 99;
 
@@ -114,6 +115,74 @@ TEST(Recovery, DiscardAfterTheCleanupBeganRefusesAndRecoverFinishes) {
     ASSERT_EQ(w.run({"recover"}).code, 0) << cmd;
     EXPECT_FALSE(exists(w.tree + "/.overlay-journal"));
     EXPECT_EQ(w.run({"check", "--expect", std::string(cmd) == "apply" ? "applied" : "pristine"}).code, 0) << cmd;
+  }
+}
+
+// Issue 37: killed after every change was in place (only the journal left),
+// then a target edited by hand: the transaction cannot be finished (the edit
+// blocks it) and cannot be rolled back whole (the saved old bytes are gone).
+// Discard went ahead anyway, removed the new module and left the importers
+// patched (exit 0). It must refuse, name the edited file, and change nothing.
+TEST(Recovery, DiscardThatCannotBeWholeRefusesEvenWhenAHandEditBlocksFinishing) {
+  Workspace w;
+  ASSERT_EQ(w.run({"apply"}, {{"OVERLAY_FAULT", "journal-remove:1"}}).code, kKilled);
+  ASSERT_TRUE(exists(w.tree + "/.overlay-journal"));
+  write_file(w.tree_file("example/worker.py"), read_file(w.tree_file("example/worker.py")) + "# hotfix\n");
+  auto before = snapshot(w.tree);
+  auto d = w.run({"recover", "--discard"});
+  EXPECT_EQ(d.code, 4) << d.out << d.err;
+  EXPECT_THAT(d.err, HasSubstr("half-applied"));
+  EXPECT_THAT(d.err, HasSubstr("nothing was changed"));
+  EXPECT_THAT(d.err, HasSubstr("example/worker.py: changed since"));  // the file that blocks finishing
+  EXPECT_THAT(d.err, HasSubstr("example/scheduler.py: its saved old bytes"));
+  EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "");
+  EXPECT_TRUE(exists(w.tree_file("example/cache_hooks.py")));
+  // Undoing the edit makes it finishable, as the message says.
+  write_file(w.tree_file("example/worker.py"),
+             read_file(w.tree_file("example/worker.py")).substr(0, before["example/worker.py"].bytes.size() - 9));
+  ASSERT_EQ(w.run({"recover"}).code, 0);
+  EXPECT_EQ(w.run({"check"}).code, 0);
+}
+
+// Issue 37: a damaged saved copy was reported as "already removed" with
+// "every change in place", though the transaction had stopped half-way.
+TEST(Recovery, DiscardWithADamagedSavedCopySaysSoAndNotThatEveryChangeIsInPlace) {
+  Workspace w;
+  Snapshot pristine = snapshot(w.tree);
+  ASSERT_EQ(w.run({"apply"}, {{"OVERLAY_FAULT", "rename:2"}}).code, kKilled);  // one change in place
+  std::string renamed;
+  for (const char* f : {"example/scheduler.py", "example/worker.py"})
+    if (read_file(w.tree_file(f)) != pristine[f].bytes) renamed = f;
+  ASSERT_FALSE(renamed.empty());
+  std::string saved = renamed.substr(0, renamed.rfind('/') + 1) + "." + renamed.substr(renamed.rfind('/') + 1) +
+                      ".overlay-old";
+  ASSERT_TRUE(exists(w.tree_file(saved)));
+  write_file(w.tree_file(saved), "damaged\n");
+  auto before = snapshot(w.tree);
+  auto d = w.run({"recover", "--discard"});
+  EXPECT_EQ(d.code, 4) << d.out << d.err;  // the refusal itself was right
+  EXPECT_THAT(d.err, HasSubstr(renamed + ": its saved old bytes " + saved + " are damaged"));
+  EXPECT_THAT(d.err, Not(HasSubstr("already removed")));
+  EXPECT_THAT(d.err, Not(HasSubstr("every change in place")));
+  EXPECT_THAT(d.err, HasSubstr("overlay recover --root"));  // finishing still works
+  EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "");
+}
+
+// Issue 37: a failure to save the old bytes was ignored (exit 0), and that
+// transaction could not be discarded. It fails before the commit point.
+TEST(Recovery, AFailureToSaveTheOldBytesFailsBeforeTheCommitPoint) {
+  for (const char* cmd : {"apply", "revert"}) {
+    Workspace w;
+    if (std::string(cmd) == "revert") {
+      ASSERT_EQ(w.run({"apply"}).code, 0);
+    }
+    auto before = snapshot(w.tree);
+    auto r = w.run({cmd}, {{"OVERLAY_FAULT", "EIO@link-old"}});
+    EXPECT_EQ(r.code, 6) << cmd << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("cannot save its old bytes"));
+    EXPECT_THAT(r.err, HasSubstr("Input/output error"));
+    EXPECT_FALSE(exists(w.tree + "/.overlay-journal")) << cmd;
+    EXPECT_EQ(diff_snapshots(before, snapshot(w.tree), /*dir_mtimes=*/false), "") << cmd;
   }
 }
 

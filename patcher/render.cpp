@@ -74,7 +74,14 @@ nlohmann::json drift_json(const DriftItem& d) {
     j["found_at"] = d.found_at;
   }
   j["nearest"] = nlohmann::json::array();
-  for (const auto& n : d.nearest) j["nearest"].push_back({{"line", n.line}, {"score", n.score}, {"text", n.text}});
+  for (const auto& n : d.nearest) {
+    nlohmann::json nj = {{"line", n.line}, {"score", n.score}, {"text", n.text}};
+    if (!n.injected_by.empty()) {
+      nj["injected_by"] = n.injected_by;
+      nj["region_line"] = n.region_line;
+    }
+    j["nearest"].push_back(nj);
+  }
   j["diff"] = d.diff;
   if (!d.superseded_by.empty()) j["superseded_by"] = d.superseded_by;
   if (!d.elsewhere.empty()) j["anchor_elsewhere"] = d.elsewhere;

@@ -18,8 +18,11 @@ namespace {
 
 // Beside every file the set manages, a file whose first line is an overlay's
 // new-file header but which no manifest names: nothing would ever remove it.
+// A transaction's own temps and saved old bytes carry that header too; they
+// are leftovers (ts.leftovers, read first), each with its fate, not strays.
 Status find_strays(const Tree& tree, TreeState& ts) {
   std::set<std::string> known, dirs;
+  for (const auto& l : ts.leftovers) known.insert(l.path);
   for (const auto& f : ts.files) {
     known.insert(f.path);
     dirs.insert(dir_name(f.path));
@@ -167,7 +170,6 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
       ts.files.push_back(std::move(fs));
     }
   }
-  if (auto st = find_strays(tree, ts); !st) return st.error();
   std::vector<std::string> paths;
   for (const auto& f : ts.files) {
     paths.push_back(f.path);
@@ -181,6 +183,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
   ts.journal = pending->journal;
   ts.journal_problems = pending->blockers();
   ts.leftovers = pending->leftovers;
+  if (auto st = find_strays(tree, ts); !st) return st.error();
   for (const auto& l : ts.leftovers)
     if (l.what == "temp" || l.what == "staging folder") ts.stray_temps.push_back(l.path);
   // Per overlay.

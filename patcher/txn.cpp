@@ -205,7 +205,34 @@ Result<Fd> make_marked_dir(int parent, const std::string& name, const Change& sp
   return dir;
 }
 
-// Per change: where it acts.
+// sha256 of `name` in `dir` as it is now, "-" when absent, "?" when it is not
+// a regular file. No fault step: the re-checks below must not move the
+// numbering of the steps the crash tests kill at.
+Result<std::string> sha_now(int dir, const std::string& name, const std::string& display, std::string* bytes) {
+  int fd = ::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::string("-");
+    if (errno == ELOOP) return std::string("?");
+    return io(display, "cannot read it again before replacing it", errno);
+  }
+  Fd owned(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return io(display, "cannot stat it", errno);
+  if (!S_ISREG(st.st_mode)) return std::string("?");
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io(display, "cannot read it again before replacing it", errno);
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  std::string sha = kvtier::sha256_hex(data);
+  if (bytes) *bytes = std::move(data);
+  return sha;
+}
+
 }  // namespace txn_steps
 
 namespace {
@@ -299,6 +326,56 @@ Status preflight(const Tree& tree, const std::vector<Change>& changes, const std
   return ok_status();
 }
 
+// Another process may edit a target while this one writes (the lock keeps
+// only other `overlay` runs out): each target must still hold the bytes the
+// plan was made from (a file to create: still be absent) right before the
+// journal commits and again right before its own rename. Busy (exit 7): the
+// tree is being changed under us; the next run sees the edit and judges it.
+Status still_as_read(const Change& c, const Slot& sl) {
+  if (c.kind == Change::Rmdir || sl.staged_by >= 0) return ok_status();
+  auto cur = sha_now(sl.dir.get(), sl.base, c.path);
+  if (!cur) return cur.error();
+  bool replaces = c.kind == Change::Write || c.kind == Change::Delete;
+  if (replaces ? *cur == c.old_sha : *cur == "-") return ok_status();
+  std::string what = !replaces                 ? "it was absent, now something is there"
+                     : *cur == "-"             ? "it was removed"
+                     : *cur == "?"             ? "it is no longer a regular file"
+                                               : "read as sha256 " + c.old_sha.substr(0, 16) + "..., now " +
+                                       cur->substr(0, 16) + "...";
+  return make_error(ErrorKind::Busy, c.path, "changed by another process while overlay was writing (" + what + ")");
+}
+
+// Keeps the old bytes of a file being replaced or deleted, for `recover
+// --discard`: a hard link, or a copy where the file system has no hard links.
+// Any other failure fails the transaction before its commit point: without
+// them the transaction could not be rolled back.
+Status save_old(const Change& c, Slot& sl) {
+  int e = fault("link-old");
+  if (e == 0 && ::linkat(sl.dir.get(), sl.base.c_str(), sl.dir.get(), sl.saved.c_str(), 0) == 0) {
+    sl.made_saved = true;
+    return ok_status();
+  }
+  if (e == 0) e = errno;
+  std::string saved = saved_name_for(c.path);
+  if (e != EPERM && e != EOPNOTSUPP && e != EMLINK)
+    return io(c.path, "cannot save its old bytes as " + saved + " (nothing was written)", e);
+  std::string bytes;
+  auto sha = sha_now(sl.dir.get(), sl.base, c.path, &bytes);
+  if (!sha) return sha.error();
+  if (*sha != c.old_sha) return still_as_read(c, sl);
+  struct stat st {};
+  if (::fstatat(sl.dir.get(), sl.base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return io(c.path, "cannot stat it", errno);
+  int fd = ::openat(sl.dir.get(), sl.saved.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return io(c.path, "cannot save its old bytes as " + saved + " (nothing was written)", errno);
+  sl.made_saved = true;
+  Fd owned(fd);
+  if (auto s = write_all(fd, bytes, saved, "saved-copy"); !s) return s;
+  (void)::fchown(fd, st.st_uid, st.st_gid);  // best effort, as a restore by hand would be
+  if (::fchmod(fd, st.st_mode & 07777) != 0 || ::fsync(fd) != 0)
+    return io(c.path, "cannot save its old bytes as " + saved + " (nothing was written)", errno);
+  return ok_status();
+}
+
 }  // namespace
 
 Status commit(const Tree& tree, const std::vector<Change>& changes) {
@@ -350,12 +427,8 @@ Status commit(const Tree& tree, const std::vector<Change>& changes) {
       continue;
     }
     if (c.kind == Change::Write || c.kind == Change::Delete) {
-      // A hard link keeps the old bytes for `recover --discard`; where links
-      // are not supported the transaction still works, it just cannot be
-      // rolled back by the tool.
       ::unlinkat(sl.dir.get(), sl.saved.c_str(), 0);
-      if (fault("link-old") == 0 && ::linkat(sl.dir.get(), sl.base.c_str(), sl.dir.get(), sl.saved.c_str(), 0) == 0)
-        sl.made_saved = true;
+      if (auto s = save_old(c, sl); !s) return fail(s.error());
       if (c.kind == Change::Delete) continue;
     }
     int into = sl.dir.get();
@@ -415,17 +488,37 @@ Status commit(const Tree& tree, const std::vector<Change>& changes) {
     if (::fsync(fd) != 0) return fail(io(kJournalName, "cannot fsync the journal", errno));
   }
   if (int e = fault("journal-commit")) return fail(io(kJournalName, "cannot commit the journal", e));
+  for (size_t i = 0; i < changes.size(); ++i)
+    if (auto s = still_as_read(changes[i], slots[i]); !s) {
+      Error e = s.error();
+      e.message += "; nothing was written, try again";
+      return fail(e);
+    }
   if (::renameat(tree.fd(), kJournalTemp, tree.fd(), kJournalName) != 0)
     return fail(io(kJournalName, "cannot commit the journal", errno));
   if (auto s = fsync_dir(tree.fd(), "."); !s) return s;  // committed: recovery finishes it
   // 3. renames
   const std::string kept = " (journal kept; `overlay recover` or the next apply/revert finishes it)";
+  // A target changed under us after the commit point: the changes already in
+  // place are rolled back from the saved old bytes (all of them are still
+  // there), the changed file is kept as it is, the journal removed.
+  auto roll_back = [&](Error e) -> Status {
+    auto d = discard(tree, {});
+    if (!d) {
+      e.message += "; rolling the transaction back failed too (" + d.error().line() +
+                   "): the journal is kept, `overlay recover --discard` rolls it back";
+      return e;
+    }
+    e.message += "; the transaction was rolled back, that file kept as it is; try again";
+    return e;
+  };
   for (size_t i = 0; i < changes.size(); ++i) {
     const Change& c = changes[i];
     Slot& sl = slots[i];
     if (sl.staged_by >= 0) continue;  // moved with its folder
     if (c.kind == Change::Rmdir) continue;
     if (int e = fault("rename")) return io(c.path, "cannot update" + kept, e);
+    if (auto s = still_as_read(c, sl); !s) return roll_back(s.error());
     switch (c.kind) {
       case Change::Delete:
         if (::unlinkat(sl.dir.get(), sl.base.c_str(), 0) != 0 && errno != ENOENT)

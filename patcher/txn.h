@@ -84,6 +84,10 @@ struct Pending {
   std::string corrupt;   // non-empty: the journal cannot be read (why)
   std::vector<JournalEntry> entries;
   std::vector<Leftover> leftovers;
+  // "path: why" of each file the transaction replaced or deleted that holds
+  // its new bytes but whose saved old bytes are gone or damaged: while there
+  // is one, the transaction cannot be rolled back whole, so discard refuses.
+  std::vector<std::string> unsaved;
   bool finishable() const;
   std::vector<std::string> blockers() const;  // "path: why" of each Blocked entry
 };

@@ -18,6 +18,10 @@ void remove_tree(int dirfd, const std::string& name);
 // Folders the overlay created carry a marker file; these remove only such folders.
 bool remove_if_only_marker(int parent, const std::string& name);
 bool remove_marked_tree(int parent, const std::string& name);
+// sha256 of `name` in `dir` now: "-" when absent, "?" when not a regular file;
+// the bytes into `bytes` when given. Marks no fault step (see txn.cpp).
+Result<std::string> sha_now(int dir, const std::string& name, const std::string& display,
+                            std::string* bytes = nullptr);
 Result<Fd> make_marked_dir(int parent, const std::string& name, const Change& spec, const std::string& display);
 
 }  // namespace patcher::txn_steps

@@ -8,10 +8,12 @@ Every TP worker reads only its own store (the rank base the writer opened):
   reports (kv_restore_reports), READY once the boot scan is complete.
 - **Promotion.** The scheduler's tier sends (job, keys, CPU chunk ids). The
   worker takes the store lock shared (``kvstore gc --sweep`` needs it
-  exclusive) and opens every file the job needs. Per file, on reader
-  threads: the header is checked in docs/FORMAT.md's order and against the
-  manifest entry (namespace, group, key, boundary index, payload length and
-  checksum, segment table equal to this boot's layout), then the file size;
+  exclusive) and opens every file the job needs. One call of the native
+  store library (libkvtier_store.so, no GIL, ``READERS`` threads) then
+  reads the job's files; per file: the header is checked in
+  docs/FORMAT.md's order and against the manifest entry (namespace, group,
+  key, boundary index, payload length and checksum, segment table equal to
+  this boot's layout), then the file size;
   then the payload is read straight into this rank's own slots of the job's
   CPU row (rows the tiering manager allocated for this promotion, loadable
   only once every rank succeeded) and its CRC is checked. Any failure fails
@@ -23,7 +25,7 @@ Every TP worker reads only its own store (the rank base the writer opened):
 
 Promotions run across steps, like vLLM's own loads: the step that carries
 one only hands it to this rank's promotion thread (one thread, jobs in
-order; the job's files are read on the reader threads) and steps on; the
+order; its files are read by one call of the native library) and steps on; the
 result is reported by the first step that finds it finished. The job's CPU
 rows stay allocated to it in the tiering manager until every rank reported,
 so no other transfer is given them while a read may still land. A cache
@@ -35,7 +37,8 @@ unlinks it still reads as the verified bytes; one unlinked before the open
 is a miss.
 
 Modules: kv_restore_inventory (the manifests and the keys they prove),
-kv_restore_read (one chunk file checked and read into memory), and this one
+kv_restore_read (a job's chunk files checked and read into memory by the
+native library), and this one
 (the knob, the counters, the promotions and the hooks' entry points).
 """
 
@@ -56,25 +59,39 @@ try:
     from . import kv_restore_reports as reports
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
+    from .kv_store_format import native
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_restore_read as chunk_read  # type: ignore[no-redef]
     import kv_restore_reports as reports  # type: ignore[no-redef]
     import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
+    from kv_store_format import native  # type: ignore[no-redef]
 
 logger = logging.getLogger(__name__)
 
 ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
 RESCAN_SECONDS = 1.0
-READERS = 4  # files read and verified at once
+READERS = 8  # threads of the native read of one job (bench/restore_read_bench.py)
+# fadvise(WILLNEED) each payload before its read: off until a disk run shows
+# it pays (bench/restore_bench.py evicts the page cache; set it there).
+READ_WILLNEED = False
 # Failures that say nothing against the chunk file: no rewrite is asked for.
 NOT_THE_FILE = frozenset({"no_manifest", "unknown_group"})
-WINDOW = 8  # verified payloads waiting for the scatter, at most
 RATE_WEIGHT = 0.5  # weight of the newest job in the read-rate average
 
 
 class RestoreRefused(ValueError):
     """GLM53_KV_OFFLOAD_RESTORE=1 cannot be honoured by this deployment."""
+
+
+def load_native() -> "native.Library":
+    """The store library the reads run on; RestoreRefused (a boot error
+    naming the file) when it is missing or of another version: restore never
+    falls back to a Python read."""
+    try:
+        return native.load()
+    except native.NativeLibraryError as e:
+        raise RestoreRefused(f"KV restore needs the store library: {e}") from e
 
 
 def restore_requested(environ: Mapping[str, str] | None = None) -> bool:
@@ -149,9 +166,11 @@ class WorkerRestore:
         self._last_scan = 0.0
         self._lock_path = ""
         self._namespace = b""
-        self._pool: ThreadPoolExecutor | None = None
-        # One thread runs the promotions in order; the reader pool reads
-        # each one's files. Job id -> its future, oldest first.
+        self._native = load_native()
+        self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
+        self._plans_of: Any = None  # the staging list the plans were made for
+        # One thread runs the promotions in order (each one's read is one
+        # call of the native library). Job id -> its future, oldest first.
         self._jobs: ThreadPoolExecutor | None = None
         self._running: dict[int, Future] = {}
         self._keys: dict[int, int] = {}  # job id -> its number of keys
@@ -347,10 +366,9 @@ class WorkerRestore:
         for future in self._running.values():
             future.cancel()
         self.wait_idle()
-        for pool in (self._jobs, self._pool):
-            if pool is not None:
-                pool.shutdown(wait=True)
-        self._jobs = self._pool = None
+        if self._jobs is not None:
+            self._jobs.shutdown(wait=True)
+        self._jobs = None
 
     # -- one promotion ---------------------------------------------------------
 
@@ -408,27 +426,20 @@ class WorkerRestore:
         return proof, fd
 
     def _read_all(self, opened: Sequence[tuple[bytes, int, Proof, int]]) -> None:
-        """Read and verify on reader threads; results taken in job order.
-
-        preadv and zlib.crc32 release the GIL, so up to ``READERS`` files are
-        in flight at once (disk queue depth, CRC on several cores); at most
-        ``WINDOW`` are submitted ahead of the first unfinished one.
-        """
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="kv-restore")
-        pending: deque = deque()
-        items = iter(opened)
-        try:
-            for item in items:
-                pending.append((item, self._pool.submit(self._read_one, *item)))
-                if len(pending) >= WINDOW:
-                    self._scatter(*pending.popleft())
-            while pending:
-                self._scatter(*pending.popleft())
-        finally:
-            for _, future in pending:  # a failure: let the readers finish first
-                future.cancel()
-            wait([f for _, f in pending])
+        """Read and verify the job's files: one call of the native library,
+        ``READERS`` threads, the GIL released for the whole read."""
+        requests = []
+        for _, chunk, proof, fd in opened:
+            layout, first, count = self._geometry(proof)
+            segments, plan = self._plan(layout, first, count)
+            runs = [(address + chunk * stride, n) for address, stride, n in plan]
+            requests.append(
+                chunk_read.request(proof, fd, self._namespace, segments, runs)
+            )
+        keys = [key for key, _, _, _ in opened]
+        self.stats.bytes_restored += chunk_read.read_job(
+            self._native, keys, requests, READERS, READ_WILLNEED
+        )
 
     def _geometry(self, proof: Proof) -> tuple[Any, int, int]:
         """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
@@ -439,52 +450,47 @@ class WorkerRestore:
             return layout, (proof.boundary // block_tokens - 1) % bpc, 1
         return layout, 0, bpc
 
-    def _read_one(self, key: bytes, chunk: int, proof: Proof, fd: int) -> int:
-        """Check the header, then read the payload straight into this rank's
-        slots of the job's CPU row and check its CRC; the payload length.
-
-        The row belongs to this promotion and is loadable only after every
-        rank succeeded, so a failure here leaves nothing anyone reads.
-        """
-        layout, first, count = self._geometry(proof)
-        try:
-            size = os.fstat(fd).st_size
-            head = fmt.read_header_bytes(fd, size)
-            header = chunk_read.check_header(
-                head, proof, self._namespace, layout.segments(count)
-            )
-            fmt.check_file_size(header, size)
-            crc = chunk_read.read_into(
-                fd, header.header_length, self._runs(layout, chunk, first, count)
-            )
-            if crc < 0:
-                raise fmt.FormatError(fmt.Reason.TRUNCATED, "file ended while reading")
-            fmt.check_payload_checksum(header, crc)
-        except OSError as e:
-            raise chunk_read.PromotionFailed("io_error", str(e), key) from e
-        except fmt.FormatError as e:
-            raise chunk_read.PromotionFailed(e.reason.value, str(e), key) from e
-        except chunk_read.PromotionFailed as e:
-            e.key = key
-            raise
-        return header.payload_length
-
     def _runs(self, layout: Any, chunk: int, first: int, count: int) -> list:
         """Where the payload goes, in payload order: per layer, per sub-block,
         the unpadded page bytes (the inverse of the writer's capture)."""
-        bpc = self._store.settings.blocks_per_chunk
-        runs = []
-        for layer in layout.layers:
-            t = self._store._staging[layer.tensor]
-            page = t.width // bpc
-            row = chunk_read.buffer_address(t.source) + t.offset + chunk * t.row_stride
-            for j in range(first, first + count):
-                runs.append((row + j * page, layer.real_bytes))
-        return chunk_read.coalesce_runs(runs)
+        _, plan = self._plan(layout, first, count)
+        return [(address + chunk * stride, n) for address, stride, n in plan]
 
-    def _scatter(self, item: tuple[bytes, int, Proof, int], future: Future) -> None:
-        """Account one verified key, in job order (raises its reader's failure)."""
-        self.stats.bytes_restored += future.result()
+    def _plan(self, layout: Any, first: int, count: int) -> tuple[Any, list]:
+        """(segment table, runs of CPU row 0 as (address, row stride, length)),
+        once per (group, first sub-block, sub-blocks): the per-file Python
+        work of a promotion is then one list comprehension.
+
+        Runs are merged only where they follow each other in memory and move
+        with the same row stride, so they stay adjacent in every row."""
+        key = (layout.group, first, count)
+        if self._plans_of is not self._store._staging:
+            self._plans = {}
+            self._plans_of = self._store._staging
+        plan = self._plans.get(key)
+        if plan is None:
+            bpc = self._store.settings.blocks_per_chunk
+            runs: list[list[int]] = []
+            for layer in layout.layers:
+                t = self._store._staging[layer.tensor]
+                page = t.width // bpc
+                row = chunk_read.buffer_address(t.source) + t.offset
+                for j in range(first, first + count):
+                    address = row + j * page
+                    last = runs[-1] if runs else None
+                    if (
+                        last
+                        and last[1] == t.row_stride
+                        and last[0] + last[2] == address
+                    ):
+                        last[2] += layer.real_bytes
+                    else:
+                        runs.append([address, t.row_stride, layer.real_bytes])
+            plan = self._plans[key] = (
+                layout.segments(count),
+                [(a, s, n) for a, s, n in runs],
+            )
+        return plan
 
     def _fail(self, e: chunk_read.PromotionFailed) -> None:
         """The promotion thread: count the failure, leave the rest to the step."""

@@ -110,6 +110,18 @@ def test_bake_and_gate_run_from_the_image_layout(image_prefix, tree_copy):
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert (image_prefix / "share/kvtier/ARTIFACTS.sha256").is_file()
+    # The overlays' store library: beside native.py (its default path) with
+    # the ISA-L it needs, loadable there, and pinned in the artifact list.
+    (native,) = tree_copy.rglob("kv_store_format/native.py")
+    baked = native.parent / "libkvtier_store.so"
+    assert (
+        baked.read_bytes()
+        == (image_prefix / "lib/kvtier/libkvtier_store.so").read_bytes()
+    )
+    ldd = subprocess.run(["ldd", str(baked)], capture_output=True, text=True).stdout
+    assert "not found" not in ldd and "libstdc++" not in ldd, ldd
+    listed = (image_prefix / "share/kvtier/ARTIFACTS.sha256").read_text()
+    assert "  ../../lib/kvtier/libkvtier_store.so\n" in listed
     knob1 = dict(
         env,
         GLM53_KV_OFFLOAD="1",

@@ -643,6 +643,32 @@ def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch)
         os.close(fd)
 
 
+def pending_record(store) -> list[tuple[int, str]]:
+    (path,) = Path(store.writer.layout.pending_dir).iterdir()
+    return fmt.decode_pending_record(path.read_bytes())
+
+
+def test_pending_record_names_chunks_no_candidate_names_yet(tmp_path):
+    """Issue 37: a job of full-attention chunks only names no boundary
+    candidate; between it and the job that does, the store lock is dropped
+    and a sweep at --grace 0 may run. The pending record names the chunks,
+    sorted, each once, until a published manifest names them."""
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    sls.run_job(store, maker.full_chunks(0, 2))
+    assert pending_record(store) == sorted(
+        (0, sls.block_hash(i).hex()) for i in range(2)
+    )
+    for g in sls.STATE_GROUPS:
+        sls.run_job(store, maker.state(1, g))
+    assert len(sls.manifests(only_base(tmp_path))) == 1
+    assert pending_record(store) == []  # the manifest names them all now
+    # Chunk 2 is written by a later job, with chunk 1 written again (dedup):
+    # both are listed until a manifest names them.
+    sls.run_job(store, maker.full_chunks(1, 2))
+    assert pending_record(store) == sorted((0, sls.block_hash(i).hex()) for i in (1, 2))
+
+
 def test_background_thread_writes_and_shuts_down(tmp_path):
     store, staging = sls.make_store(tmp_path, background=True)
     maker = sls.JobMaker(staging)

@@ -304,3 +304,113 @@ def test_version_is_the_build_id_of_the_artifacts(kv):
         check=True,
     )
     assert engines == script.stdout.splitlines()[1:]
+
+
+# --------------------------------------------------------------------------
+# Issue 37: messages and exit codes
+# --------------------------------------------------------------------------
+
+
+def test_negative_keep_says_must_be_at_least_0(kv, store):
+    r = kv("gc", "--keep", "-1", str(store.tier))
+    assert r.code == 2 and "--keep: must be >= 0: -1" in r.err, r.err
+    assert "not a whole number" not in r.err
+    r = kv("gc", "--threads", "-2", str(store.tier))
+    assert r.code == 2 and "must be >= 1: -2" in r.err, r.err
+
+
+def test_an_option_of_another_subcommand_is_named_as_such(kv, store):
+    r = kv("verify", "--keep", "1", str(store.tier))
+    assert r.code == 2
+    assert "unknown option '--keep' for 'verify'; it belongs to 'gc'" in r.err, r.err
+    assert "did you mean" not in r.err
+
+
+def test_an_empty_root_is_called_empty(kv):
+    for args in (["verify", ""], ["gc", "--root", ""]):
+        r = kv(*args)
+        assert r.code == 2 and "ROOT is empty" in r.err, (args, r.err)
+    r = kv("verify")
+    assert r.code == 2 and "ROOT is required" in r.err
+
+
+def test_a_symlink_root_says_it_is_one(kv, store, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(store.tier)
+    for command in ("verify", "gc", "stat"):
+        r = kv(command, str(link))
+        assert r.code == 6, (command, r.err)
+        assert f"{link}: is a symlink; kvstore does not follow links" in r.err, r.err
+        assert "Too many levels" not in r.err
+
+
+def test_a_failed_run_never_says_no_problems(kv, store, tmp_path):
+    import fcntl
+    import os
+
+    # Exit 7: a writer holds the lock.
+    lock = os.open(store.base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        r = kv("gc", "--sweep", "--lock-timeout", "0.1", str(store.tier))
+        assert r.code == 7, r.out + r.err
+        assert "no problems" not in r.out, r.out
+        assert "a writer held the store lock: not swept (exit 7)" in r.out, r.out
+    finally:
+        os.close(lock)
+    # Exit 6: the textfile cannot be written (after a clean scan).
+    prom = str(tmp_path / "no-such-folder" / "x.prom")
+    for command in (["verify"], ["gc"], ["gc", "--sweep"]):
+        r = kv(*command, "--prometheus", prom, str(store.tier))
+        assert r.code == 6, (command, r.out + r.err)
+        assert "no problems" not in r.out, (command, r.out)
+        assert "I/O error (exit 6)" in r.out, (command, r.out)
+    assert kv("verify", str(store.tier)).out.endswith("no problems\n")
+
+
+def test_a_rank_base_without_its_record_names_folder_and_record(kv, store):
+    (store.tier / f"{store.name}.json").unlink()
+    r = kv("gc", "--sweep", str(store.base))
+    assert r.code == 4, r.out + r.err
+    assert (
+        f"refused {store.name}: rank folder without its namespace record: "
+        f"../{store.name}.json does not exist beside it"
+    ) in r.out, r.out
+    assert "refused .:" not in r.out
+
+
+def test_inspect_refuses_every_non_regular_file_alike(kv, store, tmp_path):
+    import os
+
+    chunk = next(p for p in store.base.rglob("*.bin"))
+    assert kv("inspect", str(chunk)).code == 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "link"
+    link.symlink_to(chunk)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for path, what in (
+        (fifo, "is a FIFO, not a regular file"),
+        (link, "is a symlink; kvstore does not follow links"),
+        (folder, "is a folder, not a regular file"),
+    ):
+        r = kv("inspect", str(path))
+        assert r.code == 6, (path, r.err)
+        assert f"{path}: {what}" in r.err, r.err
+        r = kv("inspect", "--json", str(path))
+        assert r.code == 6 and json.loads(r.out)["error"]["kind"] == "io"
+    assert kv("inspect", str(tmp_path / "missing")).code == 2
+
+
+def test_hex_grace_and_version_with_arguments_are_refused(kv, store):
+    for value in ("0x10", " 5", "0X1p4", "1_0"):
+        r = kv("gc", "--grace", value, str(store.tier))
+        assert r.code == 2 and "not a number" in r.err, (value, r.err)
+    for ok in ("600", "1.5", ".5", "2e2"):
+        assert kv("gc", "--grace", ok, str(store.tier)).code == 0, ok
+    for args in (["--version", "extra"], ["--version", "verify", str(store.tier)]):
+        r = kv(*args)
+        assert r.code == 2, (args, r.out)
+        assert "--version takes no other arguments" in r.err and r.out == ""
+    assert kv("--version").code == 0

@@ -5,14 +5,18 @@ harness, so the injected code is executed, not only compiled.
 
 Exit codes are the engine's documented contract (docs/OVERLAYS.md):
 0 ok, 1 not in the expected state, 2 usage/manifest, 3 drift,
-4 tampered/half-applied, 5 compile, 6 I/O.
+4 tampered/half-applied, 5 compile, 6 I/O, 7 busy (a lock, or a target another
+process changed while apply wrote).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import signal
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -215,3 +219,111 @@ def test_drift_is_refused_without_writing(case):
     assert "# drifted upstream" in done.output, (
         f"drift report does not show the changed line:\n{done.output}"
     )
+
+
+# Issue 37 on the real tree, through the test-only `overlay-faults` binary
+# (docs/OVERLAYS.md, "Test-only fault hook"): the three Python overlays of
+# vLLM 0.33.0, a kill or a pause at one step, and a file edited meanwhile.
+EXIT_TAMPERED = 4
+EXIT_BUSY = 7
+EXIT_KILLED = 99
+PIN_0330 = REPO_ROOT / "fixtures" / "vllm-0.33.0"
+PYTHON_OVERLAYS = ["kv-offload-scope", "kv-offload-store-local", "kv-offload-restore"]
+CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
+WORKER = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py"
+CONFIG = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
+JOURNAL = ".overlay-journal"
+
+
+class Faults:
+    """The three Python overlays on a private copy of the pinned 0.33.0 tree."""
+
+    def __init__(self, build_dir: Path, tmp: Path):
+        self.bin = build_dir / "patcher" / "overlay-faults"
+        if not self.bin.is_file():
+            pytest.skip(f"{self.bin} is not built (set KVTIER_BUILD_DIR or build it)")
+        self.root = tmp / "site-packages"
+        shutil.copytree(
+            fetch_tree(PIN_0330),
+            self.root,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+
+    def args(self, *command: str) -> list[str]:
+        return [
+            str(self.bin), *command,
+            "--root", str(self.root),
+            "--manifests", str(REPO_ROOT / "anchors" / "vllm-0.33.0"),
+            "--fragments", str(REPO_ROOT / "overlays"),
+            "--overlays", ",".join(PYTHON_OVERLAYS),
+        ]  # fmt: skip
+
+    def run(self, *command: str, fault: str = "") -> subprocess.CompletedProcess:
+        env = {**os.environ, "OVERLAY_FAULT": fault}
+        return subprocess.run(
+            self.args(*command), capture_output=True, text=True, env=env, timeout=300
+        )
+
+    def hashes(self) -> dict[str, str]:
+        return {
+            p.relative_to(self.root).as_posix(): hashlib.sha256(
+                p.read_bytes()
+            ).hexdigest()
+            for p in self.root.rglob("*")
+            if p.is_file()
+        }
+
+
+def test_discard_after_a_hand_edit_refuses_naming_the_file(build_dir, tmp_path):
+    """Killed with only the journal left, one target edited: recover --discard
+    deleted the new modules and left config, scheduler and worker importing
+    them (exit 0). All or nothing: it refuses, names the file, changes nothing."""
+    t = Faults(build_dir, tmp_path)
+    done = t.run("apply", fault="journal-remove:1")
+    assert done.returncode == EXIT_KILLED, done.stderr
+    with (t.root / CONNECTOR).open("a") as f:
+        f.write("# a hand edit\n")
+    before = t.hashes()
+
+    done = t.run("recover", "--discard")
+
+    assert done.returncode == EXIT_TAMPERED, done.stdout + done.stderr
+    assert CONNECTOR in done.stderr and "half-applied" in done.stderr, done.stderr
+    assert t.hashes() == before, "a refused discard changed the tree"
+
+
+@pytest.mark.parametrize("step", ["rename:1", "rename:3"])
+def test_an_edit_by_another_process_during_apply_is_kept(build_dir, tmp_path, step):
+    """Paused after the commit point, a line appended to worker.py vanished and
+    apply said "applied". Now the file is re-checked right before its rename:
+    apply exits 7 (busy), rolls back (at rename:3 config.py and scheduler.py
+    are already patched), and the edit is kept."""
+    t = Faults(build_dir, tmp_path)
+    pristine = t.hashes()
+    env = {**os.environ, "OVERLAY_FAULT": f"pause@{step}"}
+    proc = subprocess.Popen(
+        t.args("apply"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat")
+        deadline = time.monotonic() + 120
+        # Stopped (T) at the first rename: the journal is committed.
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "apply never reached the pause"
+            time.sleep(0.05)
+        assert (t.root / JOURNAL).is_file()
+        config_patched = t.hashes()[CONFIG] != pristine[CONFIG]
+        assert config_patched == (step == "rename:3"), "not the change order assumed"
+        with (t.root / WORKER).open("a") as f:
+            f.write("# appended by another process\n")
+        edited = hashlib.sha256((t.root / WORKER).read_bytes()).hexdigest()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=300)
+
+    assert proc.returncode == EXIT_BUSY, (out + err).decode()
+    assert WORKER in err.decode() and "changed by another process" in err.decode()
+    assert (t.root / WORKER).read_bytes().endswith(b"# appended by another process\n")
+    want = {**pristine, WORKER: edited}
+    assert t.hashes() == want, "rolled back to anything but pristine plus the edit"

@@ -394,6 +394,32 @@ def test_flush_path_captures_right_after_the_wait(patched, knob_on, monkeypatch)
     assert not env.store.writer._thread.is_alive()
 
 
+def test_shutdown_captures_the_store_job_vllm_deferred(patched, knob_on, monkeypatch):
+    """Issue 29: vLLM submits a step's store jobs at the start of the next
+    step, which an engine that stops stepping (the offline LLM, once no
+    request is unfinished) never takes. The shutdown hook submits the job,
+    waits for its copy and captures it before the writer stops."""
+    vllm = Vllm(patched)
+    env = worker_with_store(vllm, monkeypatch)
+    job, key, page = full_chunk_job(vllm, env, 1, 0x3C)
+    env.worker.prepare_store_kv(
+        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={7: job})
+    )
+    assert env.fake.submitted == []  # deferred to a next step
+
+    def wait(job_ids):  # the copy completes while it is waited for
+        env.fake.waited.append(set(job_ids))
+        env.fake.done += [j for j in env.fake.submitted if j in job_ids]
+
+    monkeypatch.setattr(env.fake, "wait", wait)
+    env.worker.shutdown()
+    assert env.fake.submitted == [7] and env.fake.waited == [{7}]
+    assert env.store.stats.jobs_drained == 1
+    assert not env.store.writer._thread.is_alive()
+    with open(env.store.writer.layout.chunk(key[:-4].hex(), 0), "rb") as f:
+        assert f.read().endswith(bytes([0x3C]) * page)
+
+
 # --------------------------------------------------------------------------
 # The seed's mamba alignment case: 3584-token blocks, hashes every 64 tokens
 

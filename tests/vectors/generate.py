@@ -602,6 +602,15 @@ def add_manifests(v: Vectors) -> None:
             good.replace(b'"boundary_manifest"', b'"boundary_manifes\xff"'))
     variant("too_deep", "bad_json", "65 nested lists in an extra field",
             good[:-1] + b',"x":' + b"[" * 65 + b"]" * 65 + b"}")
+    # FORMAT.md 4.1 counts arrays and objects only: the manifest object is
+    # level 1, so 63 lists around a scalar reach 64 (parses; the extra field
+    # is bad_field) and 64 lists reach 65.
+    deep = sealed(edit(x=nested(63)))
+    variant("nested_64", "bad_field", "64 levels: 63 lists around 1 in an extra field", deep)
+    variant("nested_65", "bad_json", "65 levels: 64 lists around 1 in an extra field",
+            one_list_more(deep, 63))
+    variant("nul_then_junk", "bad_json", "a valid manifest, then a NUL byte and junk",
+            good + b"\0junk")
     variant("not_object", "bad_field", "a list", b"[1,2,3]")
     variant("format_missing", "bad_field", "no format", sealed(edit(format=_DELETE)))
     variant("format_string", "bad_field", 'format "1"', sealed(edit(format="1")))
@@ -815,6 +824,16 @@ def add_records(v: Vectors) -> None:
             raw.replace(b'"keep_boundaries":2', b'"keep_boundaries":9223372036854775808'))
     variant("lone_surrogate", "bad_json", "\\ud800 in a string",
             raw.replace(b'"tp_group"', b'"\\ud800"'))
+    variant("nul_then_junk", "bad_json", "a valid record, then a NUL byte and junk",
+            raw + b"\0junk")
+    # Levels count arrays and objects (FORMAT.md 4.1): the record is 1, info 2.
+    # Valid, with a spec: both codecs must also encode 64 levels, byte for byte.
+    rec64 = f.NamespaceRecord(FENCED, {**info, "deep": nested(62)})
+    deep = f.encode_namespace_record(rec64)
+    v.add("record", "nested_64", deep, OK, "64 levels: 62 lists around 1 in info",
+          record_verdict, record_spec(rec64, 1), "json")  # fmt: skip
+    variant("nested_65", "bad_json", "65 levels: 63 lists around 1 in info",
+            one_list_more(deep, 62))
     variant("not_object", "bad_field", "a string", b'"fenced"')
     variant("info_missing", "bad_field", "only fenced",
             f.canonical_json({"fenced": good["fenced"]}))
@@ -880,6 +899,22 @@ def add_records(v: Vectors) -> None:
 # --- names and retention ------------------------------------------------------
 
 
+def nested(lists: int) -> Any:
+    """`lists` arrays, one inside the other, around the integer 1."""
+    value: Any = 1
+    for _ in range(lists):
+        value = [value]
+    return value
+
+
+def one_list_more(data: bytes, lists: int) -> bytes:
+    """`data` with its run of `lists` nested lists around 1 one list deeper
+    (past the limit, where the codec would refuse to encode it)."""
+    run = b"[" * lists + b"1" + b"]" * lists
+    assert data.count(run) == 1
+    return data.replace(run, b"[" + run + b"]")
+
+
 def add_pending(v: Vectors) -> None:
     """Pending records (FORMAT.md 9.1)."""
 
@@ -908,6 +943,17 @@ def add_pending(v: Vectors) -> None:
     variant("key_dotdot", "bad_field", "key ../x",
             f.canonical_json({"chunks": [[0, "../x"]], "format": 1, "kind": "pending_chunks"}))
     variant("torn", "bad_json", "a record cut mid-write", good[: len(good) // 2])
+    variant("nul_then_junk", "bad_json", "a valid record, then a NUL byte and junk",
+            good + b"\0junk")
+    variant("unsorted", "bad_field", "group 2 listed before group 0",
+            f.canonical_json({"chunks": [[2, CHAIN[0]], [0, CHAIN[1]]], "format": 1,
+                              "kind": "pending_chunks"}))
+    variant("keys_unsorted", "bad_field", "one group, keys out of order",
+            f.canonical_json({"chunks": [[0, max(CHAIN[:2])], [0, min(CHAIN[:2])]],
+                              "format": 1, "kind": "pending_chunks"}))
+    variant("repeated", "bad_field", "the same chunk twice",
+            f.canonical_json({"chunks": [[0, CHAIN[0]], [0, CHAIN[0]]], "format": 1,
+                              "kind": "pending_chunks"}))
     # fmt: on
 
 

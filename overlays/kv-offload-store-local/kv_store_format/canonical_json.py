@@ -10,6 +10,8 @@ from .format_error import FormatError, Reason
 
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
+# FORMAT.md 4.1: at most 64 arrays and objects open at once; scalars and keys
+# add no level.
 MAX_JSON_DEPTH = 64
 
 
@@ -21,8 +23,9 @@ def canonical_json(value: Any) -> bytes:
     ).encode("ascii")
 
 
-def _check_canonical(value: Any, depth: int = 1) -> None:
-    if depth > MAX_JSON_DEPTH:
+def _check_canonical(value: Any, open_: int = 0) -> None:
+    """`open_`: the arrays and objects around value."""
+    if isinstance(value, (list, tuple, dict)) and open_ >= MAX_JSON_DEPTH:
         raise FormatError(Reason.BAD_JSON, f"nesting deeper than {MAX_JSON_DEPTH}")
     if value is None or isinstance(value, bool):
         return
@@ -35,14 +38,14 @@ def _check_canonical(value: Any, depth: int = 1) -> None:
         return
     if isinstance(value, (list, tuple)):
         for item in value:
-            _check_canonical(item, depth + 1)
+            _check_canonical(item, open_ + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise FormatError(Reason.BAD_JSON, "object keys must be strings")
             _check_text(key)
-            _check_canonical(item, depth + 1)
+            _check_canonical(item, open_ + 1)
         return
     raise FormatError(Reason.BAD_JSON, f"{type(value).__name__} is not allowed")
 

@@ -47,6 +47,13 @@ def _check_pending_body(body: Mapping[str, Any]) -> None:
             Reason.BAD_FIELD, "pending record must be {chunks, format, kind}"
         )
     chunks = list_field(body, "chunks", 0, MAX_PENDING_CHUNKS, "chunks must be a list")
+    previous = None
     for c in chunks:
         if not is_row(c, int_in(0, MAX_GROUP_INDEX), is_key_hex):
             raise FormatError(Reason.BAD_FIELD, "chunk must be [group, key hex]")
+        # FORMAT.md 9.1: sorted by (group, key), each once.
+        if previous is not None and not previous < (c[0], c[1]):
+            raise FormatError(
+                Reason.BAD_FIELD, "chunks must be sorted by (group, key), each once"
+            )
+        previous = (c[0], c[1])

@@ -84,6 +84,11 @@ class JobQueue:
         if self._thread is None or not self._thread.is_alive():
             self._close_resources()
 
+    @property
+    def running(self) -> bool:
+        """The thread is still alive (after close: it timed out)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def drain(self, idle: bool = True) -> None:
         """Process every queued job on the calling thread (tests, bench),
         then, with ``idle``, what the idle hook queues."""

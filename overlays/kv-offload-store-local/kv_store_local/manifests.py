@@ -42,6 +42,9 @@ def verified_header(
 class ManifestBook:
     MAX_PENDING_CANDIDATES = 1024
     MAX_KNOWN_DURABLE = 1 << 18
+    # Chunks counted on but named by no published manifest: at ~70 bytes a
+    # pending-record entry, 64k of them is a 4.5 MB record.
+    MAX_UNPUBLISHED = 1 << 16
 
     def __init__(
         self,
@@ -69,6 +72,11 @@ class ManifestBook:
         self.failed: set[Ident] = set()
         self._pending: OrderedDict[str, tuple[Candidate, set[Ident]]] = OrderedDict()
         self._waiting: dict[Ident, set[str]] = {}
+        # Every chunk written or reused this boot that no manifest published
+        # since names yet, oldest first: the pending record lists them all,
+        # so a sweep keeps a job's chunks even before any candidate names
+        # them (a job of full-attention chunks only carries no candidate).
+        self._unpublished: OrderedDict[Ident, None] = OrderedDict()
         self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
 
     def load_existing(self) -> None:
@@ -146,7 +154,16 @@ class ManifestBook:
         self.durable[ident] = entry
         self.durable.move_to_end(ident)
         while len(self.durable) > self.MAX_KNOWN_DURABLE:
-            self.durable.popitem(last=False)
+            old, _ = self.durable.popitem(last=False)
+            self._unpublished.pop(old, None)
+        self._unpublished[ident] = None
+        self._unpublished.move_to_end(ident)
+        while len(self._unpublished) > self.MAX_UNPUBLISHED:
+            # No longer protected from a sweep: forget it was durable, so a
+            # candidate naming it looks on disk again instead of trusting it.
+            old, _ = self._unpublished.popitem(last=False)
+            self.durable.pop(old, None)
+            self.stats.pending_chunks_dropped += 1
 
     def mark_durable(self, ident: Ident, entry: tuple[int, int]) -> list[str]:
         """A file is durable; returns the candidates it completes."""
@@ -161,11 +178,13 @@ class ManifestBook:
                 ready.append(name)
         return ready
 
-    def pending_chunks(self) -> set[tuple[int, str]]:
-        """(group, key hex) of chunks waiting candidates need beyond their
-        longest published prefix: what gc must not take for orphans."""
+    def pending_chunks(self) -> list[tuple[int, str]]:
+        """(group, key hex), sorted, each once: every chunk written or reused
+        this boot that no published manifest names yet, and what waiting
+        candidates need beyond their longest published prefix. What gc must
+        not take for orphans (FORMAT.md 9.1)."""
         published = set(self.published.values())
-        out: set[tuple[int, str]] = set()
+        out = {(g, h.hex()) for h, g in self._unpublished}
         for candidate, _ in self._pending.values():
             chain = tuple(h.hex() for h in candidate.chain)
             done = next(
@@ -173,12 +192,13 @@ class ManifestBook:
             )
             out.update((g, key) for g in candidate.full for key in chain[done:])
             out.update((g, chain[-1]) for g in candidate.state)
-        return out
+        return sorted(out)
 
     def mark_failed(self, ident: Ident) -> None:
         """Not taken from disk or manifested until written anew in full."""
         self.failed.add(ident)
         self.durable.pop(ident, None)
+        self._unpublished.pop(ident, None)
 
     def distrust(self, ident: Ident) -> None:
         """A reader refused this key's file: it counts as failed, and the
@@ -234,6 +254,8 @@ class ManifestBook:
             return
         self.stats.manifests_published += 1
         self.published[name] = manifest.chain
+        for ident in entries:
+            self._unpublished.pop(ident, None)
         self.retain(manifest)
 
     def _manifest(
@@ -307,6 +329,7 @@ class ManifestBook:
                 except FileNotFoundError:
                     continue
                 self.durable.pop((bytes.fromhex(old.tip), group.group), None)
+                self._unpublished.pop((bytes.fromhex(old.tip), group.group), None)
                 self.stats.state_files_removed += 1
                 removed_dirs.add(os.path.dirname(chunk))
         for d in removed_dirs:

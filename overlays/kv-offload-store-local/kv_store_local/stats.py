@@ -18,6 +18,8 @@ DROP_REASONS = {
 @dataclass
 class StoreStats:
     jobs_captured: int = 0
+    # Store jobs captured at shutdown: vLLM had deferred them to a next step.
+    jobs_drained: int = 0
     keys_captured: int = 0
     bytes_captured: int = 0
     capture_seconds: float = 0.0
@@ -40,6 +42,9 @@ class StoreStats:
     manifests_dropped: int = 0
     manifests_superseded: int = 0
     state_files_removed: int = 0
+    # Oldest unpublished chunks left out of the pending record (its bound):
+    # a sweep may delete them, and a manifest needing one waits for a rewrite.
+    pending_chunks_dropped: int = 0
     enospc_pauses: int = 0
 
     def drops(self) -> dict[str, int]:

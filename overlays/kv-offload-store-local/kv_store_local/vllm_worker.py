@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .deps import knobs
+from .deps import init_logger, knobs
 from .errors import WriterDisabled
 from .layout import (
     DTYPES,
@@ -26,6 +26,8 @@ from .layout import (
     state_strides,
 )
 from .worker_store import WorkerSettings, WorkerStore
+
+logger = init_logger(__name__)
 
 
 class VllmWorkerStore(WorkerStore):
@@ -86,6 +88,34 @@ class VllmWorkerStore(WorkerStore):
             for group_refs in kv_caches.group_data_refs
         ]
         self.attach(staging, refs)
+
+    def drain(self, worker: Any, unsubmitted: list[tuple[Any, Any, Any]]) -> int:
+        """Clean shutdown: capture the store jobs vLLM never reported.
+
+        vLLM submits each step's store jobs at the start of the next step and
+        reports them one or more steps later; an engine that stops stepping
+        (the offline LLM does once no request is unfinished) leaves the last
+        ones in ``unsubmitted`` (vLLM's deferred list, cleared right after
+        this) or in flight. Submit those this rank remembered, wait for every
+        remembered job and capture it. Returns the jobs captured here."""
+        if not self.active or worker is None:
+            return 0
+        captured = 0
+        try:
+            for job_id, src_spec, dst_spec in unsubmitted:
+                if job_id in self._remembered:
+                    worker.submit_store(job_id, src_spec, dst_spec)
+            waiting = set(self._remembered)
+            if waiting:
+                worker.wait(waiting)
+                for result in worker.get_finished():
+                    if result.success and result.job_id in waiting:
+                        self.capture(result.job_id)
+                        captured += 1
+        except Exception:
+            logger.exception("KV store: draining the last store jobs failed")
+        self.stats.jobs_drained += captured
+        return captured
 
 
 def state_cache(kv_caches: Mapping[str, Any], name: str) -> Any:

@@ -50,6 +50,9 @@ class WorkerSettings:
 
 
 class WorkerStore:
+    # How long a clean shutdown waits for the writer to finish its queue.
+    SHUTDOWN_SECONDS = 30.0
+
     def __init__(
         self,
         settings_knobs: knobs.Knobs,
@@ -397,7 +400,15 @@ class WorkerStore:
         so the region can be unmapped right after (no BufferError)."""
         self._remembered.clear()
         if self.writer is not None:
-            self.writer.close()
+            # The tail of the last requests is often still queued (drained
+            # just before): give the disk time for it, within a bound.
+            self.writer.close(self.SHUTDOWN_SECONDS)
+            if self.writer.running:
+                logger.warning(
+                    "KV store: the writer did not finish within %d s of shutdown; "
+                    "what it had not written is not in the store",
+                    self.SHUTDOWN_SECONDS,
+                )
         if self.copier is not None:
             self.copier.close()
         self._staging = []

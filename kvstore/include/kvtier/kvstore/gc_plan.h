@@ -14,7 +14,7 @@ enum class DeleteReason {
   kStaleTemp,          // writer temp older than the grace period, or a dead writer's pending record
   kOrphan,             // state payload named by no manifest, older than grace
   kCorrupt,            // damaged chunk (never one a kept manifest names)
-  kBadManifest,        // manifest that parses but names missing/damaged chunks, or is invalid
+  kBadManifest,        // manifest that parses but names missing/damaged chunks or has a wrong name/rank
   kSuperseded,         // manifest beyond keep-K on every chain containing it
   kSupersededPayload,  // state payload named only by manifests this plan deletes
 };
@@ -45,7 +45,7 @@ struct Plan {
   size_t manifests_planned = 0;
   // Why a sweep must not run without --force (empty: safe to sweep).
   std::vector<std::string> refusals;
-  // Part of the rank could not be read, so no chunk (and no broken-looking
+  // Part of the rank could not be read or parsed, so no chunk (and no broken-looking
   // manifest) was planned, with or without --force.
   bool chunks_withheld = false;
 };

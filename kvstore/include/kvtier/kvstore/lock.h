@@ -25,8 +25,9 @@ class StoreLock {
 };
 
 // Takes LOCK_EX on `<rank_fd>/.lock`, creating the file if needed, waiting up
-// to `timeout`. A timeout is ErrorKind::kRefused (a writer is busy), any
-// other failure kIo.
+// to `timeout`. A timeout is ErrorKind::kRefused (a writer is busy); a .lock
+// that is not a regular file (folder, symlink, FIFO, socket, device) is
+// kInvalid and is never opened as one; any other failure kIo.
 Outcome<StoreLock> lock_exclusive(int rank_fd, std::chrono::milliseconds timeout);
 
 // Same with LOCK_SH: what a writer takes (used by tests and the bench).

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,7 +33,10 @@ ScanSummary summarize(const StoreScan& scan);
 // "<path>: <kind>: <detail>" per finding.
 std::string findings_text(const std::vector<Finding>& findings);
 nlohmann::json findings_json(const std::vector<Finding>& findings);
-std::string summary_text(const char* verb, const ScanSummary& s);
+// `failure`, when not empty, says why the run failed (the CLI's words); the
+// line then never says "no problems", which would only describe the part
+// that was scanned.
+std::string summary_text(const char* verb, const ScanSummary& s, std::string_view failure = {});
 nlohmann::json summary_json(const ScanSummary& s);
 
 // "<action> <path>: <reason> (<bytes> bytes)" per item, then refusals.

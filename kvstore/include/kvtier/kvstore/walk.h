@@ -79,6 +79,9 @@ struct WalkResult {
 // Opens `path` as a walk root: a directory, not itself a symlink.
 Outcome<Fd> open_root(const std::string& path);
 
+// The kIo error for a path that is a symlink kvstore was asked to open.
+Error symlink_error(std::string path);
+
 // Walks everything under `root_fd` (which stays open and owned by the caller).
 // `prefix` is prepended to every rel path (for walking a subdirectory).
 WalkResult walk(int root_fd, const WalkOptions& options = {});
