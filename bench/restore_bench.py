@@ -216,6 +216,7 @@ def restore(store, keys, rows: Rows, gpu_dst) -> tuple[float, int]:
             ),
             store,
         )
+        restorer.wait_idle()  # the promotion thread read the batch
         if restorer.stats.jobs_failed:
             raise SystemExit(
                 f"restore_bench: promotion failed: {restorer.stats.failures}"

@@ -153,6 +153,11 @@ def scheduler_restore(llm) -> dict:
         "promotions_fenced": stats.promotions_fenced,
         "keys_promoted": stats.keys_promoted,
         "keys_failed": stats.keys_failed,
+        # Restore only when it pays (docs/overlays/kv-offload-restore.md).
+        "restores_weighed": getattr(stats, "restores_weighed", None),
+        "restores_declined": getattr(stats, "restores_declined", None),
+        "restores_unmeasured": getattr(stats, "restores_unmeasured", None),
+        "last_estimate": getattr(stats, "last_estimate", None),
     }
 
 

@@ -578,8 +578,15 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
         f.get("key") == key and f.get("reason") == "payload_checksum_mismatch"
         for f in failures
     )
+    # Marked bad, and still listed bad at the end unless the rank's writer was told to
+    # write the chunk anew (distrust): it then publishes those manifests again, and a
+    # rescan before the report reads the new files (seen on the H200: the list was empty).
     v["manifest_marked_bad"] = any(
-        w.get("stats", {}).get("manifests_marked_bad", 0) > 0 and w.get("manifests_bad")
+        w.get("stats", {}).get("manifests_marked_bad", 0) > 0
+        and (
+            w.get("manifests_bad")
+            or w.get("writer_stats", {}).get("keys_distrusted", 0) > 0
+        )
         for w in workers
     )
     v["corrupted_chunk_loaded"] = key in loaded if key else None

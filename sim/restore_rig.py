@@ -150,6 +150,10 @@ class Rig(HybridVllm):
         self.region = region or Region(tp)
         self.with_tier = tier
         self.hash_algo = hash_algo
+        # Promotions run on each worker's promotion thread; by default a step
+        # waits for the ones it started, as if the disk were fast (False: they
+        # report whenever a later step finds them done).
+        self.wait_promotions = True
         self.layout = self.hybrid_layout()
         self.keys_written: dict[bytes, int] = {}  # key -> group
         self.scheduler = self._make_scheduler() if scheduler else None
@@ -271,6 +275,10 @@ class Rig(HybridVllm):
             worker.gpu.done.append(job_id)
         worker.gpu.stores.clear()
         worker.get_finished(set())
+        restorer = getattr(worker, "_kv_restore", None)
+        if self.wait_promotions and restorer is not None:
+            # The reads finish within the step (a fast disk): reported now.
+            assert restorer.wait_idle(60)
         return pickle.dumps(worker.build_connector_worker_meta())
 
     def end_step(self, blobs: list[bytes]) -> None:

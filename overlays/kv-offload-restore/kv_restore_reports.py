@@ -13,7 +13,10 @@ Kinds (the low 3 bits):
 - READY: this rank finished its boot scan (its inventory follows or is empty);
 - KEY_UP / KEY_DOWN: this rank can / can no longer prove a key with a
   manifest (the value is a 59-bit digest of the OffloadKey);
-- PROMOTE_OK / PROMOTE_FAIL: this rank's result for a promotion job.
+- PROMOTE_OK / PROMOTE_FAIL: this rank's result for a promotion job;
+- READ_RATE / KEY_BYTES: this rank's measured read rate (bytes/s) and bytes
+  per key, after a promotion (the value: the rank above, the number below
+  ``RANK_SHIFT``), which the scheduler weighs against recomputing.
 """
 
 import hashlib
@@ -24,8 +27,11 @@ KEY_UP = 1
 KEY_DOWN = 2
 PROMOTE_OK = 3
 PROMOTE_FAIL = 4
+READ_RATE = 5
+KEY_BYTES = 6
 _KINDS = 8
 _VALUE_BITS = 59
+RANK_SHIFT = 44  # a rank's number: up to 16 TB/s or 16 TB a key
 
 
 def key_digest(key: bytes) -> int:
@@ -36,6 +42,15 @@ def key_digest(key: bytes) -> int:
     """
     digest = hashlib.blake2b(bytes(key), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> (64 - _VALUE_BITS)
+
+
+def rank_value(rank: int, number: float) -> int:
+    """One rank's measured number as a report value (rank, rounded number)."""
+    return rank << RANK_SHIFT | min(max(round(number), 0), (1 << RANK_SHIFT) - 1)
+
+
+def split_rank_value(value: int) -> tuple[int, int]:
+    return value >> RANK_SHIFT, value & ((1 << RANK_SHIFT) - 1)
 
 
 def encode(kind: int, value: int) -> int:

@@ -16,16 +16,26 @@ the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
   rank's READY arrived it answers RETRY (after ``ready_timeout_s``, MISS).
 - ``submit_load`` queues the promotion; the scheduler hook attaches queued
   promotions to the step's connector metadata and every worker fills its own
-  slot of the CPU rows from its own disk. The job succeeds only when every
-  rank reported PROMOTE_OK; any PROMOTE_FAIL fails it for all, the keys are
+  slot of the CPU rows from its own disk, on its promotion thread, while the
+  engine steps on (the request waits: its keys are HIT_PENDING in the CPU
+  tier). The job, and with it its rows, stays in flight until every rank
+  reported: success only when all reported PROMOTE_OK; any PROMOTE_FAIL
+  fails it for all, the keys are
   held as misses until a rank proves them again or ``failed_hold_s`` passed
   (a bad chunk's manifests are dropped by its rank meanwhile, so only keys
   still proven everywhere are tried again), and the request recomputes.
 - ``submit_store`` completes at once: the worker-local writer stores.
 - ``drain_jobs`` (a prefix-cache reset) fails every queued or in-flight
-  promotion; a worker's late report for it is ignored. A worker runs a
-  promotion inside the step that carried it, before any later step's DMA,
-  and the tiering manager holds new promotions until the reset is flushed.
+  promotion at once (vLLM's reset then frees every CPU row); a worker's late
+  report for it is ignored. The ids of the ones already sent go out with the
+  next step's metadata (``kv_restore_fence``): every worker cancels or waits
+  for their reads before it submits any transfer of that step, so no late
+  read lands in a row the reset handed to someone else.
+- Restore only when it pays: before a request's lookup the scheduler hook
+  weighs the prefix the store would restore (kv_restore_cost: every rank's
+  measured read rate against the engine's measured prefill rate for that
+  context); when reading is predicted slower, every lookup of that request
+  in our tier answers MISS and the decision is counted and logged.
 """
 
 import logging
@@ -50,6 +60,7 @@ from vllm.v1.kv_offload.tiering.base import (
     TransferJob,
 )
 
+from . import kv_restore_cost as cost
 from . import kv_restore_reports as reports
 from .kv_restore_worker import RestoreRefused, restore_requested
 from .kv_store_local import store_perms
@@ -67,9 +78,16 @@ class TierStats:
     lookups: Counter = field(default_factory=Counter)  # hit / miss / retry
     promotions_ok: int = 0
     promotions_failed: int = 0
-    promotions_fenced: int = 0
+    promotions_fenced: int = 0  # failed by a cache reset while in flight
     keys_promoted: int = 0
     keys_failed: int = 0
+    # Restore only when it pays: prefixes weighed (both rates measured),
+    # declined (reading predicted slower than recomputing: a miss), and not
+    # weighed for want of a measured rate (restored, as before).
+    restores_weighed: int = 0
+    restores_declined: int = 0
+    restores_unmeasured: int = 0
+    last_estimate: dict | None = None  # the last weighed one (Estimate)
 
 
 @dataclass
@@ -110,6 +128,13 @@ class LocalStoreTier(SecondaryTierManager):
         self._queued: list[TransferJob] = []
         self._inflight: dict[int, _Promotion] = {}
         self._finished: list[JobResult] = []
+        # Sent promotions a reset failed: the workers wait for their reads
+        # at the start of the next step (kv_restore_fence).
+        self._fence: list[int] = []
+        # Requests whose restore was declined, during their lookup.
+        self.declined: set[str] = set()
+        self.rates = cost.ReadRates()
+        self.prefill = cost.PrefillRate()
 
     # -- readiness -------------------------------------------------------------
 
@@ -136,6 +161,8 @@ class LocalStoreTier(SecondaryTierManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if not self.ready:
             result = self._not_ready_result()
+        elif req_context.req_id in self.declined:
+            result = LookupResult.MISS  # recomputing is predicted faster
         else:
             digest = reports.key_digest(key)
             until = self._failed.get(digest)
@@ -146,6 +173,17 @@ class LocalStoreTier(SecondaryTierManager):
             result = LookupResult.HIT if hit else LookupResult.MISS
         self.stats.lookups[result.name.lower()] += 1
         return result
+
+    def provable(self, key: OffloadKey) -> bool:
+        """Whether a lookup of ``key`` would hit now (no side effects)."""
+        if not self.ready:
+            return False
+        digest = reports.key_digest(key)
+        until = self._failed.get(digest)
+        if until is not None and self.clock() < until:
+            return False
+        assert self.num_workers is not None
+        return self._provable.get(digest, 0) >= self.num_workers
 
     def submit_load(self, job_metadata: TransferJob) -> None:
         self._queued.append(job_metadata)
@@ -161,17 +199,28 @@ class LocalStoreTier(SecondaryTierManager):
 
     def has_pending_work(self) -> bool:
         waiting = not self.ready and not self._timed_out
-        return bool(waiting or self._queued or self._inflight or self._finished)
+        return bool(
+            waiting or self._queued or self._inflight or self._finished or self._fence
+        )
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
 
     def drain_jobs(self) -> None:
-        """A cache reset: every promotion not yet confirmed fails now."""
+        """A cache reset: every promotion not yet confirmed fails now.
+
+        vLLM's contract is to block until no tier I/O touches the CPU rows;
+        ours runs in the workers, whose reports only come with a step, so the
+        wait moves there: the sent ones are fenced in the next step's
+        metadata, and each worker waits for their reads before any transfer.
+        """
+        queued = {job.job_id for job in self._queued}
         for job_id, promotion in self._inflight.items():
             self._finished.append(JobResult(job_id=job_id, success=False))
             self.stats.promotions_fenced += 1
             self.stats.keys_failed += len(promotion.keys)
+            if job_id not in queued:
+                self._fence.append(job_id)
         self._inflight.clear()
         self._queued.clear()
 
@@ -194,6 +243,12 @@ class LocalStoreTier(SecondaryTierManager):
         self._queued.clear()
         return out
 
+    def take_fence(self) -> list[int]:
+        """Promotions a reset failed after they were sent: the workers wait
+        for their reads before this step's transfers."""
+        fence, self._fence = self._fence, []
+        return fence
+
     def on_reports(self, items: Iterable[tuple[int, int, int]]) -> None:
         for kind, value, ranks in items:
             if kind == reports.READY:
@@ -209,6 +264,8 @@ class LocalStoreTier(SecondaryTierManager):
                     self._provable.pop(value, None)
             elif kind in (reports.PROMOTE_OK, reports.PROMOTE_FAIL):
                 self._on_result(value, kind == reports.PROMOTE_OK, ranks)
+            elif kind in (reports.READ_RATE, reports.KEY_BYTES):
+                self.rates.on_report(kind, value)
 
     def _on_result(self, job_id: int, ok: bool, ranks: int) -> None:
         promotion = self._inflight.get(job_id)
@@ -259,6 +316,8 @@ class SchedulerRestore:
         tier.num_workers = num_workers
         # The groups a restore fills: the offloaded ones, original indices.
         self.loaded_group_ids = loaded_group_ids
+        self.steps = cost.StepClock(tier.prefill)
+        self.now = time.perf_counter
 
     @classmethod
     def from_vllm(
@@ -330,7 +389,19 @@ class SchedulerRestore:
             num_hit_tokens: int | None = 0
         else:
             lookup_start = time.monotonic()
-            num_hit_tokens = sched._lookup(req_status, max_num_new_tokens)
+            try:
+                declined = not self._pays(
+                    sched, request, req_status, num_computed_tokens
+                )
+            except Exception:  # no estimate: restore, as without one
+                logger.exception("KV restore: the restore was not weighed")
+                declined = False
+            if declined:
+                self.tier.declined.add(req_status.req_context.req_id)
+            try:
+                num_hit_tokens = sched._lookup(req_status, max_num_new_tokens)
+            finally:
+                self.tier.declined.discard(req_status.req_context.req_id)
             sched._connector_stats.observe_histogram(
                 _lookup_sync_metric(sched),
                 time.monotonic() - lookup_start,
@@ -346,7 +417,72 @@ class SchedulerRestore:
         )
         return num_hit_tokens, bool(num_hit_tokens) and not sync_load
 
-    def attach(self, meta: Any) -> None:
+    def _pays(
+        self, sched: Any, request: Any, req_status: Any, num_computed_tokens: int
+    ) -> bool:
+        """Weigh what the store would restore for this request (False: miss).
+
+        The prefix ends at the deepest key of the request our tier would hit
+        (a manifest boundary; vLLM may stop a little earlier); the keys to
+        read are the tier's keys up to it that the CPU tier does not hold.
+        """
+        tier = self.tier
+        primary = getattr(sched.manager, "primary_tier", None)
+        context = req_status.req_context
+        found: list[tuple[int, Any]] = []
+        for config, state in zip(
+            sched.config.kv_group_configs, req_status.group_states, strict=False
+        ):
+            for i, key in enumerate(state.offload_keys):
+                end = (i + 1) * config.tokens_per_chunk
+                if end > num_computed_tokens and tier.provable(key):
+                    found.append((end, key))
+        end = min(max((e for e, _ in found), default=0), request.num_prompt_tokens - 1)
+        if end <= num_computed_tokens:
+            return True  # nothing of the store to weigh
+        keys = sum(
+            1
+            for e, key in found
+            if e <= end
+            and (primary is None or primary.lookup(key, context) is LookupResult.MISS)
+        )
+        if keys == 0:
+            return True  # held in the CPU tier already (or being promoted)
+        estimate = cost.weigh(
+            tier.rates, tier.prefill, tier.num_workers or 1, keys,
+            num_computed_tokens, end,
+        )  # fmt: skip
+        if estimate is None:
+            tier.stats.restores_unmeasured += 1
+            return True
+        tier.stats.restores_weighed += 1
+        tier.stats.restores_declined += not estimate.restore
+        tier.stats.last_estimate = estimate.as_dict()
+        logger.info(
+            "KV restore: request %s: %d tokens from the store (%d keys a rank, "
+            "%.1f MB at %.3g GB/s: %.3f s) vs recompute %.3f s: %s",
+            request.request_id,
+            estimate.tokens,
+            keys,
+            estimate.read_bytes / 1e6,
+            estimate.read_rate / 1e9,
+            estimate.read_s,
+            estimate.recompute_s,
+            "restore" if estimate.restore else "miss (recompute is faster)",
+        )
+        return estimate.restore
+
+    def attach(
+        self, meta: Any, scheduler_output: Any = None, req_status: Any = None
+    ) -> None:
+        if scheduler_output is not None and req_status is not None:
+            try:
+                self.steps.on_step(self.now(), _scheduled(scheduler_output, req_status))
+            except Exception:  # a missed measurement never fails a step
+                logger.debug("KV restore: step not timed", exc_info=True)
+        fence = self.tier.take_fence()
+        if fence:
+            meta.kv_restore_fence = fence
         requests = self.tier.take_requests()
         if requests:
             meta.kv_restore = requests
@@ -355,6 +491,15 @@ class SchedulerRestore:
         items = reports.take(meta.completed_jobs)
         if items:
             self.tier.on_reports(items)
+
+
+def _scheduled(scheduler_output: Any, req_status: Any):
+    """(request, tokens scheduled, tokens computed before, prompt tokens)."""
+    for req_id, n in (scheduler_output.num_scheduled_tokens or {}).items():
+        status = req_status.get(req_id)
+        if status is not None:
+            req = status.req
+            yield req_id, n, req.num_computed_tokens, req.num_prompt_tokens
 
 
 def _lookup_sync_metric(sched: Any) -> Any:

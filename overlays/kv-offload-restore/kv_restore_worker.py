@@ -23,12 +23,18 @@ Every TP worker reads only its own store (the rank base the writer opened):
   writer (``distrust``): the recompute's store writes it anew and publishes
   the manifests naming it again, so the keys come back up.
 
-Promotions run synchronously in the worker's step (``start_kv_transfers``,
-before any CPU->GPU load of that step is submitted), so a promotion is never
-in flight across steps: a cache reset that frees its rows cannot be overtaken
-by a late write. Chunk files are immutable (temp + rename), so a file opened
-before keep-K unlinks it still reads as the verified bytes; one unlinked
-before the open is a miss.
+Promotions run across steps, like vLLM's own loads: the step that carries
+one only hands it to this rank's promotion thread (one thread, jobs in
+order; its files are read by one call of the native library) and steps on; the
+result is reported by the first step that finds it finished. The job's CPU
+rows stay allocated to it in the tiering manager until every rank reported,
+so no other transfer is given them while a read may still land. A cache
+reset releases them at once (vLLM's reset frees every row), so the first
+step after it carries the fenced job ids and this rank waits for those reads
+(queued ones are cancelled) before it submits any transfer of that step.
+Chunk files are immutable (temp + rename), so a file opened before keep-K
+unlinks it still reads as the verified bytes; one unlinked before the open
+is a miss.
 
 Modules: kv_restore_inventory (the manifests and the keys they prove),
 kv_restore_read (a job's chunk files checked and read into memory by the
@@ -40,9 +46,11 @@ import errno
 import fcntl
 import logging
 import os
+import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, MutableMapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +79,7 @@ READERS = 8  # threads of the native read of one job (bench/restore_read_bench.p
 READ_WILLNEED = False
 # Failures that say nothing against the chunk file: no rewrite is asked for.
 NOT_THE_FILE = frozenset({"no_manifest", "unknown_group"})
+RATE_WEIGHT = 0.5  # weight of the newest job in the read-rate average
 
 
 class RestoreRefused(ValueError):
@@ -134,6 +143,12 @@ class RestoreStats:
     bytes_restored: int = 0
     read_seconds: float = 0.0
     failures: Counter = field(default_factory=Counter)  # per failure reason
+    # Jobs a cache reset fenced: cancelled before they started, or waited for.
+    jobs_fenced: int = 0
+    # This rank's read rate (bytes/s, recent jobs weighted up) and bytes per
+    # key: reported to the scheduler, which weighs a restore against recompute.
+    read_rate: float = 0.0
+    key_bytes: float = 0.0
 
 
 class WorkerRestore:
@@ -156,6 +171,17 @@ class WorkerRestore:
         self._native = load_native()
         self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
         self._plans_of: Any = None  # the staging list the plans were made for
+        # One thread runs the promotions in order (each one's read is one
+        # call of the native library). Job id -> its future, oldest first.
+        self._jobs: ThreadPoolExecutor | None = None
+        self._running: dict[int, Future] = {}
+        self._keys: dict[int, int] = {}  # job id -> its number of keys
+        # The inventory is read by the promotion thread (proofs) and changed
+        # by the step's thread (rescans, manifests marked bad).
+        self._lock = threading.Lock()
+        # Failures the promotion thread found; the step's thread applies them
+        # (marks manifests bad, tells the writer) before it reports the job.
+        self._failed: deque = deque()
         # Test seam: called with the job's opened files before they are read.
         self.before_read: Any = None
 
@@ -219,7 +245,8 @@ class WorkerRestore:
 
     def _scan(self) -> None:
         assert self.inventory is not None
-        loaded, rejected = self.inventory.scan()
+        with self._lock:
+            loaded, rejected = self.inventory.scan()
         self.stats.manifests_loaded += loaded
         self.stats.manifests_rejected += rejected
         self._last_scan = time.monotonic()
@@ -235,12 +262,14 @@ class WorkerRestore:
                 and time.monotonic() - self._last_scan >= self.rescan_seconds
             ):
                 self._scan()
+            self._harvest()
             out = list(self._pending)
             self._pending.clear()
             if not self._ready_sent:
                 out.append((reports.READY, 0))
                 self._ready_sent = True
-            current = self.inventory.keys() if self.inventory is not None else set()
+            with self._lock:
+                current = self.inventory.keys() if self.inventory else set()
             out += [
                 (reports.KEY_UP, reports.key_digest(k))
                 for k in current - self._reported
@@ -255,24 +284,98 @@ class WorkerRestore:
             logger.exception("KV restore: report failed")
 
     def promote(self, metadata: Any, store: Any) -> None:
-        """Run the promotions the scheduler attached to this step's metadata."""
+        """Start the promotions the scheduler attached to this step's metadata.
+
+        Runs before the step submits any transfer. A fenced job (its rows were
+        freed by a cache reset) is cancelled if it has not started, else
+        waited for, so no read of it lands after this point. The new ones go
+        to the promotion thread; their results are reported by a later step.
+        """
+        fenced = getattr(metadata, "kv_restore_fence", None)
+        if fenced:
+            self._fence(fenced)
         requests = getattr(metadata, "kv_restore", None)
         if not requests:
             return
         self.bind(store)
+        if self._jobs is None:
+            self._jobs = ThreadPoolExecutor(1, thread_name_prefix="kv-promote")
         for request in requests:
-            job_id = request["job"]
-            try:
-                ok = self._promote(request["keys"], request["chunks"])
-            except Exception:
-                logger.exception("KV restore: promotion %d failed", job_id)
-                self.stats.failures["internal_error"] += 1
-                ok = False
+            keys, chunks = list(request["keys"]), list(request["chunks"])
+            self._running[request["job"]] = self._jobs.submit(self._job, keys, chunks)
+            self._keys[request["job"]] = len(keys)
+
+    def _measured(self, nbytes: int, seconds: float, keys: int) -> None:
+        """A job read ``nbytes`` in ``seconds``: this rank's rates, reported."""
+        w = RATE_WEIGHT if self.stats.read_rate else 1.0
+        s = self.stats
+        s.read_rate = (1 - w) * s.read_rate + w * nbytes / seconds
+        s.key_bytes = (1 - w) * s.key_bytes + w * nbytes / max(keys, 1)
+        rank = self._store.writer.rank if self._store is not None else 0
+        self._pending += [
+            (reports.READ_RATE, reports.rank_value(rank, s.read_rate)),
+            (reports.KEY_BYTES, reports.rank_value(rank, s.key_bytes)),
+        ]
+
+    def _fence(self, job_ids: Sequence[int]) -> None:
+        futures = [self._running[j] for j in job_ids if j in self._running]
+        for future in futures:
+            future.cancel()  # only one that has not started
+        wait(futures)
+        self.stats.jobs_fenced += len(futures)
+        self._harvest()
+
+    def _job(self, keys: list[bytes], chunks: list[int]) -> tuple[bool, int, float]:
+        """The promotion thread: one job, read and verified; (ok, bytes, seconds).
+
+        ``_promote`` is the read of one job (lock, open, verify, fill the
+        rows); it runs here and nowhere else, so its I/O may block.
+        """
+        before = self.stats.bytes_restored
+        start = time.perf_counter()
+        try:
+            ok = self._promote(keys, chunks)
+        except Exception:
+            logger.exception("KV restore: promotion failed")
+            self.stats.failures["internal_error"] += 1
+            ok = False
+        return ok, self.stats.bytes_restored - before, time.perf_counter() - start
+
+    def _harvest(self) -> None:
+        """Report every finished job (the step's thread; failures applied first)."""
+        done = [j for j, f in self._running.items() if f.done()]
+        while self._failed:  # a job counts its failure before it finishes
+            self._apply_failure(self._failed.popleft())
+        for job_id in done:
+            future = self._running.pop(job_id)
+            ok, nbytes, seconds = (
+                (False, 0, 0.0) if future.cancelled() else future.result()
+            )
             self.stats.jobs_ok += ok
             self.stats.jobs_failed += not ok
+            if ok and nbytes > 0 and seconds > 0:
+                self._measured(nbytes, seconds, self._keys.pop(job_id, 1))
+            self._keys.pop(job_id, None)
             self._pending.append(
                 (reports.PROMOTE_OK if ok else reports.PROMOTE_FAIL, job_id)
             )
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for every started promotion and take its result (tools, tests,
+        shutdown). False if some were still running after ``timeout``."""
+        _, running = wait(list(self._running.values()), timeout=timeout)
+        self._harvest()
+        return not running
+
+    def shutdown(self) -> None:
+        """Cancel queued promotions and wait for the running one: no read may
+        land in the CPU region after the worker lets go of it."""
+        for future in self._running.values():
+            future.cancel()
+        self.wait_idle()
+        if self._jobs is not None:
+            self._jobs.shutdown(wait=True)
+        self._jobs = None
 
     # -- one promotion ---------------------------------------------------------
 
@@ -309,7 +412,8 @@ class WorkerRestore:
 
     def _open(self, key: bytes) -> tuple[Proof, int]:
         assert self.inventory is not None
-        proof = self.inventory.proof(key)
+        with self._lock:
+            proof = self.inventory.proof(key)
         if proof is None:
             raise chunk_read.PromotionFailed(
                 "no_manifest", "no manifest of this rank proves it", key
@@ -396,10 +500,15 @@ class WorkerRestore:
         return plan
 
     def _fail(self, e: chunk_read.PromotionFailed) -> None:
+        """The promotion thread: count the failure, leave the rest to the step."""
         self.stats.failures[e.reason] += 1
+        self._failed.append(e)
+
+    def _apply_failure(self, e: chunk_read.PromotionFailed) -> None:
         names: list[str] = []
         if e.key is not None and self.inventory is not None:
-            names = self.inventory.mark_bad(e.key)
+            with self._lock:
+                names = self.inventory.mark_bad(e.key)
             self.stats.manifests_marked_bad += len(names)
         if e.key is not None and e.reason not in NOT_THE_FILE:
             # The header may still verify: without this the writer would keep

@@ -1,3 +1,4 @@
 if self._kv_restore is not None:
-    # Fill this rank's slots of the CPU rows before any load of this step.
+    # Before any load or store of this step: fenced promotions finished, then
+    # this step's promotions handed to the promotion thread.
     self._kv_restore.promote(metadata, self._kv_store)

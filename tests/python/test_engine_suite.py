@@ -305,6 +305,18 @@ def test_restore_with_no_digests_at_all_fails():
     assert not suite.judge(results, CORRUPTED)[HIT]["ok"]
 
 
+def test_bad_manifests_read_again_after_the_writer_republished_them_pass():
+    """The rank marked its manifests bad and told its writer to write the chunk anew;
+    the writer published them again and a rescan read the new files before the report,
+    so none is listed bad: still a pass. With no rewrite asked for, an empty list fails."""
+    healed = _break(restore_results(), "restore.llama.bad",
+                    ("restore_workers", 0, "manifests_bad"), [])  # fmt: skip
+    assert suite.judge(healed, CORRUPTED)[BAD]["ok"]
+    never = _break(healed, "restore.llama.bad",
+                   ("restore_workers", 0, "writer_stats", "keys_distrusted"), 0)  # fmt: skip
+    assert not suite.judge(never, CORRUPTED)[BAD]["ok"]
+
+
 @pytest.mark.parametrize(
     "path,value",
     [
@@ -315,7 +327,6 @@ def test_restore_with_no_digests_at_all_fails():
         (("restore_workers", 0, "failures", 0, "key"), "k1"),
         # no manifest marked bad
         (("restore_workers", 0, "stats", "manifests_marked_bad"), 0),
-        (("restore_workers", 0, "manifests_bad"), []),
         # the scheduler saw no failed promotion
         (("restore_scheduler", "promotions_failed"), 0),
         # the request did not recompute (same hit as with the good chunk)

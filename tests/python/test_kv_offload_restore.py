@@ -20,6 +20,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 
@@ -420,6 +421,39 @@ def test_ranks_that_disagree_load_nothing(ns, store):
     restarted.shutdown()
 
 
+def test_one_rank_failing_steps_later_is_a_miss_on_all(ns, store):
+    """Rank 0 reads its files at once and reports OK; rank 1's read is held for
+    several steps, then refuses a flipped payload: the job waits for rank 1 (no
+    load meanwhile), then fails on both ranks, and nothing is loaded."""
+    rig, hashes = write_a(ns, store, tp=2)
+    rig.shutdown()
+    flip_payload_bit_on(rig, key_of(hashes, 0, 3), rank=1)
+    restarted = Rig(ns, store, tp=2)
+    restarted.wait_promotions = False
+    released = threading.Event()
+    restarted.restorers[1].before_read = lambda proofs: released.wait(60)
+    request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
+    restarted.scheduler.on_new_request(request)
+    restarted.step()  # inventories
+    assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
+    restarted.step()  # the promotion reaches both ranks
+    assert restarted.restorers[0].wait_idle(30)  # rank 0 done, rank 1 held
+    for _ in range(3):
+        restarted.step()
+        assert restarted.tier.stats.promotions_ok == 0
+        assert restarted.tier.stats.promotions_failed == 0  # waits for rank 1
+    released.set()
+    assert restarted.restorers[1].wait_idle(30)
+    restarted.step()
+    assert restarted.tier.stats.promotions_failed == 1
+    assert restarted.restorers[0].stats.jobs_ok == 1
+    assert restarted.restorers[1].stats.failures == {"payload_checksum_mismatch": 1}
+    hits, _ = restarted.lookup(request)
+    assert hits == 0
+    assert [w.gpu.loads for w in restarted.workers] == [[], []]
+    restarted.shutdown()
+
+
 # --------------------------------------------------------------------------
 # Races
 
@@ -504,26 +538,71 @@ def test_keep_k_retiring_before_the_open_is_a_miss(ns, store):
 
 
 def test_a_reset_fences_a_promotion_in_flight(ns, store):
+    """The reset fails the promotion at once and vLLM frees its rows; the next
+    step's metadata fences it, and the worker's step does not go on (no
+    transfer of that step is submitted) until the read finished."""
     rig, hashes = write_a(ns, store)
     rig.shutdown()
     restarted = Rig(ns, store)
+    restarted.wait_promotions = False
     request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
     restarted.scheduler.on_new_request(request)
     restarted.step()  # inventories
+    released = threading.Event()
+    restorer = restarted.restorers[0]
+    restorer.before_read = lambda proofs: released.wait(60)
     assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
-    meta = restarted.scheduler.build_connector_meta(rs.empty_output())
-    assert meta.kv_restore  # the promotion is on its way to the workers
+    meta = restarted.step()  # the promotion starts on the worker and blocks
+    assert meta.kv_restore and not getattr(meta, "kv_restore_fence", None)
     restarted.scheduler.reset_cache()
     assert restarted.tier.stats.promotions_fenced == 1
-    # the workers still run it in the step that carried it; the late report is
-    # ignored and nothing is marked loaded
-    for worker in restarted.workers:
-        mine = pickle.loads(pickle.dumps(meta))
-        worker.start_kv_transfers(mine)
-    assert restarted.restorers[0].stats.jobs_ok == 1
-    restarted.step()
+    timer = threading.Timer(0.5, released.set)
+    timer.start()
+    start = time.monotonic()
+    fenced = restarted.step()
+    assert time.monotonic() - start >= 0.4  # the step waited for the read
+    assert fenced.kv_restore_fence == [meta.kv_restore[0]["job"]]
+    assert restorer.stats.jobs_fenced == 1 and restorer.stats.jobs_ok == 1
+    restarted.step()  # the late report is ignored, nothing is marked loaded
     assert restarted.tier.stats.promotions_ok == 0
     assert restarted.workers[0].gpu.loads == []
+    timer.join()
+    restarted.shutdown()
+
+
+def test_a_queued_promotion_a_reset_fences_is_cancelled(ns, store):
+    """Two promotions sent; the first blocks on its read, the reset fences
+    both: the second never starts, the worker waits for the first."""
+    rig, hashes = write_a(ns, store)
+    other = chain_hashes("d", PROMPT_BLOCKS)
+    rig.store_request("d", other, PROMPT_BLOCKS, 1)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+    restarted.wait_promotions = False
+    restarted.step()  # inventories
+    released = threading.Event()
+    restorer = restarted.restorers[0]
+    reads = []
+
+    def blocked(proofs):
+        reads.append(len(proofs))
+        released.wait(60)
+
+    restorer.before_read = blocked
+    for name, h in (("b", hashes), ("e", other)):
+        request = restarted.request(name, h, PROMPT_BLOCKS * BLOCK)
+        restarted.scheduler.on_new_request(request)
+        restarted.scheduler.get_num_new_matched_tokens(request, 0)
+    meta = restarted.step()
+    assert len(meta.kv_restore) == 2
+    restarted.scheduler.reset_cache()
+    timer = threading.Timer(0.3, released.set)
+    timer.start()
+    restarted.step()
+    timer.join()
+    assert restorer.stats.jobs_fenced == len(meta.kv_restore)
+    assert len(reads) == 1  # a queued one was cancelled before its first open
+    assert restarted.tier.stats.promotions_ok == 0
     restarted.shutdown()
 
 
@@ -831,3 +910,52 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
     finally:
         os.close(fd)
     assert len(head) == fmt.decode_header(big).header_length
+
+
+def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
+    """Per-token prefill seconds a + b * context, fit from timed steps; the read
+    estimate is the slowest rank's; nothing is weighed until both are measured."""
+    cost = ns.load(f"{OFFLOADING}.kv_restore_cost")
+    reports = ns.load(f"{OFFLOADING}.kv_restore_reports")
+    prefill, rates = cost.PrefillRate(), cost.ReadRates()
+    assert cost.weigh(rates, prefill, 2, 10, 0, 4096) is None
+    a, b = 20e-6, 1e-9  # seconds a token, and per token of context
+    clock = cost.StepClock(prefill)
+    now = 0.0
+    for start in range(0, 8192, 1024):  # one request's chunked prefill
+        clock.on_step(now, [("r", 1024, start, 8192)])
+        now += 1024 * (a + b * (start + 512))
+    for _ in range(2):  # it decodes: the last chunks are timed too
+        clock.on_step(now, [("r", 1, 8192, 8192)])
+        now += 0.001
+    assert prefill.steps == 8
+    # A step is given the longer of the two periods after it: here mostly the
+    # next chunk's, one chunk deeper, so the fit leans up a little, never down.
+    fit_a, fit_b = prefill.coefficients()
+    assert abs(fit_a - a) < 0.1 * a and abs(fit_b - b) < 0.1 * b
+    true = a * 4096 + b * 4096**2 / 2
+    assert true <= prefill.seconds(0, 4096) <= 1.1 * true
+    # Async scheduling: the next step is scheduled at once, the one after it
+    # once the prefill ran; the prefill step still gets its own time.
+    lone = cost.PrefillRate()
+    clock = cost.StepClock(lone)
+    for t, item in ((0.0, ("s", 1024, 0, 1024)), (0.0001, ("s", 1, 1024, 1024)),
+                    (0.05, ("s", 1, 1025, 1024)), (0.06, ("s", 1, 1026, 1024))):  # fmt: skip
+        clock.on_step(t, [item])
+    assert lone.steps == 1 and abs(lone.seconds(0, 1024) - 0.05) < 1e-3
+    # A step after which nothing scheduled came back is not timed (idle).
+    steps = prefill.steps
+    for t, req in ((now, "x"), (now + 100.0, "y"), (now + 100.1, "y")):
+        clock = cost.StepClock(prefill) if req == "x" else clock
+        clock.on_step(t, [(req, 512, 0, 512)])
+    assert prefill.steps == steps
+    # Two ranks: 2 GB/s and 0.5 GB/s, 1 MB a key; the slow one decides.
+    for rank, rate in ((0, 2e9), (1, 0.5e9)):
+        rates.on_report(reports.READ_RATE, reports.rank_value(rank, rate))
+        rates.on_report(reports.KEY_BYTES, reports.rank_value(rank, 1e6))
+    assert cost.weigh(rates, prefill, 3, 10, 0, 4096) is None  # rank 2 unmeasured
+    estimate = cost.weigh(rates, prefill, 2, 100, 0, 4096)
+    assert abs(estimate.read_s - 100 * 1e6 / 0.5e9) < 1e-9
+    assert estimate.restore is (estimate.read_s <= estimate.recompute_s)
+    assert not estimate.restore  # 0.2 s of reading against ~0.09 s of prefill
+    assert cost.weigh(rates, prefill, 2, 10, 0, 4096).restore

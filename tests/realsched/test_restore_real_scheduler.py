@@ -195,3 +195,302 @@ def test_a_refused_restore_boot_leaves_no_cpu_region(knobs, tmp_path):
     with pytest.raises(RestoreRefused, match="LocalStoreTier"):
         realsched.boot()
     assert realsched.offload_regions() == before
+
+
+# --------------------------------------------------------------------------
+# Promotions across steps: the real WorkerRestore of every rank, its promotion
+# thread and its fence, driven by the real connector metadata. Only the read of
+# one job (WorkerRestore._promote) is played: it writes PROMOTED bytes into this
+# rank's slot of the job's CPU rows through the real region, after waiting on an
+# event when the test holds it. The played GPU writes STORED bytes into the rows
+# of every store job when the worker step submits it.
+
+SAFETY_S = 5.0  # a reader the test forgot to release is released after this
+
+
+def promoted(key: bytes, size: int) -> bytes:
+    return (b"P" + bytes(key)[:15]) * (size // 16)
+
+
+def stored(key: bytes, size: int) -> bytes:
+    return (b"S" + bytes(key)[:15]) * (size // 16)
+
+
+class StubInventory:
+    """What the rank's manifests prove (the boot scan's result)."""
+
+    def __init__(self, keys):
+        self.proven = set(keys)
+        self.manifests: dict = {}
+        self.bad: dict = {}
+
+    def keys(self):
+        return set(self.proven)
+
+    def scan(self):
+        return 0, 0
+
+    def mark_bad(self, key):
+        self.proven.discard(key)
+        return []
+
+
+class Ranks:
+    """Every rank's real WorkerRestore around the real Scheduler."""
+
+    def __init__(self, engine, keys, read_delay_s: float = 0.0):
+        import threading
+
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+            kv_restore_worker as krw,
+        )
+
+        self.engine = engine
+        self.view = engine.b.offload.manager.primary_tier.get_kv_memoryview()
+        self.row = self.view.strides[0]
+        self.flat = self.view.cast("B")
+        ranks = engine.b.vllm_config.parallel_config.world_size
+        self.slot = self.row // ranks
+        self.held = threading.Event()
+        self.held.set()  # reads run at once unless a test holds them
+        self.read_delay_s = read_delay_s
+        self.promotions: list[dict] = []
+        self.store_rows: dict[int, bytes] = {}  # CPU row -> key stored there
+        self.restorers = []
+        for rank in range(ranks):
+            r = krw.WorkerRestore(rescan_seconds=1e9)
+            r._bound = True
+            r.inventory = StubInventory(keys)
+            r._store = SimpleNamespace(writer=SimpleNamespace(rank=rank))
+            r._promote = self._reader(r, rank)
+            self.restorers.append(r)
+        s = engine.s
+        schedule, update = s.schedule, s.update_from_output
+
+        def schedule_and_run_workers():
+            out = schedule()
+            meta = out.kv_connector_metadata
+            self.promotions += list(getattr(meta, "kv_restore", None) or [])
+            for r in self.restorers:  # start_kv_transfers: the hook first
+                r.promote(meta, None)
+            for job in (getattr(meta, "store_jobs", {}) or {}).values():
+                keys = job.kv_store_meta["keys"] if job.kv_store_meta else []
+                for key, row in zip(keys, job.dst_spec.block_ids, strict=False):
+                    self.write(int(row), stored(key, self.slot))
+                    self.store_rows[int(row)] = bytes(key)
+            return out
+
+        def update_with_reports(out, mro):
+            completed = mro.kv_connector_output.kv_connector_worker_meta.completed_jobs
+            for r in self.restorers:  # every rank's report, summed as vLLM does
+                mine: dict[int, int] = {}
+                r.report(mine, None)
+                for job_id, count in mine.items():
+                    completed[job_id] = completed.get(job_id, 0) + count
+            return update(out, mro)
+
+        s.schedule = schedule_and_run_workers
+        s.update_from_output = update_with_reports
+
+    def _reader(self, restorer, rank: int):
+        import time
+
+        def read_one_job(keys, chunks):
+            if not self.held.wait(SAFETY_S):
+                self.held.set()
+            time.sleep(self.read_delay_s)
+            for key, chunk in zip(keys, chunks, strict=True):
+                start = int(chunk) * self.row + rank * self.slot
+                self.flat[start : start + self.slot] = promoted(key, self.slot)
+            restorer.stats.bytes_restored += len(keys) * self.slot
+            restorer.stats.keys_restored += len(keys)
+            return True
+
+        return read_one_job
+
+    def write(self, row: int, data: bytes) -> None:
+        self.flat[row * self.row : row * self.row + len(data)] = data
+
+    def row_bytes(self, row: int) -> bytes:
+        return bytes(self.flat[row * self.row : row * self.row + self.slot])
+
+    def in_flight(self) -> bool:
+        # (getattr: against a tree whose promotions run in the step, this says
+        # False instead of failing on a missing attribute)
+        return any(getattr(r, "_running", None) for r in self.restorers)
+
+    def settle(self) -> None:
+        self.held.set()
+        for r in self.restorers:
+            assert r.wait_idle(30)
+
+    def shutdown(self) -> None:
+        self.held.set()
+        for r in self.restorers:
+            r.shutdown()
+        self.flat.release()  # the region unmaps at shutdown: no view may stay
+
+
+def restart_with_ranks(read_delay_s: float = 0.0):
+    """A is stored by engine 1; engine 2 boots with every rank's real restorer."""
+    first = realsched.boot(drafter="same", eagle=False)
+    engine = realsched.Engine(first)
+    Workers(engine, first.vllm_config.parallel_config.world_size)
+    engine.add("a", PROMPT, MAX_TOKENS)
+    engine.run()
+    keys = proven_keys(engine)
+    realsched.shut_down_booted()
+    booted = realsched.boot(drafter="same", eagle=False)
+    engine = realsched.Engine(booted)
+    return booted, engine, Ranks(engine, keys, read_delay_s)
+
+
+def step_until(engine, ready, steps: int = 50) -> None:
+    for _ in range(steps):
+        if ready():
+            return
+        engine.step()
+    raise AssertionError("not reached")
+
+
+def test_a_promotion_runs_across_steps_while_others_decode(restore_on):
+    """B's read is held for several steps: the decoder D is scheduled in each of
+    them (the promotion does not hold the step), B waits, then B loads its
+    promoted prefix and computes only its tail."""
+    booted, engine, ranks = restart_with_ranks()
+    engine.add("d", [900 + i for i in range(40)], 30)
+    step_until(engine, lambda: "d" in engine.s.requests and engine.steps)
+    ranks.held.clear()
+    engine.add("b", PROMPT, MAX_TOKENS)
+    step_until(engine, lambda: ranks.promotions)
+    decoded_while_held = 0
+    for _ in range(4):
+        record = engine.step()
+        assert ranks.in_flight() and not ranks.held.is_set()
+        assert "b" not in record.scheduled  # B waits for its KV
+        decoded_while_held += record.scheduled.get("d", 0) > 0
+    assert decoded_while_held == 4
+    ranks.settle()  # release the read and let it end
+    engine.run()
+    tier = tier_of(booted)
+    assert tier.stats.promotions_ok == 1 and tier.stats.promotions_failed == 0
+    (load,) = [j for j in engine.load_jobs if j["req"] == "b"]
+    promoted_keys = {k.hex() for p in ranks.promotions for k in p["keys"]}
+    assert set(load["keys"]) <= promoted_keys
+    for row in load["src"]:  # the rows the promotion filled
+        assert ranks.row_bytes(row)[:1] == b"P", row
+    scheduled_b = sum(st.scheduled.get("b", 0) for st in engine.steps)
+    assert scheduled_b < len(PROMPT)  # the prefix came from the store
+    assert {"b", "d"} <= engine.finished
+    ranks.shutdown()
+
+
+def test_a_late_read_never_lands_in_a_row_a_reset_reused(restore_on):
+    """B's read is held and B is aborted; the connector's cache is reset (vLLM
+    frees every CPU row) and C's stores are given rows, B's among them. The
+    step that carries the fence waits for B's read before any of its
+    transfers, so C's rows keep C's bytes, and nothing of B's is loaded."""
+    import threading
+
+    from vllm.v1.request import RequestStatus
+
+    booted, engine, ranks = restart_with_ranks()
+    ranks.held.clear()
+    engine.add("b", PROMPT, MAX_TOKENS)
+    step_until(engine, lambda: ranks.promotions)
+    (job,) = ranks.promotions
+    engine.s.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    engine.step()
+    assert ranks.in_flight() and not ranks.held.is_set()  # the read is held
+    assert engine.s.reset_connector_cache()
+    tier = tier_of(booted)
+    assert tier.stats.promotions_fenced == 1
+    release = threading.Timer(0.3, ranks.held.set)
+    release.start()
+    engine.add("c", [500 + i for i in range(len(PROMPT))], MAX_TOKENS)
+    engine.run()
+    release.join()
+    ranks.settle()
+    reused = set(job["chunks"]) & set(ranks.store_rows)
+    assert reused, "no store was given a row of the fenced promotion"
+    for row in reused:  # the late read did not overwrite C's bytes
+        key = ranks.store_rows[row]
+        assert ranks.row_bytes(row) == stored(key, ranks.slot), row
+    assert sum(r.stats.jobs_fenced for r in ranks.restorers) == len(ranks.restorers)
+    assert tier.stats.promotions_ok == 0
+    loaded = {k for j in engine.load_jobs for k in j["keys"]}
+    assert not loaded & {k.hex() for k in job["keys"]}
+    ranks.shutdown()
+
+
+def test_rows_of_a_promotion_in_flight_are_never_reused(restore_on):
+    """B is aborted while its read is held, and C stores meanwhile: the manager
+    keeps B's rows allocated until every rank reported, so C is never given
+    one; after the read the promoted rows serve E (A's prompt again)."""
+    from vllm.v1.request import RequestStatus
+
+    booted, engine, ranks = restart_with_ranks()
+    ranks.held.clear()
+    engine.add("b", PROMPT, MAX_TOKENS)
+    step_until(engine, lambda: ranks.promotions)
+    (job,) = ranks.promotions
+    engine.s.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    engine.add("c", [500 + i for i in range(len(PROMPT))], MAX_TOKENS)
+    for _ in range(6):
+        engine.step()
+        assert ranks.in_flight()
+    assert ranks.store_rows and not set(job["chunks"]) & set(ranks.store_rows)
+    ranks.settle()  # release the read and let it end
+    engine.run()
+    ranks.settle()
+    engine.step()
+    tier = tier_of(booted)
+    assert tier.stats.promotions_ok == 1
+    engine.add("e", PROMPT, MAX_TOKENS)
+    engine.run()
+    (load,) = [j for j in engine.load_jobs if j["req"] == "e"]
+    for row in load["src"]:
+        assert ranks.row_bytes(row)[:1] == b"P", row
+    ranks.shutdown()
+
+
+@pytest.mark.parametrize("store", ["slow", "fast"])
+def test_a_restore_that_reads_slower_than_recompute_is_a_miss(restore_on, store):
+    """The engine measures both rates itself: W's prefill (the played model runs
+    in microseconds a token) and B's promotion (read in 0.4 s from the slow
+    store, at once from the fast one). After a reset only the store holds A's
+    prefix: E (A's prompt) is weighed; from the slow store reading is predicted
+    slower than recomputing, so the tier answers MISS, counts and logs it, and E
+    recomputes; from the fast one E restores."""
+    booted, engine, ranks = restart_with_ranks(0.4 if store == "slow" else 0.0)
+    tier = tier_of(booted)
+    engine.add("w", [700 + i for i in range(len(PROMPT))], MAX_TOKENS)
+    engine.run()
+    assert tier.prefill.steps >= 1  # W's prefill step was timed
+    engine.add("b", PROMPT, MAX_TOKENS)
+    step_until(engine, lambda: ranks.promotions)
+    ranks.settle()  # the read ends (0.4 s on the slow store)
+    engine.run()
+    assert tier.stats.promotions_ok == 1  # no read rate yet: restored
+    assert tier.stats.restores_unmeasured >= 1 and tier.stats.restores_weighed == 0
+    assert all(r.stats.read_rate > 0 for r in ranks.restorers)
+    assert engine.s.reset_prefix_cache(reset_connector=True)  # GPU and CPU
+    engine.step()
+    engine.add("e", PROMPT, MAX_TOKENS)
+    engine.step()
+    ranks.settle()
+    engine.run()
+    estimate = tier.stats.last_estimate
+    assert tier.stats.restores_weighed == 1 and estimate is not None
+    assert estimate["tokens"] > 0 and estimate["keys"] > 0
+    computed = sum(st.scheduled.get("e", 0) for st in engine.steps)
+    loads = [j for j in engine.load_jobs if j["req"] == "e"]
+    if store == "slow":
+        assert estimate["read_s"] > estimate["recompute_s"]
+        assert not estimate["restore"] and tier.stats.restores_declined == 1
+        assert tier.stats.promotions_ok == 1  # no promotion for E
+        assert loads == [] and computed >= len(PROMPT)
+    else:
+        assert estimate["restore"] and tier.stats.restores_declined == 0
+        assert tier.stats.promotions_ok == 2 and len(loads) == 1
+    ranks.shutdown()
