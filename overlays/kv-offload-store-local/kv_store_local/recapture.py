@@ -36,6 +36,10 @@ class Owed:
     count: int  # sub-blocks
     generation: int  # the row's generation when the DMA filled it
     not_before: float = 0.0  # monotonic time of the next try
+    # The GPU blocks the store job read these sub-blocks from: a first
+    # capture's source, valid only until the job is acked (vLLM may reuse
+    # them after); a recapture reads the staging row.
+    blocks: tuple[int, ...] = ()
 
     @property
     def ident(self) -> Ident:
@@ -56,6 +60,9 @@ class OwedKeys:
 
     def __len__(self) -> int:
         return len(self._owed)
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._owed
 
     def generation(self, chunk_id: int) -> int:
         return self._generation.get(chunk_id, 0)

@@ -52,6 +52,7 @@ class StoreWriter(JobQueue):
         checksum_threads: int | None = None,
         on_lost: Callable[[Any, str], None] | None = None,
         on_idle: Callable[[], None] | None = None,
+        on_job_done: Callable[[], None] | None = None,
     ):
         self.layout = layout
         self.namespace = namespace
@@ -64,8 +65,11 @@ class StoreWriter(JobQueue):
         # Told (origin, reason) of every captured key not written, so the
         # capture side can take it again while staging still holds it.
         self.on_lost = on_lost
-        # Called on the writer thread whenever its queue runs empty.
+        # Called on the writer thread whenever its queue runs empty, and
+        # after each job it processed (its capture memory is free then).
         self.on_idle = on_idle
+        self.on_job_done = on_job_done
+        self._in_job_done = False
         self._dirty_dirs: set[str] = set()
         self.manifests = ManifestBook(
             layout,
@@ -201,6 +205,20 @@ class StoreWriter(JobQueue):
         ready += self._join_commit()
         self._start_commit(staged)
         self._publish_ready(ready)
+        self._job_done()
+
+    def _job_done(self) -> None:
+        # Not from inside itself: without a thread (tests) the job it submits
+        # is processed in place, within this call.
+        if self.on_job_done is None or self._in_job_done:
+            return
+        self._in_job_done = True
+        try:
+            self.on_job_done()
+        except Exception:
+            logger.exception("KV store: recapture after a job failed")
+        finally:
+            self._in_job_done = False
 
     def flush(self) -> None:
         """Commit what is staged, publish what it completes, drop the lock."""
