@@ -95,6 +95,9 @@ class WorkerStore:
         self._queued: dict[int, QueuedCapture] = {}
         self._device: CaptureDevice | None = None
         self._blocks: list[BlockTensor] = []
+        self._min_blocks = 0
+        # Segment tables by (group, sub-blocks): the same for every key.
+        self._segments: dict[tuple[int, int], tuple[fmt.Segment, ...]] = {}
         self._slots: dict[int, GroupLayout] = {}
         self._staging: list[StagingTensor] = []
         self.writer: StoreWriter | None = None
@@ -223,6 +226,7 @@ class WorkerStore:
                             f"group {g.group} does not fit its KV blocks"
                         )
             self._blocks = list(blocks)
+            self._min_blocks = min(b.num_blocks for b in blocks)
             self._device = device
         self.copier = Copier(pool, self._engine, self._copy_threads)
         if background:
@@ -479,13 +483,17 @@ class WorkerStore:
                 if not paused and reason is not None:
                     self._log_drop()
                 continue
+            segments = self._segments.get((layout.group, entry.count))
+            if segments is None:
+                segments = layout.segments(entry.count)
+                self._segments[(layout.group, entry.count)] = segments
             key = CapturedKey(
                 entry.hash,
                 layout.group,
                 entry.token,
                 offset,
                 size,
-                layout.segments(entry.count),
+                segments,
                 origin=entry,
             )
             out.append((entry, key))
@@ -501,12 +509,12 @@ class WorkerStore:
         order a chunk's payload holds them (and the store copy reads)."""
         assert self.writer is not None
         for entry in entries:
-            for layer in entry.layout.layers:
-                t = self._blocks[layer.tensor]
-                if len(entry.blocks) != entry.count or not all(
-                    0 <= b < t.num_blocks for b in entry.blocks
-                ):
-                    raise ValueError(f"GPU blocks {entry.blocks} out of range")
+            if (
+                len(entry.blocks) != entry.count
+                or min(entry.blocks) < 0
+                or max(entry.blocks) >= self._min_blocks
+            ):
+                raise ValueError(f"GPU blocks {entry.blocks} out of range")
         base = self.writer.pool.address
         moves = []
         keys = []
