@@ -62,18 +62,17 @@ class CudaRuntime:
     """cudaMemcpyAsync through ctypes: the stand-in for vLLM's batched op."""
 
     def __init__(self) -> None:
+        # torch's own runtime first: the streams are its handles.
+        base = Path(torch.__file__).parents[1] / "nvidia"
+        names = [str(p) for p in sorted(base.glob("*/lib/libcudart.so*"))]
+        names += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
         self.lib = None
-        for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
+        for name in names:
             try:
                 self.lib = ctypes.CDLL(name)
                 break
             except OSError:
                 continue
-        if self.lib is None:
-            base = Path(torch.__file__).parents[1] / "nvidia"
-            for path in sorted(base.glob("*/lib/libcudart.so*")):
-                self.lib = ctypes.CDLL(str(path))
-                break
         assert self.lib is not None, "no libcudart"
         self.lib.cudaMemcpyAsync.argtypes = [
             ctypes.c_void_p,

@@ -95,8 +95,9 @@ class VllmWorkerStore(WorkerStore):
             allocate = pinned_memory
         except WriterDisabled as e:
             # Correct either way: the first capture then copies out of
-            # staging on the engine thread, before the ack (slower).
-            logger.warning("KV store: first capture from staging: %s", e)
+            # staging on the engine thread, before the ack (slower). The
+            # text only: a kept record must not hold this frame's views.
+            logger.warning("KV store: first capture from staging: %s", str(e))
         self.attach(staging, refs, blocks=blocks, device=device, allocate=allocate)
 
 
