@@ -234,3 +234,46 @@ def test_a_failing_device_falls_back_to_staging_before_the_ack(tmp_path, caplog)
     kv.zero()
     for (hash_, group), real in job.expected.items():
         assert disk_bytes(store, hash_, group).endswith(real)
+
+
+def test_device_capture_of_several_sub_blocks_takes_each_layers_blocks_in_order(
+    tmp_path,
+):
+    """blocks_per_chunk 2: a chunk is per layer its two sub-blocks, read from
+    the two GPU blocks the spec names for it (the skipped first one too)."""
+    from overlay_modules import fmt
+
+    groups = [
+        ksl.layout.GroupLayout(
+            0, 0, "full", (ksl.layout.LayerLayout(0, 32), ksl.layout.LayerLayout(1, 32))
+        )
+    ]
+    settings = sls.settings(groups=groups, blocks_per_chunk=2, mamba_types={})
+    kv = sls.KvBlocks()
+    store, staging = sls.make_store(
+        tmp_path, settings=settings, kv=kv, device=ksl.capture_device.HostCopy()
+    )
+    assert store.active, store.disabled_reason
+    state = sls.FakeReqState(0, 2)
+    keys = [sls.offload_key(sls.block_hash(i), 0) for i in range(2)]
+    builder = ksl.side_channel.SchedulerStoreMeta(
+        [ksl.side_channel.SchedulerGroup(0, 32, "full")], 16
+    )
+    for i, k in enumerate(keys):
+        state.positions[k] = (i + 1) * 32
+    state.req.block_hashes = [sls.block_hash(j // 2) for j in range(4)]
+    meta = builder.build(set(keys), state)
+    for layer in range(2):
+        for block in (5, 9, 7):
+            kv.page(layer, block)[:32] = bytes([16 * layer + block]) * 32
+    # 3 GPU blocks from block index 1: chunk 0 half filled (GPU block 5),
+    # chunk 1 full (GPU blocks 9, 7).
+    job = sls.Job(1, [7, 8], [3], [1], meta, gpu_blocks=[5, 9, 7])
+    sls.run_job(store, job)
+    assert store.stats.jobs_queued_on_device == 1
+    assert store.stats.keys_dropped_incomplete == 1
+    kv.zero()
+    (only,) = sls.chunk_files(tmp_path)
+    header = fmt.verify_chunk_file(str(only))
+    payload = only.read_bytes()[header.header_length :]
+    assert payload == b"".join(bytes([16 * x + b]) * 32 for x in (0, 1) for b in (9, 7))

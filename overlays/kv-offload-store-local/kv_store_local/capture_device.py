@@ -11,11 +11,46 @@ benchmark), ``HostCopy`` copies host memory with memmove.
 
 import ctypes
 import threading
-from collections.abc import Sequence
+from array import array
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-Move = tuple[int, int, int]  # (source address, destination address, bytes)
+
+class Moves:
+    """(source address, destination address, bytes) runs, in three int64
+    arrays (what a batched copy takes as it is); a run continuing the last
+    on both sides is merged into it."""
+
+    def __init__(self) -> None:
+        self.src = array("q")
+        self.dst = array("q")
+        self.size = array("q")
+        self._src_end = -1
+        self._dst_end = -1
+
+    def add(self, src: int, dst: int, size: int) -> None:
+        if src == self._src_end and dst == self._dst_end:
+            self.size[-1] += size
+        else:
+            self.src.append(src)
+            self.dst.append(dst)
+            self.size.append(size)
+        self._src_end = src + size
+        self._dst_end = dst + size
+
+    def extend(self, src: list[int], dst: list[int], size: array) -> None:
+        """Runs as they are, not merged (one a layer of a key: a batched
+        copy takes them at the same speed)."""
+        self.src.extend(src)
+        self.dst.extend(dst)
+        self.size.extend(size)
+        self._src_end = self._dst_end = -1
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    def __iter__(self):
+        return zip(self.src, self.dst, self.size, strict=True)
 
 
 @dataclass(frozen=True)
@@ -37,7 +72,7 @@ class Fence(Protocol):
 
 
 class CaptureDevice(Protocol):
-    def queue(self, job_id: int, moves: Sequence[Move]) -> Fence:
+    def queue(self, job_id: int, moves: Moves) -> Fence:
         """Queue a submitted store job's moves, ordered after its store copy."""
         ...
 
@@ -71,12 +106,12 @@ class HostCopy:
 
     def __init__(self, threaded: bool = False):
         self.threaded = threaded
-        self._jobs: list[tuple[list[Move], ThreadFence]] = []
+        self._jobs: list[tuple[Moves, ThreadFence]] = []
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def queue(self, job_id: int, moves: Sequence[Move]) -> Fence:
+    def queue(self, job_id: int, moves: Moves) -> Fence:
         if not self.threaded:
             copy_moves(moves)
             return DoneFence()
@@ -87,7 +122,7 @@ class HostCopy:
                     target=self._run, name="kv-store-capture", daemon=True
                 )
                 self._thread.start()
-            self._jobs.append((list(moves), fence))
+            self._jobs.append((moves, fence))
             self._cv.notify()
         return fence
 
@@ -111,22 +146,9 @@ class HostCopy:
             self._thread.join()
 
 
-def copy_moves(moves: Sequence[Move]) -> None:
+def copy_moves(moves: Moves) -> None:
     for src, dst, size in moves:
         ctypes.memmove(dst, src, size)
-
-
-def coalesce_moves(moves: Sequence[Move]) -> list[Move]:
-    """Merge moves that continue each other on both sides."""
-    out: list[list[int]] = []
-    for src, dst, size in moves:
-        if out:
-            last = out[-1]
-            if last[0] + last[2] == src and last[1] + last[2] == dst:
-                last[2] += size
-                continue
-        out.append([src, dst, size])
-    return [(a, b, c) for a, b, c in out]
 
 
 def host_address(buffer: Any) -> int:

@@ -9,12 +9,11 @@ The hooks in ``OffloadingConnectorWorker`` build a ``VllmWorkerStore`` (in
 import hashlib
 import json
 import os
-from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .capture_device import BlockTensor, Move
+from .capture_device import BlockTensor, Moves
 from .deps import init_logger, knobs
 from .errors import WriterDisabled
 from .layout import (
@@ -127,26 +126,25 @@ class StoreStreamDevice:
     def __init__(self, handler: Any):
         self.handler = handler
 
-    def queue(self, job_id: int, moves: Sequence[Move]) -> EventFence:
+    def queue(self, job_id: int, moves: Moves) -> EventFence:
         import torch
 
         transfers = self.handler._transfers
         if not transfers or transfers[-1].job_id != job_id:
             raise RuntimeError(f"store job {job_id} is not vLLM's last transfer")
         transfer = transfers[-1]
-        src = array("q", [m[0] for m in moves])
-        dst = array("q", [m[1] for m in moves])
-        sizes = array("q", [m[2] for m in moves])
-        tensors = tuple(
-            torch.frombuffer(a, dtype=torch.int64) if len(a) else None
-            for a in (src, dst, sizes)
-        )
+        tensors: tuple[Any, ...] = ()
         with torch.cuda.stream(transfer.stream):
-            if moves:
-                # STREAM source order: the copy reads the live KV cache.
+            if len(moves):
+                # int64 views of the arrays, no copy; STREAM source order:
+                # the copy reads the live KV cache.
+                tensors = tuple(
+                    torch.frombuffer(a, dtype=torch.int64)
+                    for a in (moves.src, moves.dst, moves.size)
+                )
                 self.handler._swap_blocks_batch(*tensors, is_src_access_order_any=False)
             transfer.end_event.record(transfer.stream)
-        return EventFence(transfer.end_event, (src, dst, sizes, tensors))
+        return EventFence(transfer.end_event, (moves, tensors))
 
     def close(self) -> None:
         return

@@ -8,12 +8,13 @@ disables the writer on this rank with one log line.
 
 import threading
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capture_device import BlockTensor, CaptureDevice, Fence, coalesce_moves
+from .capture_device import BlockTensor, CaptureDevice, Fence, Moves
 from .capture_pool import CapturePool
 from .captured import Candidate, CapturedJob, CapturedKey
 from .copier import Copier, coalesce
@@ -96,6 +97,7 @@ class WorkerStore:
         self._device: CaptureDevice | None = None
         self._blocks: list[BlockTensor] = []
         self._min_blocks = 0
+        self._layer_sources: dict[int, tuple[list, list[int], array]] = {}
         # Segment tables by (group, sub-blocks): the same for every key.
         self._segments: dict[tuple[int, int], tuple[fmt.Segment, ...]] = {}
         self._slots: dict[int, GroupLayout] = {}
@@ -353,7 +355,7 @@ class WorkerStore:
         entries, candidates = planned
         keys, moves = self._alloc_moves(entries)
         try:
-            fence = self._device.queue(job_id, coalesce_moves(moves))
+            fence = self._device.queue(job_id, moves)
         except Exception:
             # Correct without it: this job and every later one are copied
             # out of staging before their acks (capture()).
@@ -501,9 +503,7 @@ class WorkerStore:
         self.stats.bytes_captured += sum(k.size for _, k in out)
         return out
 
-    def _alloc_moves(
-        self, entries: Sequence[Owed]
-    ) -> tuple[list[CapturedKey], list[tuple[int, int, int]]]:
+    def _alloc_moves(self, entries: Sequence[Owed]) -> tuple[list[CapturedKey], Moves]:
         """Pool room and the device's moves (KV block -> pool) of a first
         capture: per layer, per sub-block, the unpadded page bytes, the
         order a chunk's payload holds them (and the store copy reads)."""
@@ -515,22 +515,43 @@ class WorkerStore:
                 or max(entry.blocks) >= self._min_blocks
             ):
                 raise ValueError(f"GPU blocks {entry.blocks} out of range")
-        base = self.writer.pool.address
-        moves = []
-        keys = []
         with self._lock:
             taken = self._alloc(entries, "budget")
+        base = self.writer.pool.address
+        moves = Moves()
+        keys = []
         for entry, key in taken:
+            pairs, starts, sizes = self._sources(entry.layout)
             dst = base + key.offset
-            for layer in entry.layout.layers:
-                t = self._blocks[layer.tensor]
-                for block in entry.blocks:
-                    moves.append(
-                        (t.address + block * t.block_stride, dst, layer.real_bytes)
-                    )
-                    dst += layer.real_bytes
+            if entry.count == 1:  # one sub-block: one run a layer
+                block = entry.blocks[0]
+                moves.extend(
+                    [a + block * s for a, s in pairs], [dst + c for c in starts], sizes
+                )
+            else:  # per layer, its sub-blocks back to back
+                for (address, stride), size in zip(pairs, sizes, strict=True):
+                    for block in entry.blocks:
+                        moves.add(address + block * stride, dst, size)
+                        dst += size
             keys.append(key)
         return keys, moves
+
+    def _sources(self, layout: GroupLayout) -> tuple[list, list[int], array]:
+        """Per layer of the group: (tensor address, block stride), the
+        layer's offset in a one-sub-block payload, its real bytes."""
+        out = self._layer_sources.get(layout.group)
+        if out is None:
+            pairs = [
+                (self._blocks[x.tensor].address, self._blocks[x.tensor].block_stride)
+                for x in layout.layers
+            ]
+            starts, at = [], 0
+            for layer in layout.layers:
+                starts.append(at)
+                at += layer.real_bytes
+            out = (pairs, starts, array("q", [x.real_bytes for x in layout.layers]))
+            self._layer_sources[layout.group] = out
+        return out
 
     def _copy(self, entries: Sequence[Owed], reason: str | None) -> list[CapturedKey]:
         """Copy what fits out of staging into the pool; owe the rest (see
