@@ -1,7 +1,7 @@
 """Restore throughput and restore-vs-recompute time for one named model shape.
 
     python3 bench/restore_bench.py --dir /tmp/rb --tokens 32768,131072 --gpu \
-        [--recompute-layers 2] [--json out.json]
+        [--recompute-layers 2] [--readers N] [--willneed] [--json out.json]
 
 Model shape: Llama-3.1-70B at tensor-parallel size 2, one rank's share
 (80 layers, 4 of 8 KV heads, head size 128, bf16: 160 KiB of KV per token),
@@ -44,6 +44,11 @@ REPO = Path(__file__).resolve().parents[1]
 for folder in ("kv-offload-store-local", "kv-offload-scope", "kv-offload-restore"):
     sys.path.insert(0, str(REPO / "overlays" / folder))
 
+# The promotions read through the native store library: this checkout's
+# build unless KVTIER_STORE_LIB names another.
+os.environ.setdefault(
+    "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
+)
 import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402
@@ -299,11 +304,20 @@ def main() -> None:
     parser.add_argument("--recompute-layers", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument(
+        "--readers", type=int, help="threads of the native read (krw.READERS)"
+    )
+    parser.add_argument(
+        "--willneed", action="store_true", help="fadvise(WILLNEED) each payload first"
+    )
+    parser.add_argument(
         "--passes",
         default="plain_1,restore,plain_n,restore_2",
         help="in this order, each after evicting the files from the page cache",
     )
     args = parser.parse_args()
+    if args.readers:
+        krw.READERS = args.readers
+    krw.READ_WILLNEED = args.willneed
     figures = {"shape": SHAPE, "chunk_tokens": CHUNK_TOKENS, "runs": []}
     print(
         f"shape: {SHAPE}; {CHUNK_TOKENS} tokens ({LAYERS * PAGE * BLOCKS_PER_CHUNK >> 20} MiB) a chunk"

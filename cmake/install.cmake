@@ -1,5 +1,6 @@
 # Installation and packaging (docs/DEPLOY.md): `cmake --install` lays out
 #   bin/overlay, bin/kvstore
+#   lib/kvtier/libkvtier_store.so                  the overlays' store library (storeio/)
 #   share/kvtier/{anchors,overlays,docker}         the data the tools and scripts read
 #   share/bash-completion/completions/{overlay,kvstore}
 #   share/doc/kvtier/                              README and docs
@@ -33,6 +34,10 @@ if(KVTIER_PORTABLE)
   endforeach()
   install(TARGETS ${KVTIER_TOOLS} RUNTIME_DEPENDENCY_SET kvtier_runtime_deps
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  # The overlays' store library (storeio/) beside the bundled ISA-L, which
+  # its $ORIGIN RPATH finds; docker/bake.sh copies both beside native.py.
+  install(TARGETS kvtier_store RUNTIME_DEPENDENCY_SET kvtier_runtime_deps
+          LIBRARY DESTINATION ${KVTIER_BUNDLE_LIBDIR} COMPONENT runtime)
   # glibc (and its loader, libm, ...) stays the system's; everything else the
   # tools load is copied.
   install(RUNTIME_DEPENDENCY_SET kvtier_runtime_deps
@@ -41,6 +46,7 @@ if(KVTIER_PORTABLE)
                               "^librt\\.so" "^libstdc\\+\\+\\.so" "^libgcc_s\\.so" "^linux-vdso")
 else()
   install(TARGETS ${KVTIER_TOOLS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  install(TARGETS kvtier_store LIBRARY DESTINATION ${KVTIER_BUNDLE_LIBDIR} COMPONENT runtime)
 endif()
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/anchors ${PROJECT_SOURCE_DIR}/overlays

@@ -39,7 +39,7 @@ artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
 resolve_engine "$prefix" "$engine"
 read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
 for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
-listing=$(list_artifacts "$prefix") # a refusal inside exits here, with 2
+listing=$(list_baked "$prefix") # a refusal inside exits here, with 2
 mapfile -t files <<<"$listing"
 resolve_overlay_bin "$prefix" "$overlay_bin"
 check_glibc "$prefix"
@@ -79,6 +79,18 @@ run_overlay() {
 }
 run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}"
 run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
+
+# 4. The store library where kv_store_format/native.py looks by default
+# (beside it), with the bundled ISA-L its $ORIGIN RPATH needs.
+if [[ -f $prefix/$KVTIER_STORE_LIB_REL ]]; then
+  lib=$prefix/$KVTIER_STORE_LIB_REL
+  mapfile -t natives < <(find "$root" -path '*/kv_store_format/native.py' -type f)
+  for native in "${natives[@]}"; do
+    cp "$lib" "$(dirname "$lib")"/libisal.so* "$(dirname "$native")/" ||
+      die "$native: cannot install the store library beside it"
+    log "store library installed beside $native"
+  done
+fi
 
 mkdir -p "$(dirname "$artifacts")"
 cp "$list_tmp" "$artifacts.tmp"

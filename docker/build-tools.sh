@@ -11,7 +11,8 @@
 #   build-tools.sh build --src DIR --build DIR --out PREFIX
 #       configures with KVTIER_PORTABLE=ON (libstdc++ and libgcc linked
 #       statically; fmt, toml++ and ISA-L copied to PREFIX/lib/kvtier), builds
-#       both tools and installs them: PREFIX/bin/{overlay,kvstore},
+#       both tools and the overlays' store library and installs them:
+#       PREFIX/bin/{overlay,kvstore}, PREFIX/lib/kvtier/libkvtier_store.so,
 #       PREFIX/share/kvtier/{anchors,overlays,docker}, bash completion, docs.
 #       glibc is the running system's: PREFIX/share/kvtier/GLIBC_REQUIRED
 #       records the newest glibc symbol version the tools need, and bake.sh
@@ -52,7 +53,7 @@ build() {
 
   cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_PORTABLE=ON \
     -DCMAKE_INSTALL_PREFIX="$out" >/dev/null
-  cmake --build "$bdir" --target overlay kvstore -j"${JOBS:-2}"
+  cmake --build "$bdir" --target overlay kvstore kvtier_store -j"${JOBS:-2}"
   cmake --install "$bdir" --prefix "$out" --component runtime >/dev/null
 
   # The layout checks: no C runtime bundled, every library resolved.
@@ -73,6 +74,9 @@ build() {
     ! ldd "$out/bin/$tool" | grep -q 'libstdc++' || die "$out/bin/$tool: still loads libstdc++"
     env -i "$out/bin/$tool" --help >/dev/null || die "$out/bin/$tool does not run"
   done
+  local store=$out/lib/kvtier/libkvtier_store.so
+  [[ -f $store ]] || die "$store: not installed"
+  ! ldd "$store" | grep -qE 'not found|libstdc\+\+' || die "$store: not portable: $(ldd "$store" | tr -s ' \t\n' ' ')"
   need=$(glibc_required "$out/bin/overlay" "$out/bin/kvstore" "${bundled[@]}")
   [[ -n $need ]] || die "cannot read the glibc symbol versions of the tools (objdump)"
   printf '%s\n' "$need" >"$out/share/kvtier/GLIBC_REQUIRED"

@@ -53,7 +53,7 @@ fi
 
 [[ -f $artifacts ]] || die "$artifacts: missing; run docker/bake.sh to record the artifact list"
 artifacts=$(cd "$(dirname "$artifacts")" && pwd)/$(basename "$artifacts")
-listing=$(list_artifacts "$prefix") # a refusal inside exits here, with 2
+listing=$(list_baked "$prefix") # a refusal inside exits here, with 2
 mapfile -t want <<<"$listing"
 mapfile -t listed < <(sed -nE 's/^[0-9a-f]{64}  (.+)$/\1/p' "$artifacts")
 lines=$(grep -c '' "$artifacts" || true)

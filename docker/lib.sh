@@ -185,6 +185,15 @@ list_artifacts() {
   done
 }
 
+# What bake.sh pins and gate.sh checks: the artifacts, and the overlays'
+# store library (storeio/, PREFIX/lib/kvtier) when the prefix has one. Not
+# part of the build id (build_id hashes the artifacts only).
+list_baked() {
+  list_artifacts "$1"
+  if [[ -f $1/$KVTIER_STORE_LIB_REL ]]; then printf '%s\n' "$KVTIER_STORE_LIB_REL"; fi
+}
+KVTIER_STORE_LIB_REL=../../lib/kvtier/libkvtier_store.so # from share/kvtier
+
 # ----------------------------------------------------------- overlay CLI
 
 # Arguments every `overlay` call shares: the tree, the manifests of this

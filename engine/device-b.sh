@@ -27,6 +27,8 @@ echo "# placeholder: no FA kernels on this run" >/tmp/v/vllm/vllm_flash_attn/_vl
 cp /tmp/pv/_C_stable_libtorch.abi3.so /tmp/v/vllm/
 cp -a /tmp/v /tmp/vp && tar xJf "$B/overlay_files.tar.xz" -C /tmp/vp
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The overlays' store library (kv_store_format/native.py), packed by engine/prepare.sh.
+export KVTIER_STORE_LIB=$B/lib/libkvtier_store.so
 "$B/kvstore" --version 2>&1 | head -1
 echo "setup $(( $(date +%s) - T0 )) s"
 GPUS=${GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}

@@ -4,7 +4,8 @@
 #   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
 #   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
 #              (Python 3.12, no deps), the files the overlays patch or add (from a real
-#              `overlay apply`), and a release `kvstore` with the shared libraries it needs
+#              `overlay apply`), and a release `kvstore` and the portable libkvtier_store.so
+#              with the shared libraries they need
 # The suite's own code and the model configs (engine/) travel with the working tree.
 # Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
 #
@@ -52,6 +53,19 @@ OVERLAY=$BUILD/out/patcher/overlay
 cp "$KVSTORE" "$OUT/B/kvstore"
 # The image has its own libstdc++; carry only the libraries it may lack.
 ldd "$KVSTORE" | awk '/=> \// {print $3}' | grep -E 'libfmt|libisal' | xargs -r -I{} cp -L {} "$OUT/B/lib/"
+# The store library the overlays load (kv_store_format/native.py; device-b.sh points
+# KVTIER_STORE_LIB at it), built portable as for the image: static libstdc++/libgcc, so
+# only glibc and ISA-L (found beside it through its $ORIGIN RPATH) come from outside.
+if [ ! -f "$BUILD/portable/build.ninja" ]; then
+  cmake -S "$SRC" -B "$BUILD/portable" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_PORTABLE=ON >/dev/null
+fi
+cmake --build "$BUILD/portable" -j2 --target kvtier_store >/dev/null
+cp "$BUILD/portable/storeio/libkvtier_store.so" "$OUT/B/lib/"
+ldd "$OUT/B/lib/libkvtier_store.so" | awk '/=> \// {print $3}' | grep -E 'libisal' | xargs -r -I{} cp -L {} "$OUT/B/lib/"
+! ldd "$OUT/B/lib/libkvtier_store.so" | grep -qE 'libstdc\+\+|not found' || {
+  echo "prepare: libkvtier_store.so is not portable: $(ldd "$OUT/B/lib/libkvtier_store.so" | tr -s ' \t\n' ' ')" >&2
+  exit 1
+}
 
 # 1. The .py tree: no compiled files except in set A; third_party's .py files and the
 #    dist-info are needed (platform detection reads version("vllm")).

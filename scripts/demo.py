@@ -95,6 +95,10 @@ class Demo:
         self.build = Path(args.build_dir).resolve()
         self.overlay = self.build / "patcher" / "overlay"
         self.kvstore = self.build / "kvstore" / "kvstore"
+        # The overlays' native store library, for the demo's child processes.
+        os.environ.setdefault(
+            "KVTIER_STORE_LIB", str(self.build / "storeio" / "libkvtier_store.so")
+        )
         self.pins = Path(args.pins).resolve()
         self.engine = self.pins.parent.name  # e.g. vllm-0.33.0
         self.manifests = REPO / "anchors" / self.engine

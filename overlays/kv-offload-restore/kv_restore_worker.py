@@ -8,8 +8,9 @@ Every TP worker reads only its own store (the rank base the writer opened):
   reports (kv_restore_reports), READY once the boot scan is complete.
 - **Promotion.** The scheduler's tier sends (job, keys, CPU chunk ids). The
   worker takes the store lock shared (``kvstore gc --sweep`` needs it
-  exclusive) and opens every file the job needs. Per file, on reader
-  threads: the header is checked in docs/FORMAT.md's order and against the
+  exclusive) and opens every file the job needs. One call of the native
+  store library (libkvtier_store.so, no GIL, ``READERS`` threads) then
+  reads the job's files; per file: the header is checked in docs/FORMAT.md's order and against the
   manifest entry (namespace, group, key, boundary index, payload length and
   checksum, segment table equal to this boot's layout), then the file size;
   then the payload is read straight into this rank's own slots of the job's
@@ -29,7 +30,8 @@ before keep-K unlinks it still reads as the verified bytes; one unlinked
 before the open is a miss.
 
 Modules: kv_restore_inventory (the manifests and the keys they prove),
-kv_restore_read (one chunk file checked and read into memory), and this one
+kv_restore_read (a job's chunk files checked and read into memory by the
+native library), and this one
 (the knob, the counters, the promotions and the hooks' entry points).
 """
 
@@ -38,9 +40,8 @@ import fcntl
 import logging
 import os
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,24 +50,38 @@ try:
     from . import kv_restore_reports as reports
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
+    from .kv_store_format import native
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_restore_read as chunk_read  # type: ignore[no-redef]
     import kv_restore_reports as reports  # type: ignore[no-redef]
     import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
+    from kv_store_format import native  # type: ignore[no-redef]
 
 logger = logging.getLogger(__name__)
 
 ENV_RESTORE = "GLM53_KV_OFFLOAD_RESTORE"
 RESCAN_SECONDS = 1.0
-READERS = 4  # files read and verified at once
+READERS = 8  # threads of the native read of one job (bench/restore_read_bench.py)
+# fadvise(WILLNEED) each payload before its read: off until a disk run shows
+# it pays (bench/restore_bench.py evicts the page cache; set it there).
+READ_WILLNEED = False
 # Failures that say nothing against the chunk file: no rewrite is asked for.
 NOT_THE_FILE = frozenset({"no_manifest", "unknown_group"})
-WINDOW = 8  # verified payloads waiting for the scatter, at most
 
 
 class RestoreRefused(ValueError):
     """GLM53_KV_OFFLOAD_RESTORE=1 cannot be honoured by this deployment."""
+
+
+def load_native() -> "native.Library":
+    """The store library the reads run on; RestoreRefused (a boot error
+    naming the file) when it is missing or of another version: restore never
+    falls back to a Python read."""
+    try:
+        return native.load()
+    except native.NativeLibraryError as e:
+        raise RestoreRefused(f"KV restore needs the store library: {e}") from e
 
 
 def restore_requested(environ: Mapping[str, str] | None = None) -> bool:
@@ -135,7 +150,7 @@ class WorkerRestore:
         self._last_scan = 0.0
         self._lock_path = ""
         self._namespace = b""
-        self._pool: ThreadPoolExecutor | None = None
+        self._native = load_native()
         # Test seam: called with the job's opened files before they are read.
         self.before_read: Any = None
 
@@ -308,27 +323,24 @@ class WorkerRestore:
         return proof, fd
 
     def _read_all(self, opened: Sequence[tuple[bytes, int, Proof, int]]) -> None:
-        """Read and verify on reader threads; results taken in job order.
-
-        preadv and zlib.crc32 release the GIL, so up to ``READERS`` files are
-        in flight at once (disk queue depth, CRC on several cores); at most
-        ``WINDOW`` are submitted ahead of the first unfinished one.
-        """
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="kv-restore")
-        pending: deque = deque()
-        items = iter(opened)
-        try:
-            for item in items:
-                pending.append((item, self._pool.submit(self._read_one, *item)))
-                if len(pending) >= WINDOW:
-                    self._scatter(*pending.popleft())
-            while pending:
-                self._scatter(*pending.popleft())
-        finally:
-            for _, future in pending:  # a failure: let the readers finish first
-                future.cancel()
-            wait([f for _, f in pending])
+        """Read and verify the job's files: one call of the native library,
+        ``READERS`` threads, the GIL released for the whole read."""
+        requests = []
+        for _, chunk, proof, fd in opened:
+            layout, first, count = self._geometry(proof)
+            requests.append(
+                chunk_read.request(
+                    proof,
+                    fd,
+                    self._namespace,
+                    layout.segments(count),
+                    self._runs(layout, chunk, first, count),
+                )
+            )
+        keys = [key for key, _, _, _ in opened]
+        self.stats.bytes_restored += chunk_read.read_job(
+            self._native, keys, requests, READERS, READ_WILLNEED
+        )
 
     def _geometry(self, proof: Proof) -> tuple[Any, int, int]:
         """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
@@ -338,36 +350,6 @@ class WorkerRestore:
             block_tokens = proof.chunk_tokens // bpc
             return layout, (proof.boundary // block_tokens - 1) % bpc, 1
         return layout, 0, bpc
-
-    def _read_one(self, key: bytes, chunk: int, proof: Proof, fd: int) -> int:
-        """Check the header, then read the payload straight into this rank's
-        slots of the job's CPU row and check its CRC; the payload length.
-
-        The row belongs to this promotion and is loadable only after every
-        rank succeeded, so a failure here leaves nothing anyone reads.
-        """
-        layout, first, count = self._geometry(proof)
-        try:
-            size = os.fstat(fd).st_size
-            head = fmt.read_header_bytes(fd, size)
-            header = chunk_read.check_header(
-                head, proof, self._namespace, layout.segments(count)
-            )
-            fmt.check_file_size(header, size)
-            crc = chunk_read.read_into(
-                fd, header.header_length, self._runs(layout, chunk, first, count)
-            )
-            if crc < 0:
-                raise fmt.FormatError(fmt.Reason.TRUNCATED, "file ended while reading")
-            fmt.check_payload_checksum(header, crc)
-        except OSError as e:
-            raise chunk_read.PromotionFailed("io_error", str(e), key) from e
-        except fmt.FormatError as e:
-            raise chunk_read.PromotionFailed(e.reason.value, str(e), key) from e
-        except chunk_read.PromotionFailed as e:
-            e.key = key
-            raise
-        return header.payload_length
 
     def _runs(self, layout: Any, chunk: int, first: int, count: int) -> list:
         """Where the payload goes, in payload order: per layer, per sub-block,
@@ -381,10 +363,6 @@ class WorkerRestore:
             for j in range(first, first + count):
                 runs.append((row + j * page, layer.real_bytes))
         return chunk_read.coalesce_runs(runs)
-
-    def _scatter(self, item: tuple[bytes, int, Proof, int], future: Future) -> None:
-        """Account one verified key, in job order (raises its reader's failure)."""
-        self.stats.bytes_restored += future.result()
 
     def _fail(self, e: chunk_read.PromotionFailed) -> None:
         self.stats.failures[e.reason] += 1

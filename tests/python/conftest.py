@@ -22,6 +22,17 @@ sys.path.insert(0, str(REPO_ROOT / "sim"))  # harness, hybrid layout, fakes
 
 import harness  # noqa: E402
 
+# The overlays' native store library (kv_store_format/native.py) is this
+# build's; a test that wants another sets KVTIER_STORE_LIB itself.
+os.environ.setdefault(
+    "KVTIER_STORE_LIB",
+    str(
+        Path(os.environ.get("KVTIER_BUILD_DIR", REPO_ROOT / "build")).resolve()
+        / "storeio"
+        / "libkvtier_store.so"
+    ),
+)
+
 
 def _pin_dirs() -> list[Path]:
     dirs = sorted(p.parent for p in REPO_ROOT.glob("fixtures/*/PINS"))

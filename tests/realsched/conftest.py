@@ -30,6 +30,15 @@ sys.path.insert(0, str(HERE))
 # Block hashes (and so offload keys) must not depend on the process: the pristine engine
 # runs in a subprocess and its keys are compared with this one's.
 os.environ["PYTHONHASHSEED"] = "0"
+# The overlays' native store library (kv_store_format/native.py): this build's.
+os.environ.setdefault(
+    "KVTIER_STORE_LIB",
+    str(
+        Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build")).resolve()
+        / "storeio"
+        / "libkvtier_store.so"
+    ),
+)
 
 
 def _setup_error(message: str) -> None:

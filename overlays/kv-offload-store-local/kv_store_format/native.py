@@ -1,0 +1,376 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The store's data path in C++: libkvtier_store.so through ctypes.
+
+The chunk reads of a restore and the chunk writes of the writer run in the
+C++ ``format/`` codec behind the C ABI of storeio/include/kvtier/store_abi.h.
+A ctypes call releases the GIL for its whole duration, and the library runs
+its own threads, so neither the engine thread nor the other Python threads
+wait on the per-byte work.
+
+Which file: ``KVTIER_STORE_LIB`` (a path to the .so) when set, else
+``libkvtier_store.so`` beside this module (where the image bakes it). The
+library's ABI and library versions must equal ``ABI_VERSION`` and
+``LIBRARY_VERSION``; anything else raises ``NativeLibraryError`` naming the
+file, and the caller refuses to start: there is no fallback to the Python
+codec (which stays as a test oracle: tests/python/test_store_native.py).
+
+Standard library only: it runs inside vLLM.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .constants import MAX_NDIM
+from .segment import Segment
+
+ENV_LIBRARY = "KVTIER_STORE_LIB"
+LIBRARY_NAME = "libkvtier_store.so"
+ABI_VERSION = 1  # KVTIER_STORE_ABI_VERSION
+LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
+
+# Status classes (KVTIER_OK, KVTIER_E_*): the reason string is the finer name.
+OK = 0
+E_FORMAT = 1
+E_MISMATCH = 2
+E_MISSING = 3
+E_IO = 4
+E_NO_SPACE = 5
+E_ARGUMENT = 6
+E_SKIPPED = 7
+
+READ_STOP_ON_FAILURE = 1
+READ_WILLNEED = 2
+
+FAULT_NONE = 0
+FAULT_WRITE = 1
+FAULT_SYNC = 2
+FAULT_RENAME = 3
+FAULT_DIR_SYNC = 4
+FAULT_READ = 5
+
+_REASON_BYTES = 40
+_MESSAGE_BYTES = 256
+
+
+class NativeLibraryError(RuntimeError):
+    """libkvtier_store.so is missing, unloadable or of another version."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class _Run(ctypes.Structure):
+    _fields_ = [("address", ctypes.c_uint64), ("length", ctypes.c_uint64)]
+
+
+class _Segment(ctypes.Structure):
+    _fields_ = [
+        ("layer", ctypes.c_uint32),
+        ("kind", ctypes.c_uint8),
+        ("dtype", ctypes.c_uint8),
+        ("ndim", ctypes.c_uint8),
+        ("part", ctypes.c_uint8),
+        ("offset", ctypes.c_uint64),
+        ("length", ctypes.c_uint64),
+        ("shape", ctypes.c_uint64 * MAX_NDIM),
+        ("stride", ctypes.c_uint64 * MAX_NDIM),
+    ]
+
+
+class _ReadItem(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("fd", ctypes.c_int32),
+        ("group", ctypes.c_uint32),
+        ("namespace_hash", ctypes.c_char_p),
+        ("key_hash", ctypes.c_char_p),
+        ("key_hash_length", ctypes.c_uint32),
+        ("num_segments", ctypes.c_uint32),
+        ("boundary", ctypes.c_uint64),
+        ("payload_length", ctypes.c_uint64),
+        ("payload_checksum", ctypes.c_uint32),
+        ("num_runs", ctypes.c_uint32),
+        ("segments", ctypes.POINTER(_Segment)),
+        ("runs", ctypes.POINTER(_Run)),
+        ("status", ctypes.c_int32),
+        ("sys_errno", ctypes.c_int32),
+        ("bytes_read", ctypes.c_uint64),
+        ("reason", ctypes.c_char * _REASON_BYTES),
+        ("message", ctypes.c_char * _MESSAGE_BYTES),
+    ]
+
+
+class _WriteItem(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("group", ctypes.c_uint32),
+        ("key_hash_length", ctypes.c_uint32),
+        ("namespace_hash", ctypes.c_char_p),
+        ("key_hash", ctypes.c_char_p),
+        ("boundary", ctypes.c_uint64),
+        ("payload_length", ctypes.c_uint64),
+        ("num_segments", ctypes.c_uint32),
+        ("num_runs", ctypes.c_uint32),
+        ("segments", ctypes.POINTER(_Segment)),
+        ("runs", ctypes.POINTER(_Run)),
+        ("status", ctypes.c_int32),
+        ("sys_errno", ctypes.c_int32),
+        ("payload_checksum", ctypes.c_uint32),
+        ("header_length", ctypes.c_uint32),
+        ("file_size", ctypes.c_uint64),
+        ("reason", ctypes.c_char * _REASON_BYTES),
+        ("message", ctypes.c_char * _MESSAGE_BYTES),
+    ]
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """One chunk file to read and verify: what the manifest entry and this
+    boot's layout expect, and where its payload goes."""
+
+    group: int
+    namespace_hash: bytes  # 32 bytes
+    key_hash: bytes
+    boundary: int
+    payload_length: int
+    payload_checksum: int
+    segments: Sequence[Segment]
+    runs: Sequence[tuple[int, int]]  # (address, length), in payload order
+    path: str | None = None  # opened by the library (O_NOFOLLOW, regular only)
+    fd: int = -1  # or an open descriptor the caller keeps
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One chunk file to write durably from memory runs."""
+
+    path: str  # final path; the folder must exist
+    group: int
+    namespace_hash: bytes
+    key_hash: bytes
+    boundary: int
+    segments: Sequence[Segment]
+    runs: Sequence[tuple[int, int]]  # the payload, in payload order
+
+    @property
+    def payload_length(self) -> int:
+        return sum(n for _, n in self.runs)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One item's outcome. ``reason`` is "" when ``ok``; else the name the
+    Python codec and the restore use (truncated, wrong_key, no_space, ...)."""
+
+    status: int
+    reason: str
+    message: str
+    sys_errno: int
+    bytes: int  # payload bytes read (reads) or file size (writes)
+    payload_checksum: int = 0  # writes: the CRC-32 in the header
+    header_length: int = 0  # writes
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+def _segments(segments: Sequence[Segment]) -> ctypes.Array:
+    out = (_Segment * max(1, len(segments)))()
+    for dst, seg in zip(out, segments, strict=False):
+        dst.layer = seg.layer
+        dst.kind = int(seg.kind)
+        dst.dtype = int(seg.dtype)
+        dst.ndim = len(seg.shape)
+        dst.part = seg.part
+        dst.offset = seg.offset
+        dst.length = seg.length
+        for i, d in enumerate(seg.shape):
+            dst.shape[i] = d
+        for i, s in enumerate(seg.stride):
+            dst.stride[i] = s
+    return out
+
+
+def _runs(runs: Sequence[tuple[int, int]]) -> ctypes.Array:
+    out = (_Run * max(1, len(runs)))()
+    for dst, (address, length) in zip(out, runs, strict=False):
+        dst.address = address
+        dst.length = length
+    return out
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+class Library:
+    """A loaded, version-checked libkvtier_store.so."""
+
+    def __init__(self, path: str):
+        self.path = path
+        if not os.path.isfile(path):
+            raise NativeLibraryError(
+                path, "no such file (build or bake libkvtier_store.so)"
+            )
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise NativeLibraryError(path, f"cannot be loaded: {e}") from e
+        try:
+            lib.kvtier_store_abi_version.restype = ctypes.c_uint32
+            lib.kvtier_store_abi_version.argtypes = []
+            lib.kvtier_store_library_version.restype = ctypes.c_char_p
+            lib.kvtier_store_library_version.argtypes = []
+            abi = lib.kvtier_store_abi_version()
+            version = _text(lib.kvtier_store_library_version() or b"")
+        except AttributeError as e:
+            raise NativeLibraryError(path, f"not a kvtier store library: {e}") from e
+        if abi != ABI_VERSION:
+            raise NativeLibraryError(
+                path, f"ABI version {abi}, this overlay needs {ABI_VERSION}"
+            )
+        if version != LIBRARY_VERSION:
+            raise NativeLibraryError(
+                path,
+                f"library version {version!r}, this overlay needs {LIBRARY_VERSION!r}",
+            )
+        self.version = version
+        self.abi = abi
+        for name, item in (
+            ("kvtier_read_chunks", _ReadItem),
+            ("kvtier_write_chunks", _WriteItem),
+        ):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int64
+            fn.argtypes = [
+                ctypes.POINTER(item),
+                ctypes.c_size_t,
+                ctypes.c_uint32,
+                ctypes.c_uint32,
+            ]
+        lib.kvtier_store_test_fault.restype = None
+        lib.kvtier_store_test_fault.argtypes = [
+            ctypes.c_int32,
+            ctypes.c_int32,
+            ctypes.c_uint32,
+            ctypes.c_uint32,
+        ]
+        self._lib = lib
+
+    def read_chunks(
+        self,
+        requests: Sequence[ReadRequest],
+        threads: int,
+        stop_on_failure: bool = False,
+        willneed: bool = False,
+    ) -> list[Result]:
+        """Read and verify every request (one call, ``threads`` threads);
+        one Result per request, in order. A failed item's memory is garbage.
+        ``willneed``: fadvise each payload before reading it (a disk hint)."""
+        items = (_ReadItem * max(1, len(requests)))()
+        keep: list[object] = []  # the arrays the items point into
+        for item, r in zip(items, requests, strict=False):
+            segments, runs = _segments(r.segments), _runs(r.runs)
+            keep += [segments, runs]
+            item.path = None if r.path is None else os.fsencode(r.path)
+            item.fd = r.fd
+            item.group = r.group
+            item.namespace_hash = bytes(r.namespace_hash)
+            item.key_hash = bytes(r.key_hash)
+            item.key_hash_length = len(r.key_hash)
+            item.num_segments = len(r.segments)
+            item.boundary = r.boundary
+            item.payload_length = r.payload_length
+            item.payload_checksum = r.payload_checksum
+            item.num_runs = len(r.runs)
+            item.segments = segments
+            item.runs = runs
+        flags = (READ_STOP_ON_FAILURE if stop_on_failure else 0) | (
+            READ_WILLNEED if willneed else 0
+        )
+        n = self._lib.kvtier_read_chunks(items, len(requests), threads, flags)
+        if n < 0:
+            raise ValueError(f"{self.path}: kvtier_read_chunks refused its arguments")
+        return [
+            Result(
+                item.status,
+                _text(item.reason),
+                _text(item.message),
+                item.sys_errno,
+                item.bytes_read,
+            )
+            for item in items[: len(requests)]
+        ]
+
+    def write_chunks(
+        self, requests: Sequence[WriteRequest], threads: int
+    ) -> list[Result]:
+        """Write every request durably (temp, fdatasync, rename, folder
+        fsync); one Result per request, in order."""
+        items = (_WriteItem * max(1, len(requests)))()
+        keep: list[object] = []
+        for item, r in zip(items, requests, strict=False):
+            segments, runs = _segments(r.segments), _runs(r.runs)
+            keep += [segments, runs]
+            item.path = os.fsencode(r.path)
+            item.group = r.group
+            item.key_hash_length = len(r.key_hash)
+            item.namespace_hash = bytes(r.namespace_hash)
+            item.key_hash = bytes(r.key_hash)
+            item.boundary = r.boundary
+            item.payload_length = r.payload_length
+            item.num_segments = len(r.segments)
+            item.num_runs = len(r.runs)
+            item.segments = segments
+            item.runs = runs
+        n = self._lib.kvtier_write_chunks(items, len(requests), threads, 0)
+        if n < 0:
+            raise ValueError(f"{self.path}: kvtier_write_chunks refused its arguments")
+        return [
+            Result(
+                item.status,
+                _text(item.reason),
+                _text(item.message),
+                item.sys_errno,
+                item.file_size,
+                item.payload_checksum,
+                item.header_length,
+            )
+            for item in items[: len(requests)]
+        ]
+
+    def test_fault(self, op: int, err: int = 0, skip: int = 0, count: int = 0) -> None:
+        """Tests only: the next ``count`` ops of kind ``op`` after ``skip``
+        fail with ``err``; ``test_fault(FAULT_NONE)`` clears."""
+        self._lib.kvtier_store_test_fault(op, err, skip, count)
+
+
+def library_path(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    chosen = env.get(ENV_LIBRARY)
+    if chosen:
+        return chosen
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
+
+
+_LOADED: dict[str, Library] = {}
+_LOCK = threading.Lock()
+
+
+def load(path: str | None = None) -> Library:
+    """The library at ``path`` (default ``library_path()``), loaded once per
+    path; raises NativeLibraryError naming the file when it cannot be used."""
+    path = library_path() if path is None else path
+    with _LOCK:
+        lib = _LOADED.get(path)
+        if lib is None:
+            lib = _LOADED[path] = Library(path)
+        return lib

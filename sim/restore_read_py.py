@@ -1,0 +1,111 @@
+"""The Python codec's read of one chunk file for a promotion: the test
+oracle and benchmark baseline of the native read (libkvtier_store.so).
+
+This is the restore's per-file read as it was before the native library
+(kv_restore_read.check_header + read_into): the header checked in
+docs/FORMAT.md's order with kv_store_format, the manifest entry and this
+boot's layout, the file size, then preadv into the memory runs and
+zlib's CRC. An independent second reader of FORMAT.md: tests compare its
+verdicts with the library's, and bench/restore_read_bench.py its speed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+
+import kv_store_format as fmt
+
+_IOV_MAX = 1024  # iovecs one preadv takes (Linux UIO_MAXIOV)
+
+
+class Refused(Exception):
+    def __init__(self, reason: str, message: str):
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+def check_header(
+    head: bytes,
+    namespace: bytes,
+    group: int,
+    key_hash: bytes,
+    boundary: int,
+    length: int,
+    checksum: int,
+    segments: Sequence[fmt.Segment],
+) -> fmt.ChunkHeader:
+    header = fmt.decode_header(head)
+    if header.namespace_hash != namespace:
+        raise Refused("foreign_namespace", "chunk of another namespace")
+    if header.group != group:
+        raise Refused("wrong_group", f"group {header.group} != {group}")
+    if header.key_hash != key_hash:
+        raise Refused("wrong_key", "key hash differs from the manifest")
+    if header.boundary != boundary:
+        raise Refused("wrong_boundary", f"boundary {header.boundary} != {boundary}")
+    if header.payload_length != length or header.payload_checksum != checksum:
+        raise Refused(
+            "manifest_mismatch", "payload length or checksum differs from the manifest"
+        )
+    if tuple(header.segments) != tuple(segments):
+        raise Refused(
+            "layout_mismatch", "segment table differs from this boot's layout"
+        )
+    return header
+
+
+def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
+    """preadv from ``offset`` into the runs; the CRC, or -1 at an early end."""
+    views = [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in runs]
+    crc = 0
+    index = 0
+    done = 0
+    while index < len(views):
+        batch = [views[index][done:]] + views[index + 1 : index + _IOV_MAX]
+        n = os.preadv(fd, batch, offset)
+        if n == 0:
+            return -1
+        offset += n
+        while n:
+            take = min(n, len(views[index]) - done)
+            n -= take
+            done += take
+            if done == len(views[index]):
+                crc = fmt.crc32(views[index], crc)
+                index += 1
+                done = 0
+    return crc
+
+
+def read_one(
+    fd: int,
+    namespace: bytes,
+    group: int,
+    key_hash: bytes,
+    boundary: int,
+    length: int,
+    checksum: int,
+    segments: Sequence[fmt.Segment],
+    runs: Sequence[tuple[int, int]],
+) -> str:
+    """The verdict on one open chunk file: "" (good) or the reason."""
+    try:
+        size = os.fstat(fd).st_size
+        head = fmt.read_header_bytes(fd, size)
+        header = check_header(
+            head, namespace, group, key_hash, boundary, length, checksum, segments
+        )
+        fmt.check_file_size(header, size)
+        crc = read_into(fd, header.header_length, runs)
+        if crc < 0:
+            raise fmt.FormatError(fmt.Reason.TRUNCATED, "file ended while reading")
+        fmt.check_payload_checksum(header, crc)
+    except OSError:
+        return "io_error"
+    except fmt.FormatError as e:
+        return e.reason.value
+    except Refused as e:
+        return e.reason
+    return ""

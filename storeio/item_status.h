@@ -1,0 +1,30 @@
+// Filling an item's status, reason and message (both item kinds share the
+// fields): the reason is copied bounded and NUL-terminated.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace storeio {
+
+struct Outcome {
+  std::int32_t* status;
+  std::int32_t* sys_errno;
+  char* reason;
+  std::size_t reason_size;
+  char* message;
+  std::size_t message_size;
+};
+
+void set_ok(const Outcome& out);
+// `path` may be null; the message is "<path>: <text>".
+void set_failure(const Outcome& out, std::int32_t status, std::string_view reason, int err,
+                 const char* path, std::string_view text);
+
+template <class Item>
+Outcome outcome_of(Item& item) {
+  return Outcome{&item.status,  &item.sys_errno,   item.reason,
+                 sizeof item.reason, item.message, sizeof item.message};
+}
+
+}  // namespace storeio

@@ -1,0 +1,306 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fcntl.h"
+#include "kvtier/format/crc32.h"
+#include "kvtier/store_abi.h"
+#include "test_chunk_builder.h"
+#include "test_files.h"
+
+namespace {
+
+using kvformat::testing::make_chunk;
+using kvformat::testing::pattern_bytes;
+using kvformat::testing::state_header;
+using storeio::testing::abi_segments;
+using storeio::testing::ScratchDir;
+using storeio::testing::write_file;
+
+// One chunk on disk, the item that expects it, and three destination runs
+// of uneven sizes (the payload scattered as the restore's CPU rows take it).
+struct Fixture {
+  ScratchDir dir;
+  kvformat::ChunkHeader header = state_header(5000);
+  std::vector<std::uint8_t> payload = pattern_bytes(header.payload_length, 4);
+  std::vector<std::uint8_t> file;
+  std::string path = dir.file("chunk.bin");
+  std::vector<kvtier_segment> segments;
+  std::vector<std::uint8_t> dest_a, dest_b, dest_c;
+  std::vector<kvtier_run> runs;
+  kvtier_read_item item{};
+
+  Fixture() {
+    header.payload_checksum = kvformat::crc32(payload);
+    file = make_chunk(header, payload);
+    write_file(path, file);
+    segments = abi_segments(header.segments);
+    dest_a.assign(7, 0);
+    dest_b.assign(payload.size() - 7 - 1000, 0);
+    dest_c.assign(1000, 0);
+    runs = {{reinterpret_cast<std::uint64_t>(dest_a.data()), dest_a.size()},
+            {reinterpret_cast<std::uint64_t>(dest_b.data()), dest_b.size()},
+            {reinterpret_cast<std::uint64_t>(dest_c.data()), dest_c.size()}};
+    item = expect(path.c_str());
+  }
+
+  kvtier_read_item expect(const char* p) {
+    kvtier_read_item it{};
+    it.path = p;
+    it.fd = -1;
+    it.group = header.group;
+    it.namespace_hash = header.namespace_hash.data();
+    it.key_hash = header.key_hash.data();
+    it.key_hash_length = static_cast<std::uint32_t>(header.key_hash.size());
+    it.num_segments = static_cast<std::uint32_t>(segments.size());
+    it.segments = segments.data();
+    it.boundary = header.boundary;
+    it.payload_length = header.payload_length;
+    it.payload_checksum = header.payload_checksum;
+    it.num_runs = static_cast<std::uint32_t>(runs.size());
+    it.runs = runs.data();
+    return it;
+  }
+
+  std::vector<std::uint8_t> landed() const {
+    std::vector<std::uint8_t> out(dest_a);
+    out.insert(out.end(), dest_b.begin(), dest_b.end());
+    out.insert(out.end(), dest_c.begin(), dest_c.end());
+    return out;
+  }
+
+  // Reads the item alone; its reason ("" when OK).
+  std::string read(std::uint32_t threads = 1) {
+    const auto failed = kvtier_read_chunks(&item, 1, threads, 0);
+    EXPECT_EQ(failed, item.status == KVTIER_OK ? 0 : 1);
+    return item.reason;
+  }
+};
+
+TEST(ReadChunks, GoodFileLandsInTheRuns) {
+  Fixture f;
+  EXPECT_EQ(kvtier_read_chunks(&f.item, 1, 1, 0), 0);
+  EXPECT_EQ(f.item.status, KVTIER_OK);
+  EXPECT_STREQ(f.item.reason, "");
+  EXPECT_EQ(f.item.bytes_read, f.payload.size());
+  EXPECT_EQ(f.landed(), f.payload);
+}
+
+TEST(ReadChunks, TheReadaheadHintChangesNoVerdict) {
+  Fixture f;
+  EXPECT_EQ(kvtier_read_chunks(&f.item, 1, 1, KVTIER_READ_WILLNEED), 0);
+  EXPECT_EQ(f.landed(), f.payload);
+  f.file[f.file.size() - 1] ^= 1;
+  storeio::testing::write_file(f.path, f.file);
+  EXPECT_EQ(kvtier_read_chunks(&f.item, 1, 1, KVTIER_READ_WILLNEED), 1);
+  EXPECT_STREQ(f.item.reason, "payload_checksum_mismatch");
+}
+
+TEST(ReadChunks, AnOpenDescriptorIsReadAndKeptOpen) {
+  Fixture f;
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  f.item.path = nullptr;
+  f.item.fd = fd;
+  EXPECT_EQ(f.read(), "");
+  EXPECT_EQ(f.landed(), f.payload);
+  EXPECT_EQ(::fcntl(fd, F_GETFD), 0) << "the caller's descriptor must stay open";
+  ::close(fd);
+}
+
+TEST(ReadChunks, EachExpectationHasItsReason) {
+  {
+    Fixture f;
+    std::vector<std::uint8_t> other(f.header.namespace_hash.begin(), f.header.namespace_hash.end());
+    other[31] ^= 1;
+    f.item.namespace_hash = other.data();
+    EXPECT_EQ(f.read(), "foreign_namespace");
+    EXPECT_EQ(f.item.status, KVTIER_E_MISMATCH);
+  }
+  {
+    Fixture f;
+    f.item.group += 1;
+    EXPECT_EQ(f.read(), "wrong_group");
+  }
+  {
+    Fixture f;
+    std::vector<std::uint8_t> key = f.header.key_hash;
+    key[0] ^= 1;
+    f.item.key_hash = key.data();
+    EXPECT_EQ(f.read(), "wrong_key");
+  }
+  {
+    Fixture f;  // a prefix of the right key is another key
+    f.item.key_hash_length -= 1;
+    EXPECT_EQ(f.read(), "wrong_key");
+  }
+  {
+    Fixture f;
+    f.item.boundary += 512;
+    EXPECT_EQ(f.read(), "wrong_boundary");
+  }
+  {
+    Fixture f;
+    f.item.payload_checksum ^= 1;
+    EXPECT_EQ(f.read(), "manifest_mismatch");
+  }
+  {
+    Fixture f;  // the manifest claims a shorter payload (runs to match)
+    f.item.payload_length -= 1;
+    f.runs[2].length -= 1;
+    EXPECT_EQ(f.read(), "manifest_mismatch");
+  }
+  {
+    Fixture f;
+    f.segments[0].stride[0] += 1;
+    EXPECT_EQ(f.read(), "layout_mismatch");
+  }
+  {
+    Fixture f;  // one segment fewer than the file's table
+    f.item.num_segments -= 1;
+    EXPECT_EQ(f.read(), "layout_mismatch");
+  }
+}
+
+TEST(ReadChunks, BadHeadersGetTheCodecsReason) {
+  {
+    Fixture f;
+    f.file[0] = 'X';
+    write_file(f.path, f.file);
+    EXPECT_EQ(f.read(), "bad_magic");
+    EXPECT_EQ(f.item.status, KVTIER_E_FORMAT);
+  }
+  {
+    Fixture f;
+    f.file[20] ^= 0x40;  // inside the namespace hash: the header CRC catches it
+    write_file(f.path, f.file);
+    EXPECT_EQ(f.read(), "header_checksum_mismatch");
+  }
+  {
+    Fixture f;
+    write_file(f.path, std::vector<std::uint8_t>(f.file.begin(), f.file.begin() + 100));
+    EXPECT_EQ(f.read(), "truncated");
+  }
+}
+
+TEST(ReadChunks, WrongSizesAreRefused) {
+  {
+    Fixture f;
+    f.file.pop_back();
+    write_file(f.path, f.file);
+    EXPECT_EQ(f.read(), "truncated");
+  }
+  {
+    Fixture f;
+    f.file.push_back(0);
+    write_file(f.path, f.file);
+    EXPECT_EQ(f.read(), "trailing_bytes");
+  }
+}
+
+TEST(ReadChunks, AFlippedPayloadByteIsAChecksumMismatch) {
+  Fixture f;
+  f.file[f.file.size() - 2000] ^= 0x01;
+  write_file(f.path, f.file);
+  EXPECT_EQ(f.read(4), "payload_checksum_mismatch");
+  EXPECT_EQ(f.item.status, KVTIER_E_FORMAT);
+}
+
+TEST(ReadChunks, MissingSymlinkAndFifoAreRefused) {
+  {
+    Fixture f;
+    ::unlink(f.path.c_str());
+    EXPECT_EQ(f.read(), "missing_file");
+    EXPECT_EQ(f.item.status, KVTIER_E_MISSING);
+    EXPECT_NE(std::string(f.item.message).find(f.path), std::string::npos);
+  }
+  {
+    Fixture f;  // a link to a good chunk is still never followed
+    const std::string link = f.dir.file("link.bin");
+    ASSERT_EQ(::symlink(f.path.c_str(), link.c_str()), 0);
+    f.item.path = link.c_str();
+    EXPECT_EQ(f.read(), "io_error");
+    EXPECT_EQ(f.item.sys_errno, ELOOP);
+    EXPECT_EQ(f.item.bytes_read, 0u);
+  }
+  {
+    Fixture f;  // a FIFO must not hang the call
+    const std::string fifo = f.dir.file("fifo.bin");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    f.item.path = fifo.c_str();
+    EXPECT_EQ(f.read(), "io_error");
+    EXPECT_EQ(f.item.sys_errno, EINVAL);
+  }
+}
+
+TEST(ReadChunks, RunsThatDoNotHoldThePayloadAreABadArgument) {
+  Fixture f;
+  f.runs[1].length += 1;
+  EXPECT_EQ(f.read(), "bad_argument");
+  EXPECT_EQ(f.item.status, KVTIER_E_ARGUMENT);
+}
+
+TEST(ReadChunks, AReadErrorIsAnIoError) {
+  Fixture f;
+  kvtier_store_test_fault(KVTIER_FAULT_READ, EIO, 0, 1);
+  EXPECT_EQ(f.read(), "io_error");
+  kvtier_store_test_fault(KVTIER_FAULT_NONE, 0, 0, 0);
+  EXPECT_EQ(f.item.sys_errno, EIO);
+  EXPECT_EQ(f.read(), "") << "the fault was used up";
+}
+
+TEST(ReadChunks, ManyItemsOnManyThreadsEachGetTheirOwnVerdict) {
+  // 24 copies of the fixture's chunk, every third one with a flipped byte.
+  Fixture f;
+  constexpr std::size_t kItems = 24;
+  std::vector<std::string> paths;
+  std::vector<std::vector<std::uint8_t>> dest(kItems);
+  std::vector<std::vector<kvtier_run>> runs(kItems);
+  std::vector<kvtier_read_item> items;
+  for (std::size_t i = 0; i < kItems; ++i) {
+    paths.push_back(f.dir.file("c" + std::to_string(i) + ".bin"));
+    auto bytes = f.file;
+    if (i % 3 == 2) bytes[bytes.size() - 1 - i] ^= 0x80;
+    write_file(paths.back(), bytes);
+  }
+  for (std::size_t i = 0; i < kItems; ++i) {
+    dest[i].assign(f.payload.size(), 0);
+    runs[i] = {{reinterpret_cast<std::uint64_t>(dest[i].data()), dest[i].size()}};
+    kvtier_read_item it = f.expect(paths[i].c_str());
+    it.runs = runs[i].data();
+    it.num_runs = 1;
+    items.push_back(it);
+  }
+  EXPECT_EQ(kvtier_read_chunks(items.data(), kItems, 4, 0), 8);
+  for (std::size_t i = 0; i < kItems; ++i) {
+    if (i % 3 == 2) {
+      EXPECT_STREQ(items[i].reason, "payload_checksum_mismatch") << i;
+    } else {
+      EXPECT_EQ(items[i].status, KVTIER_OK) << i;
+      EXPECT_EQ(dest[i], f.payload) << i;
+    }
+  }
+  // Stop on failure, one thread: the first bad one ends the call.
+  EXPECT_EQ(kvtier_read_chunks(items.data(), kItems, 1, KVTIER_READ_STOP_ON_FAILURE), 22);
+  EXPECT_EQ(items[1].status, KVTIER_OK);
+  EXPECT_STREQ(items[2].reason, "payload_checksum_mismatch");
+  EXPECT_STREQ(items[3].reason, "skipped");
+  EXPECT_EQ(items[3].status, KVTIER_E_SKIPPED);
+}
+
+TEST(ReadChunks, NoItemsIsNothingAndNullItemsAreRefused) {
+  EXPECT_EQ(kvtier_read_chunks(nullptr, 0, 1, 0), 0);
+  EXPECT_EQ(kvtier_read_chunks(nullptr, 3, 1, 0), -1);
+}
+
+TEST(StoreAbi, VersionsAreTheBuildsOwn) {
+  EXPECT_EQ(kvtier_store_abi_version(), KVTIER_STORE_ABI_VERSION);
+  EXPECT_STRNE(kvtier_store_library_version(), "");
+}
+
+}  // namespace

@@ -1,0 +1,242 @@
+"""libkvtier_store.so through kv_store_format/native.py, against the Python
+codec as the independent oracle (sim/restore_read_py.py for reads,
+kv_store_format for writes): the same verdict for the same bytes, and the
+refusals of a missing or mismatched library (the restore then refuses to
+start)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+for folder in ("kv-offload-store-local", "kv-offload-restore"):
+    if str(REPO / "overlays" / folder) not in sys.path:
+        sys.path.insert(0, str(REPO / "overlays" / folder))
+
+import kv_restore_worker as krw  # noqa: E402
+import kv_store_format as fmt  # noqa: E402
+import restore_read_py as oracle  # noqa: E402  (sim/)
+from kv_store_format import native  # noqa: E402
+
+NS = bytes(range(32))
+KEY = bytes(range(100, 132))
+GROUP = 1
+BOUNDARY = 512
+SPECS = [
+    (0, fmt.SegmentKind.KV, fmt.DType.BFLOAT16, (2, 16, 64), (1024, 64, 1)),
+    (1, fmt.SegmentKind.KV, fmt.DType.BFLOAT16, (2, 16, 64), (1024, 64, 1)),
+    (2, fmt.SegmentKind.CONV, fmt.DType.FLOAT32, (3, 5), (5, 1)),
+]
+SEGMENTS = fmt.make_segments(SPECS)
+PAYLOAD = bytes((i * 31 + 7) % 251 for i in range(sum(s.length for s in SEGMENTS)))
+
+
+@pytest.fixture(scope="module")
+def lib() -> native.Library:
+    path = native.library_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    return native.load(path)
+
+
+def chunk() -> bytes:
+    header = fmt.make_header(NS, GROUP, KEY, BOUNDARY, SEGMENTS, PAYLOAD)
+    return fmt.encode_chunk(header, PAYLOAD)
+
+
+def expectation(**change):
+    good = fmt.decode_header(chunk())
+    fields = {
+        "namespace": NS,
+        "group": GROUP,
+        "key_hash": KEY,
+        "boundary": BOUNDARY,
+        "length": len(PAYLOAD),
+        "checksum": good.payload_checksum,
+        "segments": SEGMENTS,
+    }
+    fields.update(change)
+    return fields
+
+
+def _runs(length: int) -> tuple[bytearray, list[tuple[int, int]]]:
+    """A buffer and three uneven runs covering it."""
+    dest = bytearray(length)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(dest))
+    cut = [0, 5, length - 100, length]
+    return dest, [(base + a, b - a) for a, b in zip(cut, cut[1:], strict=False)]
+
+
+def native_verdict(lib, path: Path, threads: int = 2, **change) -> tuple[str, bool]:
+    """(library reason, its bytes == the payload) for one file."""
+    e = expectation(**change)
+    dest, runs = _runs(e["length"])
+    request = native.ReadRequest(
+        group=e["group"],
+        namespace_hash=e["namespace"],
+        key_hash=e["key_hash"],
+        boundary=e["boundary"],
+        payload_length=e["length"],
+        payload_checksum=e["checksum"],
+        segments=e["segments"],
+        runs=runs,
+        path=str(path),
+    )
+    (result,) = lib.read_chunks([request], threads)
+    return result.reason, bytes(dest) == PAYLOAD
+
+
+def verdicts(lib, path: Path, **change) -> tuple[str, str, bool]:
+    """(library reason, oracle reason, library bytes == payload)."""
+    mine, landed = native_verdict(lib, path, **change)
+    e = expectation(**change)
+    _, runs = _runs(e["length"])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        theirs = oracle.read_one(fd, runs=runs, **e)
+    finally:
+        os.close(fd)
+    return mine, theirs, landed
+
+
+def test_the_library_is_this_checkouts_version(lib):
+    assert native.LIBRARY_VERSION == (REPO / "VERSION").read_text().strip()
+    assert (lib.abi, lib.version) == (native.ABI_VERSION, native.LIBRARY_VERSION)
+
+
+def test_a_missing_or_mismatched_library_is_refused_naming_the_file(
+    lib, tmp_path, monkeypatch
+):
+    missing = tmp_path / "libkvtier_store.so"
+    with pytest.raises(native.NativeLibraryError, match=str(missing)):
+        native.load(str(missing))
+    not_ours = tmp_path / "not_ours.so"
+    not_ours.write_bytes(b"\x7fELF garbage")
+    with pytest.raises(native.NativeLibraryError, match="cannot be loaded"):
+        native.Library(str(not_ours))
+    monkeypatch.setattr(native, "LIBRARY_VERSION", "0.0.0-other")
+    with pytest.raises(native.NativeLibraryError, match="library version '0.1.0'"):
+        native.Library(lib.path)
+    monkeypatch.setattr(native, "ABI_VERSION", 99)
+    with pytest.raises(native.NativeLibraryError, match="ABI version 1, this overlay"):
+        native.Library(lib.path)
+
+
+def test_the_restore_refuses_to_start_without_the_library(tmp_path, monkeypatch):
+    missing = tmp_path / "gone" / "libkvtier_store.so"
+    monkeypatch.setenv(native.ENV_LIBRARY, str(missing))
+    monkeypatch.setenv(krw.ENV_RESTORE, "1")
+    with pytest.raises(krw.RestoreRefused, match=str(missing)):
+        krw.WorkerRestore.from_env()
+
+
+def test_the_default_path_is_beside_the_module(monkeypatch):
+    monkeypatch.delenv(native.ENV_LIBRARY, raising=False)
+    assert native.library_path() == os.path.join(
+        os.path.dirname(native.__file__), "libkvtier_store.so"
+    )
+
+
+def test_every_verdict_equals_the_python_oracles(lib, tmp_path):
+    good = chunk()
+    header_length = fmt.decode_header(good).header_length
+    files = {
+        "good": good,
+        "payload byte flipped": good[:-300] + bytes([good[-300] ^ 1]) + good[-299:],
+        "truncated payload": good[:-1],
+        "trailing byte": good + b"\0",
+        "cut in the header": good[:100],
+        "bad magic": b"X" + good[1:],
+        "header byte flipped": good[:40] + bytes([good[40] ^ 4]) + good[41:],
+        "header only": good[:header_length],
+    }
+    changes = {
+        "foreign_namespace": {"namespace": bytes(32)},
+        "wrong_group": {"group": GROUP + 1},
+        "wrong_key": {"key_hash": KEY[:-1] + b"\0"},
+        "wrong_boundary": {"boundary": BOUNDARY + 256},
+        "manifest_mismatch": {"checksum": 12345},
+    }
+    seen = set()
+    for name, data in files.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.bin"
+        path.write_bytes(data)
+        mine, theirs, landed = verdicts(lib, path)
+        assert mine == theirs, name
+        assert landed == (mine == ""), name
+        seen.add(mine)
+    path = tmp_path / "good.bin"
+    for reason, change in changes.items():
+        mine, theirs, _ = verdicts(lib, path, **change)
+        assert mine == theirs == reason
+        seen.add(mine)
+    assert {"", "payload_checksum_mismatch", "truncated", "trailing_bytes"} <= seen
+    assert {"bad_magic", "header_checksum_mismatch"} <= seen
+
+
+def test_a_layout_that_differs_only_in_its_table_is_a_layout_mismatch(lib, tmp_path):
+    path = tmp_path / "c.bin"
+    path.write_bytes(chunk())
+    other = list(SEGMENTS)
+    other[2] = fmt.Segment(**{**other[2].__dict__, "stride": (6, 1)})
+    mine, theirs, landed = verdicts(lib, path, segments=tuple(other))
+    assert mine == theirs == "layout_mismatch" and not landed
+
+
+def test_symlinks_and_missing_files_are_refused(lib, tmp_path):
+    target = tmp_path / "c.bin"
+    target.write_bytes(chunk())
+    link = tmp_path / "link.bin"
+    link.symlink_to(target)
+    mine, landed = native_verdict(lib, link)
+    assert mine == "io_error" and not landed
+    assert native_verdict(lib, target) == ("", True)
+    assert native_verdict(lib, tmp_path / "absent.bin")[0] == "missing_file"
+
+
+def test_writes_are_what_the_python_codec_reads(lib, tmp_path):
+    buf = bytearray(PAYLOAD)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    runs = [(base, 10), (base + 10, len(buf) - 10)]
+    paths = [tmp_path / f"c{i}.bin" for i in range(6)]
+    requests = [
+        native.WriteRequest(str(p), GROUP, NS, KEY, BOUNDARY, SEGMENTS, runs)
+        for p in paths
+    ]
+    results = lib.write_chunks(requests, 3)
+    want = fmt.decode_header(chunk())
+    for p, r in zip(paths, results, strict=True):
+        assert r.ok, r.message
+        assert fmt.verify_chunk_file(str(p)) == want
+        assert p.read_bytes() == chunk()
+        assert (r.payload_checksum, r.header_length, r.bytes) == (
+            want.payload_checksum,
+            want.header_length,
+            len(chunk()),
+        )
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in paths)
+
+
+def test_a_full_disk_is_no_space_and_leaves_no_file(lib, tmp_path):
+    buf = bytearray(PAYLOAD)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    request = native.WriteRequest(
+        str(tmp_path / "c.bin"), GROUP, NS, KEY, BOUNDARY, SEGMENTS, [(base, len(buf))]
+    )
+    lib.test_fault(native.FAULT_WRITE, errno.ENOSPC, 0, 1)
+    try:
+        (result,) = lib.write_chunks([request], 1)
+    finally:
+        lib.test_fault(native.FAULT_NONE)
+    assert (result.status, result.reason, result.sys_errno) == (
+        native.E_NO_SPACE,
+        "no_space",
+        errno.ENOSPC,
+    )
+    assert os.listdir(tmp_path) == []
