@@ -268,6 +268,7 @@ def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
         capture_budget=budget,
         copy_engine="memmove",
         copy_threads=1,
+        store_lib=kw.pop("store_lib", None),
     )
     kv = kw.pop("kv", None)
     try:

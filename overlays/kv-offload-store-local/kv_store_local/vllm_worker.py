@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .capture_device import BlockTensor, Moves
-from .deps import init_logger, knobs
+from .deps import init_logger, knobs, native
 from .errors import WriterDisabled
 from .layout import (
     DTYPES,
@@ -38,11 +38,15 @@ class VllmWorkerStore(WorkerStore):
     def from_vllm(
         cls, spec: Any, vllm_config: Any, kv_cache_config: Any
     ) -> "VllmWorkerStore":
-        """Validate the knobs (a bad one fails the boot) and build."""
+        """Validate the knobs (a bad one fails the boot), load the native
+        store library (missing, or another ABI or version: the boot fails
+        naming the file; never a fallback to the Python writer) and build."""
+        settings_knobs = knobs.read_knobs()
         return cls(
-            knobs.read_knobs(),
+            settings_knobs,
             settings_from_vllm(spec, vllm_config, kv_cache_config),
             tp=initialized_tp,
+            store_lib=native.load(),
         )
 
     def note_kv_caches(self, kv_caches: Mapping[str, Any]) -> None:

@@ -76,8 +76,12 @@ class WorkerStore:
         copy_engine: str = "memmove",
         copy_threads: int = 4,
         recapture: bool = True,
+        store_lib: Any = None,
     ):
+        """store_lib: the native store library (kv_store_format.native) that
+        writes the chunk files; None: the writer's Python path (tests)."""
         self.knobs = settings_knobs
+        self._store_lib = store_lib
         self.settings = settings
         self.stats = StoreStats()
         self._tp = tp
@@ -202,6 +206,7 @@ class WorkerStore:
                 on_lost=self._on_lost,
                 on_idle=self._recapture_idle,
                 on_job_done=self._recapture_idle,
+                store_lib=self._store_lib,
             )
         except OSError as e:
             raise WriterDisabled(
