@@ -615,6 +615,16 @@ def judge(
             "off_s": [r["rounds"][0]["seconds"] for r in offs],
             "on_s": [r["rounds"][0]["seconds"] for r in ons],
             "capture_seconds": [round(s.get("capture_seconds", 0.0), 3) for s in stats],
+            # Where the first capture ran (the GPU's copy engine when queued on
+            # the device) and what the engine thread still copied (last chances).
+            "jobs_queued_on_device": [s.get("jobs_queued_on_device") for s in stats],
+            "capture_fence_waits": [s.get("capture_fence_waits") for s in stats],
+            "keys_recaptured_last_chance": [
+                s.get("keys_recaptured_last_chance") for s in stats
+            ],
+            "last_chance_seconds": [
+                round(s.get("last_chance_seconds", 0.0), 3) for s in stats
+            ],
             "ok": True,
         }
         for r, name in zip(ons, ("pressure.on", "pressure.on2"), strict=False):
