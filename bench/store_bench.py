@@ -200,6 +200,9 @@ class Workload:
         return self.job, entry, sum(self.layouts[g].block_bytes for _, g, _ in keys)
 
 
+STORE_LIB = None  # --native: the native store library writes the files
+
+
 def open_store(
     root: Path, region: Region, budget: int, engine: str, threads: int, background: bool
 ) -> ksl.worker_store.WorkerStore:
@@ -223,6 +226,7 @@ def open_store(
         capture_budget=budget,
         copy_engine=engine,
         copy_threads=threads,
+        store_lib=STORE_LIB,
     )
     store.start(region.staging(), background=background)
     return store
@@ -364,7 +368,18 @@ def main() -> None:
         action="store_true",
         help="drain the writer after every boundary (the earlier method)",
     )
+    ap.add_argument(
+        "--native",
+        action="store_true",
+        help="write through the native store library (KVTIER_STORE_LIB), as the "
+        "engine does; default: the writer's Python path",
+    )
     args = ap.parse_args()
+    if args.native:
+        global STORE_LIB
+        from kv_store_format import native
+
+        STORE_LIB = native.load()
 
     device = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
     root = Path(args.dir)

@@ -128,6 +128,8 @@ def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
     elif mode == "hooks":
         # No capture at all: what the hooks cost on their own (the scheduler's
         # side channel, remember, the job bookkeeping).
+        # (Neither the capture queued behind vLLM's store copy nor the ack's.)
+        store.submitted = lambda job_id: None
         store.capture = lambda job_id: store._remembered.pop(job_id, None)
     else:
         raise ValueError(f"unknown ablation {mode!r}")

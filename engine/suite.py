@@ -716,6 +716,16 @@ def throughput_judge(results: dict[str, dict]) -> dict[str, dict]:
             "engine_thread_cpu_ratios": cpu,
             "engine_thread_cpu_ratio": _median(cpu) if cpu else None,
             "capture_seconds": [round(s.get("capture_seconds", 0.0), 3) for s in stats],
+            # Where the first capture ran (the GPU's copy engine when queued on
+            # the device) and what the engine thread still copied (last chances).
+            "jobs_queued_on_device": [s.get("jobs_queued_on_device") for s in stats],
+            "capture_fence_waits": [s.get("capture_fence_waits") for s in stats],
+            "keys_recaptured_last_chance": [
+                s.get("keys_recaptured_last_chance") for s in stats
+            ],
+            "last_chance_seconds": [
+                round(s.get("last_chance_seconds", 0.0), 3) for s in stats
+            ],
             "ok": True,
         }
     for name in ("pressure.on", "pressure.on2", "pressure.on3"):

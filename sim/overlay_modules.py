@@ -22,6 +22,7 @@ for _folder in (OVERLAYS / "kv-offload-store-local", OVERLAYS / "kv-offload-scop
 import kv_offload_knobs  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
 import kv_store_local as ksl  # noqa: E402
+import kv_store_local.capture_device  # noqa: E402,F401
 import kv_store_local.capture_pool  # noqa: E402,F401
 import kv_store_local.captured  # noqa: E402,F401
 import kv_store_local.checksum  # noqa: E402,F401

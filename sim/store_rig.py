@@ -28,10 +28,16 @@ class StoreRig:
         row_bytes: int,
         manager: Any = None,
         before_attach: Callable[[Any], None] | None = None,
+        device: Any = None,
+        gpu_blocks: int = 0,
     ) -> None:
         """manager: the offloading manager (default: the recording one,
         handing out rows in order); before_attach(store) runs before the
-        worker attaches the writer (to change its settings)."""
+        worker attaches the writer (to change its settings). device: a
+        capture device (kv_store_local.capture_device) standing in for the
+        CUDA one, with ``gpu_blocks`` blocks of ``row_bytes`` in ``self.kv``
+        as the GPU KV cache it copies from; None: the first capture copies
+        out of staging (no CUDA worker here)."""
         self.vllm = vllm
         self.row_bytes = row_bytes
         kv_cache_config = vllm.hybrid_layout()
@@ -53,6 +59,7 @@ class StoreRig:
         )
         self.store = self.worker._kv_store
         self.region = bytearray(rows * row_bytes)
+        self.kv = bytearray(gpu_blocks * row_bytes)
         if self.store is None:
             return  # the knob is off
         if before_attach is not None:
@@ -68,8 +75,16 @@ class StoreRig:
         ]
         # The real lookup walks the CPU worker's torch storages; ours is one
         # bytearray, so it is swapped in while the worker attaches the writer.
-        real = adapter.staging_from_worker
+        real = adapter.staging_from_worker, adapter.store_stream_device
+        real_pinned = adapter.pinned_memory
         adapter.staging_from_worker = lambda worker, caches: staging
+        if device is not None:
+            devices = sys.modules[f"{OFFLOADING}.kv_store_local.capture_device"]
+            kv = devices.BlockTensor(
+                devices.host_address(self.kv), row_bytes, gpu_blocks
+            )
+            adapter.store_stream_device = lambda worker: (device, [kv])
+            adapter.pinned_memory = None  # a private pool: nothing to pin here
         try:
             self.worker._init_worker(
                 vllm.base.CanonicalKVCaches(
@@ -77,7 +92,8 @@ class StoreRig:
                 )
             )
         finally:
-            adapter.staging_from_worker = real
+            adapter.staging_from_worker, adapter.store_stream_device = real
+            adapter.pinned_memory = real_pinned
 
     def request(
         self,

@@ -302,6 +302,10 @@ class WorkerRestore:
             self._jobs = ThreadPoolExecutor(1, thread_name_prefix="kv-promote")
         for request in requests:
             keys, chunks = list(request["keys"]), list(request["chunks"])
+            # The promotion overwrites these rows: keys the writer still owes
+            # from them (their earlier bytes) get their last chance first.
+            if self._store is not None:
+                self._store.rows_taken(chunks)
             self._running[request["job"]] = self._jobs.submit(self._job, keys, chunks)
             self._keys[request["job"]] = len(keys)
 

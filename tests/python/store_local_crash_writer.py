@@ -1,6 +1,9 @@
 """Writes boundaries into a store forever; the crash test SIGKILLs it.
 
-Usage: store_local_crash_writer.py ROOT SEED
+Usage: store_local_crash_writer.py ROOT SEED [native]
+
+With "native" the files are written by the native store library
+(KVTIER_STORE_LIB), as in the engine; else by the writer's Python path.
 
 Each run reopens the same store (a new boot), writes conversations that share
 prefixes with earlier runs (dedup, keep-K deletions) and new ones, and prints
@@ -19,7 +22,12 @@ import store_local_support as sls
 def main() -> None:
     root = Path(sys.argv[1])
     rng = random.Random(int(sys.argv[2]))
-    store, staging = sls.make_store(root, background=True)
+    store_lib = None
+    if sys.argv[3:] == ["native"]:
+        from kv_store_format import native
+
+        store_lib = native.load()
+    store, staging = sls.make_store(root, background=True, store_lib=store_lib)
     assert store.active, store.disabled_reason
     maker = sls.JobMaker(staging)
     print("ready", flush=True)

@@ -29,6 +29,7 @@ NUM_LAYERS = 2
 SLOT = PAGE * NUM_LAYERS  # one worker's share of a row (blocks_per_chunk = 1)
 ROW_STRIDE = 4096  # page-aligned row: both workers' slots + padding
 NUM_CHUNKS = 64
+NUM_BLOCKS = 256  # GPU KV blocks per layer tensor
 TOKENS_PER_CHUNK = 16
 TOKENS_PER_HASH = 16
 FULL_REAL = 96  # attention pages: 96 real bytes, 32 bytes of padding
@@ -106,6 +107,28 @@ class Staging:
         self.region[:] = bytes(len(self.region))
 
 
+class KvBlocks:
+    """The GPU KV cache as vLLM's store copy reads it, in host memory: one
+    tensor per layer of NUM_BLOCKS pages (block b's page at b * PAGE)."""
+
+    def __init__(self) -> None:
+        self.region = bytearray(NUM_LAYERS * NUM_BLOCKS * PAGE)
+        base = ksl.capture_device.host_address(self.region)
+        self.tensors = [
+            ksl.capture_device.BlockTensor(
+                base + i * NUM_BLOCKS * PAGE, PAGE, NUM_BLOCKS
+            )
+            for i in range(NUM_LAYERS)
+        ]
+
+    def page(self, tensor: int, block: int) -> memoryview:
+        start = (tensor * NUM_BLOCKS + block) * PAGE
+        return memoryview(self.region)[start : start + PAGE]
+
+    def zero(self) -> None:
+        self.region[:] = bytes(len(self.region))
+
+
 def pattern(seed: bytes, n: int) -> bytes:
     """n deterministic pseudo-random bytes for a seed."""
     return random.Random(seed).randbytes(n)
@@ -130,11 +153,14 @@ class Job:
     block_indices: list[int]
     meta: dict
     expected: dict[tuple[bytes, int], bytes] = field(default_factory=dict)
+    gpu_blocks: list[int] = field(default_factory=list)
 
     def entry(self):
         return SimpleNamespace(
             src_spec=SimpleNamespace(
-                group_sizes=self.group_sizes, block_indices=self.block_indices
+                group_sizes=self.group_sizes,
+                block_indices=self.block_indices,
+                block_ids=self.gpu_blocks,
             ),
             dst_spec=SimpleNamespace(block_ids=self.chunk_ids),
             kv_store_meta=self.meta,
@@ -144,8 +170,12 @@ class Job:
 class JobMaker:
     """Builds store jobs for chunks of a conversation, filling staging."""
 
-    def __init__(self, staging: Staging) -> None:
+    def __init__(self, staging: Staging, kv: KvBlocks | None = None) -> None:
+        """kv: the GPU blocks the keys are computed into (each key's block,
+        then the DMA's copy in its staging row)."""
         self.staging = staging
+        self.kv = kv
+        self.next_block = 0
         self.layouts = {g.group: g for g in group_layouts()}
         self.next_chunk = 0
         self.next_job = 0
@@ -193,6 +223,13 @@ class JobMaker:
             group = ksl.side_channel.key_group(k)
             real = self.staging.dma(chunk, self.layouts[group], k)
             job.expected[(ksl.side_channel.key_hash(k), group)] = real
+            block = self.next_block % NUM_BLOCKS
+            self.next_block += 1
+            job.gpu_blocks.append(block)
+            if self.kv is not None:
+                for layer in self.layouts[group].layers:
+                    src = self.staging.page(layer.tensor, chunk)
+                    self.kv.page(layer.tensor, block)[:] = src
         return job
 
 
@@ -231,16 +268,25 @@ def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
         capture_budget=budget,
         copy_engine="memmove",
         copy_threads=1,
+        store_lib=kw.pop("store_lib", None),
     )
+    kv = kw.pop("kv", None)
     try:
-        store.start(staging.tensors, background=kw.pop("background", False))
+        store.start(
+            staging.tensors,
+            background=kw.pop("background", False),
+            blocks=kv.tensors if kv is not None else (),
+            device=kw.pop("device", None),
+        )
     except ksl.errors.WriterDisabled as e:
         store.disable(str(e))
     return store, staging
 
 
 def run_job(store: ksl.worker_store.WorkerStore, job: Job) -> None:
+    """remember, vLLM's submit (the device's capture is queued), the ack."""
     store.remember(job.job_id, job.entry())
+    store.submitted(job.job_id)
     store.capture(job.job_id)
 
 

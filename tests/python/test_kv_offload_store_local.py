@@ -288,7 +288,7 @@ def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeyp
 
 def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path, monkeypatch):
     store, staging = sls.make_store(tmp_path)
-    store._owed.retry_failed_after = 0.0  # retry at the next capture
+    store._owed.retry_failed_after = 0.0  # retry after the writer's next job
     maker = sls.JobMaker(staging)
     bad = store.writer.layout.chunk(sls.block_hash(1).hex(), 4)
     real = ksl.durable_io.write_chunk_file
@@ -302,22 +302,23 @@ def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path, monkeypatc
     write_boundary(store, maker, 1)
     assert not os.path.exists(bad)
     assert (sls.block_hash(1), 4) in store.writer.failed
-    # The g4 job failed, and its retry at the g5 job's capture failed again.
-    assert store.stats.keys_failed == 2
+    # The g4 job failed, and the writer's retries after the g4 and the g5
+    # jobs failed again.
+    assert store.stats.keys_failed == 3
     assert sls.manifests(only_base(tmp_path)) == {}
     # Still failing: every retry fails again; nothing is published, no temp.
     sls.run_job(store, maker.full_chunks(5, 1))
-    assert store.stats.keys_failed == 3
+    assert store.stats.keys_failed == 4
     assert sls.manifests(only_base(tmp_path)) == {}
     assert sls.temp_files(tmp_path) == []
-    # The disk works again: the next capture takes the key again from its
-    # staging row (still holding it), writes it in full, and the boundary
-    # that waited for it is published.
+    # The disk works again: after the next job the writer takes the key
+    # again from its staging row (still holding it), writes it in full, and
+    # the boundary that waited for it is published.
     monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
     sls.run_job(store, maker.full_chunks(6, 1))
     assert os.path.exists(bad)
     assert (sls.block_hash(1), 4) not in store.writer.failed
-    assert store.stats.keys_recaptured == 3
+    assert store.stats.keys_recaptured == store.stats.keys_recaptured_writer == 4
     assert [m.boundary for m in sls.manifests(only_base(tmp_path)).values()] == [32]
     assert sls.verify_store(tmp_path) == []
 

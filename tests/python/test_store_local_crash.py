@@ -15,13 +15,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import store_local_support as sls
+from kv_store_format import native
 
 HERE = Path(__file__).resolve().parent
 KILLS = 24
 
 
-def test_sigkill_at_random_points_never_leaves_a_bad_manifest(tmp_path, build_dir):
+@pytest.mark.parametrize("writer", ["python", "native"])
+def test_sigkill_at_random_points_never_leaves_a_bad_manifest(
+    tmp_path, build_dir, writer
+):
+    if writer == "native" and not os.path.isfile(native.library_path()):
+        pytest.skip(f"{native.library_path()} is not built")
     rng = random.Random(20261129)
     env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{HERE.parents[1] / 'sim'}")
     published = 0
@@ -32,6 +39,7 @@ def test_sigkill_at_random_points_never_leaves_a_bad_manifest(tmp_path, build_di
                 str(HERE / "store_local_crash_writer.py"),
                 str(tmp_path),
                 str(run),
+                writer,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -9,6 +9,7 @@ replaced by a bytearray laid out the same way.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import pickle
 import sys
@@ -418,6 +419,77 @@ def test_shutdown_captures_the_store_job_vllm_deferred(patched, knob_on, monkeyp
     assert not env.store.writer._thread.is_alive()
     with open(env.store.writer.layout.chunk(key[:-4].hex(), 0), "rb") as f:
         assert f.read().endswith(bytes([0x3C]) * page)
+
+
+def test_worker_queues_the_capture_on_the_device_right_after_the_submit(
+    patched, knob_on
+):
+    """The CUDA path, with a host device standing in: the capture is queued
+    when vLLM submits the store copy, from the job's GPU block, and neither
+    staging nor the block is read after; the ack follows, not deferred."""
+    vllm = Vllm(patched)
+    devices = importlib.import_module(f"{OFFLOADING}.kv_store_local.capture_device")
+    order = []
+
+    class Device(devices.HostCopy):
+        def queue(self, job_id, moves):
+            order.append(("queued", job_id, list(env.fake.submitted)))
+            return super().queue(job_id, moves)
+
+    rig = StoreRig(vllm, rows=8, row_bytes=ROW, device=Device(), gpu_blocks=32)
+    env = SimpleNamespace(worker=rig.worker, fake=rig.gpu, store=rig.store)
+    assert rig.store.active, rig.store.disabled_reason
+    job, key, page = full_chunk_job(vllm, rig, 1, 0x00)
+    rig.kv[11 * ROW : 11 * ROW + page] = bytes([0x3C]) * page  # GPU block 11
+    env.worker.prepare_store_kv(
+        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={7: job})
+    )
+    env.worker.start_kv_transfers(
+        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
+    )
+    assert order == [("queued", 7, [7])]  # right after vLLM's submit of job 7
+    meta = env.worker._connector_worker_meta
+    real_mark = meta.mark_completed
+    meta.mark_completed = lambda job_id: (
+        order.append(("ack", job_id, env.store.stats.jobs_captured)),
+        real_mark(job_id),
+    )
+    env.fake.done = [7]
+    env.worker.get_finished(set())
+    assert order[1:] == [("ack", 7, 1)]
+    rig.kv[:] = bytes(len(rig.kv))  # after the ack vLLM reuses the block
+    rig.region[:] = bytes(len(rig.region))  # and the row
+    assert env.store.writer.wait_idle()
+    with open(env.store.writer.layout.chunk(key[:-4].hex(), 0), "rb") as f:
+        assert f.read().endswith(bytes([0x3C]) * page)
+    assert env.store.stats.jobs_queued_on_device == 1
+    env.worker.shutdown()
+
+
+def test_flush_path_waits_for_the_device_capture(patched, knob_on):
+    vllm = Vllm(patched)
+    devices = importlib.import_module(f"{OFFLOADING}.kv_store_local.capture_device")
+    rig = StoreRig(
+        vllm, rows=8, row_bytes=ROW, device=devices.HostCopy(True), gpu_blocks=32
+    )
+    job, key, page = full_chunk_job(vllm, rig, 2, 0x00)
+    rig.kv[12 * ROW : 12 * ROW + page] = bytes([0xC3]) * page
+    rig.worker.handle_preemptions(
+        vllm.common.OffloadingConnectorMetadata(
+            load_jobs={}, store_jobs={9: job}, jobs_to_flush={9}
+        )
+    )
+    assert rig.gpu.waited == [{9}]
+    assert rig.store.stats.jobs_captured == 1  # handed over right after the wait
+    rig.kv[:] = bytes(len(rig.kv))
+    rig.region[:] = bytes(len(rig.region))
+    rig.gpu.done = [9]
+    rig.worker.get_finished(set())  # reported later: acked, not captured twice
+    assert rig.store.stats.jobs_captured == 1
+    assert rig.store.writer.wait_idle()
+    with open(rig.store.writer.layout.chunk(key[:-4].hex(), 0), "rb") as f:
+        assert f.read().endswith(bytes([0xC3]) * page)
+    rig.worker.shutdown()
 
 
 # --------------------------------------------------------------------------

@@ -224,7 +224,8 @@ def test_recapture_publishes_every_boundary_after_write_faults(
 
 
 class FaultRun:
-    """A run whose patched tree's durable_io fails a burst of chunk writes."""
+    """A run whose native store library fails a burst of chunk writes
+    (its test seam: the 10th to 13th file writes fail with the fault)."""
 
     def __init__(self, patched_tree, engine_name, monkeypatch, tmp_path, fault):
         self.tree = patched_tree
@@ -235,27 +236,21 @@ class FaultRun:
 
     def go(self, recapture: bool) -> None:
         with harness.engine(self.tree, package=self.engine) as ns:
-            io = ns.load(f"{OFFLOADING}.kv_store_local.durable_io")
-            real = io.write_chunk_file
-            calls = {"n": 0}
-
-            def inject(path, header, payload):
-                calls["n"] += 1
-                if 10 <= calls["n"] < 14:
-                    raise OSError(self.fault, "injected")
-                return real(path, header, payload)
-
-            self.monkeypatch.setattr(io, "write_chunk_file", inject)
+            native = ns.load(f"{OFFLOADING}.kv_store_format.native")
             run = Run(
                 ns, self.monkeypatch, self.root / f"r{int(recapture)}",
                 budget=64 << 20, recapture=recapture, drain_every=1,
             )  # fmt: skip
             run.writer.pause_seconds = 0.0  # ENOSPC: space is back at once
             run.store._owed.retry_failed_after = 0.0
-            run.play()
+            lib = run.writer.store_lib
+            lib.test_fault(native.FAULT_WRITE, self.fault, 9, 4)
+            try:
+                run.play()
+            finally:
+                lib.test_fault(native.FAULT_NONE)
             run.check_payloads()
             run.worker.shutdown()
-            self.monkeypatch.setattr(io, "write_chunk_file", real)
         self.published = run.published()
         self.drops = run.store.stats.drops()
 

@@ -9,11 +9,18 @@ boundary manifests those keys may complete.
 
 Flow on a worker:
 
-1. ``remember``: a store job arrives; keep its CPU chunk ids and side channel.
-2. ``capture``: the GPU->CPU copy of the job completed (or the flush path
-   waited for it) and this rank has not acked yet. Copy the job's real,
-   unpadded bytes out of staging into a private buffer under a byte budget.
-   A full budget drops that store; serving never waits and acks are never
+1. ``remember``: a store job arrives; keep its CPU chunk ids, GPU block ids
+   and side channel. Keys still owed from the rows it names get a bounded
+   last chance (a copy out of staging), then go stale.
+2. ``submitted``: vLLM queued the job's GPU->CPU copy. On CUDA the job's
+   real, unpadded bytes are queued right behind it, on the same stream,
+   from the same GPU blocks into a pinned pool under a byte budget
+   (capture_device, vllm_worker.StoreStreamDevice): the engine thread only
+   queues. ``capture``: the job completed (vLLM's event now covers our copy)
+   and this rank has not acked: hand the keys to the writer. Without a
+   device the bytes are copied out of staging here, before the ack. A full
+   budget drops that store (owed, taken again by the writer thread while
+   its staging row holds it); serving never waits and acks are never
    deferred.
 3. The writer thread writes header + payload to a temp file, fsyncs, renames
    and fsyncs the directory. A boundary manifest is published only once every
@@ -27,7 +34,8 @@ other module is plain logic on plain values, standard library only, and is
 tested without vLLM.
 
 Scheduler side: side_channel, vllm_scheduler.
-Worker side: layout, capture_pool, copier, captured, stats, checksum,
+Worker side: layout, capture_device, capture_pool, copier, captured, stats,
+checksum,
 durable_io, manifests, writer, namespace, worker_store, vllm_worker.
 """
 

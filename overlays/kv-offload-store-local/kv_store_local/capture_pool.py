@@ -4,6 +4,7 @@
 import ctypes
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 
@@ -14,14 +15,26 @@ class CapturePool:
     enough; an out-of-order free is held until the ranges before it go.
     """
 
-    def __init__(self, capacity: int):
+    def __init__(
+        self,
+        capacity: int,
+        allocate: Callable[[int], tuple[int, Any]] | None = None,
+    ):
+        """allocate(capacity) -> (address, owner): memory of its own (pinned
+        host memory a GPU can copy into); default a private bytearray."""
         if capacity <= 0:
             raise ValueError("capture budget must be positive")
         self.capacity = capacity
-        self.buffer = bytearray(capacity)
-        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.buffer))
+        self._owner: Any = None
+        if allocate is None:
+            self.buffer: Any = bytearray(capacity)
+            self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.buffer))
+        else:
+            self.address, self._owner = allocate(capacity)
+            self.buffer = (ctypes.c_char * capacity).from_address(self.address)
         # Fault every page in now, not on the serving path.
         ctypes.memset(self.address, 0, capacity)
+        self._memory = memoryview(self.buffer).cast("B")
         self._live: deque[list[int]] = deque()  # [start, size, freed]
         self._lock = threading.Lock()
         self._torch_view: Any = None
@@ -65,7 +78,7 @@ class CapturePool:
                 self._live.popleft()
 
     def view(self, start: int, size: int) -> memoryview:
-        return memoryview(self.buffer)[start : start + size]
+        return self._memory[start : start + size]
 
     def torch_view(self) -> Any:
         if self._torch_view is None:

@@ -12,11 +12,13 @@ import logging
 try:
     from .. import kv_offload_knobs as knobs
     from .. import kv_store_format as fmt
+    from ..kv_store_format import native
 except ImportError:  # loaded from the overlay folders
     import kv_offload_knobs as knobs  # type: ignore[no-redef]
     import kv_store_format as fmt  # type: ignore[no-redef]
+    from kv_store_format import native  # type: ignore[no-redef]
 
-__all__ = ["fmt", "init_logger", "knobs"]
+__all__ = ["fmt", "init_logger", "knobs", "native"]
 
 
 def init_logger(name: str) -> logging.Logger:

@@ -7,7 +7,7 @@ key, or the job is dropped rather than guessed at.
 """
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .layout import GroupLayout
@@ -24,6 +24,9 @@ class Remembered:
     group_sizes: list[int]
     block_indices: list[int]
     meta: Any
+    # The job's GPU block ids (slot by slot, one per block); empty when the
+    # first capture reads staging instead.
+    gpu_blocks: list[int] = field(default_factory=list)
 
 
 def plan_keys(
@@ -43,13 +46,19 @@ def plan_keys(
     if not (len(keys) == len(groups) == len(tokens) == len(rec.chunk_ids)):
         raise ValueError("side channel does not match the job's chunk count")
     bpc = blocks_per_chunk
+    gpu = rec.gpu_blocks
+    if gpu and len(gpu) != sum(rec.group_sizes):
+        raise ValueError("the GPU spec's block count does not match its groups")
     plan = []
     index = 0
+    gpu_offset = 0  # the slot's first GPU block in the spec (one per block)
     for slot, (blocks, block_idx) in enumerate(
         zip(rec.group_sizes, rec.block_indices, strict=True)
     ):
         if blocks == 0:
             continue
+        slot_first = gpu_offset
+        gpu_offset += blocks
         layout = slots.get(slot)
         skip = block_idx % bpc
         chunks = -(-(blocks + skip) // bpc)
@@ -70,6 +79,8 @@ def plan_keys(
                 # `kvstore gc` would delete its chunks as orphans.
                 stats.keys_dropped_window += 1
             elif complete:
+                # Sub-block j of chunk c is the spec's block c * bpc + j - skip.
+                at = slot_first + c * bpc - skip
                 plan.append(
                     Owed(
                         key_hash(keys[index]),
@@ -79,6 +90,7 @@ def plan_keys(
                         first,
                         count,
                         generation(chunk_id),
+                        blocks=tuple(gpu[at + first : at + last]) if gpu else (),
                     )
                 )
             else:

@@ -3,6 +3,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from .deps import fmt
@@ -56,7 +57,7 @@ class GroupLayout:
     kind: str  # "full", "window" or "state"
     layers: tuple[LayerLayout, ...]
 
-    @property
+    @cached_property  # on every key's path; the layout never changes
     def block_bytes(self) -> int:
         return sum(layer.real_bytes for layer in self.layers)
 

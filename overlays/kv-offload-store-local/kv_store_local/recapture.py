@@ -36,6 +36,10 @@ class Owed:
     count: int  # sub-blocks
     generation: int  # the row's generation when the DMA filled it
     not_before: float = 0.0  # monotonic time of the next try
+    # The GPU blocks the store job read these sub-blocks from: a first
+    # capture's source, valid only until the job is acked (vLLM may reuse
+    # them after); a recapture reads the staging row.
+    blocks: tuple[int, ...] = ()
 
     @property
     def ident(self) -> Ident:
@@ -53,9 +57,17 @@ class OwedKeys:
         self.keep = keep  # False: count drops only (the writer before recapture)
         self._generation: dict[int, int] = {}  # staging row -> generation
         self._owed: OrderedDict[Ident, Owed] = OrderedDict()
+        # staging row -> owed keys on it: every store job asks (on_rows), on
+        # the engine thread, so it must not walk all owed keys.
+        self._by_row: dict[int, set[Ident]] = {}
+        self._order: dict[Ident, int] = {}  # when owed (oldest first)
+        self._count = 0
 
     def __len__(self) -> int:
         return len(self._owed)
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._owed
 
     def generation(self, chunk_id: int) -> int:
         return self._generation.get(chunk_id, 0)
@@ -68,16 +80,31 @@ class OwedKeys:
             setattr(self.stats, name, getattr(self.stats, name) + 1)
         if not self.keep:
             return
+        self._drop(owed.ident)
         self._owed[owed.ident] = owed
-        self._owed.move_to_end(owed.ident)
+        self._by_row.setdefault(owed.chunk_id, set()).add(owed.ident)
+        self._count += 1
+        self._order[owed.ident] = self._count
         while len(self._owed) > self.MAX_OWED:
-            self._owed.popitem(last=False)
+            self._drop(next(iter(self._owed)))
             self.stats.keys_lost_owed_limit += 1
 
+    def _drop(self, ident: Ident) -> None:
+        old = self._owed.pop(ident, None)
+        if old is not None:
+            del self._order[ident]
+            on_row = self._by_row.get(old.chunk_id)
+            if on_row is not None:
+                on_row.discard(ident)
+                if not on_row:
+                    del self._by_row[old.chunk_id]
+
     def on_rows(self, chunk_ids: Iterable[int]) -> list[Owed]:
-        """Owed keys whose rows a new store is about to overwrite."""
-        rows = set(chunk_ids)
-        return [o for o in self._owed.values() if o.chunk_id in rows]
+        """Owed keys whose rows a new store is about to overwrite, oldest
+        first."""
+        idents = [i for c in set(chunk_ids) for i in self._by_row.get(c, ())]
+        idents.sort(key=self._order.__getitem__)
+        return [self._owed[i] for i in idents]
 
     def rows_reused(self, chunk_ids: Iterable[int]) -> None:
         """A new store job names these rows: their old bytes are going."""
@@ -99,7 +126,7 @@ class OwedKeys:
         now = time.monotonic()
         for ident, owed in list(self._owed.items()):
             if not self.valid(owed):
-                del self._owed[ident]
+                self._drop(ident)
                 self.stats.keys_lost += 1
                 continue
             if owed.not_before <= now:
@@ -107,4 +134,4 @@ class OwedKeys:
 
     def settle(self, owed: Owed) -> None:
         """The key was captured again (or no longer needs to be)."""
-        self._owed.pop(owed.ident, None)
+        self._drop(owed.ident)

@@ -11,6 +11,9 @@ DROP_REASONS = {
     "incomplete": "keys_dropped_incomplete",  # chunk not filled by the DMA
     "window": "keys_dropped_window",  # sliding-window (drafter) group: never written
     "lost": "keys_lost",  # its staging row was reused before a retry fitted
+    # its row was about to be reused and the engine thread's last-chance
+    # copy had already spent its bound (WorkerStore.last_chance_bytes)
+    "last_chance_bound": "keys_lost_last_chance_bound",
     "owed_limit": "keys_lost_owed_limit",  # too many keys waiting for a retry
 }
 
@@ -28,6 +31,18 @@ class StoreStats:
     keys_dropped_incomplete: int = 0
     keys_dropped_window: int = 0
     keys_recaptured: int = 0
+    # keys_recaptured by path: on the writer thread (after a job or when
+    # idle), and on the engine thread as a row's last chance (remember, a
+    # restore promotion), bounded per call.
+    keys_recaptured_writer: int = 0
+    keys_recaptured_last_chance: int = 0
+    bytes_recaptured_last_chance: int = 0
+    last_chance_seconds: float = 0.0
+    keys_lost_last_chance_bound: int = 0
+    # First captures queued on the capture device (GPU blocks -> pool behind
+    # vLLM's store copy), and acks that found its copy not done yet.
+    jobs_queued_on_device: int = 0
+    capture_fence_waits: int = 0
     keys_lost: int = 0
     keys_lost_owed_limit: int = 0
     jobs_without_meta: int = 0

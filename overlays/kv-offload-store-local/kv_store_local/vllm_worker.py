@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .deps import init_logger, knobs
+from .capture_device import BlockTensor, Moves
+from .deps import init_logger, knobs, native
 from .errors import WriterDisabled
 from .layout import (
     DTYPES,
@@ -37,11 +38,15 @@ class VllmWorkerStore(WorkerStore):
     def from_vllm(
         cls, spec: Any, vllm_config: Any, kv_cache_config: Any
     ) -> "VllmWorkerStore":
-        """Validate the knobs (a bad one fails the boot) and build."""
+        """Validate the knobs (a bad one fails the boot), load the native
+        store library (missing, or another ABI or version: the boot fails
+        naming the file; never a fallback to the Python writer) and build."""
+        settings_knobs = knobs.read_knobs()
         return cls(
-            knobs.read_knobs(),
+            settings_knobs,
             settings_from_vllm(spec, vllm_config, kv_cache_config),
             tp=initialized_tp,
+            store_lib=native.load(),
         )
 
     def note_kv_caches(self, kv_caches: Mapping[str, Any]) -> None:
@@ -87,7 +92,16 @@ class VllmWorkerStore(WorkerStore):
             [(ref.tensor_idx, ref.page_size_bytes) for ref in group_refs]
             for group_refs in kv_caches.group_data_refs
         ]
-        self.attach(staging, refs)
+        device, blocks, allocate = None, [], None
+        try:
+            device, blocks = store_stream_device(worker)
+            allocate = pinned_memory
+        except WriterDisabled as e:
+            # Correct either way: the first capture then copies out of
+            # staging on the engine thread, before the ack (slower). The
+            # text only: a kept record must not hold this frame's views.
+            logger.warning("KV store: first capture from staging: %s", str(e))
+        self.attach(staging, refs, blocks=blocks, device=device, allocate=allocate)
 
     def drain(self, worker: Any, unsubmitted: list[tuple[Any, Any, Any]]) -> int:
         """Clean shutdown: capture the store jobs vLLM never reported.
@@ -116,6 +130,86 @@ class VllmWorkerStore(WorkerStore):
             logger.exception("KV store: draining the last store jobs failed")
         self.stats.jobs_drained += captured
         return captured
+
+
+class EventFence:
+    """vLLM's completion event of the job, recorded again after our moves."""
+
+    def __init__(self, event: Any, keep: tuple[Any, ...]):
+        self.event = event
+        self._keep = keep  # the descriptors stay alive until the copy ran
+
+    def done(self) -> bool:
+        return bool(self.event.query())
+
+    def wait(self) -> None:
+        self.event.synchronize()
+
+
+class StoreStreamDevice:
+    """The CUDA capture device: a submitted store job's moves (GPU KV block
+    -> pinned capture pool) go on vLLM's own transfer stream of that job,
+    right after its GPU -> staging copy, with vLLM's batched copy op; then
+    the job's end event is recorded again. So every fence vLLM keeps covers
+    our copy too: get_finished reports (and the connector acks) the job only
+    after it, the flush path's wait() waits for it, and the next store job's
+    stream starts after it. The engine thread only queues."""
+
+    def __init__(self, handler: Any):
+        self.handler = handler
+
+    def queue(self, job_id: int, moves: Moves) -> EventFence:
+        import torch
+
+        transfers = self.handler._transfers
+        if not transfers or transfers[-1].job_id != job_id:
+            raise RuntimeError(f"store job {job_id} is not vLLM's last transfer")
+        transfer = transfers[-1]
+        tensors: tuple[Any, ...] = ()
+        with torch.cuda.stream(transfer.stream):
+            if len(moves):
+                # int64 views of the arrays, no copy; STREAM source order:
+                # the copy reads the live KV cache.
+                tensors = tuple(
+                    torch.frombuffer(a, dtype=torch.int64)
+                    for a in (moves.src, moves.dst, moves.size)
+                )
+                self.handler._swap_blocks_batch(*tensors, is_src_access_order_any=False)
+            transfer.end_event.record(transfer.stream)
+        return EventFence(transfer.end_event, (moves, tensors))
+
+    def close(self) -> None:
+        return
+
+
+def store_stream_device(worker: Any) -> tuple[StoreStreamDevice, list[BlockTensor]]:
+    """The device and the GPU KV tensors vLLM's store copy reads (indexed
+    like the staging tensors); WriterDisabled when this worker is not the
+    CUDA CPU-offloading worker this was read from (vLLM 0.33.0)."""
+    handler = getattr(worker, "_store_handler", None)
+    gpu = getattr(handler, "src_tensors", None)
+    if (
+        gpu is None
+        or not getattr(handler, "gpu_to_cpu", False)
+        or not hasattr(handler, "_transfers")
+        or not callable(getattr(handler, "_swap_blocks_batch", None))
+    ):
+        raise WriterDisabled("not vLLM 0.33.0's GPU -> CPU transfer handler")
+    blocks = []
+    for t in gpu:
+        if not getattr(t, "is_cuda", False) or t.ndim != 2 or t.element_size() != 1:
+            raise WriterDisabled("the store copy's source is not a CUDA page tensor")
+        blocks.append(BlockTensor(t.data_ptr(), t.stride(0), t.shape[0]))
+    return StoreStreamDevice(handler), blocks
+
+
+def pinned_memory(capacity: int) -> tuple[int, Any]:
+    """Page-locked host memory for the capture pool: a GPU copies into it
+    asynchronously (pageable memory would make each copy synchronous)."""
+    import torch
+
+    t = torch.empty(capacity, dtype=torch.uint8, pin_memory=True)
+    return t.data_ptr(), t
 
 
 def state_cache(kv_caches: Mapping[str, Any], name: str) -> Any:

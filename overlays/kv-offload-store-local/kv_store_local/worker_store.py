@@ -8,12 +8,14 @@ disables the writer on this rank with one log line.
 
 import threading
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import store_perms
+from .capture_device import BlockTensor, CaptureDevice, Fence, Moves
 from .capture_pool import CapturePool
 from .captured import Candidate, CapturedJob, CapturedKey
 from .copier import Copier, coalesce
@@ -50,9 +52,22 @@ class WorkerSettings:
     unsupported: str | None = None  # why this layout cannot be written
 
 
+@dataclass
+class QueuedCapture:
+    """A first capture queued on the device, until this rank acks the job."""
+
+    keys: list[CapturedKey]
+    candidates: list[Candidate]
+    fence: Fence
+
+
 class WorkerStore:
     # How long a clean shutdown waits for the writer to finish its queue.
     SHUTDOWN_SECONDS = 30.0
+    # Bytes the engine thread may copy out of staging as a row's last chance
+    # per remember (or promotion) call: owed keys beyond it are lost
+    # (counted), so a backlog of owed keys never stalls a step.
+    last_chance_bytes = 16 << 20
 
     def __init__(
         self,
@@ -64,8 +79,12 @@ class WorkerStore:
         copy_engine: str = "memmove",
         copy_threads: int = 4,
         recapture: bool = True,
+        store_lib: Any = None,
     ):
+        """store_lib: the native store library (kv_store_format.native) that
+        writes the chunk files; None: the writer's Python path (tests)."""
         self.knobs = settings_knobs
+        self._store_lib = store_lib
         self.settings = settings
         self.stats = StoreStats()
         self._tp = tp
@@ -80,6 +99,14 @@ class WorkerStore:
         self._engine = copy_engine
         self._copy_threads = copy_threads
         self._remembered: dict[int, Remembered] = {}
+        # First captures queued on the device (GPU blocks -> pool), by job.
+        self._queued: dict[int, QueuedCapture] = {}
+        self._device: CaptureDevice | None = None
+        self._blocks: list[BlockTensor] = []
+        self._min_blocks = 0
+        self._layer_sources: dict[int, tuple[list, list[int], array]] = {}
+        # Segment tables by (group, sub-blocks): the same for every key.
+        self._segments: dict[tuple[int, int], tuple[fmt.Segment, ...]] = {}
         self._slots: dict[int, GroupLayout] = {}
         self._staging: list[StagingTensor] = []
         self.writer: StoreWriter | None = None
@@ -103,19 +130,38 @@ class WorkerStore:
         refs: Sequence[Sequence[tuple[int, int]]],
         *,
         background: bool = True,
+        blocks: Sequence[BlockTensor] = (),
+        device: CaptureDevice | None = None,
+        allocate: Any = None,
     ) -> None:
         """Bind the layers to their staging tensors and start; or disable."""
         try:
             self.settings.groups = bind_layers(self.settings.groups, refs)
-            self.start(staging, background)
+            self.start(
+                staging, background, blocks=blocks, device=device, allocate=allocate
+            )
         except WriterDisabled as e:
             self.disable(str(e))
 
-    def start(self, staging: Sequence[StagingTensor], background: bool = True) -> None:
+    def start(
+        self,
+        staging: Sequence[StagingTensor],
+        background: bool = True,
+        *,
+        blocks: Sequence[BlockTensor] = (),
+        device: CaptureDevice | None = None,
+        allocate: Any = None,
+    ) -> None:
         """Resolve rank and namespace, open the store, start the thread.
 
         Without ``background`` jobs are written on the capturing thread
         (tests and the benchmark use this to measure each side alone).
+        With ``blocks`` (the KV tensors the store copy reads, indexed like
+        ``staging``) and a ``device``, a job's first capture is queued on
+        the device when vLLM submits its store copy (``submitted``) and
+        copied from the KV blocks; otherwise it is copied out of staging
+        when the job completes. ``allocate``: the capture pool's memory
+        (CapturePool).
         """
         s = self.settings
         if s.unsupported:
@@ -158,7 +204,7 @@ class WorkerStore:
         }
         try:
             layout = open_namespace(self.knobs.root, s.model, rank, fenced, info)
-            pool = CapturePool(self._budget)
+            pool = CapturePool(self._budget, allocate)
             self.writer = StoreWriter(
                 layout,
                 fmt.namespace_hash(fenced),
@@ -168,6 +214,8 @@ class WorkerStore:
                 stats=self.stats,
                 on_lost=self._on_lost,
                 on_idle=self._recapture_idle,
+                on_job_done=self._recapture_idle,
+                store_lib=self._store_lib,
             )
         except OSError as e:
             raise WriterDisabled(
@@ -184,19 +232,33 @@ class WorkerStore:
                     raise WriterDisabled(
                         f"group {g.group} does not fit its staging rows"
                     )
+        if device is not None and blocks:
+            for g in s.groups:
+                for layer in g.layers:
+                    if layer.tensor >= len(blocks) or (
+                        layer.real_bytes > blocks[layer.tensor].block_stride
+                    ):
+                        raise WriterDisabled(
+                            f"group {g.group} does not fit its KV blocks"
+                        )
+            self._blocks = list(blocks)
+            self._min_blocks = min(b.num_blocks for b in blocks)
+            self._device = device
         self.copier = Copier(pool, self._engine, self._copy_threads)
         if background:
             self.writer.start()
         logger.info(
             "KV store: writer up: rank %d/%d (%s), %s, groups %s, capture budget "
-            "%d MiB, copy engine %s, keep %d boundaries",
+            "%d MiB, first capture %s, keep %d boundaries",
             rank,
             s.tp_size,
             provenance,
             layout.base,
             [g.group for g in s.groups],
             self._budget >> 20,
-            self._engine,
+            "from the KV blocks on the device"
+            if self._device is not None
+            else f"from staging ({self._engine})",
             self.knobs.keep_boundaries,
         )
 
@@ -215,52 +277,167 @@ class WorkerStore:
         if not self.active:
             return
         src, dst = entry.src_spec, entry.dst_spec
-        chunk_ids = [int(c) for c in dst.block_ids]
+        chunk_ids = _ints(dst.block_ids)
         try:
-            with self._lock:
-                # This job's DMA will overwrite these rows (it is submitted
-                # after this returns): a key still owed from them gets its
-                # last chance now.
-                self._take_returned()
-                keys = self._recapture(self._owed.on_rows(chunk_ids))
-                self._owed.rows_reused(chunk_ids)
-            self._submit_recaptured(keys)
+            # This job's DMA will overwrite these rows (it is submitted
+            # after this returns): a key still owed from them gets its
+            # last chance now.
+            self._last_chance(chunk_ids)
         except Exception:
             logger.exception("KV store: recapture before job %d failed", job_id)
         self._remembered[job_id] = Remembered(
             chunk_ids=chunk_ids,
-            group_sizes=[int(n) for n in src.group_sizes],
-            block_indices=[int(i) for i in src.block_indices],
+            group_sizes=_ints(src.group_sizes),
+            block_indices=_ints(src.block_indices),
             meta=getattr(entry, "kv_store_meta", None),
+            gpu_blocks=_ints(src.block_ids) if self._device is not None else [],
         )
+
+    def rows_taken(self, chunk_ids: Iterable[int]) -> None:
+        """Staging rows about to be filled by something other than a store
+        job (a restore promotion): owed keys on them get their last chance,
+        then go stale. Engine thread; never raises."""
+        if not self.active:
+            return
+        try:
+            self._last_chance([int(c) for c in chunk_ids])
+        except Exception:
+            logger.exception("KV store: recapture before a promotion failed")
+
+    def _last_chance(self, chunk_ids: list[int]) -> None:
+        """Copy owed keys off rows about to be overwritten, at most
+        ``last_chance_bytes``; the rest are lost (counted)."""
+        start = time.perf_counter()
+        with self._lock:
+            self._take_returned()
+            owed = self._owed.on_rows(chunk_ids)
+            keys: list[CapturedKey] = []
+            if owed:
+                pool = self.writer.pool
+                room = pool.capacity - pool.used if self.writer.accepting else 0
+                keys = self._recapture(owed, limit=self.last_chance_bytes)
+                taken = sum(k.size for k in keys)
+                for entry in owed:
+                    size = entry.layout.block_bytes * entry.count
+                    if (
+                        entry.ident in self._owed
+                        and self._owed.valid(entry)
+                        and taken + size <= room
+                    ):
+                        # The pool had room, the bound left it behind. (One
+                        # the pool had no room for goes stale: keys_lost.)
+                        taken += size
+                        self._owed.settle(entry)
+                        self.stats.keys_lost_last_chance_bound += 1
+                self.stats.keys_recaptured_last_chance += len(keys)
+                self.stats.bytes_recaptured_last_chance += sum(k.size for k in keys)
+            self._owed.rows_reused(chunk_ids)
+        self._submit_recaptured(keys)
+        self.stats.last_chance_seconds += time.perf_counter() - start
 
     def capture_jobs(self, job_ids: Iterable[int]) -> None:
         for job_id in sorted(job_ids):
             self.capture(job_id)
 
+    def submitted(self, job_id: int) -> None:
+        """vLLM just queued this store job's copy (GPU -> staging): queue its
+        first capture behind it on the device, from the same KV blocks.
+        Without a device, nothing: capture() copies out of staging."""
+        if self._device is None or not self.active:
+            return
+        rec = self._remembered.get(job_id)
+        if rec is None:
+            return
+        start = time.perf_counter()
+        try:
+            self._queue_capture(job_id, rec)
+        except ValueError as e:
+            self._remembered.pop(job_id, None)
+            self._mismatched(job_id, e)
+        except Exception:
+            self._remembered.pop(job_id, None)
+            logger.exception("KV store: capture of job %d failed; dropped", job_id)
+        finally:
+            self.stats.capture_seconds += time.perf_counter() - start
+
+    def _queue_capture(self, job_id: int, rec: Remembered) -> None:
+        assert self._device is not None and self.writer is not None
+        planned = self._plan(rec)
+        if planned is None:
+            del self._remembered[job_id]
+            return
+        entries, candidates = planned
+        keys, moves = self._alloc_moves(entries)
+        try:
+            fence = self._device.queue(job_id, moves)
+        except Exception:
+            # Correct without it: this job and every later one are copied
+            # out of staging before their acks (capture()).
+            logger.exception(
+                "KV store: the capture device failed on job %d; first captures "
+                "copy out of staging from now on",
+                job_id,
+            )
+            self._device = None
+            for key in keys:
+                self.writer.pool.free(key.offset)
+            self.stats.keys_captured -= len(keys)
+            self.stats.bytes_captured -= sum(k.size for k in keys)
+            return
+        del self._remembered[job_id]
+        self._queued[job_id] = QueuedCapture(keys, candidates, fence)
+        self.stats.jobs_queued_on_device += 1
+
     def capture(self, job_id: int) -> None:
-        """Copy a completed store job's bytes out of staging. Never raises."""
+        """The job's store copy completed and this rank has not acked: hand
+        its captured keys to the writer (queued on the device), or copy them
+        out of staging now. Never raises."""
+        queued = self._queued.pop(job_id, None)
+        if queued is not None:
+            self._finish_queued(job_id, queued)
+            return
         rec = self._remembered.pop(job_id, None)
         if rec is None or not self.active:
             return
         try:
             self._capture(job_id, rec)
         except ValueError as e:
-            # The side channel does not describe this job's transfer: write
-            # nothing rather than guess which bytes belong to which key.
-            self.stats.jobs_mismatched += 1
-            if _power_of_two(self.stats.jobs_mismatched):
-                logger.warning(
-                    "KV store: job %d dropped (%s); %d such jobs so far",
-                    job_id,
-                    e,
-                    self.stats.jobs_mismatched,
-                )
+            self._mismatched(job_id, e)
         except Exception:
             logger.exception("KV store: capture of job %d failed; dropped", job_id)
 
-    def _capture(self, job_id: int, rec: Remembered) -> None:
-        assert self.writer is not None and self.copier is not None
+    def _mismatched(self, job_id: int, e: ValueError) -> None:
+        # The side channel does not describe this job's transfer: write
+        # nothing rather than guess which bytes belong to which key.
+        self.stats.jobs_mismatched += 1
+        if _power_of_two(self.stats.jobs_mismatched):
+            logger.warning(
+                "KV store: job %d dropped (%s); %d such jobs so far",
+                job_id,
+                e,
+                self.stats.jobs_mismatched,
+            )
+
+    def _finish_queued(self, job_id: int, queued: QueuedCapture) -> None:
+        """The ack of a job captured on the device. vLLM's completion event
+        is recorded after our copy on the same stream, so the fence is done
+        by now; wait for it anyway if not (counted), never ack earlier."""
+        assert self.writer is not None
+        start = time.perf_counter()
+        try:
+            if not queued.fence.done():
+                self.stats.capture_fence_waits += 1
+                queued.fence.wait()
+        finally:
+            self.stats.capture_seconds += time.perf_counter() - start
+        if not self.active:
+            return
+        self.stats.jobs_captured += 1
+        self.writer.submit(CapturedJob(job_id, queued.keys, queued.candidates))
+
+    def _plan(self, rec: Remembered) -> tuple[list[Owed], list[Candidate]] | None:
+        """The job's keys and candidates; None: no side channel. Raises
+        ValueError when it does not match the transfer spec."""
         meta = rec.meta
         if (
             not isinstance(meta, dict)
@@ -268,7 +445,7 @@ class WorkerStore:
             or (not meta.get("keys"))
         ):
             self.stats.jobs_without_meta += 1
-            return
+            return None
         plan = plan_keys(
             rec,
             meta,
@@ -287,24 +464,31 @@ class WorkerStore:
             )
             for c in meta.get("candidates") or ()
         ]
+        return plan, candidates
+
+    def _capture(self, job_id: int, rec: Remembered) -> None:
+        """First capture out of staging (no device), before the ack."""
+        assert self.writer is not None
         start = time.perf_counter()
+        planned = self._plan(rec)
+        if planned is None:
+            return
+        plan, candidates = planned
         with self._lock:
-            # Earlier drops first: their chains are older.
             self._take_returned()
-            again = self._recapture(self._owed.pending())
             keys = self._copy(plan, "budget")
         self.stats.capture_seconds += time.perf_counter() - start
-        self._submit_recaptured(again)
         self.stats.jobs_captured += 1
         self.writer.submit(CapturedJob(job_id, keys, candidates))
 
-    def _copy(self, entries: Sequence[Owed], reason: str | None) -> list[CapturedKey]:
-        """Copy what fits into the pool; owe the rest (counted as ``reason``,
-        or as "paused" while the writer is paused; None: not counted again)."""
-        assert self.writer is not None and self.copier is not None
+    def _alloc(
+        self, entries: Sequence[Owed], reason: str | None
+    ) -> list[tuple[Owed, CapturedKey]]:
+        """Pool room for what fits; owe the rest (counted as ``reason``, or
+        as "paused" while the writer is paused; None: not counted again)."""
+        assert self.writer is not None
         pool = self.writer.pool
-        runs = []
-        keys = []
+        out = []
         for entry in entries:
             layout = entry.layout
             size = layout.block_bytes * entry.count
@@ -315,32 +499,98 @@ class WorkerStore:
                 if not paused and reason is not None:
                     self._log_drop()
                 continue
-            dst = offset
+            segments = self._segments.get((layout.group, entry.count))
+            if segments is None:
+                segments = layout.segments(entry.count)
+                self._segments[(layout.group, entry.count)] = segments
+            key = CapturedKey(
+                entry.hash,
+                layout.group,
+                entry.token,
+                offset,
+                size,
+                segments,
+                origin=entry,
+            )
+            out.append((entry, key))
+        self.stats.keys_captured += len(out)
+        self.stats.bytes_captured += sum(k.size for _, k in out)
+        return out
+
+    def _alloc_moves(self, entries: Sequence[Owed]) -> tuple[list[CapturedKey], Moves]:
+        """Pool room and the device's moves (KV block -> pool) of a first
+        capture: per layer, per sub-block, the unpadded page bytes, the
+        order a chunk's payload holds them (and the store copy reads)."""
+        assert self.writer is not None
+        for entry in entries:
+            if (
+                len(entry.blocks) != entry.count
+                or min(entry.blocks) < 0
+                or max(entry.blocks) >= self._min_blocks
+            ):
+                raise ValueError(f"GPU blocks {entry.blocks} out of range")
+        with self._lock:
+            taken = self._alloc(entries, "budget")
+        base = self.writer.pool.address
+        moves = Moves()
+        keys = []
+        for entry, key in taken:
+            pairs, starts, sizes = self._sources(entry.layout)
+            dst = base + key.offset
+            if entry.count == 1:  # one sub-block: one run a layer
+                block = entry.blocks[0]
+                moves.extend(
+                    [a + block * s for a, s in pairs], [dst + c for c in starts], sizes
+                )
+            else:  # per layer, its sub-blocks back to back
+                for (address, stride), size in zip(pairs, sizes, strict=True):
+                    for block in entry.blocks:
+                        moves.add(address + block * stride, dst, size)
+                        dst += size
+            keys.append(key)
+        return keys, moves
+
+    def _sources(self, layout: GroupLayout) -> tuple[list, list[int], array]:
+        """Per layer of the group: (tensor address, block stride), the
+        layer's offset in a one-sub-block payload, its real bytes."""
+        out = self._layer_sources.get(layout.group)
+        if out is None:
+            pairs = [
+                (self._blocks[x.tensor].address, self._blocks[x.tensor].block_stride)
+                for x in layout.layers
+            ]
+            starts, at = [], 0
             for layer in layout.layers:
+                starts.append(at)
+                at += layer.real_bytes
+            out = (pairs, starts, array("q", [x.real_bytes for x in layout.layers]))
+            self._layer_sources[layout.group] = out
+        return out
+
+    def _copy(self, entries: Sequence[Owed], reason: str | None) -> list[CapturedKey]:
+        """Copy what fits out of staging into the pool; owe the rest (see
+        ``_alloc``). Called with the lock held."""
+        assert self.writer is not None and self.copier is not None
+        runs = []
+        keys = []
+        for entry, key in self._alloc(entries, reason):
+            dst = key.offset
+            for layer in entry.layout.layers:
                 t = self._staging[layer.tensor]
                 page = t.width // self.settings.blocks_per_chunk
                 row = t.offset + entry.chunk_id * t.row_stride
                 for j in range(entry.first, entry.first + entry.count):
                     runs.append((t.source, row + j * page, dst, layer.real_bytes))
                     dst += layer.real_bytes
-            keys.append(
-                CapturedKey(
-                    entry.hash,
-                    layout.group,
-                    entry.token,
-                    offset,
-                    size,
-                    layout.segments(entry.count),
-                    origin=entry,
-                )
-            )
+            keys.append(key)
         self.copier.copy(coalesce(runs))
-        self.stats.keys_captured += len(keys)
-        self.stats.bytes_captured += sum(k.size for k in keys)
         return keys
 
-    def _recapture(self, owed: Iterable[Owed]) -> list[CapturedKey]:
-        """Capture owed keys again, oldest first, while the pool has room.
+    def _recapture(
+        self, owed: Iterable[Owed], limit: int | None = None
+    ) -> list[CapturedKey]:
+        """Capture owed keys again out of staging, oldest first, while the
+        pool has room (and at most ``limit`` bytes).
 
         Called with the lock held; the caller submits what it returns after
         letting go of the lock (a writer without a thread writes in submit).
@@ -350,6 +600,8 @@ class WorkerStore:
             return []
         fits = []
         free = self.writer.pool.capacity - self.writer.pool.used
+        if limit is not None:
+            free = min(free, limit)
         for entry in owed:
             size = entry.layout.block_bytes * entry.count
             if size > free:
@@ -369,16 +621,21 @@ class WorkerStore:
             self.writer.submit(CapturedJob(-1, keys, []))
 
     def _recapture_idle(self) -> None:
-        """Writer thread, queue empty: take owed keys again, one at a time,
-        so an idle server does not leave chains waiting for the next step."""
+        """Writer thread, after each job and when its queue runs empty: take
+        owed keys again while the pool has room, so neither the engine
+        thread nor an idle server leaves chains waiting. One key per lock
+        hold (remember waits for the lock), one job for them all."""
+        keys: list[CapturedKey] = []
         while self.active:
             with self._lock:
                 self._take_returned()
                 entry = next(self._owed.pending(), None)
-                keys = self._recapture([entry]) if entry is not None else []
-            if not keys:
-                return  # nothing owed, or no room yet
-            self._submit_recaptured(keys)
+                got = self._recapture([entry]) if entry is not None else []
+            if not got:
+                break  # nothing owed, or no room yet
+            keys += got
+        self.stats.keys_recaptured_writer += len(keys)
+        self._submit_recaptured(keys)
 
     def _on_lost(self, origin: Owed | None, reason: str) -> None:
         """Writer thread: a captured key was not written (counted there)."""
@@ -406,6 +663,10 @@ class WorkerStore:
         """Stop the writer and let go of every view of vLLM's staging memory,
         so the region can be unmapped right after (no BufferError)."""
         self._remembered.clear()
+        if self._device is not None:
+            self._device.close()
+        self._queued.clear()  # never acked: vLLM drops the jobs too
+        self._blocks = []
         if self.writer is not None:
             # The tail of the last requests is often still queued (drained
             # just before): give the disk time for it, within a bound.
@@ -421,6 +682,12 @@ class WorkerStore:
         self._staging = []
         self._owed = OwedKeys(self.stats, keep=self._recapture_on)
         self._returned.clear()
+
+
+def _ints(values: Any) -> list[int]:
+    """A spec's ids as Python ints (numpy arrays in vLLM: tolist is fast)."""
+    tolist = getattr(values, "tolist", None)
+    return [int(v) for v in (tolist() if tolist is not None else values)]
 
 
 def _power_of_two(n: int) -> bool:

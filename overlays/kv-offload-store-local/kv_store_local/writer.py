@@ -20,7 +20,7 @@ from . import durable_io, store_perms
 from .capture_pool import CapturePool
 from .captured import CapturedJob, CapturedKey
 from .checksum import Checksummer, default_checksum_threads
-from .deps import fmt, init_logger
+from .deps import fmt, init_logger, native
 from .durable_io import StagedFile
 from .job_queue import JobQueue
 from .manifests import Ident, ManifestBook
@@ -52,6 +52,9 @@ class StoreWriter(JobQueue):
         checksum_threads: int | None = None,
         on_lost: Callable[[Any, str], None] | None = None,
         on_idle: Callable[[], None] | None = None,
+        on_job_done: Callable[[], None] | None = None,
+        store_lib: Any = None,
+        write_threads: int = 4,
     ):
         self.layout = layout
         self.namespace = namespace
@@ -64,8 +67,18 @@ class StoreWriter(JobQueue):
         # Told (origin, reason) of every captured key not written, so the
         # capture side can take it again while staging still holds it.
         self.on_lost = on_lost
-        # Called on the writer thread whenever its queue runs empty.
+        # Called on the writer thread whenever its queue runs empty, and
+        # after each job it processed (its capture memory is free then).
         self.on_idle = on_idle
+        self.on_job_done = on_job_done
+        self._in_job_done = False
+        # The native store library (kv_store_format.native.Library): a job's
+        # files are written by one call of it (header, CRC, pwrite, fdatasync,
+        # rename, folder fsync on its own threads, no GIL). None: the Python
+        # path below (checksum threads, temp files, the sync thread), kept
+        # for the tests that inject faults into it.
+        self.store_lib = store_lib
+        self.write_threads = write_threads
         self._dirty_dirs: set[str] = set()
         self.manifests = ManifestBook(
             layout,
@@ -175,6 +188,11 @@ class StoreWriter(JobQueue):
             self._drop_paused(job.keys)
             self._publish_ready(ready)
             return
+        if self.store_lib is not None:
+            ready += self._write_native(job)
+            self._publish_ready(ready)
+            self._job_done()
+            return
         # Checksums of this job, and of the next one while this one is
         # written (the serving side only appends to the queue).
         self._start_checksums(job)
@@ -201,6 +219,20 @@ class StoreWriter(JobQueue):
         ready += self._join_commit()
         self._start_commit(staged)
         self._publish_ready(ready)
+        self._job_done()
+
+    def _job_done(self) -> None:
+        # Not from inside itself: without a thread (tests) the job it submits
+        # is processed in place, within this call.
+        if self.on_job_done is None or self._in_job_done:
+            return
+        self._in_job_done = True
+        try:
+            self.on_job_done()
+        except Exception:
+            logger.exception("KV store: recapture after a job failed")
+        finally:
+            self._in_job_done = False
 
     def flush(self) -> None:
         """Commit what is staged, publish what it completes, drop the lock."""
@@ -267,6 +299,72 @@ class StoreWriter(JobQueue):
             self.on_lost(origin, reason)
 
     # -- chunks --------------------------------------------------------------
+
+    def _write_native(self, job: CapturedJob) -> list[str]:
+        """Dedup here, then every other key of the job in one library call;
+        the manifests its durable files complete."""
+        ready: list[str] = []
+        requests: list[Any] = []
+        writing: list[CapturedKey] = []
+        for item in job.keys:
+            ident = (item.hash, item.group)
+            path = self.layout.chunk(item.hash.hex(), item.group)
+            header = None if ident in self.failed else self.manifests.header(ident)
+            if header is not None or ident in self._staged:
+                if header is not None:
+                    self.stats.keys_deduplicated += 1
+                    self._dirty_dirs.add(os.path.dirname(path))
+                    entry = (header.payload_length, header.payload_checksum)
+                    ready += self.manifests.mark_durable(ident, entry)
+                self._free(item)
+                continue
+            try:
+                self._make_dirs(os.path.dirname(path))
+            except OSError as e:
+                self._free(item)
+                self._failed_write(ident, path, e, item.origin)
+                continue
+            self._staged.add(ident)  # a later duplicate in this job waits
+            requests.append(
+                native.WriteRequest(
+                    path=path,
+                    group=item.group,
+                    namespace_hash=self.namespace,
+                    key_hash=item.hash,
+                    boundary=item.boundary,
+                    segments=item.segments,
+                    runs=[(self.pool.address + item.offset, item.size)],
+                )
+            )
+            writing.append(item)
+        if not requests:
+            return ready
+        start = time.perf_counter()
+        try:
+            results = self.store_lib.write_chunks(requests, self.write_threads)
+        finally:
+            for item in writing:
+                self._staged.discard((item.hash, item.group))
+                self._free(item)
+        self.stats.write_seconds += time.perf_counter() - start
+        for item, request, result in zip(writing, requests, results, strict=True):
+            ident = (item.hash, item.group)
+            if not result.ok:
+                code = (
+                    errno.ENOSPC
+                    if result.status == native.E_NO_SPACE
+                    else result.sys_errno or errno.EIO
+                )
+                self._failed_write(
+                    ident, request.path, OSError(code, result.message), item.origin
+                )
+                continue
+            self.failed.discard(ident)  # written anew in full this boot
+            self.stats.keys_written += 1
+            self.stats.bytes_written += item.size
+            entry = (item.size, result.payload_checksum)
+            ready += self.manifests.mark_durable(ident, entry)
+        return ready
 
     def _stage_key(self, item: CapturedKey) -> StagedFile | tuple[int, int] | None:
         """Dedup, or write the key's temp file and start its writeback.
