@@ -89,8 +89,10 @@ validate_knobs() {
 
 # ------------------------------------------------- engine, order, artifacts
 
-# Picks anchors/<engine>-<version> under PREFIX: the one named, or the only
-# one present. Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
+# Picks anchors/<engine>-<version> under PREFIX: the one named, or else the
+# only one present that is not an example (anchors/example-*: the example
+# overlays' anchors ship beside the real engine's and never become the
+# default; name them with --engine). Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
 # (vllm) and KVTIER_ENGINE_VERSION (0.33.0).
 resolve_engine() {
   local prefix=$1 named=${2:-} found=() d
@@ -101,10 +103,10 @@ resolve_engine() {
     found=("$named")
   else
     for d in "$prefix"/anchors/*/; do
-      [[ -d $d ]] && found+=("$(basename "$d")")
+      if [[ -d $d && $(basename "$d") != example-* ]]; then found+=("$(basename "$d")"); fi
     done
     ((${#found[@]} == 1)) ||
-      die "$prefix/anchors: expected exactly one <engine>-<version> folder, found ${#found[@]}; pass --engine"
+      die "$prefix/anchors: expected exactly one <engine>-<version> folder besides the example-* ones, found ${#found[@]}; pass --engine"
     [[ ${found[0]} =~ ^[a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*$ ]] ||
       die "$prefix/anchors/${found[0]}: not an <engine>-<version> folder"
   fi
