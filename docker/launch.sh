@@ -123,6 +123,7 @@ plan() {
   fi
   [[ -n $out ]] || die "--out DIR is required"
   [[ ! -e $out ]] || die "$out: already exists; launch.sh writes a fresh folder"
+  [[ -d $(dirname "$out") ]] || die "$out: its parent folder does not exist"
   ((${#argv[@]})) || die "no serve argv after --"
   local a
   for a in "${argv[@]}"; do
