@@ -153,6 +153,7 @@ class Knobs:
     keep_boundaries: int
     build_id: str
     capture_mib: int = DEFAULT_CAPTURE_MIB
+    restore: bool = False  # GLM53_KV_OFFLOAD_RESTORE=1 (accepted only where baked)
 
     @property
     def capture_bytes(self) -> int:
@@ -203,6 +204,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
         keep_boundaries=int(values.get(KEEP_BOUNDARIES, DEFAULT_KEEP_BOUNDARIES)),
         build_id=values.get(BUILD_ID, ""),
         capture_mib=int(values.get(CAPTURE_MIB, DEFAULT_CAPTURE_MIB)),
+        restore=values.get(RESTORE) == "1",
     )
 
 

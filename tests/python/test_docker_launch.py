@@ -582,3 +582,29 @@ def test_rank_arguments_are_the_pinned_engines(rig, tmp_path):
         assert f'add_argument("{flag}"' in arg_utils, flag
     assert '"--headless"' in cli_args
     assert "master_port: int = ParallelConfig.master_port" in arg_utils
+
+
+def test_deploy_restore_recipe_shows_the_json_launch_sh_writes(tmp_path):
+    """docs/DEPLOY.md's restore section: its knobs, planned by the repository's
+    launch.sh, give exactly the JSON the page shows."""
+    text = (REPO / "docs/DEPLOY.md").read_text()
+    section = text[text.index("## Restore") :]
+    section = section[: section.index("\n## ", 1)]
+    shown = re.search(r"```json\n(.+)\n\s*```", section).group(1).strip()
+    knobs = dict(
+        re.findall(
+            r"(GLM53_KV_OFFLOAD\w*)=(\S+)", section.split("```sh", 1)[1].split("```")[0]
+        )
+    )
+    assert knobs["GLM53_KV_OFFLOAD_RESTORE"] == "1"
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), **knobs}
+    env["GLM53_KV_OFFLOAD_BUILD_ID"] = "kvtier-docs"
+    out = tmp_path / "plan"
+    res = subprocess.run(
+        [str(REPO / "docker/launch.sh"), "plan", "--ranks", "0", "--out", str(out),
+         "--", *SERVE],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    argv = (out / "rank0" / "argv").read_text().splitlines()
+    assert argv[argv.index("--kv-transfer-config") + 1] == shown
