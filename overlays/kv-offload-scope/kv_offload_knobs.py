@@ -123,7 +123,19 @@ RULES: tuple[Rule, ...] = (
         "`0`",
         _restore,
     ),
-    Rule(DRAFTER, "`0` or `1`", "`0`", _flag),
+    # The name says "offload the drafter", and that is all it does: draft-model
+    # groups join vLLM's KV offload set (the CPU tier). What reaches the disk
+    # is the writer's rule, by group kind: a sliding-window drafter (EAGLE's
+    # own group) is never written, so for it the knob changes the CPU tier
+    # only; a full-attention drafter group is written and restored like any.
+    Rule(
+        DRAFTER,
+        "`0` or `1`; `1` adds draft-model groups to vLLM's CPU offload tier; the disk "
+        "store writes only full-attention ones (a sliding-window drafter, EAGLE's "
+        "own group, never: for it the knob changes the CPU tier only)",
+        "`0`",
+        _flag,
+    ),
     Rule(
         KEEP_BOUNDARIES,
         "integer 0..1024; 0 keeps every manifest",
