@@ -150,6 +150,18 @@ def test_the_folder_is_named_by_a_readable_model_name(tmp_path, model, served, f
     assert record.fenced["model"] == model  # the identity, as vLLM was given it
 
 
+def test_the_served_name_is_read_from_vllms_model_config():
+    from types import SimpleNamespace as NS
+
+    import kv_store_local.vllm_worker as vw
+
+    served = vw.served_name
+    assert served(NS(model_config=NS(served_model_name="glm-prod"))) == "glm-prod"
+    assert served(NS(model_config=NS(served_model_name=["a", "b"]))) == "a"
+    assert served(NS(model_config=NS(served_model_name=None))) == ""
+    assert served(NS()) == ""
+
+
 def test_two_spellings_of_one_path_share_the_folder_name_not_the_identity(tmp_path):
     for model in ("/srv/run/../models/llama8b", "/srv/models/llama8b"):
         store, staging = sls.make_store(tmp_path, settings=sls.settings(model=model))
