@@ -5,6 +5,7 @@
 #
 #   bake.sh [--prefix DIR] [--engine NAME-VERSION] [--overlay BIN]
 #           [--root TREE | --python PY] [--artifacts FILE]
+#           [--rebuild-binaries [--sources DIR]]
 #   bake.sh --help | --version
 #
 #   --prefix     an install prefix (PREFIX/bin/overlay, PREFIX/share/kvtier/
@@ -18,6 +19,20 @@
 #                compiles the injected sources (--check-injected)
 #   --artifacts  where to record the checksummed artifact list the gate
 #                verifies later; default: ARTIFACTS.sha256 beside anchors/
+#   --rebuild-binaries
+#                also apply the overlays of ORDER that rebuild an engine
+#                binary (a [[built_files]] manifest: vllm-fs-durable rebuilds
+#                vllm/fs_io_C.abi3.so, vLLM's own fs-tier extension). Opt-in:
+#                on a wheel install it needs the engine's pinned C/C++ sources,
+#                a C++ compiler and Python.h, which the serving image lacks,
+#                and it changes vLLM's own code even with every knob at 0.
+#                Without it those overlays are left out and named on stderr.
+#   --sources    the pinned C/C++ sources they rebuild from (python3
+#                fixtures/fetch.py --pins PINS --sources); default: the
+#                `overlay` tool's (the fetch cache); exit 2 when neither has them
+#
+# The overlays applied are recorded beside the artifact list (ARTIFACTS.baked,
+# ORDER's names one a line); the gate checks exactly those.
 #
 # Before anything is written it also checks that this system's glibc is at
 # least the one the installed tools need (share/kvtier/GLIBC_REQUIRED, written
@@ -31,9 +46,27 @@ KVTIER_TOOL=bake
 # shellcheck source=docker/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-parse_tree_args "$0" "$@"
+rebuild=0 sources="" args=()
+while (($#)); do
+  case $1 in
+  --rebuild-binaries) rebuild=1 ;;
+  --sources)
+    (($# >= 2)) || die "--sources needs a value"
+    sources=$2
+    shift
+    ;;
+  *) args+=("$1") ;;
+  esac
+  shift
+done
+parse_tree_args "$0" ${args[@]+"${args[@]}"}
 resolve_prefix
 artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
+if [[ -n $sources ]]; then
+  ((rebuild)) || die "--sources is only used with --rebuild-binaries"
+  [[ -d $sources ]] || die "--sources $(q "$sources"): not a folder"
+  sources=$(cd "$sources" && pwd)
+fi
 
 # 1. The artifacts: the pinned order, and each overlay it names, complete.
 resolve_engine "$prefix" "$engine"
@@ -43,7 +76,16 @@ listing=$(list_baked "$prefix") # a refusal inside exits here, with 2
 mapfile -t files <<<"$listing"
 resolve_overlay_bin "$prefix" "$overlay_bin"
 check_glibc "$prefix"
-log "engine $KVTIER_ENGINE_DIR, order: ${KVTIER_ORDER[*]}"
+baked=()
+for name in "${KVTIER_ORDER[@]}"; do
+  if ((rebuild == 0)) && rebuilds_binary "$prefix" "$name"; then
+    log "leaving out $name: it rebuilds an engine binary (vLLM's own code even at knob 0); --rebuild-binaries bakes it"
+  else
+    baked+=("$name")
+  fi
+done
+((${#baked[@]})) || die "nothing to bake: every overlay of ORDER rebuilds a binary; pass --rebuild-binaries"
+log "engine $KVTIER_ENGINE_DIR, order: ${KVTIER_ORDER[*]}; baking: ${baked[*]}"
 
 # 2. The tree: given, or the installed engine's, whose version must match.
 if [[ -z $root ]]; then
@@ -66,9 +108,11 @@ trap 'rm -f "$list_tmp"' EXIT
 
 # 3. Apply in the pinned order, compiling every injected source, then check
 # the result independently. Any drift fails the bake (and the image build).
-overlay_common_args "$prefix" "$root"
+overlay_common_args "$prefix" "$root" "${baked[@]}"
 inject=(--check-injected)
 [[ -z $python ]] || inject+=(--python "$python")
+apply_args=()
+[[ -z $sources ]] || apply_args+=(--sources "$sources")
 run_overlay() {
   local rc=0
   "$KVTIER_OVERLAY" "$@" || rc=$?
@@ -77,7 +121,7 @@ run_overlay() {
     exit "$rc"
   }
 }
-run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}"
+run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" ${apply_args[@]+"${apply_args[@]}"}
 run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
 
 # 4. The store library where kv_store_format/native.py looks by default
@@ -93,6 +137,9 @@ if [[ -f $prefix/$KVTIER_STORE_LIB_REL ]]; then
 fi
 
 mkdir -p "$(dirname "$artifacts")"
+baked_list=$(baked_file "$artifacts")
+printf '%s\n' "${baked[@]}" >"$baked_list.tmp"
 cp "$list_tmp" "$artifacts.tmp"
+mv "$baked_list.tmp" "$baked_list"
 mv "$artifacts.tmp" "$artifacts"
-log "baked ${#KVTIER_ORDER[@]} overlays; artifact list ($((${#files[@]})) files) at $artifacts"
+log "baked ${#baked[@]} of ${#KVTIER_ORDER[@]} overlays (${baked[*]}, recorded in $baked_list); artifact list ($((${#files[@]})) files) at $artifacts"

@@ -16,9 +16,10 @@
 #      those, with matching overlay/engine fields), every fragment present,
 #      and every file matching the checksummed list bake.sh recorded (missing,
 #      truncated, edited, extra or re-pointed files all fail);
-#   3. the tree: `overlay check` says the state is what the knobs need
-#      (knob 1: every overlay applied, injected sources compile; knob 0:
-#      applied or pristine, never half-applied, tampered or drifted).
+#   3. the tree: `overlay check` says the state of the overlays bake.sh
+#      applied (ARTIFACTS.baked beside the list) is what the knobs need
+#      (knob 1: every one applied, injected sources compile; knob 0: applied
+#      or pristine, never half-applied, tampered or drifted).
 #
 # Options as in bake.sh. The tree to check is the one that will serve: inside
 # the image, `--python python3` finds it (docker/launch-example.sh runs the
@@ -76,7 +77,10 @@ if [[ -z $root ]]; then
   root=$(discover_root "$python" "$KVTIER_ENGINE")
 fi
 [[ -d $root ]] || die "--root $(q "$root"): not a folder"
-overlay_common_args "$prefix" "$root"
+# Exactly the overlays bake.sh applied (ARTIFACTS.baked: ORDER, or ORDER
+# without those that rebuild a binary when baked without --rebuild-binaries).
+read_baked "$prefix" "$(baked_file "$artifacts")"
+overlay_common_args "$prefix" "$root" "${KVTIER_BAKED[@]}"
 
 overlay_says() {
   case $1 in
@@ -114,4 +118,4 @@ else
   fi
   ((rc == 0)) || die "$root: overlay state is neither applied nor pristine: $(overlay_says "$rc") (overlay exit $rc)"
 fi
-log "ok: knob $KVTIER_KNOB, overlays ${KVTIER_ORDER[*]} $state on $root"
+log "ok: knob $KVTIER_KNOB, overlays ${KVTIER_BAKED[*]} $state on $root"

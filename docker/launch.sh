@@ -16,7 +16,9 @@
 # HOST:CONTAINER:MODE lines, order the pinned overlay order.
 #   knob 0: argv and env are the base, byte for byte; no mounts.
 #   knob 1: argv gains --kv-transfer-config with one connector JSON (the same
-#           for every rank); env drops expandable_segments:True from
+#           for every rank; with GLM53_KV_OFFLOAD_RESTORE=1, accepted only when
+#           ORDER lists kv-offload-restore, it names the LocalStoreTier
+#           secondary tier restore reads through); env drops expandable_segments:True from
 #           PYTORCH_CUDA_ALLOC_CONF and gains the knobs the caller exported
 #           (plus GLM53_KV_OFFLOAD_BUILD_ID from the baked artifact list when
 #           unset); the store folder is mounted read-write at the same path.
@@ -38,19 +40,26 @@ KVTIER_TOOL=launch
 usage() { help_text "$0"; }
 
 # The connector config for knob 1. Only validated integers go into it, so
-# plain printf is exact. No secondary tiers: the worker-local writer is the
-# disk tier (vLLM's scheduler-side tier would write one node's bytes for every
-# rank). offload_prompt_only=false so decoded tokens are stored too.
+# plain printf is exact. offload_prompt_only=false so decoded tokens are
+# stored too.
 # The boot guard: the spec is named through spec_module_path, a module only
 # the kv-offload-store-local overlay creates. A vLLM without the overlays
 # stops at boot with "No module named ...offloading.kv_store_local" instead
 # of silently running stock CPU offloading (docs/DEPLOY.md).
+# Secondary tiers: none for the store alone (the worker-local writer is the
+# disk tier; vLLM's scheduler-side fs tier would write one node's bytes for
+# every rank). With GLM53_KV_OFFLOAD_RESTORE=1 exactly one, LocalStoreTier,
+# which reads each rank's own store back (docs/overlays/kv-offload-restore.md;
+# the engine refuses to boot restore without it).
 KVTIER_SPEC_NAME=StoreLocalOffloadingSpec
 KVTIER_SPEC_MODULE=vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local
+KVTIER_RESTORE_TIER=LocalStoreTier
+KVTIER_RESTORE_MODULE=vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_restore_tier
 connector_json() {
-  local cpu_gb=$1
-  printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"%s","spec_module_path":"%s","cpu_bytes_to_use":%d,"blocks_per_chunk":1,"offload_prompt_only":false,"secondary_tiers":[]}}' \
-    "$KVTIER_SPEC_NAME" "$KVTIER_SPEC_MODULE" "$((cpu_gb * 1024 * 1024 * 1024))"
+  local cpu_gb=$1 restore=$2 tiers=""
+  ((restore == 0)) || tiers=$(printf '{"type":"%s","module_path":"%s"}' "$KVTIER_RESTORE_TIER" "$KVTIER_RESTORE_MODULE")
+  printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"%s","spec_module_path":"%s","cpu_bytes_to_use":%d,"blocks_per_chunk":1,"offload_prompt_only":false,"secondary_tiers":[%s]}}' \
+    "$KVTIER_SPEC_NAME" "$KVTIER_SPEC_MODULE" "$((cpu_gb * 1024 * 1024 * 1024))" "$tiers"
 }
 
 # PYTORCH_CUDA_ALLOC_CONF without its expandable_segments:True entry. vLLM
@@ -62,6 +71,20 @@ drop_expandable() {
     [[ ${entry//[[:space:]]/} == "expandable_segments:True" ]] || kept+=("$entry")
   done
   printf '%s' "${kept[*]}"
+}
+
+# The serve argv's --prefix-caching-hash-algo value (vLLM 0.33.0's default,
+# sha256, when absent).
+hash_algo() {
+  local algo=sha256
+  while (($#)); do
+    case $1 in
+    --prefix-caching-hash-algo) algo=${2-} && shift ;;
+    --prefix-caching-hash-algo=*) algo=${1#*=} ;;
+    esac
+    shift
+  done
+  printf '%s' "$algo"
 }
 
 plan() {
@@ -76,9 +99,10 @@ plan() {
   fi
   local argv=("$@")
 
-  # Everything is checked before anything is written.
-  # shellcheck disable=SC2119 # no extra rules for check: the plan's knobs as given
-  validate_knobs
+  # Everything is checked before anything is written. RESTORE=1 is judged
+  # against this prefix's ORDER below, as the gate does (the knob module alone
+  # cannot see what the prefix bakes).
+  validate_knobs --restore-baked
   [[ $ranks =~ ^[0-9]{1,4}(,[0-9]{1,4})*$ ]] || die "--ranks $(q "$ranks"): expected e.g. 0,1"
   local rank_list seen=" " r
   IFS=, read -ra rank_list <<<"$ranks"
@@ -99,6 +123,7 @@ plan() {
   fi
   [[ -n $out ]] || die "--out DIR is required"
   [[ ! -e $out ]] || die "$out: already exists; launch.sh writes a fresh folder"
+  [[ -d $(dirname "$out") ]] || die "$out: its parent folder does not exist"
   ((${#argv[@]})) || die "no serve argv after --"
   local a
   for a in "${argv[@]}"; do
@@ -107,6 +132,12 @@ plan() {
   resolve_prefix
   resolve_engine "$prefix" "$engine"
   read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
+  local restore=0
+  if [[ ${GLM53_KV_OFFLOAD_RESTORE-} == 1 ]]; then
+    [[ " ${KVTIER_ORDER[*]} " == *" kv-offload-restore "* ]] ||
+      die "GLM53_KV_OFFLOAD_RESTORE=1 is refused: the kv-offload-restore overlay is not baked (not in $prefix/anchors/$KVTIER_ENGINE_DIR/ORDER)"
+    restore=$KVTIER_KNOB
+  fi
 
   local env_lines=() line n=0
   if [[ -n $base_env ]]; then
@@ -141,7 +172,16 @@ plan() {
         ;;
       esac
     done
-    argv+=(--kv-transfer-config "$(connector_json "$GLM53_KV_OFFLOAD_CPU_GB")")
+    # Restore needs block hashes that mean the same after a restart: vLLM
+    # seeds xxhash variants per process unless PYTHONHASHSEED is set (the
+    # engine refuses that boot; refused here first, before any container).
+    if ((restore)) && [[ $(hash_algo "${argv[@]}") == xxhash* ]]; then
+      local seeded=0
+      for a in "${env_lines[@]}"; do [[ $a != PYTHONHASHSEED=* ]] || seeded=1; done
+      ((seeded)) ||
+        die "GLM53_KV_OFFLOAD_RESTORE=1 with --prefix-caching-hash-algo $(hash_algo "${argv[@]}") needs PYTHONHASHSEED in the base env (xxhash block hashes change at every restart without it)"
+    fi
+    argv+=(--kv-transfer-config "$(connector_json "$GLM53_KV_OFFLOAD_CPU_GB" "$restore")")
 
     local i v
     for i in "${!env_lines[@]}"; do

@@ -89,8 +89,10 @@ validate_knobs() {
 
 # ------------------------------------------------- engine, order, artifacts
 
-# Picks anchors/<engine>-<version> under PREFIX: the one named, or the only
-# one present. Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
+# Picks anchors/<engine>-<version> under PREFIX: the one named, or else the
+# only one present that is not an example (anchors/example-*: the example
+# overlays' anchors ship beside the real engine's and never become the
+# default; name them with --engine). Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
 # (vllm) and KVTIER_ENGINE_VERSION (0.33.0).
 resolve_engine() {
   local prefix=$1 named=${2:-} found=() d
@@ -101,10 +103,10 @@ resolve_engine() {
     found=("$named")
   else
     for d in "$prefix"/anchors/*/; do
-      [[ -d $d ]] && found+=("$(basename "$d")")
+      if [[ -d $d && $(basename "$d") != example-* ]]; then found+=("$(basename "$d")"); fi
     done
     ((${#found[@]} == 1)) ||
-      die "$prefix/anchors: expected exactly one <engine>-<version> folder, found ${#found[@]}; pass --engine"
+      die "$prefix/anchors: expected exactly one <engine>-<version> folder besides the example-* ones, found ${#found[@]}; pass --engine"
     [[ ${found[0]} =~ ^[a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*$ ]] ||
       die "$prefix/anchors/${found[0]}: not an <engine>-<version> folder"
   fi
@@ -131,11 +133,6 @@ read_order() {
     KVTIER_ORDER+=("$line")
   done <"$file"
   ((${#KVTIER_ORDER[@]})) || die "$file: empty"
-}
-
-order_csv() {
-  local IFS=,
-  printf '%s' "${KVTIER_ORDER[*]}"
 }
 
 # The value of a top-level `key = "value"` line in a manifest; empty if the
@@ -185,6 +182,50 @@ list_artifacts() {
   done
 }
 
+# ------------------------------------------------ overlays that rebuild binaries
+
+# Does the overlay rebuild an engine binary (its manifest has [[built_files]],
+# e.g. vllm-fs-durable: vllm/fs_io_C.abi3.so)? On a wheel install that needs
+# the engine's pinned C/C++ sources, a compiler and Python.h, so bake.sh
+# applies such overlays only with --rebuild-binaries.
+rebuilds_binary() {
+  grep -q '^\[\[built_files\]\]' "$1/anchors/$KVTIER_ENGINE_DIR/$2.toml"
+}
+
+# Where bake.sh records the overlays it applied (ORDER's names, in order):
+# beside the artifact list, ARTIFACTS.sha256 -> ARTIFACTS.baked.
+baked_file() { printf '%s.baked' "${1%.sha256}"; }
+
+# Reads what bake.sh applied into KVTIER_BAKED (array) and checks it against
+# KVTIER_ORDER: names of ORDER in ORDER's order, every overlay that rebuilds
+# no binary included. A missing file means the whole ORDER (bakes before the
+# record existed applied all of it).
+read_baked() {
+  local prefix=$1 file=$2 line i=0 name
+  KVTIER_BAKED=()
+  if [[ ! -e $file ]]; then
+    KVTIER_BAKED=("${KVTIER_ORDER[@]}")
+    return 0
+  fi
+  [[ -f $file && ! -L $file ]] || die "$file: not a regular file"
+  while IFS= read -r line || [[ -n $line ]]; do
+    [[ -n $line ]] || continue
+    while ((i < ${#KVTIER_ORDER[@]})) && [[ ${KVTIER_ORDER[i]} != "$line" ]]; do
+      rebuilds_binary "$prefix" "${KVTIER_ORDER[i]}" ||
+        die "$file: lacks ${KVTIER_ORDER[i]} (only overlays that rebuild a binary may be left out of a bake)"
+      i=$((i + 1))
+    done
+    ((i < ${#KVTIER_ORDER[@]})) || die "$file: $(q "$line") is not in ORDER (or out of ORDER's order)"
+    KVTIER_BAKED+=("$line")
+    i=$((i + 1))
+  done <"$file"
+  for name in "${KVTIER_ORDER[@]:i}"; do
+    rebuilds_binary "$prefix" "$name" ||
+      die "$file: lacks $name (only overlays that rebuild a binary may be left out of a bake)"
+  done
+  ((${#KVTIER_BAKED[@]})) || die "$file: empty"
+}
+
 # What bake.sh pins and gate.sh checks: the artifacts, and the overlays'
 # store library (storeio/, PREFIX/lib/kvtier) when the prefix has one. Not
 # part of the build id (build_id hashes the artifacts only).
@@ -197,11 +238,14 @@ KVTIER_STORE_LIB_REL=../../lib/kvtier/libkvtier_store.so # from share/kvtier
 # ----------------------------------------------------------- overlay CLI
 
 # Arguments every `overlay` call shares: the tree, the manifests of this
-# engine and the pinned order.
+# engine and the overlays to apply or check (default: the pinned order; bake
+# and gate pass the baked ones).
 overlay_common_args() {
-  local prefix=$1 root=$2
+  local prefix=$1 root=$2 IFS=,
+  shift 2
+  (($#)) || set -- "${KVTIER_ORDER[@]}"
   KVTIER_OVERLAY_ARGS=(--root "$root" --manifests "$prefix/anchors/$KVTIER_ENGINE_DIR"
-    --overlays "$(order_csv)")
+    --overlays "$*")
 }
 
 # The folder holding anchors/ and overlays/ for a --prefix: the prefix itself

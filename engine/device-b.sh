@@ -33,7 +33,7 @@ export KVTIER_STORE_LIB=$B/lib/libkvtier_store.so
 echo "setup $(( $(date +%s) - T0 )) s"
 GPUS=${GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
 python3 engine/suite.py --pristine /tmp/v --patched /tmp/vp --site /tmp/site \
-  --kvstore "$B/kvstore" --out "$OUT/run" --gpus "$GPUS" --only "${ONLY:-}" --together "${TOGETHER:-}"
+  --kvstore "$B/kvstore" --launcher "$B/launcher" --out "$OUT/run" --gpus "$GPUS" --only "${ONLY:-}" --together "${TOGETHER:-}"
 rc=$?
 cp "$OUT/run/summary.txt" "$OUT/run/results.json" "$OUT/" 2>/dev/null
 cp "$B/overlay-apply.log" "$OUT/run/logs/" 2>/dev/null

@@ -4,8 +4,9 @@
 #   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
 #   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
 #              (Python 3.12, no deps), the files the overlays patch or add (from a real
-#              `overlay apply`), and a release `kvstore` and the portable libkvtier_store.so
-#              with the shared libraries they need
+#              `overlay apply`), a release `kvstore` and the portable libkvtier_store.so with
+#              the shared libraries they need, and the launcher the knob-1 stages plan
+#              with (docker/, anchors/, the knob module)
 # The suite's own code and the model configs (engine/) travel with the working tree.
 # Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
 #
@@ -29,7 +30,7 @@ trap 'rm -rf "$W"' EXIT
 if [ "$(cat "$OUT/wheel.sha256" 2>/dev/null)" != "$WHEEL_SHA" ]; then
   rm -rf "$OUT/A" "$OUT/A2" "$OUT/B"
 fi
-rm -rf "$OUT/B/lib" "$OUT/B/whl"
+rm -rf "$OUT/B/lib" "$OUT/B/whl" "$OUT/B/launcher"
 mkdir -p "$W/tree" "$W/whl" "$OUT/A" "$OUT/B/lib"
 
 # Release build of the two tools from the committed state REV (default HEAD), in its own
@@ -113,4 +114,11 @@ done
 grep -v '^#' engine/wheels.txt | xargs python3 -m pip download -q --no-deps --only-binary=:all: \
   --python-version 3.12 --implementation cp "${plat[@]}" -d "$W/whl"
 mkdir -p "$OUT/B/whl" && cp "$W/whl"/*.whl "$OUT/B/whl/"
+
+# 5. The launcher the knob-1 stages plan with (engine/suite.py --launcher: docker/launch.sh,
+#    the anchors' ORDER, the knob module), from the same revision as the overlays, so a stage
+#    boots with exactly the connector JSON that revision's launch.sh writes.
+rm -rf "$OUT/B/launcher" && mkdir -p "$OUT/B/launcher"
+git archive "$rev" docker anchors overlays/kv-offload-scope VERSION | tar -x -C "$OUT/B/launcher"
+
 du -sh "$OUT/A" "$OUT/A2" "$OUT/B"

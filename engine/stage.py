@@ -1,9 +1,13 @@
 """One engine run of the GPU suite: a tiny model with dummy weights on the real vLLM 0.33.0.
 
     python3 engine/stage.py --model engine/models/llama --connector --out R.json [...]
+    python3 engine/stage.py --model ... --connector-json PLAN.json --out R.json [...]   (knob 1)
 
 The interpreter's path decides which tree runs (pristine or patched; engine/device.sh sets
-PYTHONPATH), the environment decides the knob (GLM53_KV_OFFLOAD*). The run records, into the
+PYTHONPATH), the environment decides the knob (GLM53_KV_OFFLOAD*). With the knob at 1 the
+connector config is docker/launch.sh plan's, read from the file --connector-json names (the
+suite writes it from the plan's argv); --connector is vLLM's stock CPU offloading, for the
+pristine and knob-0 stages only. The run records, into the
 JSON file given by --out:
   - per generated step, the top-20 logprobs of every request (tokens alone prove nothing: the
     dummy models echo the last prompt token);
@@ -93,38 +97,44 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
             "model": args.eagle,
             "num_speculative_tokens": 2,
         }
-    if args.connector:
-        extra = {
-            "spec_name": "TieringOffloadingSpec",
-            "cpu_bytes_to_use": args.cpu_bytes,
-            "blocks_per_chunk": args.blocks_per_chunk,
-            "offload_prompt_only": False,
-            "secondary_tiers": [],
-        }
+    if args.connector_json:
+        # Knob 1: the connector JSON docker/launch.sh plan wrote for this stage, verbatim
+        # (engine/suite.py runs the plan and hands over its --kv-transfer-config line).
+        with open(args.connector_json) as f:
+            kw["kv_transfer_config"] = json.loads(f.read())
+    elif args.connector:
         if os.environ.get("GLM53_KV_OFFLOAD") == "1":
-            # As docker/launch.sh gives it with the tier on: the spec named through the
-            # writer's module (the boot guard), which resolves to TieringOffloadingSpec.
-            extra["spec_name"] = "StoreLocalOffloadingSpec"
-            extra["spec_module_path"] = (
-                "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local"
+            raise SystemExit(
+                "stage.py: GLM53_KV_OFFLOAD=1 boots with docker/launch.sh plan's connector "
+                "JSON (--connector-json FILE), never one built here"
             )
-        if os.environ.get("GLM53_KV_OFFLOAD_RESTORE") == "1":
-            # docker/launch.sh writes "secondary_tiers": [] for every knob; restore needs
-            # the LocalStoreTier entry (docs/overlays/kv-offload-restore.md), so it is added
-            # here, exactly as that page configures it.
-            extra["secondary_tiers"] = [
-                {
-                    "type": "LocalStoreTier",
-                    "module_path": "vllm.distributed.kv_transfer.kv_connector.v1."
-                    "offloading.kv_restore_tier",
-                }
-            ]
+        # Stock vLLM CPU offloading (pristine and knob-0 stages): what an operator would
+        # pass by hand to the unpatched engine, the same keys launch.sh sets.
         kw["kv_transfer_config"] = {
             "kv_connector": "OffloadingConnector",
             "kv_role": "kv_both",
-            "kv_connector_extra_config": extra,
+            "kv_connector_extra_config": {
+                "spec_name": "TieringOffloadingSpec",
+                "cpu_bytes_to_use": args.cpu_bytes,
+                "blocks_per_chunk": 1,
+                "offload_prompt_only": False,
+                "secondary_tiers": [],
+            },
         }
     return kw
+
+
+def engine_connector(llm) -> dict | None:
+    """The connector config as the engine holds it after boot (the suite checks it is
+    the one launch.sh planned)."""
+    try:
+        cfg = llm.llm_engine.vllm_config.kv_transfer_config
+    except AttributeError as e:
+        return {"error": f"not reachable: {e}"}
+    if cfg is None:
+        return None
+    keys = ("kv_connector", "kv_role", "kv_connector_extra_config")
+    return json.loads(json.dumps({k: getattr(cfg, k, None) for k in keys}, default=str))
 
 
 def logprob_steps(output) -> list[list[list]]:
@@ -183,11 +193,15 @@ def main() -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--workload", default="small")
-    p.add_argument("--connector", action="store_true")
+    p.add_argument("--connector", action="store_true", help="stock CPU offloading")
+    p.add_argument(
+        "--connector-json",
+        default="",
+        help="a file holding the connector JSON to boot with, verbatim (knob 1)",
+    )
     p.add_argument("--cpu-bytes", type=int, default=1 << 30)
     p.add_argument("--kv-cache-gb", type=int, default=2)
     p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--blocks-per-chunk", type=int, default=1)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds (TTFT: 1)")
     p.add_argument(
         "--no-digests",
@@ -231,9 +245,13 @@ def main() -> int:
 
     result: dict = {"argv": sys.argv[1:], "pythonpath": os.environ.get("PYTHONPATH")}
     result["knob"] = os.environ.get("GLM53_KV_OFFLOAD")
+    if args.connector_json:
+        with open(args.connector_json) as f:
+            result["connector_json"] = f.read()  # the text booted with, for the suite
     t0 = time.time()
     llm = LLM(**engine_kwargs(args))
     result["engine_up_s"] = round(time.time() - t0, 2)
+    result["kv_transfer_config"] = engine_connector(llm)
     print(f"ENGINE_UP {result['engine_up_s']}s", flush=True)
     if args.probe:
         result["install"] = llm.collective_rpc(probe.install_recorder)

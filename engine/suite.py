@@ -30,6 +30,10 @@ import diskspeed  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "models")
+ENGINE = "vllm-0.33.0"
+# GLM53_KV_OFFLOAD_CPU_GB of every knob-1 stage: launch.sh sizes the CPU tier from it, so the
+# stock-connector stages compared with them (the pressure pair) use the same size.
+CPU_GB = 1
 
 
 @dataclass
@@ -67,7 +71,7 @@ def stages() -> list[Stage]:
     small = ["--connector", "--cpu-bytes", str(256 << 20)]
     probe = ["--probe", "--compare"]
     mp = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    press = ["--connector", "--cpu-bytes", str(512 << 20), "--workload", "pressure",
+    press = ["--connector", "--cpu-bytes", str(CPU_GB << 30), "--workload", "pressure",
              "--kv-cache-gb", "8", "--logprobs", "0", "--max-num-seqs", "32",
              "--warmup", "--thread-cpu"]  # fmt: skip
     out = []
@@ -178,7 +182,7 @@ def real_size_stages() -> list[Stage]:
     when --only names their prefix (ttft, burst8b)."""
     long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
     ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
-                   "--sequential", "--rounds", "1", "--blocks-per-chunk", "16"]  # fmt: skip
+                   "--sequential", "--rounds", "1"]  # fmt: skip
     tier = ["--connector", "--cpu-bytes", str(24 << 30)]
     budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20"}  # the capture budget: the whole prompt
     on = budget | {"GLM53_KV_OFFLOAD_RESTORE": "1"}
@@ -193,8 +197,9 @@ def real_size_stages() -> list[Stage]:
               on, wave=33, store=store, verify=False, before="warm", timeout=480),
     ]  # fmt: skip
     burst = long + ["--workload", "burst", "--rounds", "1", "--logprobs", "0",
-                    "--max-num-seqs", "16", "--thread-cpu", "--blocks-per-chunk", "16"]  # fmt: skip
-    tier = ["--connector", "--cpu-bytes", str(16 << 30)]
+                    "--max-num-seqs", "16", "--thread-cpu"]  # fmt: skip
+    # The same 8 GiB CPU tier both ways (launch.sh sizes the knob-1 one from CPU_GB).
+    tier = ["--connector", "--cpu-bytes", str(8 << 30)]
     out += [
         Stage("burst8b.off", LLAMA_8B, "patched", "0", burst + tier, wave=34, timeout=420),
         Stage("burst8b.on", LLAMA_8B, "patched", "1", burst + tier + ["--probe"],
@@ -205,10 +210,66 @@ def real_size_stages() -> list[Stage]:
     return out
 
 
+def launch_plan(launcher: str, env: dict[str, str], model: str, workdir: str) -> dict:
+    """`docker/launch.sh plan` for one rank, run under the stage's knobs: its connector JSON
+    (the argument after --kv-transfer-config, as the plan wrote it) and its env lines."""
+    out = os.path.join(workdir, "plan")
+    cmd = ["bash", os.path.join(launcher, "docker", "launch.sh"), "plan", "--ranks", "0",
+           "--out", out, "--engine", ENGINE, "--", "vllm", "serve", model]  # fmt: skip
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    plan: dict = {"cmd": cmd, "rc": p.returncode, "stderr": p.stderr[-1500:]}
+    if p.returncode != 0:
+        return plan
+    with open(os.path.join(out, "rank0", "argv")) as f:
+        argv = f.read().splitlines()
+    with open(os.path.join(out, "rank0", "env")) as f:
+        plan["env"] = f.read().splitlines()
+    if argv.count("--kv-transfer-config") != 1:
+        plan["rc"] = -1
+        plan["stderr"] = f"the plan's argv has no single --kv-transfer-config: {argv}"
+        return plan
+    plan["json"] = argv[argv.index("--kv-transfer-config") + 1]
+    return plan
+
+
+def launcher_args(args: list[str], connector_json: str) -> list[str]:
+    """A knob-1 stage's stage.py arguments: the stock --connector (and its --cpu-bytes)
+    replaced by the file holding launch.sh's connector JSON."""
+    out, rest = [], iter(args)
+    for a in rest:
+        if a == "--cpu-bytes":
+            next(rest)
+        elif a != "--connector":
+            out.append(a)
+    return out + ["--connector-json", connector_json]
+
+
+def check_launcher(res: dict) -> dict:
+    """A knob-1 stage booted with exactly launch.sh plan's connector JSON: the file stage.py
+    read is the plan's text, and the engine's config after boot holds every key of it."""
+    plan = res.get("launch_plan") or {}
+    planned = json.loads(plan["json"]) if plan.get("json") else None
+    engine = res.get("kv_transfer_config") or {}
+    v: dict = {"plan_rc": plan.get("rc"), "planned": planned, "engine": engine}
+    v["passed_verbatim"] = (
+        planned is not None and res.get("connector_json") == plan["json"]
+    )
+    extra = (planned or {}).get("kv_connector_extra_config", {})
+    booted = engine.get("kv_connector_extra_config") or {}
+    v["engine_holds_it"] = (
+        planned is not None
+        and all(engine.get(k) == planned.get(k) for k in ("kv_connector", "kv_role"))
+        and all(booted.get(k) == val for k, val in extra.items())
+    )
+    v["ok"] = res.get("rc") == 0 and v["passed_verbatim"] and v["engine_holds_it"]
+    return v
+
+
 def run_wave(
     batch: list[Stage], opts: argparse.Namespace, logs: str
 ) -> dict[str, dict]:
     procs = []
+    planned: dict[str, dict] = {}
     for st in batch:
         env = dict(os.environ)
         tree = opts.pristine if st.tree == "pristine" else opts.patched
@@ -231,24 +292,50 @@ def run_wave(
                 store = os.path.join(opts.stores, st.store or st.name)
                 env.update(
                     GLM53_KV_OFFLOAD_DIR=store,
-                    GLM53_KV_OFFLOAD_CPU_GB="1",
+                    GLM53_KV_OFFLOAD_CPU_GB=str(CPU_GB),
                     GLM53_KV_OFFLOAD_BUILD_ID="kvtier-engine-suite",
                 )
         env.update(st.env)
         js = os.path.join(logs, st.name + ".json")
+        args = st.args
+        if st.knob == "1" and "--connector" in st.args:
+            work = os.path.join(logs, st.name + ".launch")
+            os.makedirs(work, exist_ok=True)
+            plan = launch_plan(opts.launcher, env, st.model, work)
+            planned[st.name] = plan
+            if plan["rc"] != 0:
+                print(
+                    f"  {st.name}: launch.sh plan refused: {plan['stderr']}", flush=True
+                )
+                continue
+            path = os.path.join(work, "connector.json")
+            with open(path, "w") as f:
+                f.write(plan["json"])
+            args = launcher_args(st.args, path)
+            # The plan's env (the knobs as the container would get them) is the stage's.
+            env.update(line.split("=", 1) for line in plan["env"])
         log = open(os.path.join(logs, st.name + ".log"), "w")
         cmd = ["timeout", str(st.timeout), sys.executable, os.path.join(HERE, "stage.py"),
-               "--model", st.model, "--out", js, *st.args]  # fmt: skip
+               "--model", st.model, "--out", js, *args]  # fmt: skip
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         procs.append(
             (st, subprocess.Popen(cmd, env=env, stdout=log, stderr=log), log, js)
         )
     results = {}
+    for name, plan in planned.items():
+        if plan["rc"] != 0:
+            results[name] = {
+                "rc": None,
+                "launch_plan": plan,
+                "errors": [plan["stderr"]],
+            }
     for st, proc, log, js in procs:
         rc = proc.wait()
         log.close()
         res: dict = {"rc": rc}
+        if st.name in planned:
+            res["launch_plan"] = planned[st.name]
         if os.path.exists(js):
             with open(js) as f:
                 res.update(json.load(f))
@@ -648,6 +735,11 @@ def judge(
             ) == 0 == other.get("rc")
     verdicts.update(restore_judge(results, corruptions or {}))
     for name, res in results.items():
+        if "launch_plan" in res:
+            verdicts[f"{name}: booted with launch.sh plan's connector JSON"] = (
+                check_launcher(res)
+            )
+    for name, res in results.items():
         if res.get("workers") is not None and not name.startswith(
             ("pressure", "ttft.", "burst8b.")
         ):  # the real-size stages do not compare bytes (minutes): see their judges
@@ -817,7 +909,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
     # Every full chunk of each prompt reached the store (the tail of the last request
     # included, written at the clean shutdown): a restore then covers the prompt up to the
     # chunk holding its last token, which vLLM always computes.
-    chunk = 16 * 16  # --blocks-per-chunk 16 of 16-token blocks
+    chunk = 16  # launch.sh's blocks_per_chunk 1 of 16-token blocks
     covered = {
         kind: [
             row.get(f"{kind}_cached_tokens") == (row["tokens"] - 1) // chunk * chunk
@@ -907,6 +999,12 @@ def main() -> int:
     p.add_argument("--kvstore", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stores", default="/tmp/kvstores")
+    p.add_argument(
+        "--launcher",
+        default=os.path.dirname(HERE),
+        help="the folder holding docker/launch.sh, anchors/ and the knob module "
+        "(engine/prepare.sh packs them from the same revision as the overlays)",
+    )
     p.add_argument("--only", default="", help="comma-separated stage names or prefixes")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--together", default="", help="waves to run as one, e.g. 1,2")

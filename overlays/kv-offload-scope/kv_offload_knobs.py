@@ -131,7 +131,19 @@ RULES: tuple[Rule, ...] = (
         "`0`",
         _restore,
     ),
-    Rule(DRAFTER, "`0` or `1`", "`0`", _flag),
+    # The name says "offload the drafter", and that is all it does: draft-model
+    # groups join vLLM's KV offload set (the CPU tier). What reaches the disk
+    # is the writer's rule, by group kind: a sliding-window drafter (EAGLE's
+    # own group) is never written, so for it the knob changes the CPU tier
+    # only; a full-attention drafter group is written and restored like any.
+    Rule(
+        DRAFTER,
+        "`0` or `1`; `1` adds draft-model groups to vLLM's CPU offload tier; the disk "
+        "store writes only full-attention ones (a sliding-window drafter, EAGLE's "
+        "own group, never: for it the knob changes the CPU tier only)",
+        "`0`",
+        _flag,
+    ),
     Rule(
         KEEP_BOUNDARIES,
         "integer 0..1024; 0 keeps every manifest",
@@ -169,6 +181,7 @@ class Knobs:
     build_id: str
     capture_mib: int = DEFAULT_CAPTURE_MIB
     group: str = ""  # the group that may read the store; "": private
+    restore: bool = False  # GLM53_KV_OFFLOAD_RESTORE=1 (accepted only where baked)
 
     @property
     def capture_bytes(self) -> int:
@@ -220,6 +233,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
         build_id=values.get(BUILD_ID, ""),
         capture_mib=int(values.get(CAPTURE_MIB, DEFAULT_CAPTURE_MIB)),
         group=values.get(GROUP, ""),
+        restore=values.get(RESTORE) == "1",
     )
 
 

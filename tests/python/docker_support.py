@@ -31,7 +31,13 @@ FILES = {
         "kv_store_local.py": "def capture(job):\n    return None\n",
         "kv_store_format.py": "MAGIC = b'KVT1'\n",
     },
+    # Only in a rig made with restore=True (ORDER then lists it last).
+    "kv-offload-restore": {
+        "scheduler_init_restore.py": "restore = tier()\n",
+        "kv_restore_tier.py": "def tier():\n    return None\n",
+    },
 }
+RESTORE = "kv-offload-restore"
 
 MANIFEST = """format = 1
 overlay = "{name}"
@@ -152,17 +158,19 @@ def write_exec(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def make_rig(tmp: Path) -> Rig:
+def make_rig(tmp: Path, restore: bool = False) -> Rig:
     """A synthetic prefix with a stub overlay CLI in bin/, a pristine tree,
-    and docker/ssh recorders on PATH. Not baked yet."""
+    and docker/ssh recorders on PATH. Not baked yet. restore=True adds the
+    kv-offload-restore overlay, last in ORDER."""
     prefix = tmp / "prefix"
     anchors = prefix / "anchors" / ENGINE_DIR
     anchors.mkdir(parents=True)
-    (anchors / "ORDER").write_text("".join(f"{n}\n" for n in ORDER))
-    for i, name in enumerate(ORDER):
+    order = ORDER + ((RESTORE,) if restore else ())
+    (anchors / "ORDER").write_text("".join(f"{n}\n" for n in order))
+    for i, name in enumerate(order):
         files = FILES[name]
         fragment, module = next(iter(files)), list(files)[1]
-        after = ", ".join(f'"{n}"' for n in ORDER[:i])
+        after = ", ".join(f'"{n}"' for n in order[:i])
         (anchors / f"{name}.toml").write_text(
             MANIFEST.format(
                 name=name, after=after, zeros="0" * 64, fragment=fragment, module=module
@@ -185,8 +193,8 @@ def make_rig(tmp: Path) -> Rig:
     return Rig(prefix, tree, stubs, tmp / "overlay.log", tmp / "calls.log")
 
 
-def baked_rig(tmp: Path) -> Rig:
-    rig = make_rig(tmp)
+def baked_rig(tmp: Path, restore: bool = False) -> Rig:
+    rig = make_rig(tmp, restore)
     res = rig.bake()
     assert res.returncode == 0, res.stderr
     rig.stub_log.unlink()

@@ -8,9 +8,12 @@ gate then passes, and a drifted tree fails the bake.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -217,3 +220,92 @@ def test_gate_refuses_a_pristine_tree_for_knob_1(real_prefix, tree_copy, tmp_pat
     assert res.returncode == 2 and "needs every overlay applied" in res.stderr
     res = _script("gate.sh", real_prefix, tree_copy, env={"PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr  # knob 0: pristine is fine
+
+
+# ------------------------------- the full wheel layout, as in the serving image
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtier"
+
+
+@pytest.fixture(scope="module")
+def wheel_install(tmp_path_factory, engine_name, engine_version, pin_dir) -> Path:
+    """The pinned wheel unpacked whole, every compiled file in place
+    (vllm/fs_io_C.abi3.so among them): what `pip install` leaves in the serving
+    image's site-packages."""
+    wheel_name = (pin_dir / "WHEEL").read_text().split()[1]
+    wheel = _cache_root() / "wheels" / wheel_name
+    if not wheel.is_file():
+        pytest.skip(f"{wheel}: not cached (run scripts/setup.sh)")
+    root = tmp_path_factory.mktemp("wheel-install") / "site-packages"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(root)
+    return root
+
+
+def _so_sha(root: Path) -> str:
+    return hashlib.sha256((root / "vllm/fs_io_C.abi3.so").read_bytes()).hexdigest()
+
+
+def test_bake_on_the_full_wheel_layout_without_a_fetch_cache(
+    real_prefix, wheel_install, manifests_dir, tmp_path
+):
+    """The image's build stage: a wheel install with every .so and no fetch
+    cache. The default bake applies every overlay but the one that rebuilds a
+    binary, leaves vLLM's own extension alone, and the gate passes both knobs;
+    --rebuild-binaries without the sources is a clear refusal that writes
+    nothing; with the pinned sources it rebuilds the extension."""
+    order = (real_prefix / f"anchors/{manifests_dir.name}/ORDER").read_text().split()
+    if "vllm-fs-durable" not in order:
+        pytest.skip("vllm-fs-durable is not in ORDER")
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin",
+           "XDG_CACHE_HOME": str(tmp_path / "empty-cache")}  # fmt: skip
+    (tmp_path / "empty-cache").mkdir()
+    pinned = _so_sha(wheel_install)
+    res = _script("bake.sh", real_prefix, wheel_install, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "leaving out vllm-fs-durable" in res.stderr
+    baked = (real_prefix / "ARTIFACTS.baked").read_text().split()
+    assert baked == [n for n in order if n != "vllm-fs-durable"]
+    assert _so_sha(wheel_install) == pinned
+    assert not (wheel_install / "vllm/.fs_io_C.abi3.so.overlay-orig").exists()
+    for knobs in (_knob1_env(tmp_path), env):
+        res = _script("gate.sh", real_prefix, wheel_install, env={**env, **knobs})
+        assert res.returncode == 0, res.stderr
+
+    res = _script("bake.sh", real_prefix, wheel_install, "--rebuild-binaries", env=env)
+    assert res.returncode == 2 and "pass --sources DIR" in res.stderr
+    assert _so_sha(wheel_install) == pinned
+    assert (real_prefix / "ARTIFACTS.baked").read_text().split() == baked
+
+    sources = _cache_root() / "sources" / manifests_dir.name
+    if not (sources / "csrc/fs_io.cpp").is_file() or not shutil.which("c++"):
+        pytest.skip(f"{sources}: no pinned C/C++ sources (or no c++) to rebuild from")
+    res = _script("bake.sh", real_prefix, wheel_install, "--rebuild-binaries",
+                  "--sources", str(sources), env=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (real_prefix / "ARTIFACTS.baked").read_text().split() == order
+    assert _so_sha(wheel_install) != pinned
+    assert (wheel_install / "vllm/.fs_io_C.abi3.so.overlay-orig").is_file()
+    res = _script(
+        "gate.sh", real_prefix, wheel_install, env={**env, **_knob1_env(tmp_path)}
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_gate_checks_what_was_baked(real_prefix, tree_copy, tmp_path):
+    """ARTIFACTS.baked may leave out only overlays that rebuild a binary."""
+    res = _script("bake.sh", real_prefix, tree_copy)
+    assert res.returncode == 0, res.stderr
+    baked = real_prefix / "ARTIFACTS.baked"
+    names = baked.read_text().split()
+    env = _knob1_env(tmp_path)
+    baked.write_text("".join(f"{n}\n" for n in names[1:]))
+    res = _script("gate.sh", real_prefix, tree_copy, env=env)
+    assert res.returncode == 2 and f"lacks {names[0]}" in res.stderr
+    baked.write_text("".join(f"{n}\n" for n in names + ["kv-offload-other"]))
+    res = _script("gate.sh", real_prefix, tree_copy, env=env)
+    assert res.returncode == 2 and "kv-offload-other is not in ORDER" in res.stderr
+    baked.write_text("".join(f"{n}\n" for n in names))
+    assert _script("gate.sh", real_prefix, tree_copy, env=env).returncode == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -307,7 +308,11 @@ def test_compare_detects_a_missing_file(rig, tmp_path):
 @pytest.mark.parametrize(
     "knobs,kwargs,needle",
     [
-        (dict(KNOB1, GLM53_KV_OFFLOAD_RESTORE="1"), {}, "RESTORE=1 is refused"),
+        (
+            dict(KNOB1, GLM53_KV_OFFLOAD_RESTORE="1"),
+            {},
+            "RESTORE=1 is refused: the kv-offload-restore overlay is not baked (not in",
+        ),
         (dict(KNOB1, GLM53_KV_OFFLOAD="2"), {}, "GLM53_KV_OFFLOAD=2"),
         (KNOB1, {"argv": SERVE + ["--kv-transfer-config", "{}"]}, "owns the connector"),
         (KNOB1, {"argv": SERVE + ["--kv-transfer-config={}"]}, "owns the connector"),
@@ -327,6 +332,99 @@ def test_plan_refuses_and_writes_nothing(rig, tmp_path, knobs, kwargs, needle):
     assert needle in res.stderr
     assert not out.exists()
     assert not list(tmp_path.glob(".launch.*"))
+
+
+# ---------------------------------------------------------------- restore
+
+RESTORE1 = dict(KNOB1, GLM53_KV_OFFLOAD_RESTORE="1")
+LOCAL_STORE_TIER = {
+    "type": "LocalStoreTier",
+    "module_path": "vllm.distributed.kv_transfer.kv_connector.v1.offloading."
+    "kv_restore_tier",
+}
+
+
+@pytest.fixture
+def restore_rig(tmp_path):
+    return baked_rig(tmp_path / "r", restore=True)
+
+
+def test_restore_plan_names_the_local_store_tier(restore_rig, tmp_path):
+    """Where ORDER bakes kv-offload-restore, RESTORE=1 is planned, and the
+    connector carries the one secondary tier restore boots with."""
+    out = tmp_path / "plan"
+    res = plan(restore_rig, out, RESTORE1)
+    assert res.returncode == 0, res.stderr
+    extra = connector(out, 0)["kv_connector_extra_config"]
+    assert extra["secondary_tiers"] == [LOCAL_STORE_TIER]
+    assert connector(out, 1) == connector(out, 0)
+    env = (out / "rank0" / "env").read_text().splitlines()
+    assert "GLM53_KV_OFFLOAD_RESTORE=1" in env
+    assert restore_rig.run("launch.sh", "compare", str(out)).returncode == 0
+    # RESTORE=0 on the same prefix: the store alone, no secondary tier.
+    out0 = tmp_path / "plan0"
+    res = plan(restore_rig, out0, dict(KNOB1, GLM53_KV_OFFLOAD_RESTORE="0"))
+    assert res.returncode == 0, res.stderr
+    assert connector(out0, 0)["kv_connector_extra_config"]["secondary_tiers"] == []
+
+
+def test_restore_knob_with_the_tier_off_changes_nothing(restore_rig, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert plan(restore_rig, a, {}).returncode == 0
+    res = plan(restore_rig, b, {"GLM53_KV_OFFLOAD_RESTORE": "1"})
+    assert res.returncode == 0, res.stderr
+    assert read_rank(a, 0) == read_rank(b, 0) and read_rank(a, 1) == read_rank(b, 1)
+
+
+@pytest.mark.parametrize(
+    "algo_args", [["--prefix-caching-hash-algo", "xxhash"],
+                  ["--prefix-caching-hash-algo=xxhash_cbor"]],
+)  # fmt: skip
+def test_restore_with_xxhash_needs_pythonhashseed(restore_rig, tmp_path, algo_args):
+    res = plan(restore_rig, tmp_path / "a", RESTORE1, argv=SERVE + algo_args)
+    assert res.returncode == 2 and "needs PYTHONHASHSEED" in res.stderr
+    assert not (tmp_path / "a").exists()
+    seeded = BASE_ENV + "PYTHONHASHSEED=0\n"
+    res = plan(
+        restore_rig, tmp_path / "b", RESTORE1, base_env=seeded, argv=SERVE + algo_args
+    )
+    assert res.returncode == 0, res.stderr
+    # sha256 (vLLM's default) needs no seed: its keys are fixed across restarts.
+    res = plan(restore_rig, tmp_path / "c", RESTORE1)
+    assert res.returncode == 0, res.stderr
+
+
+def test_repository_plans_restore_without_engine(tmp_path):
+    """The repository's own prefix as a fresh clone has it (the example
+    overlays' anchors beside the real engine's): no --engine needed, and
+    RESTORE=1 planned with the tier the restore manifest creates."""
+    assert (REPO / "anchors" / "example-1.0").is_dir()
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), **RESTORE1}
+    env["GLM53_KV_OFFLOAD_BUILD_ID"] = "kvtier-test"
+    out = tmp_path / "plan"
+    res = subprocess.run(
+        [str(REPO / "docker/launch.sh"), "plan", "--ranks", "0", "--out", str(out),
+         "--", *SERVE],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    order = (out / "rank0" / "order").read_text()
+    assert order == (REPO / "anchors/vllm-0.33.0/ORDER").read_text()
+    tier = connector(out, 0)["kv_connector_extra_config"]["secondary_tiers"]
+    assert tier == [LOCAL_STORE_TIER]
+    module = LOCAL_STORE_TIER["module_path"].replace(".", "/") + ".py"
+    manifest = (REPO / "anchors/vllm-0.33.0/kv-offload-restore.toml").read_text()
+    assert f'path = "{module}"' in manifest
+    source = (REPO / "overlays/kv-offload-restore/kv_restore_tier.py").read_text()
+    assert "class LocalStoreTier(" in source
+    # Knob 0 in the same clone: also no --engine needed.
+    res = subprocess.run(
+        [str(REPO / "docker/launch.sh"), "plan", "--ranks", "0", "--out",
+         str(tmp_path / "plan0"), "--", *SERVE],
+        env={"PATH": env["PATH"], "HOME": str(tmp_path)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
 
 
 def test_plan_never_overwrites(rig, tmp_path):
@@ -484,3 +582,29 @@ def test_rank_arguments_are_the_pinned_engines(rig, tmp_path):
         assert f'add_argument("{flag}"' in arg_utils, flag
     assert '"--headless"' in cli_args
     assert "master_port: int = ParallelConfig.master_port" in arg_utils
+
+
+def test_deploy_restore_recipe_shows_the_json_launch_sh_writes(tmp_path):
+    """docs/DEPLOY.md's restore section: its knobs, planned by the repository's
+    launch.sh, give exactly the JSON the page shows."""
+    text = (REPO / "docs/DEPLOY.md").read_text()
+    section = text[text.index("## Restore") :]
+    section = section[: section.index("\n## ", 1)]
+    shown = re.search(r"```json\n(.+)\n\s*```", section).group(1).strip()
+    knobs = dict(
+        re.findall(
+            r"(GLM53_KV_OFFLOAD\w*)=(\S+)", section.split("```sh", 1)[1].split("```")[0]
+        )
+    )
+    assert knobs["GLM53_KV_OFFLOAD_RESTORE"] == "1"
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), **knobs}
+    env["GLM53_KV_OFFLOAD_BUILD_ID"] = "kvtier-docs"
+    out = tmp_path / "plan"
+    res = subprocess.run(
+        [str(REPO / "docker/launch.sh"), "plan", "--ranks", "0", "--out", str(out),
+         "--", *SERVE],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    argv = (out / "rank0" / "argv").read_text().splitlines()
+    assert argv[argv.index("--kv-transfer-config") + 1] == shown

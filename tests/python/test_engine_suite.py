@@ -3,8 +3,14 @@ on the H200 must be able to fail. No GPU or vLLM needed."""
 
 from __future__ import annotations
 
+import argparse
 import copy
+import dataclasses
+import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -474,13 +480,13 @@ def ttft_results() -> dict:
         "ttft.llama8b.write": ttft_stage([4.1, 61.0], [0, 0], [None, None]),
         "ttft.llama8b.disk": ttft_stage(
             [2.0, 12.0],
-            [32512, 126720],
+            [32752, 126960],
             DIGESTS,
             restore_workers=restored,
             before=plain,
         ),
         "ttft.llama8b.cache": ttft_stage(
-            [0.5, 2.0], [32512, 126720], DIGESTS, restore_workers=restored, before=plain
+            [0.5, 2.0], [32752, 126960], DIGESTS, restore_workers=restored, before=plain
         ),
     }
 
@@ -561,3 +567,137 @@ def test_ttft_write_stage_needs_a_clean_verify():
     assert suite.ttft_judge(results)[key]["ok"]
     results["ttft.llama8b.write"]["kvstore_verify"] = {"rc": 1}
     assert not suite.ttft_judge(results)[key]["ok"]
+
+
+# -- knob-1 stages boot with launch.sh plan's connector JSON ------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+RESTORE_TIER = {
+    "type": "LocalStoreTier",
+    "module_path": "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_restore_tier",
+}
+
+# Stands in for engine/stage.py: records what it was started with, as the real one does
+# (connector_json: the text it read; kv_transfer_config: the engine's view after boot).
+FAKE_STAGE = """import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+res = {"argv": args, "env": {k: v for k, v in os.environ.items() if k.startswith("GLM53")}}
+if "--connector-json" in args:
+    with open(args[args.index("--connector-json") + 1]) as f:
+        res["connector_json"] = f.read()
+    cfg = json.loads(res["connector_json"])
+    if os.environ.get("FAKE_ENGINE_DROPS"):
+        cfg["kv_connector_extra_config"]["secondary_tiers"] = []
+    res["kv_transfer_config"] = cfg
+with open(out, "w") as f:
+    json.dump(res, f)
+"""
+
+
+def fake_wave(tmp_path, monkeypatch, names, launcher=REPO):
+    here = tmp_path / "engine"
+    here.mkdir()
+    (here / "stage.py").write_text(FAKE_STAGE)
+    monkeypatch.setattr(suite, "HERE", str(here))
+    opts = argparse.Namespace(pristine="/p", patched="/q", site="/s", kvstore="/bin/true",
+                              stores=str(tmp_path / "stores"), launcher=str(launcher))  # fmt: skip
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    by_name = {s.name: s for s in suite.stages()}
+    batch = [dataclasses.replace(by_name[n], verify=False) for n in names]
+    return suite.run_wave(batch, opts, str(logs))
+
+
+def planned_json(env: dict, tmp_path, model: str) -> str:
+    """What docker/launch.sh plan itself writes for these knobs (the operator's command)."""
+    tmp_path.mkdir()
+    out = tmp_path / "operator-plan"
+    run = subprocess.run(
+        [str(REPO / "docker/launch.sh"), "plan", "--ranks", "0", "--out", str(out),
+         "--", "vllm", "serve", model],
+        env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert run.returncode == 0
+    argv = (out / "rank0" / "argv").read_text().splitlines()
+    return argv[argv.index("--kv-transfer-config") + 1]
+
+
+def test_knob1_and_restore_stages_boot_with_launch_sh_plans_json(tmp_path, monkeypatch):
+    names = ["restore.llama.write", "restore.llama.hit", "llama.knob1", "llama.knob0"]
+    results = fake_wave(tmp_path, monkeypatch, names)
+    for name in names[:3]:
+        res = results[name]
+        assert res["rc"] == 0, res
+        argv = res["argv"]
+        assert "--connector" not in argv and "--cpu-bytes" not in argv
+        knobs = res["env"]
+        # Byte for byte the JSON an operator's `launch.sh plan` gives for the same knobs.
+        assert res["connector_json"] == planned_json(knobs, tmp_path / name, argv[1])
+        extra = json.loads(res["connector_json"])["kv_connector_extra_config"]
+        restore = name == "restore.llama.hit"
+        assert knobs.get("GLM53_KV_OFFLOAD_RESTORE", "0") == ("1" if restore else "0")
+        assert extra["secondary_tiers"] == ([RESTORE_TIER] if restore else [])
+        assert extra["cpu_bytes_to_use"] == suite.CPU_GB << 30
+        assert knobs["GLM53_KV_OFFLOAD_BUILD_ID"] == "kvtier-engine-suite"
+    # The stock stage keeps vLLM's own connector, built by stage.py.
+    assert "--connector" in results["llama.knob0"]["argv"]
+    assert "launch_plan" not in results["llama.knob0"]
+    verdicts = suite.judge(results)
+    for name in names[:3]:
+        assert verdicts[f"{name}: booted with launch.sh plan's connector JSON"]["ok"]
+    assert not any(k.startswith("llama.knob0: booted") for k in verdicts)
+
+
+def test_launcher_verdict_fails_when_the_engine_holds_another_config(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FAKE_ENGINE_DROPS", "1")
+    results = fake_wave(tmp_path, monkeypatch, ["restore.llama.hit"])
+    verdict = suite.check_launcher(results["restore.llama.hit"])
+    assert verdict["passed_verbatim"] and not verdict["engine_holds_it"]
+    assert not verdict["ok"]
+    res = dict(results["restore.llama.hit"], connector_json="{}")
+    assert not suite.check_launcher(res)["passed_verbatim"]
+
+
+def test_a_refused_plan_is_a_failed_stage(tmp_path, monkeypatch):
+    """A launcher whose ORDER does not bake kv-offload-restore refuses RESTORE=1: the stage
+    never boots (no JSON of its own to fall back on) and its verdict fails."""
+    launcher = tmp_path / "launcher"
+    for part in ("docker", "anchors", "overlays/kv-offload-scope"):
+        shutil.copytree(REPO / part, launcher / part)
+    (launcher / "anchors/vllm-0.33.0/ORDER").write_text(
+        "kv-offload-scope\nkv-offload-store-local\n"
+    )
+    results = fake_wave(tmp_path, monkeypatch, ["restore.llama.hit"], launcher)
+    res = results["restore.llama.hit"]
+    assert res["rc"] is None and "not baked" in res["launch_plan"]["stderr"]
+    assert not (tmp_path / "logs" / "restore.llama.hit.json").exists()
+    verdict = suite.judge(results)[
+        "restore.llama.hit: booted with launch.sh plan's connector JSON"
+    ]
+    assert not verdict["ok"]
+
+
+def test_prepare_packs_the_launcher_and_device_b_passes_it():
+    prepare = (REPO / "engine/prepare.sh").read_text()
+    assert re.search(
+        r"git archive \"\$rev\" docker anchors overlays/kv-offload-scope", prepare
+    )
+    assert '--launcher "$B/launcher"' in (REPO / "engine/device-b.sh").read_text()
+
+
+def test_stage_refuses_to_build_a_knob1_connector(monkeypatch, tmp_path):
+    import stage
+
+    monkeypatch.setenv("GLM53_KV_OFFLOAD", "1")
+    args = argparse.Namespace(model="m", max_num_seqs=1, kv_cache_gb=1, tp=1, hybrid=False,
+                              eagle="", connector=True, connector_json="", cpu_bytes=1,
+                              max_model_len=4096)  # fmt: skip
+    with pytest.raises(SystemExit, match="launch.sh plan"):
+        stage.engine_kwargs(args)
+    text = '{"kv_connector": "X", "kv_connector_extra_config": {"a": [1]}}'
+    (tmp_path / "c.json").write_text(text)
+    args.connector_json = str(tmp_path / "c.json")
+    assert stage.engine_kwargs(args)["kv_transfer_config"] == json.loads(text)

@@ -183,3 +183,14 @@ def test_gate_knob_list_comes_from_the_contract():
     )
     for name in kv_offload_knobs.NAMES[1:]:
         assert name not in code, f"docker/lib.sh has its own rule for {name}"
+
+
+def test_drafter_knob_says_what_it_does():
+    """GLM53_KV_OFFLOAD_DRAFTER=1 puts draft-model groups into vLLM's CPU tier;
+    the writer stores only full-attention groups (job_plan drops "window"
+    keys), so the documented promise must say where the drafter's KV goes."""
+    (rule,) = [r for r in kv_offload_knobs.RULES if r.name == kv_offload_knobs.DRAFTER]
+    assert "CPU offload tier" in rule.accepted
+    assert "only full-attention" in rule.accepted and "sliding-window" in rule.accepted
+    plan = MODULE.parents[1] / "kv-offload-store-local/kv_store_local/job_plan.py"
+    assert 'layout.kind == "window"' in plan.read_text()

@@ -617,6 +617,38 @@ def test_restore_needs_a_fixed_hash_seed(ns, store, monkeypatch):
     Rig(ns, store).shutdown()  # sha256 has a fixed default seed
 
 
+@pytest.mark.parametrize("restore", [True, False], ids=["on", "off"])
+def test_one_scheduler_line_about_restore_per_boot(ns, store, monkeypatch, restore):
+    """A boot says once whether restore is on, and says it truly (the store-only
+    line used to say "restore is off" on a restoring engine too)."""
+    import logging
+
+    env_on(monkeypatch, store, restore=restore)
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    vllm_logger = logging.getLogger("vllm")
+    vllm_logger.addHandler(handler)
+    level = vllm_logger.level
+    vllm_logger.setLevel(logging.INFO)
+    try:
+        Rig(ns, store, tier=restore).shutdown()
+    finally:
+        vllm_logger.removeHandler(handler)
+        vllm_logger.setLevel(level)
+    scheduler_side = ("vllm_scheduler", "kv_restore_tier")
+    about = [
+        r.getMessage()
+        for r in seen
+        if r.name.rsplit(".", 1)[-1] in scheduler_side and "restore" in r.getMessage()
+    ]
+    assert len(about) == 1, about
+    if restore:
+        assert about[0].startswith("KV restore: on")
+    else:
+        assert "restore is off" in about[0]
+
+
 def test_restore_needs_the_store(ns, store, monkeypatch):
     monkeypatch.setenv("GLM53_KV_OFFLOAD", "0")
     with pytest.raises(ValueError):

@@ -121,6 +121,56 @@ def write_boundary(store, maker, boundary_chunk: int, first: int = 0, branch: in
     return jobs
 
 
+@pytest.mark.parametrize(
+    "model,served,folder",
+    [
+        ("/srv/run/../models/llama8b", "", "llama8b"),
+        ("/srv/models/llama8b/", "", "llama8b"),
+        ("./models/llama8b", "", "llama8b"),
+        ("zai-org/GLM-5.3", "", "zai-org-GLM-5.3"),
+        ("/srv/run/../models/llama8b", "/srv/run/../models/llama8b", "llama8b"),
+        ("/srv/run/../models/llama8b", "glm-prod", "glm-prod"),
+        ("zai-org/GLM-5.3", "GLM 5.3 (prod)", "GLM-5.3-prod"),
+    ],
+)
+def test_the_folder_is_named_by_a_readable_model_name(tmp_path, model, served, folder):
+    """Not the path as given (folders and `..` included): the served name, else
+    the model's last folder; the identity stays in the fenced record."""
+    store, staging = sls.make_store(
+        tmp_path, settings=sls.settings(model=model, served_name=served)
+    )
+    write_boundary(store, sls.JobMaker(staging), 1)
+    base = only_base(tmp_path)
+    assert base.name.startswith(f"glm53kv_{folder}_") and base.name.endswith("_r1")
+    parsed = fmt.parse_rank_base_name(base.name)
+    assert parsed.model == folder
+    record = fmt.decode_namespace_record(
+        (tmp_path / fmt.namespace_record_name(base.name)).read_bytes()
+    )
+    assert record.fenced["model"] == model  # the identity, as vLLM was given it
+
+
+def test_the_served_name_is_read_from_vllms_model_config():
+    from types import SimpleNamespace as NS
+
+    import kv_store_local.vllm_worker as vw
+
+    served = vw.served_name
+    assert served(NS(model_config=NS(served_model_name="glm-prod"))) == "glm-prod"
+    assert served(NS(model_config=NS(served_model_name=["a", "b"]))) == "a"
+    assert served(NS(model_config=NS(served_model_name=None))) == ""
+    assert served(NS()) == ""
+
+
+def test_two_spellings_of_one_path_share_the_folder_name_not_the_identity(tmp_path):
+    for model in ("/srv/run/../models/llama8b", "/srv/models/llama8b"):
+        store, staging = sls.make_store(tmp_path, settings=sls.settings(model=model))
+        write_boundary(store, sls.JobMaker(staging), 1)
+    names = [fmt.parse_rank_base_name(b.name) for b in sls.rank_bases(tmp_path)]
+    assert len(names) == 2 and {n.model for n in names} == {"llama8b"}
+    assert len({n.ns_short for n in names}) == 2  # the fence still tells them apart
+
+
 def test_payloads_are_the_real_bytes_with_verified_headers(tmp_path):
     store, staging = sls.make_store(tmp_path)
     maker = sls.JobMaker(staging)

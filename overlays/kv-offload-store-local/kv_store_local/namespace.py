@@ -32,6 +32,34 @@ def key_scheme(hash_algorithm: str, environ: Mapping[str, str] | None = None) ->
     return {"hash": hash_algorithm, "seed": policy}
 
 
+def folder_model_name(model: str, served_name: str = "") -> str:
+    """The readable model part of a rank's folder name (docs/FORMAT.md 2).
+
+    The served model name when the operator chose one (``--served-model-name``),
+    else the model as named: a hub id as it is, a local path by its last folder
+    after normalising (``/srv/run/../models/llama8b`` -> ``llama8b``), so the
+    folder reads the same however the path was spelled. Only a label: the
+    fenced record (``model``, ``model_identity``) tells namespaces apart, and
+    its hash is in the folder name too.
+    """
+    name = served_name if served_name and served_name != model else model
+    if _is_path(name):
+        name = os.path.basename(os.path.normpath(name)) or name
+    return name
+
+
+def _is_path(name: str) -> bool:
+    """A local folder rather than a hub id (``org/name``)."""
+    parts = name.split("/")
+    return (
+        name.startswith(("/", ".", "~"))
+        or len(parts) > 2
+        or ".." in parts
+        or "." in parts
+        or os.path.isdir(name)
+    )
+
+
 def open_namespace(
     root: str,
     model: str,
@@ -40,6 +68,8 @@ def open_namespace(
     info: Mapping[str, Any],
 ) -> fmt.StoreLayout:
     """Write the record once, or check an existing one; raise WriterDisabled.
+
+    ``model`` names the folder (folder_model_name); the identity is ``fenced``.
 
     The fenced part must match exactly; info fields may differ (they are
     diagnostics, such as keep-K or where the rank came from).

@@ -23,11 +23,21 @@ def store_meta(config: Any, manager: Any) -> SchedulerStoreMeta:
     except BaseException:
         release_manager(manager)
         raise
-    logger.info(
-        "KV store: scheduler attaches store metadata; restore is off (no "
-        "external hits); disk tier under %s",
-        settings.root,
-    )
+    # One line per boot about restore: with RESTORE=1 the restore overlay's
+    # scheduler hook says "KV restore: on" (or refuses the boot), so this line
+    # says nothing about it then.
+    if settings.restore:
+        logger.info(
+            "KV store: scheduler attaches store metadata; disk tier under %s",
+            settings.root,
+        )
+    else:
+        logger.info(
+            "KV store: scheduler attaches store metadata; restore is off "
+            "(GLM53_KV_OFFLOAD_RESTORE unset or 0: no external hits); disk tier "
+            "under %s",
+            settings.root,
+        )
     return meta
 
 

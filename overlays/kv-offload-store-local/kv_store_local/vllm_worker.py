@@ -317,6 +317,16 @@ def model_identity(vllm_config: Any) -> dict[str, str]:
     }
 
 
+def served_name(vllm_config: Any) -> str:
+    """``--served-model-name`` (its first name), "" when unset: vLLM then serves
+    under the model's own name."""
+    mc = getattr(vllm_config, "model_config", None)
+    name = getattr(mc, "served_model_name", None)
+    if isinstance(name, (list, tuple)):
+        name = name[0] if name else None
+    return name if isinstance(name, str) else ""
+
+
 def settings_from_vllm(
     spec: Any, vllm_config: Any, kv_cache_config: Any
 ) -> WorkerSettings:
@@ -341,6 +351,7 @@ def settings_from_vllm(
         config_rank=parallel.rank,
         blocks_per_chunk=spec.blocks_per_chunk,
         model_identity=model_identity(vllm_config),
+        served_name=served_name(vllm_config),
     )
     if parallel.pp_size > 1 or parallel.pcp_size > 1 or parallel.dcp_size > 1:
         settings.unsupported = "only tensor parallelism is supported"

@@ -23,7 +23,13 @@ from .deps import fmt, init_logger, knobs
 from .errors import WriterDisabled
 from .job_plan import Remembered, plan_keys
 from .layout import GroupLayout, StagingTensor, bind_layers
-from .namespace import key_scheme, open_namespace, resolve_rank, state_abi
+from .namespace import (
+    folder_model_name,
+    key_scheme,
+    open_namespace,
+    resolve_rank,
+    state_abi,
+)
 from .recapture import Owed, OwedKeys
 from .side_channel import META_VERSION
 from .stats import StoreStats
@@ -48,6 +54,7 @@ class WorkerSettings:
     mamba_types: dict[int, str] = field(default_factory=dict)
     # What decides the KV values beside the layout (vllm_worker.model_identity).
     model_identity: dict[str, str] = field(default_factory=dict)
+    served_name: str = ""  # --served-model-name, when set: names the folder
     layer_names: dict[int, list[str]] = field(default_factory=dict)  # per group
     unsupported: str | None = None  # why this layout cannot be written
 
@@ -203,7 +210,8 @@ class WorkerStore:
             "capture_bytes": self._budget,
         }
         try:
-            layout = open_namespace(self.knobs.root, s.model, rank, fenced, info)
+            folder = folder_model_name(s.model, s.served_name)
+            layout = open_namespace(self.knobs.root, folder, rank, fenced, info)
             pool = CapturePool(self._budget, allocate)
             self.writer = StoreWriter(
                 layout,
