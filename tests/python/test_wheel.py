@@ -55,6 +55,24 @@ def _run(*cmd, env=None, check=True) -> subprocess.CompletedProcess:
     return done
 
 
+PYTHON_OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """The caller's environment without kvtier's own variables."""
+    drop = ("KVTIER_CXXSCOPE", "KVTIER_PIP_ENV")
+    return dict({k: v for k, v in os.environ.items() if k not in drop}, **extra)
+
+
+@pytest.fixture(scope="module")
+def cxxscope(build_dir) -> Path:
+    """The Clang tool the wheel leaves out, from the source build (setup.sh)."""
+    tool = build_dir / "cxxscope/kvtier-cxxscope"
+    if not os.access(tool, os.X_OK):
+        pytest.fail(f"{tool} is not built (scripts/setup.sh builds it)")
+    return tool
+
+
 def _real_site() -> Path:
     (site,) = (REAL_VENV / "lib").glob("python3*/site-packages")
     return site
@@ -135,7 +153,7 @@ def _vllm_copy(dst: Path) -> Path:
 def site(installed, tmp_path) -> Path:
     """The vLLM copy, on the venv's sys.path through a .pth file."""
     copy = _vllm_copy(tmp_path / "site")
-    pth = _purelib(installed) / "kvtier_test_vllm.pth"
+    pth = _purelib(installed) / "vllm_copy_for_test.pth"
     pth.write_text(f"{copy}\n")
     yield copy
     pth.unlink(missing_ok=True)
@@ -241,72 +259,87 @@ def test_tools_need_only_glibc_and_the_wheel(installed):
 
 
 def test_apply_check_revert_then_uninstall_leaves_vllm_identical(
-    installed, site, tmp_path
+    installed, site, cxxscope, tmp_path
 ):
+    """Every overlay, the C++ one included: it rebuilds vllm/fs_io_C.abi3.so
+    from the pinned sources (the fetch cache) with kvtier-cxxscope."""
     bin_ = installed / "bin"
-    done = _run(bin_ / "overlay", "apply", "--check-injected")
+    env = _env(KVTIER_CXXSCOPE=str(cxxscope))
+    done = _run(bin_ / "overlay", "apply", "--check-injected", env=env)
     assert f"no ROOT given: using {site} (vllm 0.33.0" in done.stderr, done.stderr
     assert f"installed for {bin_ / 'python'}" in done.stderr
     assert NOTE in done.stderr
+    assert "vllm/fs_io_C.abi3.so: rebuilt" in done.stdout, done.stdout
     assert _differences(site / "vllm", _real_site() / "vllm"), "apply changed nothing"
-    assert "ok: applied" in _run(bin_ / "overlay", "check").stdout
+    assert "ok: applied" in _run(bin_ / "overlay", "check", env=env).stdout
     store = Store(tmp_path / "tier")
     store.boundary(["a", "b"])
     age_tree(store.tier)
-    _run(bin_ / "kvstore", "verify", store.tier)
-    _run(bin_ / "overlay", "revert")
-    assert (
-        "ok: pristine" in _run(bin_ / "overlay", "check", "--expect", "pristine").stdout
-    )
+    _run(bin_ / "kvstore", "verify", store.tier, env=env)
+    _run(bin_ / "overlay", "revert", env=env)
+    check = _run(bin_ / "overlay", "check", "--expect", "pristine", env=env)
+    assert "ok: pristine" in check.stdout
     _pip(installed, "uninstall", "-y", "-q", "kvtier")
     assert not (bin_ / "overlay").exists() and not (bin_ / "kvstore").exists()
     assert not list(_purelib(installed).glob("kvtier*")), "pip left kvtier files"
     assert _differences(site / "vllm", _real_site() / "vllm") == []
-    assert [p.name for p in site.iterdir()] and not list(site.glob(".kvtier*"))
-    assert sorted(p.name for p in site.iterdir()) == sorted(
-        ["vllm", "vllm-0.33.0.dist-info"]
-    )
+    assert sorted(p.name for p in site.iterdir()) == ["vllm", "vllm-0.33.0.dist-info"]
 
 
 def test_uninstall_while_applied_warns_and_keeps_the_tree(wheel, installed, site):
     """pip runs no uninstall hook: it cannot refuse. apply warns; uninstall
     leaves the applied tree whole, and a reinstalled kvtier reverts it."""
     bin_ = installed / "bin"
-    done = _run(bin_ / "overlay", "apply")
+    done = _run(bin_ / "overlay", "apply", "--overlays", PYTHON_OVERLAYS, env=_env())
     assert NOTE in done.stderr
     applied = _differences(site / "vllm", _real_site() / "vllm")
+    assert applied
     _pip(installed, "uninstall", "-y", "-q", "kvtier")
     assert _differences(site / "vllm", _real_site() / "vllm") == applied
     _pip(installed, "install", "-q", "--no-deps", "--no-index", wheel)
-    assert "ok: applied" in _run(bin_ / "overlay", "check").stdout
-    _run(bin_ / "overlay", "revert")
+    check = _run(bin_ / "overlay", "check", "--overlays", PYTHON_OVERLAYS, env=_env())
+    assert "ok: applied" in check.stdout
+    _run(bin_ / "overlay", "revert", env=_env())
+    assert _differences(site / "vllm", _real_site() / "vllm") == []
+
+
+def test_without_cxxscope_the_cxx_overlay_is_refused(installed, site):
+    """The wheel has no kvtier-cxxscope: the default set (ORDER ends with the
+    C++ vllm-fs-durable) fails closed, naming it; nothing is written."""
+    done = _run(installed / "bin/overlay", "apply", env=_env(), check=False)
+    assert done.returncode == 2, done.stderr
+    assert "kvtier-cxxscope is not built or installed" in done.stderr
     assert _differences(site / "vllm", _real_site() / "vllm") == []
 
 
 def test_no_root_refuses_none_or_several(installed, site, tmp_path):
     bin_ = installed / "bin"
-    pth = _purelib(installed) / "kvtier_test_vllm.pth"
+    purelib = _purelib(installed)
+    pth = purelib / "vllm_copy_for_test.pth"
     pth.unlink()
     # A dist-info without its package beside it does not count.
     broken = tmp_path / "broken"
     broken.mkdir()
     shutil.copytree(site / "vllm-0.33.0.dist-info", broken / "vllm-0.33.0.dist-info")
-    (_purelib(installed) / "kvtier_test_broken.pth").write_text(f"{broken}\n")
-    done = _run(bin_ / "overlay", "status", check=False)
+    (purelib / "broken_vllm_for_test.pth").write_text(f"{broken}\n")
+    try:
+        done = _run(bin_ / "overlay", "status", env=_env(), check=False)
+    finally:
+        (purelib / "broken_vllm_for_test.pth").unlink()
     assert done.returncode == 2, done.stderr
     assert f"no vllm distribution is installed for {bin_ / 'python'}" in done.stderr
-    assert (
-        f"skipped {broken}/vllm-0.33.0.dist-info: RECORD lists vllm/__init__.py"
-        in done.stderr
+    assert f"skipped {broken}/vllm-0.33.0.dist-info: RECORD lists vllm/__init__.py" in (
+        done.stderr
     )
 
     second = _vllm_copy(tmp_path / "second")
     pth.write_text(f"{site}\n{second}\n")
-    done = _run(bin_ / "overlay", "apply", check=False)
+    done = _run(bin_ / "overlay", "apply", env=_env(), check=False)
     assert done.returncode == 2, done.stderr
     assert "2 vllm distributions are installed" in done.stderr
-    assert str(site) in done.stderr and str(second) in done.stderr
+    assert f"  {site} (vllm 0.33.0)" in done.stderr
+    assert f"  {second} (vllm 0.33.0)" in done.stderr
     assert _differences(site / "vllm", _real_site() / "vllm") == []
     # Named explicitly, either works.
-    done = _run(bin_ / "overlay", "status", "--root", second)
+    done = _run(bin_ / "overlay", "status", "--root", second, env=_env())
     assert "pristine" in done.stdout and "no ROOT given" not in done.stderr
