@@ -103,12 +103,14 @@ def wheel(tmp_path_factory, request) -> Path:
     _run(sys.executable, "-m", "auditwheel", "repair", "-w", out / "house", raw)
     repaired = time.monotonic() - start
     (whl,) = (out / "house").glob("kvtier-*.whl")
-    report = request.config.pluginmanager.get_plugin("terminalreporter")
-    line = f"wheel: built in {built:.1f} s, repaired in {repaired:.1f} s: {whl.name} ({whl.stat().st_size // 1024} KiB)"
-    if report:
-        report.write_line(line)
-    else:
-        print(line)
+    # Past pytest's capture, so every run (CI's too) prints the build time.
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(
+            f"\nwheel: built in {built:.1f} s, repaired in {repaired:.1f} s: "
+            f"{whl.name} ({whl.stat().st_size // 1024} KiB)",
+            flush=True,
+        )
     return whl
 
 
@@ -243,6 +245,15 @@ def test_versions_agree(installed):
     # The Dockerfile's pip stage installs this version by default.
     dockerfile = (REPO_ROOT / "docker/Dockerfile").read_text()
     assert f"ARG KVTIER_VERSION={VERSION}\n" in dockerfile
+
+
+def test_dockerfile_pip_stage_names_every_python_overlay():
+    """The pip stage lists the overlays the wheel can apply alone: ORDER
+    without the C++ one. A new overlay in ORDER must be added there."""
+    dockerfile = (REPO_ROOT / "docker/Dockerfile").read_text()
+    assert f"ARG KVTIER_OVERLAYS={PYTHON_OVERLAYS}\n" in dockerfile
+    order = (REPO_ROOT / "anchors/vllm-0.33.0/ORDER").read_text().split()
+    assert order == [*PYTHON_OVERLAYS.split(","), "vllm-fs-durable"]
 
 
 def test_tools_need_only_glibc_and_the_wheel(installed):
