@@ -91,3 +91,23 @@ def test_root_given_wins_and_other_engines_or_garbage_mean_no_search(
         done = _status(overlay_bin, env)
         assert done.returncode == 2
         assert "ROOT is required" in done.stderr, done.stderr
+
+
+def test_check_injected_compiles_with_the_shims_python(overlay_bin, tree_copy):
+    """The interpreter the shim runs under is --python's default (the one
+    whose vllm is patched); an explicit --python still wins."""
+    env = {k: v for k, v in os.environ.items() if k != "KVTIER_PIP_ENV"}
+    env["KVTIER_PIP_ENV"] = json.dumps({"python": "/nonexistent/py"})
+    args = [str(overlay_bin), "apply", "--root", str(tree_copy), "--check-injected",
+            "--overlays", "kv-offload-scope"]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2
+    assert "/nonexistent/py: cannot run the interpreter" in done.stderr
+    done = subprocess.run(
+        [*args, "--python", "python3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
