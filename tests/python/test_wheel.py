@@ -151,14 +151,24 @@ def _vllm_copy(dst: Path) -> Path:
     return dst
 
 
+@pytest.fixture(scope="module")
+def pristine_copy(tmp_path_factory) -> Path:
+    return _vllm_copy(tmp_path_factory.mktemp("vllm") / "site")
+
+
 @pytest.fixture
-def site(installed, tmp_path) -> Path:
-    """The vLLM copy, on the venv's sys.path through a .pth file."""
-    copy = _vllm_copy(tmp_path / "site")
+def site(installed, pristine_copy) -> Path:
+    """The vLLM copy, on the venv's sys.path through a .pth file; made again
+    after a test that left it changed (a copy is 10k hard links)."""
     pth = _purelib(installed) / "vllm_copy_for_test.pth"
-    pth.write_text(f"{copy}\n")
-    yield copy
+    pth.write_text(f"{pristine_copy}\n")
+    yield pristine_copy
     pth.unlink(missing_ok=True)
+    if _differences(pristine_copy / "vllm", _real_site() / "vllm") or sorted(
+        p.name for p in pristine_copy.iterdir()
+    ) != ["vllm", "vllm-0.33.0.dist-info"]:
+        shutil.rmtree(pristine_copy)
+        _vllm_copy(pristine_copy)
 
 
 def _differences(tree: Path, ref: Path) -> list[str]:
