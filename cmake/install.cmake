@@ -2,6 +2,7 @@
 #   bin/overlay, bin/kvstore
 #   lib/kvtier/libkvtier_store.so                  the overlays' store library (storeio/)
 #   share/kvtier/{anchors,overlays,docker}         the data the tools and scripts read
+#   share/kvtier/pins/<engine>-<version>/          the pin sets (fixtures/)
 #   share/bash-completion/completions/{overlay,kvstore}
 #   share/doc/kvtier/                              README and docs
 # and CPack turns the same rules into a .deb. `overlay` finds its anchors at
@@ -32,6 +33,8 @@ if(KVTIER_PORTABLE)
     file(RELATIVE_PATH _rel /${CMAKE_INSTALL_BINDIR} /${KVTIER_BUNDLE_LIBDIR})
     set_target_properties(${t} PROPERTIES INSTALL_RPATH "$ORIGIN/${_rel}")
   endforeach()
+endif()
+if(KVTIER_PORTABLE AND NOT SKBUILD)
   install(TARGETS ${KVTIER_TOOLS} RUNTIME_DEPENDENCY_SET kvtier_runtime_deps
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
   # The overlays' store library (storeio/) beside the bundled ISA-L, which
@@ -55,9 +58,25 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/anchors ${PROJECT_SOURCE_DIR}/overlays
         # the worked example of docs/OVERLAYS.md is not for a serving tree
         REGEX "/anchors/example-[^/]*$" EXCLUDE REGEX "/overlays/example-[^/]*$" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/VERSION DESTINATION ${KVTIER_DATADIR} COMPONENT runtime)
+# The pin sets (fixtures/<engine>-<version>/: PINS, WHEEL, ...), so an install
+# can check a tree's files against them (docs/PORTING.md).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/ DESTINATION ${KVTIER_DATADIR}/pins COMPONENT runtime
+        FILES_MATCHING REGEX "/[^/]+-[^/]+/(PINS|WHEEL|SDIST|SOURCES|BUILT)$"
+        PATTERN example EXCLUDE PATTERN __pycache__ EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
         FILES_MATCHING PATTERN "*.sh"
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+# The wheel (pyproject.toml; SKBUILD is set by scikit-build-core) installs
+# into its kvtier/ package folder: the tools and their data, no docs or
+# completions. `auditwheel repair` then copies ISA-L into kvtier.libs/.
+if(SKBUILD)
+  # The store's native data path (libkvtier_store.so, loaded by the overlays
+  # from kvtier/lib/) goes here once its target exists.
+  if(TARGET kvtier_store)
+    install(TARGETS kvtier_store LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+  endif()
+  return()
+endif()
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)

@@ -11,6 +11,7 @@
 #include "conventions.h"
 #include "cxx_backend.h"
 #include "engine.h"
+#include "found_root.h"
 #include "locate.h"
 #include "render.h"
 
@@ -157,6 +158,18 @@ int main(int argc, char** argv) {
   if (!a.root.empty() && !a.root_pos.empty() && a.root != a.root_pos)
     return fail(a, make_error(ErrorKind::Usage, "", "ROOT given twice, as " + a.root_pos + " and --root " + a.root));
   if (a.root.empty()) a.root = a.root_pos;
+  // From the wheel (packaging/wheel/kvtier/_cli.py): without ROOT, the tree
+  // holding the engine installed for the shim's Python; --check-injected
+  // compiles with that Python unless --python says otherwise.
+  const char* pip_env = std::getenv("KVTIER_PIP_ENV");
+  PipEnv pip = read_pip_env(pip_env);
+  if (pip.present && !pip.python.empty() && app.count("--python") == 0) a.python = pip.python;
+  if (a.root.empty() && pip.present) {
+    auto found = root_from_pip_env(pip_env, a.engine);
+    if (!found) return fail(a, found.error());
+    a.root = found->root;
+    if (!a.quiet) std::cerr << "overlay: " << escape_controls(found->note) << "\n";
+  }
   if (a.root.empty())
     return fail(a, make_error(ErrorKind::Usage, "", "ROOT is required: overlay " + cmd + " ROOT, or --root ROOT"));
   if (struct stat st; ::stat(a.root.c_str(), &st) != 0)
@@ -246,5 +259,9 @@ int main(int argc, char** argv) {
     std::cout << outcome_text(label, *out, a.diff);
     if (a.verbose) std::cout << state_text(out->state);
   }
+  // pip runs no code on uninstall: it cannot revert, so say it here.
+  if (cmd == "apply" && pip.present && !a.quiet)
+    std::cerr << "overlay: note: run `overlay revert` before `pip uninstall kvtier`: pip runs no uninstall hook, so "
+                 "it leaves the overlays applied (a kvtier installed again can revert them)\n";
   return 0;
 }

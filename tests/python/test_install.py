@@ -37,6 +37,9 @@ def test_layout(installed):
     assert (data / "anchors").is_dir() and (data / "overlays").is_dir()
     assert os.access(data / "docker/gate.sh", os.X_OK)
     assert not list(data.rglob("__pycache__"))
+    # Every pin set beside its anchors (docs/PORTING.md), the example's neither.
+    pins = sorted(p.parent.name for p in (data / "pins").glob("*/PINS"))
+    assert pins == sorted(p.name for p in (data / "anchors").iterdir()), pins
     for tool in COMMANDS:
         assert (installed / "share/bash-completion/completions" / tool).is_file()
     assert (installed / "share/doc/kvtier/DEPLOY.md").is_file()

@@ -1,0 +1,366 @@
+"""The `kvtier` wheel (pyproject.toml, docs/DEPLOY.md "With pip"): built with
+scikit-build-core, repaired by auditwheel, installed into a fresh virtual
+environment beside the pinned vLLM, and used from its entry points only.
+
+The environment sees a hard-linked copy of the real-scheduler venv's vLLM
+(scripts/real-venv.sh) through a .pth file: the overlay engine replaces files
+by rename, so the cached venv is never written (cached_venv_stats
+checks every file's inode, size and mtime). Skipped only with KVTIER_REAL=0
+or without that venv.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from kvstore_support import Store, age_tree
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VERSION = (REPO_ROOT / "VERSION").read_text().strip()
+REAL_VENV = Path(
+    os.environ.get(
+        "KVTIER_REAL_VENV",
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "kvtier/venv-vllm-0.33.0",
+    )
+)
+NOTE = "run `overlay revert` before `pip uninstall kvtier`"
+
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("KVTIER_REAL") == "0", reason="KVTIER_REAL=0: no real vLLM"
+    ),
+    pytest.mark.skipif(
+        not (REAL_VENV / "bin/python").exists(),
+        reason=f"{REAL_VENV}: no real-vLLM venv (scripts/real-venv.sh)",
+    ),
+]
+
+
+def _run(*cmd, env=None, check=True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, env=env, check=False
+    )
+    if check and done.returncode != 0:
+        pytest.fail(f"{cmd} exit {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+PYTHON_OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """The caller's environment without kvtier's own variables."""
+    drop = ("KVTIER_CXXSCOPE", "KVTIER_PIP_ENV")
+    return dict({k: v for k, v in os.environ.items() if k not in drop}, **extra)
+
+
+@pytest.fixture(scope="module")
+def cxxscope(build_dir) -> Path:
+    """The Clang tool the wheel leaves out, from the source build (setup.sh)."""
+    tool = build_dir / "cxxscope/kvtier-cxxscope"
+    if not os.access(tool, os.X_OK):
+        pytest.fail(f"{tool} is not built (scripts/setup.sh builds it)")
+    return tool
+
+
+def _real_site() -> Path:
+    (site,) = (REAL_VENV / "lib").glob("python3*/site-packages")
+    return site
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory, request) -> Path:
+    """Builds and repairs the wheel once; prints how long each step took."""
+    out = tmp_path_factory.mktemp("wheel")
+    build_dir = Path(
+        os.environ.get("KVTIER_WHEEL_BUILD_DIR", REPO_ROOT / "build-wheel")
+    )
+    args = [f"-Cbuild-dir={build_dir}"]
+    if shutil.which("ccache"):
+        args += [
+            f"-Ccmake.define.CMAKE_{lang}_COMPILER_LAUNCHER=ccache"
+            for lang in ("C", "CXX")
+        ]
+    env = dict(
+        os.environ, CCACHE_BASEDIR=os.environ.get("CCACHE_BASEDIR", str(REPO_ROOT))
+    )
+    start = time.monotonic()
+    _run(sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
+         "-w", out / "dist", REPO_ROOT, *args, env=env)  # fmt: skip
+    built = time.monotonic() - start
+    (raw,) = (out / "dist").glob("kvtier-*.whl")
+    start = time.monotonic()
+    _run(sys.executable, "-m", "auditwheel", "repair", "-w", out / "house", raw)
+    repaired = time.monotonic() - start
+    (whl,) = (out / "house").glob("kvtier-*.whl")
+    # Past pytest's capture, so every run (CI's too) prints the build time.
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(
+            f"\nwheel: built in {built:.1f} s, repaired in {repaired:.1f} s: "
+            f"{whl.name} ({whl.stat().st_size // 1024} KiB)",
+            flush=True,
+        )
+    return whl
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh venv (no pip: the test's own pip installs into it)."""
+    path = tmp_path_factory.mktemp("venv") / "v"
+    _run(sys.executable, "-m", "venv", "--without-pip", path)
+    return path
+
+
+def _pip(venv: Path, *args) -> subprocess.CompletedProcess:
+    return _run(sys.executable, "-m", "pip", "--python", venv / "bin/python", *args)
+
+
+def _purelib(venv: Path) -> Path:
+    done = _run(
+        venv / "bin/python",
+        "-c",
+        "import sysconfig; print(sysconfig.get_path('purelib'))",
+    )
+    return Path(done.stdout.strip())
+
+
+@pytest.fixture
+def installed(wheel, venv) -> Path:
+    _pip(venv, "install", "-q", "--no-deps", "--no-index", "--force-reinstall", wheel)
+    return venv
+
+
+def _vllm_copy(dst: Path) -> Path:
+    """A site-packages-like folder: vllm/ hard-linked, its dist-info copied."""
+    real = _real_site()
+    dst.mkdir(parents=True)
+    _run("cp", "-al", real / "vllm", dst / "vllm")
+    (info,) = real.glob("vllm-*.dist-info")
+    shutil.copytree(info, dst / info.name)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def pristine_copy(tmp_path_factory) -> Path:
+    return _vllm_copy(tmp_path_factory.mktemp("vllm") / "site")
+
+
+@pytest.fixture
+def site(installed, pristine_copy) -> Path:
+    """The vLLM copy, on the venv's sys.path through a .pth file; made again
+    after a test that left it changed (a copy is 10k hard links)."""
+    pth = _purelib(installed) / "vllm_copy_for_test.pth"
+    pth.write_text(f"{pristine_copy}\n")
+    yield pristine_copy
+    pth.unlink(missing_ok=True)
+    if _differences(pristine_copy / "vllm", _real_site() / "vllm") or sorted(
+        p.name for p in pristine_copy.iterdir()
+    ) != ["vllm", "vllm-0.33.0.dist-info"]:
+        shutil.rmtree(pristine_copy)
+        _vllm_copy(pristine_copy)
+
+
+def _differences(tree: Path, ref: Path) -> list[str]:
+    """Paths that are in one tree only, or whose bytes differ."""
+
+    def entries(root: Path) -> set[str]:
+        out = set()
+        for d, dirs, files in os.walk(root):
+            for n in dirs + files:
+                out.add(os.path.relpath(os.path.join(d, n), root))
+        return out
+
+    a, b = entries(tree), entries(ref)
+    diff = sorted(a ^ b)
+    for rel in sorted(a & b):
+        p, q = tree / rel, ref / rel
+        if p.is_symlink() or q.is_symlink():
+            if os.readlink(p) != os.readlink(q):
+                diff.append(rel)
+        elif p.is_file() and os.stat(p).st_ino != os.stat(q).st_ino:
+            if not filecmp.cmp(p, q, shallow=False):
+                diff.append(rel)
+    return diff
+
+
+def _stats(root: Path) -> dict[str, tuple]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for n in files:
+            st = os.lstat(os.path.join(d, n))
+            out[os.path.join(d, n)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cached_venv_stats():
+    before = _stats(_real_site() / "vllm")
+    yield before
+    assert _stats(_real_site() / "vllm") == before, "the cached venv's vllm changed"
+
+
+ENGINES = sorted(
+    d.name
+    for d in (REPO_ROOT / "anchors").iterdir()
+    if (d / "ORDER").is_file() and not d.name.startswith("example-")
+)
+
+
+def test_wheel_tag_and_contents(wheel):
+    assert re.fullmatch(
+        rf"kvtier-{re.escape(VERSION)}-py3-none-manylinux_2_\d+_x86_64\.whl", wheel.name
+    ), wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    data = "kvtier/share/kvtier"
+    for want in ("kvtier/bin/overlay", "kvtier/bin/kvstore", "kvtier/_cli.py", "kvtier/found.py",
+                 f"{data}/VERSION", f"{data}/docker/bake.sh", f"{data}/docker/gate.sh"):  # fmt: skip
+        assert want in names, want
+    # Every supported release: its ORDER, each overlay ORDER names, its pins.
+    for engine in ENGINES:
+        assert f"{data}/anchors/{engine}/ORDER" in names, engine
+        assert f"{data}/pins/{engine}/PINS" in names, engine
+        order = (REPO_ROOT / "anchors" / engine / "ORDER").read_text().split()
+        for name in order:
+            assert any(n.startswith(f"{data}/overlays/{name}/") for n in names), name
+    # ISA-L grafted by auditwheel; no Clang tool, no worked example, no caches.
+    assert any(re.match(r"kvtier\.libs/libisal-[0-9a-f]+\.so", n) for n in names), names
+    for bad in ("cxxscope", "example-", "__pycache__", "share/doc", "bash-completion"):
+        assert not [n for n in names if bad in n], bad
+
+
+def test_versions_agree(installed):
+    py = installed / "bin/python"
+    meta = _run(py, "-c", "import kvtier; print(kvtier.__version__)").stdout.strip()
+    assert meta == VERSION
+    data = _purelib(installed) / "kvtier/share/kvtier"
+    assert (data / "VERSION").read_text().strip() == VERSION
+    for tool in ("overlay", "kvstore"):
+        lines = _run(installed / "bin" / tool, "--version").stdout.splitlines()
+        assert lines[0] == f"{tool} {VERSION}"
+        for engine in ENGINES:
+            # The id baked into the binary is the id of the artifacts the wheel carries.
+            sh = f'. "{data}/docker/lib.sh"; build_id "{data}" {engine}'
+            assert f"{engine} build {_run('bash', '-c', sh).stdout}" in lines, lines
+    # The Dockerfile's pip stage installs this version by default.
+    dockerfile = (REPO_ROOT / "docker/Dockerfile").read_text()
+    assert f"ARG KVTIER_VERSION={VERSION}\n" in dockerfile
+
+
+def test_dockerfile_pip_stage_names_every_python_overlay():
+    """The pip stage lists the overlays the wheel can apply alone: ORDER
+    without the C++ one. A new overlay in ORDER must be added there."""
+    dockerfile = (REPO_ROOT / "docker/Dockerfile").read_text()
+    assert f"ARG KVTIER_OVERLAYS={PYTHON_OVERLAYS}\n" in dockerfile
+    order = (REPO_ROOT / "anchors/vllm-0.33.0/ORDER").read_text().split()
+    assert order == [*PYTHON_OVERLAYS.split(","), "vllm-fs-durable"]
+
+
+def test_tools_need_only_glibc_and_the_wheel(installed):
+    for tool in ("overlay", "kvstore"):
+        binary = _purelib(installed) / "kvtier/bin" / tool
+        libs = _run("ldd", binary).stdout
+        for line in libs.splitlines():
+            if "=>" not in line:
+                continue
+            name, where = (s.strip() for s in line.split("=>", 1))
+            assert "not found" not in where, line
+            if not re.match(r"(libc|libm|libpthread|libdl|librt)\.so", name):
+                assert "/kvtier.libs/" in where, line
+
+
+def test_apply_check_revert_then_uninstall_leaves_vllm_identical(
+    installed, site, cxxscope, tmp_path
+):
+    """Every overlay, the C++ one included: it rebuilds vllm/fs_io_C.abi3.so
+    from the pinned sources (the fetch cache) with kvtier-cxxscope."""
+    bin_ = installed / "bin"
+    env = _env(KVTIER_CXXSCOPE=str(cxxscope))
+    done = _run(bin_ / "overlay", "apply", "--check-injected", env=env)
+    assert f"no ROOT given: using {site} (vllm 0.33.0" in done.stderr, done.stderr
+    assert f"installed for {bin_ / 'python'}" in done.stderr
+    assert NOTE in done.stderr
+    assert "vllm/fs_io_C.abi3.so: rebuilt" in done.stdout, done.stdout
+    assert _differences(site / "vllm", _real_site() / "vllm"), "apply changed nothing"
+    assert "ok: applied" in _run(bin_ / "overlay", "check", env=env).stdout
+    store = Store(tmp_path / "tier")
+    store.boundary(["a", "b"])
+    age_tree(store.tier)
+    _run(bin_ / "kvstore", "verify", store.tier, env=env)
+    _run(bin_ / "overlay", "revert", env=env)
+    check = _run(bin_ / "overlay", "check", "--expect", "pristine", env=env)
+    assert "ok: pristine" in check.stdout
+    _pip(installed, "uninstall", "-y", "-q", "kvtier")
+    assert not (bin_ / "overlay").exists() and not (bin_ / "kvstore").exists()
+    assert not list(_purelib(installed).glob("kvtier*")), "pip left kvtier files"
+    assert _differences(site / "vllm", _real_site() / "vllm") == []
+    assert sorted(p.name for p in site.iterdir()) == ["vllm", "vllm-0.33.0.dist-info"]
+
+
+def test_uninstall_while_applied_warns_and_keeps_the_tree(wheel, installed, site):
+    """pip runs no uninstall hook: it cannot refuse. apply warns; uninstall
+    leaves the applied tree whole, and a reinstalled kvtier reverts it."""
+    bin_ = installed / "bin"
+    done = _run(bin_ / "overlay", "apply", "--overlays", PYTHON_OVERLAYS, env=_env())
+    assert NOTE in done.stderr
+    applied = _differences(site / "vllm", _real_site() / "vllm")
+    assert applied
+    _pip(installed, "uninstall", "-y", "-q", "kvtier")
+    assert _differences(site / "vllm", _real_site() / "vllm") == applied
+    _pip(installed, "install", "-q", "--no-deps", "--no-index", wheel)
+    check = _run(bin_ / "overlay", "check", "--overlays", PYTHON_OVERLAYS, env=_env())
+    assert "ok: applied" in check.stdout
+    _run(bin_ / "overlay", "revert", env=_env())
+    assert _differences(site / "vllm", _real_site() / "vllm") == []
+
+
+def test_without_cxxscope_the_cxx_overlay_is_refused(installed, site):
+    """The wheel has no kvtier-cxxscope: the default set (ORDER ends with the
+    C++ vllm-fs-durable) fails closed, naming it; nothing is written."""
+    done = _run(installed / "bin/overlay", "apply", env=_env(), check=False)
+    assert done.returncode == 2, done.stderr
+    assert "kvtier-cxxscope is not built or installed" in done.stderr
+    assert _differences(site / "vllm", _real_site() / "vllm") == []
+
+
+def test_no_root_refuses_none_or_several(installed, site, tmp_path):
+    bin_ = installed / "bin"
+    purelib = _purelib(installed)
+    pth = purelib / "vllm_copy_for_test.pth"
+    pth.unlink()
+    # A dist-info without its package beside it does not count.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    shutil.copytree(site / "vllm-0.33.0.dist-info", broken / "vllm-0.33.0.dist-info")
+    (purelib / "broken_vllm_for_test.pth").write_text(f"{broken}\n")
+    try:
+        done = _run(bin_ / "overlay", "status", env=_env(), check=False)
+    finally:
+        (purelib / "broken_vllm_for_test.pth").unlink()
+    assert done.returncode == 2, done.stderr
+    assert f"no vllm distribution is installed for {bin_ / 'python'}" in done.stderr
+    assert f"skipped {broken}/vllm-0.33.0.dist-info: RECORD lists vllm/__init__.py" in (
+        done.stderr
+    )
+
+    second = _vllm_copy(tmp_path / "second")
+    pth.write_text(f"{site}\n{second}\n")
+    done = _run(bin_ / "overlay", "apply", env=_env(), check=False)
+    assert done.returncode == 2, done.stderr
+    assert "2 vllm distributions are installed" in done.stderr
+    assert f"  {site} (vllm 0.33.0)" in done.stderr
+    assert f"  {second} (vllm 0.33.0)" in done.stderr
+    assert _differences(site / "vllm", _real_site() / "vllm") == []
+    # Named explicitly, either works.
+    done = _run(bin_ / "overlay", "status", "--root", second, env=_env())
+    assert "pristine" in done.stdout and "no ROOT given" not in done.stderr
