@@ -184,7 +184,8 @@ def real_size_stages() -> list[Stage]:
     ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
                    "--sequential", "--rounds", "1"]  # fmt: skip
     tier = ["--connector", "--cpu-bytes", str(24 << 30)]
-    budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20"}  # the capture budget: the whole prompt
+    # A CPU tier and a capture budget that hold the longest prompt whole (15.5 GiB).
+    budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "16384"}
     on = budget | {"GLM53_KV_OFFLOAD_RESTORE": "1"}
     store = "ttft.llama8b"
     out = [
@@ -203,7 +204,8 @@ def real_size_stages() -> list[Stage]:
     out += [
         Stage("burst8b.off", LLAMA_8B, "patched", "0", burst + tier, wave=34, timeout=420),
         Stage("burst8b.on", LLAMA_8B, "patched", "1", burst + tier + ["--probe"],
-              {"GLM53_KV_OFFLOAD_CPU_GB": "8"}, wave=35, before="disk-write", timeout=420),
+              {"GLM53_KV_OFFLOAD_CPU_GB": "8", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "8192"},
+              wave=35, before="disk-write", timeout=420),
     ]  # fmt: skip
     for s in out:
         s.diagnosis = True  # selected by prefix only: see selected()
