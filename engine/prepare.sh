@@ -64,7 +64,7 @@ cmake --build "$BUILD/portable" -j2 --target kvtier_store >/dev/null
 cp "$BUILD/portable/storeio/libkvtier_store.so" "$OUT/B/lib/"
 # (Its RUNPATH is $ORIGIN: an ISA-L already copied above resolves to that copy.)
 ldd "$OUT/B/lib/libkvtier_store.so" | awk '/=> \// {print $3}' | grep -E 'libisal' |
-  grep -v "^$OUT/B/lib/" | xargs -r -I{} cp -L {} "$OUT/B/lib/"
+  { grep -v "^$OUT/B/lib/" || true; } | xargs -r -I{} cp -L {} "$OUT/B/lib/"
 ! ldd "$OUT/B/lib/libkvtier_store.so" | grep -qE 'libstdc\+\+|not found' || {
   echo "prepare: libkvtier_store.so is not portable: $(ldd "$OUT/B/lib/libkvtier_store.so" | tr -s ' \t\n' ' ')" >&2
   exit 1
