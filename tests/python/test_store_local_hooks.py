@@ -466,6 +466,44 @@ def test_worker_queues_the_capture_on_the_device_right_after_the_submit(
     env.worker.shutdown()
 
 
+def test_shutdown_writes_a_job_queued_on_the_device_that_vllm_never_reported(
+    patched, knob_on
+):
+    """Issue 29, seen on the H200 (ttft.llama8b.write: 768 keys captured, never
+    written, the last 12,288 tokens of a 127k prompt missing after a restart):
+    the offline engine stops stepping once the last request finished, so vLLM
+    never reports its last submitted store job, whose capture was queued on
+    the device. The shutdown waits for that job too and writes it."""
+    vllm = Vllm(patched)
+    devices = importlib.import_module(f"{OFFLOADING}.kv_store_local.capture_device")
+    rig = StoreRig(
+        vllm, rows=8, row_bytes=ROW, device=devices.HostCopy(), gpu_blocks=32
+    )
+    env = SimpleNamespace(worker=rig.worker, fake=rig.gpu, store=rig.store)
+    assert rig.store.active, rig.store.disabled_reason
+    job, key, page = full_chunk_job(vllm, rig, 1, 0x00)
+    rig.kv[11 * ROW : 11 * ROW + page] = bytes([0x5A]) * page  # GPU block 11
+    env.worker.prepare_store_kv(
+        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={7: job})
+    )
+    env.worker.start_kv_transfers(
+        vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
+    )
+    assert env.store.stats.jobs_queued_on_device == 1
+    real_wait = env.fake.wait
+
+    def wait(job_ids):  # the copy completes while it is waited for
+        real_wait(job_ids)
+        env.fake.done += [j for j in env.fake.submitted if j in job_ids]
+
+    env.fake.wait = wait
+    env.worker.shutdown()  # no get_finished before: the engine stopped stepping
+    assert env.fake.waited == [{7}]
+    assert env.store.stats.jobs_drained == 1
+    with open(env.store.writer.layout.chunk(key[:-4].hex(), 0), "rb") as f:
+        assert f.read().endswith(bytes([0x5A]) * page)
+
+
 def test_flush_path_waits_for_the_device_capture(patched, knob_on):
     vllm = Vllm(patched)
     devices = importlib.import_module(f"{OFFLOADING}.kv_store_local.capture_device")

@@ -111,7 +111,9 @@ class VllmWorkerStore(WorkerStore):
         (the offline LLM does once no request is unfinished) leaves the last
         ones in ``unsubmitted`` (vLLM's deferred list, cleared right after
         this) or in flight. Submit those this rank remembered, wait for every
-        remembered job and capture it. Returns the jobs captured here."""
+        remembered job and every job whose capture is queued on the device
+        (submitted, never reported), and capture it. Returns the jobs captured
+        here."""
         if not self.active or worker is None:
             return 0
         captured = 0
@@ -119,7 +121,9 @@ class VllmWorkerStore(WorkerStore):
             for job_id, src_spec, dst_spec in unsubmitted:
                 if job_id in self._remembered:
                     worker.submit_store(job_id, src_spec, dst_spec)
-            waiting = set(self._remembered)
+            # A job submitted before the engine stopped stepping has its first
+            # capture queued on the device (it left _remembered for _queued).
+            waiting = set(self._remembered) | set(self._queued)
             if waiting:
                 worker.wait(waiting)
                 for result in worker.get_finished():
