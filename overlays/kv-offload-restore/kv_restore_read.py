@@ -39,13 +39,14 @@ def buffer_address(buf: Any) -> int:
 
 def request(
     proof: Proof,
-    fd: int,
+    file: str | int,
     namespace: bytes,
     segments: Sequence[fmt.Segment],
     runs: Sequence[tuple[int, int]],
 ) -> native.ReadRequest:
     """What one file must be (the manifest entry, this boot's segment table)
-    and where its payload goes; ``fd`` is the caller's open descriptor."""
+    and where its payload goes; ``file`` is its path (the library opens it)
+    or the caller's open descriptor."""
     return native.ReadRequest(
         group=proof.group,
         namespace_hash=namespace,
@@ -55,7 +56,8 @@ def request(
         payload_checksum=proof.checksum,
         segments=segments,
         runs=runs,
-        fd=fd,
+        path=file if isinstance(file, str) else None,
+        fd=file if isinstance(file, int) else -1,
     )
 
 

@@ -42,7 +42,6 @@ native library), and this one
 (the knob, the counters, the promotions and the hooks' entry points).
 """
 
-import errno
 import fcntl
 import logging
 import os
@@ -388,7 +387,7 @@ class WorkerRestore:
             self.stats.failures["restore_off"] += 1
             return False
         lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        opened: list[tuple[bytes, int, Proof, int]] = []
+        located: list[tuple[bytes, int, Proof, str]] = []
         try:
             try:
                 # Never wait for a sweep on the serving path: a busy lock is a miss.
@@ -398,23 +397,26 @@ class WorkerRestore:
                 return False
             try:
                 for key, chunk in zip(keys, chunks, strict=True):
-                    opened.append((bytes(key), int(chunk), *self._open(bytes(key))))
+                    located.append((bytes(key), int(chunk), *self._locate(bytes(key))))
                 if self.before_read is not None:
-                    self.before_read([p for _, _, p, _ in opened])
+                    self.before_read([p for _, _, p, _ in located])
                 start = time.perf_counter()
-                self._read_all(opened)
+                self._read_all(located)
                 self.stats.read_seconds += time.perf_counter() - start
             except chunk_read.PromotionFailed as e:
                 self._fail(e)
                 return False
         finally:
-            for _, _, _, fd in opened:
-                os.close(fd)
             os.close(lock_fd)  # releases the shared lock
-        self.stats.keys_restored += len(opened)
+        self.stats.keys_restored += len(located)
         return True
 
-    def _open(self, key: bytes) -> tuple[Proof, int]:
+    def _locate(self, key: bytes) -> tuple[Proof, str]:
+        """The manifest entry proving the key and its chunk file's path. The
+        library opens the file (O_NOFOLLOW, regular files only) inside the one
+        read call: an open per file here would give up and wait for the GIL
+        three times a file, and with the engine thread stepping a job of
+        thousands of files waited seconds for it (seen on the H200)."""
         assert self.inventory is not None
         with self._lock:
             proof = self.inventory.proof(key)
@@ -426,28 +428,20 @@ class WorkerRestore:
             raise chunk_read.PromotionFailed(
                 "unknown_group", f"group {proof.group}", key
             )
-        path = self._store.writer.layout.chunk(proof.key_hex, proof.group)
-        try:
-            fd = fmt.open_regular(path)
-        except OSError as e:
-            reason = "missing_file" if e.errno == errno.ENOENT else "io_error"
-            raise chunk_read.PromotionFailed(
-                reason, f"{path}: {e.strerror}", key
-            ) from e
-        return proof, fd
+        return proof, self._store.writer.layout.chunk(proof.key_hex, proof.group)
 
-    def _read_all(self, opened: Sequence[tuple[bytes, int, Proof, int]]) -> None:
-        """Read and verify the job's files: one call of the native library,
-        ``READERS`` threads, the GIL released for the whole read."""
+    def _read_all(self, located: Sequence[tuple[bytes, int, Proof, str]]) -> None:
+        """Open, read and verify the job's files: one call of the native
+        library, ``READERS`` threads, the GIL released for the whole read."""
         requests = []
-        for _, chunk, proof, fd in opened:
+        for _, chunk, proof, path in located:
             layout, first, count = self._geometry(proof)
             segments, plan = self._plan(layout, first, count)
             runs = [(address + chunk * stride, n) for address, stride, n in plan]
             requests.append(
-                chunk_read.request(proof, fd, self._namespace, segments, runs)
+                chunk_read.request(proof, path, self._namespace, segments, runs)
             )
-        keys = [key for key, _, _, _ in opened]
+        keys = [key for key, _, _, _ in located]
         self.stats.bytes_restored += chunk_read.read_job(
             self._native, keys, requests, READERS, READ_WILLNEED
         )

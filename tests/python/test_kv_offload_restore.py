@@ -495,8 +495,33 @@ def test_gc_sweep_waits_for_a_promotion(ns, store, kvstore_bin):
     restarted.shutdown()
 
 
-def test_keep_k_retiring_under_a_promotion_loads_the_verified_bytes(ns, store):
-    """Keep-K unlinks the manifest and state payload a promotion has open."""
+def test_keep_k_retiring_manifests_under_a_promotion_loads_the_verified_bytes(
+    ns, store
+):
+    """Keep-K unlinks the manifests (first, FORMAT.md's order) while a
+    promotion is under way: the chunk files it reads are still the verified
+    ones, so the restore loads them."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    restarted = Rig(ns, store)
+
+    def retire(proofs):
+        manifests = os.path.join(base_dir(restarted), "manifests")
+        for name in os.listdir(manifests):
+            os.unlink(os.path.join(manifests, name))
+
+    restarted.restorers[0].before_read = retire
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == RESTORED
+    assert_restored(restarted, hashes)
+    restarted.shutdown()
+
+
+def test_keep_k_retiring_a_payload_before_the_library_opens_it_is_a_miss(ns, store):
+    """The library opens a job's files inside its one read call (an open per
+    file in Python waited for the GIL behind the stepping engine thread: 2047
+    files took seconds on the H200). A payload keep-K unlinks after the
+    promotion located it and before that call is a miss; nothing is loaded."""
     rig, hashes = write_a(ns, store)
     rig.shutdown()
     restarted = Rig(ns, store)
@@ -504,19 +529,14 @@ def test_keep_k_retiring_under_a_promotion_loads_the_verified_bytes(ns, store):
     def retire(proofs):
         for p in proofs:
             if p.kind == "state":
-                os.unlink(
-                    chunk_path(
-                        restarted, bytes.fromhex(p.key_hex) + p.group.to_bytes(4, "big")
-                    )
-                )
-        manifests = os.path.join(base_dir(restarted), "manifests")
-        for name in os.listdir(manifests):
-            os.unlink(os.path.join(manifests, name))
+                key = bytes.fromhex(p.key_hex) + p.group.to_bytes(4, "big")
+                os.unlink(chunk_path(restarted, key))
 
     restarted.restorers[0].before_read = retire
     hits, _ = restore_b(restarted, hashes)
-    assert hits == RESTORED  # the open files are the verified inodes
-    assert_restored(restarted, hashes)
+    assert hits == 0
+    assert restarted.restorers[0].stats.failures == {"missing_file": 1}
+    assert restarted.workers[0].gpu.loads == []
     restarted.shutdown()
 
 

@@ -261,7 +261,11 @@ class Ranks:
             r = krw.WorkerRestore(rescan_seconds=1e9)
             r._bound = True
             r.inventory = StubInventory(keys)
-            r._store = SimpleNamespace(writer=SimpleNamespace(rank=rank))
+            # The writer's side of a promotion: owed keys of the rows it takes
+            # get their last chance first (nothing owed here).
+            r._store = SimpleNamespace(
+                writer=SimpleNamespace(rank=rank), rows_taken=lambda chunks: None
+            )
             r._promote = self._reader(r, rank)
             self.restorers.append(r)
         s = engine.s
