@@ -172,7 +172,10 @@ def stages() -> list[Stage]:
 
 
 LLAMA_8B = os.path.join(MODELS, "llama-8b")
-TTFT_TOKENS = (32768, 126976)
+# The prompt lengths of the TTFT stages (TTFT_TOKENS=32768 for a shorter run).
+TTFT_TOKENS = tuple(
+    int(n) for n in os.environ.get("TTFT_TOKENS", "32768,126976").split(",")
+)
 
 
 def real_size_stages() -> list[Stage]:
