@@ -69,12 +69,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/do
 # The wheel (pyproject.toml; SKBUILD is set by scikit-build-core) installs
 # into its kvtier/ package folder: the tools and their data, no docs or
 # completions. `auditwheel repair` then copies ISA-L into kvtier.libs/.
+# The store library (libkvtier_store.so) is installed above, in lib/kvtier/
+# beside what the tools' RPATH names.
 if(SKBUILD)
-  # The store's native data path (libkvtier_store.so, loaded by the overlays
-  # from kvtier/lib/) goes here once its target exists.
-  if(TARGET kvtier_store)
-    install(TARGETS kvtier_store LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
-  endif()
   return()
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore

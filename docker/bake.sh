@@ -125,12 +125,14 @@ run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" ${apply_args[@]+"${
 run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
 
 # 4. The store library where kv_store_format/native.py looks by default
-# (beside it), with the bundled ISA-L its $ORIGIN RPATH needs.
+# (beside it), with the bundled ISA-L its $ORIGIN RPATH needs (a portable
+# install bundles it; a plain one links the system's, and has none to copy).
 if [[ -f $prefix/$KVTIER_STORE_LIB_REL ]]; then
   lib=$prefix/$KVTIER_STORE_LIB_REL
+  mapfile -t libs < <(compgen -G "$(dirname "$lib")/libisal.so*" || true)
   mapfile -t natives < <(find "$root" -path '*/kv_store_format/native.py' -type f)
   for native in "${natives[@]}"; do
-    cp "$lib" "$(dirname "$lib")"/libisal.so* "$(dirname "$native")/" ||
+    cp "$lib" ${libs[@]+"${libs[@]}"} "$(dirname "$native")/" ||
       die "$native: cannot install the store library beside it"
     log "store library installed beside $native"
   done

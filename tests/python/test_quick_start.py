@@ -52,6 +52,7 @@ def tree(tmp_path) -> Path:
     stub(root / "scripts" / "hardening.sh",
          'sleep 0.5; [ ! -e "$STUB_LOG.venv" ] || echo "venv building" >>"$STUB_LOG"')  # fmt: skip
     stub(root / "scripts" / "demo.py")
+    stub(root / "scripts" / "upstream-tests.sh")
     return root
 
 
@@ -115,7 +116,8 @@ def test_test_sh_times_every_stage_and_builds_the_venv_beside_the_cxx_stages(tre
     times = res.stdout[res.stdout.index("== stage times") :].splitlines()[1:]
     names = [line.split()[0] for line in times]
     assert names == ["setup", "hardening", "ctest", "venv-wait", "pytest", "realsched",
-                     "total"]  # fmt: skip
+                     "upstream", "total"]  # fmt: skip
+    assert "upstream-tests.sh " in log  # vLLM's own tests on both trees
     assert all(line.split()[2] == "s" for line in times)
     assert all(line.rstrip().endswith("ok") for line in times[:-1])
 

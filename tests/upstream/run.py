@@ -163,6 +163,12 @@ def knob_env(knob: str, scratch: Path) -> dict[str, str]:
         store.mkdir(exist_ok=True)
         env["GLM53_KV_OFFLOAD_DIR"] = str(store)
         env["GLM53_KV_OFFLOAD_CPU_GB"] = "1"
+        # The writer's native store library (kv_store_format/native.py): this build's,
+        # as a baked image has it beside the module.
+        build = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build")).resolve()
+        env.setdefault(
+            "KVTIER_STORE_LIB", str(build / "storeio" / "libkvtier_store.so")
+        )
     return env
 
 
