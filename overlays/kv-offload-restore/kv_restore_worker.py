@@ -8,9 +8,9 @@ Every TP worker reads only its own store (the rank base the writer opened):
   reports (kv_restore_reports), READY once the boot scan is complete.
 - **Promotion.** The scheduler's tier sends (job, keys, CPU chunk ids). The
   worker takes the store lock shared (``kvstore gc --sweep`` needs it
-  exclusive) and opens every file the job needs. One call of the native
+  exclusive) and finds every file the job needs. One call of the native
   store library (libkvtier_store.so, no GIL, ``READERS`` threads) then
-  reads the job's files; per file: the header is checked in
+  opens and reads the job's files; per file: the header is checked in
   docs/FORMAT.md's order and against the manifest entry (namespace, group,
   key, boundary index, payload length and checksum, segment table equal to
   this boot's layout), then the file size;
@@ -32,9 +32,9 @@ so no other transfer is given them while a read may still land. A cache
 reset releases them at once (vLLM's reset frees every row), so the first
 step after it carries the fenced job ids and this rank waits for those reads
 (queued ones are cancelled) before it submits any transfer of that step.
-Chunk files are immutable (temp + rename), so a file opened before keep-K
-unlinks it still reads as the verified bytes; one unlinked before the open
-is a miss.
+Chunk files are immutable (temp + rename), so a file the library opened
+before keep-K unlinks it still reads as the verified bytes; one unlinked
+before that open is a miss.
 
 Modules: kv_restore_inventory (the manifests and the keys they prove),
 kv_restore_read (a job's chunk files checked and read into memory by the
