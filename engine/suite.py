@@ -9,8 +9,12 @@ size themselves from free memory); the throughput pair runs alone, one after the
 DIR/results.json holds every stage's result and every check; DIR/summary.txt the verdicts.
 Exit 0 when every check of every stage that ran passed.
 
-Why one file over 500 lines: the stage table and the judges are read side by side; a judge
-is only meaningful next to the stage it judges.
+Why one file of about 1,050 lines: the stage table and the judges are read side by side; a
+judge is only meaningful next to the stage it judges, and the stages share one runner (the
+launch.sh plan, the env, the page-cache step). The plain disk speeds live apart
+(diskspeed.py). The natural cut, when it grows again: the real-size stages and their judges
+(real_size_stages, ttft_judge, burst_judge) into a module of their own, with the helpers they
+share with the small-model judges (same_kv, _compare_steps, _rate) moved beside them.
 """
 
 from __future__ import annotations

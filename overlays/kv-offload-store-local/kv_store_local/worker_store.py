@@ -4,6 +4,14 @@
 Plain values in (the settings, staging tensors and per-layer refs that
 ``vllm_worker`` reads from vLLM), never raises into vLLM: every failure
 disables the writer on this rank with one log line.
+
+Why one file of about 700 lines: it is one state machine per store job
+(remembered -> queued on the device -> acked -> handed to the writer, or owed
+and recaptured), and every step reads and changes the same per-rank state
+(``_remembered``, ``_queued``, the owed keys by staging row, the pool); the
+pieces that need none of it already live apart (capture_device, copier,
+capture_pool, recapture, job_plan). The next cut would move the owed-key
+bookkeeping (last chance, rows_taken, writer-side recaptures) into recapture.py.
 """
 
 import threading
