@@ -477,7 +477,7 @@ def ttft_results() -> dict:
     plain = {"plain_read": {"best_gb_per_s": 2.5}}
     return {
         "ttft.llama8b.cold": ttft_stage([4.0, 60.0], [0, 0], DIGESTS),
-        "ttft.llama8b.write": ttft_stage([4.1, 61.0], [0, 0], [None, None]),
+        "ttft.llama8b.write": ttft_stage([4.1, 61.0], [0, 0], DIGESTS),
         "ttft.llama8b.disk": ttft_stage(
             [2.0, 12.0],
             [32752, 126960],
@@ -522,6 +522,19 @@ def test_ttft_restore_verdict_fails_on_each_defect(breakage):
         "ok"
     ]
     assert verdicts["ttft.llama8b.cache: restored, logprobs and KV bytes == cold"]["ok"]
+
+
+def test_ttft_restore_must_equal_the_writer_engines_blocks():
+    # The store holds the writer engine's bytes: a restore that equals the cold engine
+    # but not the blocks it was written from is a failure too (and the other way round).
+    results = ttft_results()
+    results["ttft.llama8b.write"]["rounds"][0]["kv_digests"][0][0][1] = "other"
+    verdicts = suite.ttft_judge(results)
+    for kind in ("disk", "cache"):
+        v = verdicts[f"ttft.llama8b.{kind}: restored, logprobs and KV bytes == cold"]
+        assert v["kv"]["ok"] and not v["kv_vs_write"]["ok"] and not v["ok"]
+    written = verdicts["ttft.llama8b.write: store written, kvstore verify clean"]
+    assert written["kv_vs_cold"]["different"] == 1
 
 
 def test_burst_writer_rate_is_judged_against_the_disk():
