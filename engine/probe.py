@@ -197,6 +197,29 @@ def _layer_page(worker: Any, name: str, num_blocks: int) -> tuple[Any, int, int]
     return raw, first.storage_offset() * elem, first.stride(0) * elem * ratio
 
 
+def _logical_block(
+    worker: Any, name: str, spec: Any, num_blocks: int, block: int
+) -> bytes:
+    """A manager block's KV bytes of one layer in the cache's logical order.
+
+    An attention layer's cache is a view of logical shape [B, H, N, C] whose strides follow
+    the KV cache layout vLLM resolved, and that layout differs between engines: the pristine
+    8B engine ran LBNHC, the same engine with the OffloadingConnector LBHNC (run 14). Raw
+    page bytes of equal KV then differ, so a digest that compares engines reads the logical
+    view. State layers (a list of tensors sharing one page) keep their raw page bytes.
+    """
+    import torch
+
+    kv = worker.model_runner.compilation_config.static_forward_context[name].kv_cache
+    if isinstance(kv, torch.Tensor):
+        ratio = kv.shape[0] // num_blocks  # kernel blocks per manager block
+        view = kv[block * ratio : (block + 1) * ratio].contiguous()
+        return view.view(torch.uint8).cpu().numpy().tobytes()
+    raw, base, stride = _layer_page(worker, name, num_blocks)
+    start = base + block * stride
+    return raw[start : start + _unpadded_page(spec)].cpu().numpy().tobytes()
+
+
 def _unpadded_page(spec: Any) -> int:
     from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
@@ -305,8 +328,8 @@ def block_digests(
 ) -> list[list[str | None]]:
     """sha256 of the KV bytes of a request's full prompt blocks, per group and position.
 
-    Read from the engine's own KV-cache tensors (every layer of the group, unpadded page),
-    like inspect_worker. Only positions below (prompt_len - 1) // block_size: the blocks a
+    Read from the engine's own KV-cache tensors (every layer of the group, in the cache's
+    logical order: _logical_block). Only positions below (prompt_len - 1) // block_size: the blocks a
     prefix hit can cover (vLLM always computes the last prompt token). The null block (0,
     a state group's unused position) reads as None.
     """
@@ -330,10 +353,12 @@ def block_digests(
                 continue
             h = hashlib.sha256()
             for name in kv_group.layer_names:
-                raw, base, stride = _layer_page(worker, name, kv_config.num_blocks)
-                size = _unpadded_page(per_layer.get(name, spec))
-                start = base + block * stride
-                h.update(raw[start : start + size].cpu().numpy().tobytes())
+                layer_spec = per_layer.get(name, spec)
+                h.update(
+                    _logical_block(
+                        worker, name, layer_spec, kv_config.num_blocks, block
+                    )
+                )
             digests.append(h.hexdigest())
         out.append(digests)
     return out
