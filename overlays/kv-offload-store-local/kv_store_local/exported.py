@@ -166,9 +166,11 @@ class Exporter:
 
 def worker_stats(connector_worker: Any) -> Any:
     """The hook in OffloadingConnector.get_kv_connector_stats (a worker)."""
-    exporter = connector_worker.__dict__.setdefault("_kv_exported", Exporter())
     store = getattr(connector_worker, "_kv_store", None)
     restore = getattr(connector_worker, "_kv_restore", None)
+    if store is None and restore is None:
+        return None
+    exporter = connector_worker.__dict__.setdefault("_kv_exported", Exporter())
     return exporter.take(
         (
             (STORE, getattr(store, "stats", None)),
