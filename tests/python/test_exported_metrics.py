@@ -122,3 +122,13 @@ def test_a_per_reason_counter_uses_its_reasons_as_label_values():
         ("vllm:kv_offload_restore_jobs_refused", ("checksum",)): 2,
         ("vllm:kv_offload_restore_jobs_refused", ("lock_busy",)): 1,
     }
+
+
+def test_deploy_md_tables_every_exported_series():
+    deploy = (REPO / "docs" / "DEPLOY.md").read_text()
+    missing = [
+        row.name
+        for row in exported.COUNTERS
+        if f"`{row.name}_total`" not in deploy or f"`{row.field}`" not in deploy
+    ]
+    assert missing == [], "docs/DEPLOY.md: add these series (or fields) to the table"
