@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import metrics_check  # noqa: E402
 import probe  # noqa: E402  (the functions collective_rpc sends to the workers)
 
 
@@ -89,6 +90,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         gpu_memory_utilization=0.2,
         tensor_parallel_size=args.tp,
     )
+    if getattr(args, "metrics", False):
+        kw["disable_log_stats"] = False  # the stat loggers fill what get_metrics reads
     if args.hybrid:
         kw["mamba_cache_mode"] = "align"
     if args.eagle:
@@ -225,6 +228,12 @@ def main() -> int:
     )
     p.add_argument("--restore-probe", action="store_true", help="record promotions")
     p.add_argument(
+        "--metrics",
+        action="store_true",
+        help="after the probes: the tier's counters from vLLM's registry "
+        "(LLM.get_metrics; the suite checks them against the probe)",
+    )
+    p.add_argument(
         "--thread-cpu",
         action="store_true",
         help="each round: CPU seconds of the process's threads, by name",
@@ -351,6 +360,9 @@ def main() -> int:
             print("RESTORE_WORKER", json.dumps({k: w[k] for k in ("stats", "manifests",
                   "manifests_bad") if k in w}))  # fmt: skip
         print("RESTORE_SCHEDULER", json.dumps(result["restore_scheduler"]))
+    if args.metrics:
+        result["metrics"] = metrics_check.scrape(llm)
+        print("METRICS", json.dumps(result["metrics"]))
     with open(args.out, "w") as f:
         json.dump(result, f)
     print("STAGE_OK", flush=True)

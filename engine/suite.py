@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import diskspeed  # noqa: E402
+import metrics_check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "models")
@@ -106,7 +107,7 @@ def stages() -> list[Stage]:
             llama,
             "patched",
             "1",
-            small + probe + ["--tp", "2"],
+            small + probe + ["--tp", "2", "--metrics"],
             mp,
             wave=2,
             gpus=2,
@@ -156,14 +157,17 @@ def stages() -> list[Stage]:
     # so every engine's request sees the same prefix-hit split as the cold engine's request
     # with the same hit (suite.restore_judge).
     seq = small + ["--sequential"]
+    # The tier's counters from vLLM's registry after the stage, against the probe's.
+    metrics = ["--metrics"]
     for model, path, extra in (("llama", llama, []), ("lfm2", lfm2, hyb)):
         store = f"restore.{model}"
         on = {"GLM53_KV_OFFLOAD_RESTORE": "1"}
         out += [
             Stage(f"{store}.cold", path, "pristine", None, seq + extra, wave=7, timeout=150),
-            Stage(f"{store}.write", path, "patched", "1", seq + extra + probe,
+            Stage(f"{store}.write", path, "patched", "1", seq + extra + probe + metrics,
                   env={"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=7, store=store, timeout=150),
-            Stage(f"{store}.hit", path, "patched", "1", seq + extra + ["--restore-probe"],
+            Stage(f"{store}.hit", path, "patched", "1",
+                  seq + extra + ["--restore-probe"] + metrics,
                   env=on, wave=8, store=store, timeout=150),
             Stage(f"{store}.bad", path, "patched", "1", seq + extra + ["--restore-probe"],
                   env=on, wave=9, store=store, verify=False, corrupt=f"{store}.hit",
@@ -754,6 +758,9 @@ def judge(
         ):  # the real-size stages do not compare bytes (minutes): see their judges
             tp = 2 if name.endswith("tp2") else 1
             verdicts[f"{name}: writer, groups, bytes, verify"] = check_writer(res, tp)
+    for name, res in results.items():
+        if "--metrics" in (res.get("argv") or []):
+            verdicts[f"{name}: exported counters == probe"] = metrics_check.check(res)
     pressure = [n for n in sorted(results) if n.startswith("pressure.")]
     if any(results[n].get("rounds") for n in pressure):
         verdicts["throughput: CPU seconds by thread, round 0 (diagnosis)"] = {

@@ -106,6 +106,7 @@ class Demo:
         self.tree = self.scratch / "site-packages"
         self.store = self.scratch / "store"
         self.rows: list[tuple[str, str, float]] = []
+        self.counters: list[str] = []  # the restore step's exported counters
         self.base_env = {k: v for k, v in os.environ.items() if k not in KNOBS}
         self.base_env["PYTHONDONTWRITEBYTECODE"] = "1"
 
@@ -311,6 +312,14 @@ class Demo:
             f"{f['after_corruption_hits']} tokens hit, {f['after_corruption_loads']} "
             f"loads, failures {f['failures']}; the request recomputes"
         )
+        # What vLLM's /metrics would show for each engine (demo_restore.py says
+        # how they are made without the GPU); the summary repeats them.
+        self.counters = [
+            f"{engine} engine: {line}"
+            for engine, lines in f["exported_counters"].items()
+            for line in lines
+        ]
+        self.out.text("exported counters:\n" + "\n".join(self.counters), limit=60)
         return (
             f"{f['restored_tokens']} tokens on {f['ranks']} ranks, bytes equal; "
             "corrupted chunk -> recompute"
@@ -378,6 +387,9 @@ class Demo:
         width = max(len(r[0]) for r in self.rows)
         for title, result, seconds in self.rows:
             print(f"  {title:<{width}}  {seconds:6.1f} s  {result}")
+            if title == "restore":  # the counters the engine exports, after its row
+                for line in self.counters:
+                    print(f"  {'':<{width}}  {'':>8}  {line}")
         total = sum(r[2] for r in self.rows)
         verdict = "FAILED" if failed else "ok"
         print(f"demo: {verdict} in {total:.1f} s; scratch folder kept: {self.scratch}")

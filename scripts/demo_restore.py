@@ -74,6 +74,39 @@ def bytes_equal(rig: Rig, hashes, hits: int, n: int) -> int:
     return equal
 
 
+OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+
+
+def exported_counters(ns, rig: Rig) -> list[str]:
+    """The tier's counters as vLLM's Prometheus endpoint would show them.
+
+    The payload is the one the patched engine sends: each rank's through the
+    worker hook's function (kv_store_local/exported.worker_stats), summed over
+    ranks and merged with the real scheduler's get_stats (our tier's), as vLLM
+    does before its Prometheus logger observes it. The demo has no
+    prometheus_client (it runs on stubs, without the real-vLLM venv), so the
+    lines are written here in the form /metrics serves (counters get _total).
+    """
+    exported = ns.load(f"{OFFLOADING}.kv_store_local.exported")
+    total = None
+    for worker in rig.workers:
+        stats = exported.worker_stats(worker)
+        if stats is not None:
+            total = stats if total is None else total.aggregate(stats)
+    sched = rig.scheduler.get_stats()
+    if sched is not None:
+        total = sched if total is None else total.aggregate(sched)
+    ours = {row.name: row.label[0] if row.label else None for row in exported.COUNTERS}
+    lines = []
+    for name, series in sorted((total.data["data"] if total else {}).items()):
+        if name not in ours:
+            continue
+        for labels, value in sorted(series.items()):
+            shown = f'{{{ours[name]}="{labels[0]}"}}' if labels else ""
+            lines.append(f"{name}_total{shown} {value:g}")
+    return lines
+
+
 def drive(tree: Path, store: Path) -> dict:
     set_store_knobs(store, GLM53_KV_OFFLOAD_RESTORE="1", PYTHONHASHSEED="0")
     hashes = chain_hashes("a", PROMPT_BLOCKS)
@@ -81,13 +114,15 @@ def drive(tree: Path, store: Path) -> dict:
         writer = Rig(ns, store, tp=TP)
         writer.store_request("a", hashes, PROMPT_BLOCKS, 0)
         written = sum(w._kv_store.stats.keys_written for w in writer.workers)
-        writer.shutdown()
+        writer.shutdown()  # the writer drains first: its last writes are counted
+        write_counters = exported_counters(ns, writer)
 
         restored, hits = restore(ns, store, "b", hashes, 9)
         if not hits:
             raise SystemExit("demo_restore: the restarted engine restored nothing")
         equal = bytes_equal(restored, hashes, hits, 9)
         restored_bytes = sum(r.stats.bytes_restored for r in restored.restorers)
+        counters = exported_counters(ns, restored)
         victim_key = hashes[2 * (BLOCK // HASH) - 1] + (0).to_bytes(4, "big")
         victim = Path(
             restored.workers[1]._kv_store.writer.layout.chunk(victim_key[:-4].hex(), 0)
@@ -103,6 +138,7 @@ def drive(tree: Path, store: Path) -> dict:
         for r in again.restorers:
             for reason, count in r.stats.failures.items():
                 failures[reason] = failures.get(reason, 0) + count
+        corrupt_counters = exported_counters(ns, again)
         again.shutdown()
         if recompute_hits or loads:
             raise SystemExit("demo_restore: a corrupted chunk was loaded")
@@ -116,6 +152,11 @@ def drive(tree: Path, store: Path) -> dict:
         "after_corruption_hits": recompute_hits,
         "after_corruption_loads": loads,
         "failures": failures,
+        "exported_counters": {
+            "write": write_counters,
+            "restart": counters,
+            "corrupted": corrupt_counters,
+        },
     }
 
 

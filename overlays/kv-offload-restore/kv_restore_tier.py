@@ -63,7 +63,7 @@ from vllm.v1.kv_offload.tiering.base import (
 from . import kv_restore_cost as cost
 from . import kv_restore_reports as reports
 from .kv_restore_worker import RestoreRefused, restore_requested
-from .kv_store_local import store_perms
+from .kv_store_local import exported, store_perms
 from .kv_store_local.vllm_scheduler import release_manager
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,7 @@ class LocalStoreTier(SecondaryTierManager):
         self.num_workers: int | None = None  # bound by the scheduler hook
         self.ready_timeout_s = float(ready_timeout_s)
         self.stats = TierStats()
+        self._exported = exported.Exporter()
         self._born = time.monotonic()
         self._ready = 0
         self._timed_out = False
@@ -223,6 +224,11 @@ class LocalStoreTier(SecondaryTierManager):
                 self._fence.append(job_id)
         self._inflight.clear()
         self._queued.clear()
+
+    def get_stats(self) -> Any:
+        """vLLM's tiering manager sums this into the scheduler's payload: the
+        increase of our counters since its last call (kv_store_local/exported)."""
+        return self._exported.take([(exported.TIER, self.stats)])
 
     def config_info(self):
         return {}

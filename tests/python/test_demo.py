@@ -58,6 +58,14 @@ def test_main_job_runs_end_to_end(build_dir, overlay_bin, kvstore_bin, tmp_path)
     assert "RESTORE=1 go, RESTORE=2 refused (2)" in summary
     assert "files equal their pins" in summary
     assert "tokens on 2 ranks, bytes equal; corrupted chunk -> recompute" in summary
+    # The counters vLLM's /metrics would show, after the restore row.
+    after_restore = summary[summary.index("corrupted chunk -> recompute") :]
+    assert "write engine: vllm:kv_offload_store_keys_written_total " in after_restore
+    assert "restart engine: vllm:kv_offload_restore_keys_total " in after_restore
+    assert (
+        'corrupted engine: vllm:kv_offload_restore_jobs_refused_total{reason="'
+        in after_restore
+    )
     assert "vllm-fs-durable applied, compile-checked, reverted" in summary
     assert summary.rstrip().splitlines()[-1].startswith("demo: ok in ")
     # Nothing outside the scratch folder: no temp files, no repo changes.

@@ -163,7 +163,12 @@ def test_both_overlays_apply_and_check_on_the_pinned_tree(
 def test_hooks_are_behind_the_knob(patched_tree):
     """Every import of the writer sits inside `if os.environ.get("GLM53_KV_OFFLOAD"...)`."""
     module = patched_tree / OFFLOADING.replace(".", "/")
-    for name in ("scheduler.py", "worker.py"):
+    for name in (
+        "scheduler.py",
+        "worker.py",
+        "metrics.py",
+        "../offloading_connector.py",
+    ):
         tree = ast.parse((module / name).read_text())
         guarded = set()
         for node in ast.walk(tree):
