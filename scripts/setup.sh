@@ -78,9 +78,10 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # shellcheck disable=SC2086
   cmake -S . -B "$BUILD_DIR" -G Ninja ${CMAKE_ARGS:-} >/dev/null
 fi
-# The demo needs the two tools and the C/C++ scope helper, not the test binaries.
+# The demo needs the two tools, the store library the patched writer loads and the C/C++
+# scope helper, not the test binaries.
 targets=()
-[[ $SETUP == all ]] || targets=(--target overlay kvstore kvtier-cxxscope)
+[[ $SETUP == all ]] || targets=(--target overlay kvstore kvtier_store kvtier-cxxscope)
 cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"
 
 # Fetch and verify the pinned engine sources for every pinned version.

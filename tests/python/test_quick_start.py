@@ -83,7 +83,9 @@ def test_the_demo_sets_up_only_what_it_runs(tree):
     assert res.returncode == 0, res.stderr
     log = calls(tree)
     (build,) = [c for c in log if c.startswith("cmake --build")]
-    assert build.endswith("--target overlay kvstore kvtier-cxxscope")
+    # The store library too: the demo's patched writer refuses to start without it (a
+    # fresh clone's demo failed at "write a store" when this list lacked it).
+    assert build.endswith("--target overlay kvstore kvtier_store kvtier-cxxscope")
     assert not any(c.startswith("real-venv.sh") for c in log)  # no 9 GB venv
     assert not any("xdist" in c or "hadolint" in c or "ruff" in c for c in log)
     # The full setup builds everything and the venv.
