@@ -19,10 +19,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/kvtier
 ENGINE=${ENGINE:-vllm-0.33.0}
-[ -f "fixtures/$ENGINE/WHEEL" ] && [ -f "anchors/$ENGINE/ORDER" ] || {
+if [ ! -f "fixtures/$ENGINE/WHEEL" ] || [ ! -f "anchors/$ENGINE/ORDER" ]; then
   echo "prepare: ENGINE=$ENGINE: no fixtures/$ENGINE/WHEEL or anchors/$ENGINE/ORDER" >&2
   exit 2
-}
+fi
 read -r WHEEL_SHA WHEEL_NAME <"fixtures/$ENGINE/WHEEL"
 WHEEL=$CACHE/wheels/$WHEEL_NAME
 BUILD=${BUILD:-build-engine}
