@@ -90,9 +90,11 @@ validate_knobs() {
 # ------------------------------------------------- engine, order, artifacts
 
 # Picks anchors/<engine>-<version> under PREFIX: the one named, or else the
-# only one present that is not an example (anchors/example-*: the example
-# overlays' anchors ship beside the real engine's and never become the
-# default; name them with --engine). Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
+# newest release of the one engine present that is not an example
+# (anchors/example-*: the example overlays' anchors ship beside the real
+# engine's and never become the default; name them with --engine). With
+# vllm-0.32.0 beside vllm-0.33.0 the default is 0.33.0; --engine vllm-0.32.0
+# picks the older. Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
 # (vllm) and KVTIER_ENGINE_VERSION (0.33.0).
 resolve_engine() {
   local prefix=$1 named=${2:-} found=() d
@@ -105,8 +107,16 @@ resolve_engine() {
     for d in "$prefix"/anchors/*/; do
       if [[ -d $d && $(basename "$d") != example-* ]]; then found+=("$(basename "$d")"); fi
     done
-    ((${#found[@]} == 1)) ||
-      die "$prefix/anchors: expected exactly one <engine>-<version> folder besides the example-* ones, found ${#found[@]}; pass --engine"
+    ((${#found[@]} >= 1)) ||
+      die "$prefix/anchors: expected an <engine>-<version> folder besides the example-* ones, found none; pass --engine"
+    if ((${#found[@]} > 1)); then
+      # Several releases of one engine: the newest (version order, not text).
+      local engines
+      engines=$(printf '%s\n' "${found[@]}" | sed 's/-[0-9].*//' | sort -u | wc -l)
+      ((engines == 1)) ||
+        die "$prefix/anchors: folders of ${engines} engines (${found[*]}); pass --engine"
+      found=("$(printf '%s\n' "${found[@]}" | sort -V | tail -1)")
+    fi
     [[ ${found[0]} =~ ^[a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*$ ]] ||
       die "$prefix/anchors/${found[0]}: not an <engine>-<version> folder"
   fi

@@ -2,9 +2,15 @@
 # Device step 1 (transfer A, carry .device/A): the first part of vLLM's compiled ops to
 # /tmp/pv, which lasts while the machine stays warm; step 2 (carry .device/B and .device/A2)
 # must follow straight after, and device-b.sh unpacks the ops.
+#   DEVICE_DIR=.device-0.32.0 bash engine/device-a.sh   (the sets of ENGINE=vllm-0.32.0 prepare.sh)
 set -euo pipefail
-mkdir -p /tmp/pv
-cp .device/A/so_C.xz.1 /tmp/pv/
-ls -la /tmp/pv
+DEV=${DEVICE_DIR:-.device}
+ENGINE=$(cat "$DEV/A/engine" 2>/dev/null || echo vllm-0.33.0)
+# One folder a release: a warm machine may have unpacked another release's ops already.
+if [ "$ENGINE" = vllm-0.33.0 ]; then PV=/tmp/pv; else PV=/tmp/pv-${ENGINE#vllm-}; fi
+mkdir -p "$PV"
+cp "$DEV/A/so_C.xz.1" "$PV/"
+echo "$ENGINE" >"$PV/engine"
+ls -la "$PV"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())'

@@ -11,16 +11,25 @@
 # Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
 #
 #   engine/prepare.sh            (from the project root; about 2 minutes, mostly xz)
+#   ENGINE=vllm-0.32.0 engine/prepare.sh   (another pinned release: into .device-0.32.0/, its
+#                                 own wheel, anchors and dist-info; DEVICE_DIR=... on both sides
+#                                 picks it, see device-a.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/kvtier
-read -r WHEEL_SHA WHEEL_NAME <fixtures/vllm-0.33.0/WHEEL
+ENGINE=${ENGINE:-vllm-0.33.0}
+if [ ! -f "fixtures/$ENGINE/WHEEL" ] || [ ! -f "anchors/$ENGINE/ORDER" ]; then
+  echo "prepare: ENGINE=$ENGINE: no fixtures/$ENGINE/WHEEL or anchors/$ENGINE/ORDER" >&2
+  exit 2
+fi
+read -r WHEEL_SHA WHEEL_NAME <"fixtures/$ENGINE/WHEEL"
 WHEEL=$CACHE/wheels/$WHEEL_NAME
 BUILD=${BUILD:-build-engine}
-OUT=$ROOT/.device
+# The default release keeps the folder the device scripts have always read.
+if [ "$ENGINE" = vllm-0.33.0 ]; then OUT=$ROOT/.device; else OUT=$ROOT/.device-${ENGINE#vllm-}; fi
 [ "$(sha256sum "$WHEEL" | cut -c1-64)" = "$WHEEL_SHA" ] || {
-  echo "prepare: $WHEEL missing or its sha256 differs from fixtures/vllm-0.33.0/WHEEL" >&2
+  echo "prepare: $WHEEL missing or its sha256 differs from fixtures/$ENGINE/WHEEL" >&2
   exit 1
 }
 W=$(mktemp -d)
@@ -75,7 +84,7 @@ ldd "$OUT/B/lib/libkvtier_store.so" | awk '/=> \// {print $3}' | grep -E 'libisa
 unzip -q -o "$WHEEL" -x 'vllm/third_party/*' '*.so' 'vllm/vllm-rs' -d "$W/tree"
 unzip -q -o "$WHEEL" 'vllm/third_party/*.py' -d "$W/tree"
 if [ ! -s "$OUT/B/vtree.tar.xz" ] || [ ! -s "$OUT/A/so_C.xz.1" ] || [ ! -s "$OUT/A2/so_C.xz.2" ]; then
-  (cd "$W/tree" && tar cf - vllm vllm-0.33.0.dist-info | xz -T0 -6 >"$OUT/B/vtree.tar.xz.tmp")
+  (cd "$W/tree" && tar cf - vllm "$ENGINE.dist-info" | xz -T0 -6 >"$OUT/B/vtree.tar.xz.tmp")
   # 2. The compiled ops (stable-ABI libtorch extension), 63.7 MB compressed: with the
   #    checkout that is over the 64 MiB one transfer carries, so the first 40,000,000 bytes
   #    are set A and the rest set A2, which travels with B.
@@ -93,7 +102,7 @@ cp -a "$W/tree" "$W/ptree"
 # The overlays of ORDER (same committed state) that patch the wheel's .py tree, in ORDER's
 # order: vllm-fs-durable builds a C extension from csrc/, which the wheel's tree lacks.
 mkdir -p "$W/ov" && git archive "$rev" anchors overlays | tar -x -C "$W/ov"
-M=$W/ov/anchors/vllm-0.33.0
+M=$W/ov/anchors/$ENGINE
 PY_OVERLAYS=" kv-offload-scope kv-offload-store-local kv-offload-restore "
 # (an if, not `[[ ]] &&`: a non-.py overlay last in ORDER made the loop's status 1 and set -e
 # ended the script, silently, once vllm-fs-durable was added last)
@@ -123,4 +132,16 @@ mkdir -p "$OUT/B/whl" && cp "$W/whl"/*.whl "$OUT/B/whl/"
 rm -rf "$OUT/B/launcher" && mkdir -p "$OUT/B/launcher"
 git archive "$rev" docker anchors overlays/kv-offload-scope VERSION | tar -x -C "$OUT/B/launcher"
 
+# Which release these sets are: device-a.sh picks its /tmp folder by it, device-b.sh hands
+# it to the suite (--engine), so a warm machine never mixes two releases' compiled ops.
+echo "$ENGINE" >"$OUT/A/engine"
+echo "$ENGINE" >"$OUT/B/engine"
 du -sh "$OUT/A" "$OUT/A2" "$OUT/B"
+# Each transfer is under 64 MiB with the working tree (a few MiB): A alone, B with A2.
+a=$(du -sb "$OUT/A" | cut -f1)
+b=$(du -sbc "$OUT/B" "$OUT/A2" | tail -1 | cut -f1)
+limit=$((60 * 1024 * 1024))
+if [ "$a" -ge "$limit" ] || [ "$b" -ge "$limit" ]; then
+  echo "prepare: a transfer is over 60 MiB (A $a B, B+A2 $b B): it would not fit with the tree" >&2
+  exit 1
+fi

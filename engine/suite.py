@@ -35,6 +35,8 @@ import metrics_check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "models")
+# The release the knob-1 stages plan for (launch.sh --engine); --engine picks another
+# (device-b.sh passes the one engine/prepare.sh packed).
 ENGINE = "vllm-0.33.0"
 # GLM53_KV_OFFLOAD_CPU_GB of every knob-1 stage: launch.sh sizes the CPU tier from it, so the
 # stock-connector stages compared with them (the pressure pair) use the same size.
@@ -223,12 +225,14 @@ def real_size_stages() -> list[Stage]:
     return out
 
 
-def launch_plan(launcher: str, env: dict[str, str], model: str, workdir: str) -> dict:
+def launch_plan(
+    launcher: str, env: dict[str, str], model: str, workdir: str, engine: str = ENGINE
+) -> dict:
     """`docker/launch.sh plan` for one rank, run under the stage's knobs: its connector JSON
     (the argument after --kv-transfer-config, as the plan wrote it) and its env lines."""
     out = os.path.join(workdir, "plan")
     cmd = ["bash", os.path.join(launcher, "docker", "launch.sh"), "plan", "--ranks", "0",
-           "--out", out, "--engine", ENGINE, "--", "vllm", "serve", model]  # fmt: skip
+           "--out", out, "--engine", engine, "--", "vllm", "serve", model]  # fmt: skip
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     plan: dict = {"cmd": cmd, "rc": p.returncode, "stderr": p.stderr[-1500:]}
     if p.returncode != 0:
@@ -314,7 +318,8 @@ def run_wave(
         if st.knob == "1" and "--connector" in st.args:
             work = os.path.join(logs, st.name + ".launch")
             os.makedirs(work, exist_ok=True)
-            plan = launch_plan(opts.launcher, env, st.model, work)
+            engine = getattr(opts, "engine", ENGINE)
+            plan = launch_plan(opts.launcher, env, st.model, work, engine)
             planned[st.name] = plan
             if plan["rc"] != 0:
                 print(
@@ -1031,6 +1036,11 @@ def main() -> int:
     p.add_argument("--only", default="", help="comma-separated stage names or prefixes")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--together", default="", help="waves to run as one, e.g. 1,2")
+    p.add_argument(
+        "--engine",
+        default=ENGINE,
+        help="the <engine>-<version> the trees are (anchors/ of the launcher)",
+    )
     opts = p.parse_args()
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)

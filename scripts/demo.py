@@ -396,8 +396,15 @@ class Demo:
         return 1 if failed else 0
 
 
+def _release_key(pins: Path) -> tuple:
+    """fixtures/vllm-0.33.0/PINS -> ("vllm", (0, 33, 0)): version order, not text."""
+    engine, _, version = pins.parent.name.partition("-")
+    return engine, tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
+
+
 def default_pins() -> str:
-    pins = sorted(REPO.glob("fixtures/*/PINS"))
+    """The newest pinned release (vllm-0.33.0 beside vllm-0.32.0)."""
+    pins = sorted(REPO.glob("fixtures/*/PINS"), key=_release_key)
     return str(pins[-1]) if pins else ""
 
 
@@ -409,9 +416,19 @@ def main() -> int:
     parser.add_argument(
         "--pins", default=default_pins(), help="fixtures/<engine>-<version>/PINS"
     )
+    parser.add_argument(
+        "--engine",
+        help="<engine>-<version> to run on (default: the newest pinned release); "
+        "short for --pins fixtures/<engine>-<version>/PINS",
+    )
     parser.add_argument("--scratch", help="folder for everything the job writes")
     parser.add_argument("--setup-seconds", type=float)
     args = parser.parse_args()
+    if args.engine:
+        pins = REPO / "fixtures" / args.engine / "PINS"
+        if not pins.is_file():
+            parser.error(f"--engine {args.engine}: no {pins}")
+        args.pins = str(pins)
     if not args.pins:
         parser.error("no fixtures/*/PINS found; pass --pins")
     if args.scratch is None:

@@ -18,7 +18,7 @@ variations a test needs.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import SimpleNamespace
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
@@ -141,6 +141,16 @@ class HybridVllm:
             sliding_window=2 * self.block,
         )
 
+    @property
+    def marks_draft_layers(self) -> bool:
+        """Whether this vLLM marks draft layers (KVCacheSpec.is_draft, 0.33.0
+        on); 0.32.0 does not, so a drafter group is only is_eagle_group."""
+        return any(f.name == "is_draft" for f in fields(self.kci.KVCacheSpec))
+
+    def draft(self, spec):
+        """The spec of a draft layer: marked is_draft where vLLM marks one."""
+        return replace(spec, is_draft=True) if self.marks_draft_layers else spec
+
     def wrap(self, *specs):
         return self.kci.UniformTypeKVCacheSpecs(
             block_size=specs[0].block_size,
@@ -168,25 +178,33 @@ class HybridVllm:
             kv_cache_groups=group_specs,
         )
 
-    def hybrid_layout(self, *, scratch: bool = True, drafter: str | None = "eagle"):
+    def hybrid_layout(self, *, scratch: bool = True, drafter: str | None = "default"):
         """g0 full, [g1 scratch], four mamba groups, [drafter].
+
+        The default drafter is "eagle" where vLLM marks draft layers and None
+        where it does not (0.32.0): there the tier refuses an is_eagle_group
+        group unless GLM53_KV_OFFLOAD_DRAFTER=1, and without it the eligible
+        groups are the same (g0, g2-g5), so the store and restore rigs keep
+        their expectations on both releases.
 
         drafter: "eagle" (an is_eagle_group SWA group of draft layers), "swa"
         (a target SlidingWindowSpec group, neither EAGLE nor draft),
         "eagle-full" (an is_eagle_group full-attention group of draft layers)
         or None.
         """
+        if drafter == "default":
+            drafter = "eagle" if self.marks_draft_layers else None
         groups: list[tuple] = [(self.full(), False)]
         if scratch:
             groups.append((self.scratch(), False))
         groups += [(self.mamba(), False) for _ in STATE_GROUPS]
         # vLLM marks the specs of draft layers (KVCacheSpec.is_draft).
         if drafter == "eagle":
-            groups.append((replace(self.swa(), is_draft=True), True))
+            groups.append((self.draft(self.swa()), True))
         elif drafter == "swa":
             groups.append((self.swa(), False))
         elif drafter == "eagle-full":
-            groups.append((replace(self.full(), is_draft=True), True))
+            groups.append((self.draft(self.full()), True))
         return self.kv_cache_config(*groups)
 
     def vllm_config(

@@ -25,6 +25,7 @@ ranks with vLLM's own ``aggregate``, as the executor does.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import pickle
 import sys
 from pathlib import Path
@@ -200,8 +201,15 @@ class Rig(HybridVllm):
             self.tier = factory.SecondaryTierFactory.create_secondary_tier(
                 dict(TIER_CONFIG), primary.get_kv_memoryview(), spec
             )
+        # 0.33.0 paces its tier polls (0: every step, as 0.32.0 always does).
+        poll = (
+            {"tier_poll_interval_s": 0}
+            if "tier_poll_interval_s"
+            in inspect.signature(tiering.TieringOffloadingManager).parameters
+            else {}
+        )
         self.manager = tiering.TieringOffloadingManager(
-            primary, [self.tier] if self.tier else [], tier_poll_interval_s=0
+            primary, [self.tier] if self.tier else [], **poll
         )
         spec.manager_box[0] = self.manager
         self.spec = spec

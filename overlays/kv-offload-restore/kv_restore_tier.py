@@ -389,7 +389,7 @@ class SchedulerRestore:
         """The upstream tail of get_num_new_matched_tokens, lookup enabled.
 
         The store-only hook that follows it returns (0, False); with restore on
-        this runs instead, exactly as vLLM 0.33.0 would.
+        this runs instead, exactly as the installed vLLM (0.33.0 or 0.32.0) would.
         """
         if request.skip_reading_prefix_cache:
             num_hit_tokens: int | None = 0
@@ -418,7 +418,9 @@ class SchedulerRestore:
             else:
                 sched._maybe_observe_lookup_async_delay(req_status)
         req_status.update_num_hit_chunks(num_computed_tokens + (num_hit_tokens or 0))
-        sync_load = sched._reserve_sync_load(
+        # vLLM 0.32.0 has no sync loads: every hit loads asynchronously.
+        reserve = getattr(sched, "_reserve_sync_load", None)
+        sync_load = reserve is not None and reserve(
             req_status, num_computed_tokens, num_hit_tokens
         )
         return num_hit_tokens, bool(num_hit_tokens) and not sync_load

@@ -4,11 +4,13 @@
 Upstream already offloads only the prefix-cacheable groups and keys each
 group config by its original index. With the disk tier off
 (``GLM53_KV_OFFLOAD`` unset or 0) every hook hands back upstream's own
-values, so vLLM's CPU offloading behaves as stock 0.33.0. With the tier on
+values, so vLLM's CPU offloading behaves as stock vLLM. With the tier on
 (``GLM53_KV_OFFLOAD=1``) this module adds the deployment policy:
 
 - draft-model attention groups (every layer a draft layer,
   ``KVCacheSpec.is_draft``) are not offloaded unless
+  ``GLM53_KV_OFFLOAD_DRAFTER=1``; where vLLM marks no draft layers
+  (0.32.0), a group flagged ``is_eagle_group`` stops the boot unless
   ``GLM53_KV_OFFLOAD_DRAFTER=1``;
 - a ``UniformTypeKVCacheSpecs`` group with more than one member type is a
   startup error: the chunk store describes a group by one layer type;
@@ -72,8 +74,8 @@ def unwrap_group_spec(group_id: int, spec: KVCacheSpec) -> KVCacheSpec:
     return spec.first_spec
 
 
-def is_drafter_group(group: "KVCacheGroupSpec") -> bool:
-    """Whether a group holds draft-model attention KV only.
+def is_drafter_group(group: "KVCacheGroupSpec") -> bool | None:
+    """Whether a group holds draft-model attention KV only; None: cannot tell.
 
     vLLM flags a group ``is_eagle_group`` when ANY of its layers is a draft
     layer, and marks each draft layer's spec ``is_draft`` (not compared, so a
@@ -81,13 +83,20 @@ def is_drafter_group(group: "KVCacheGroupSpec") -> bool:
     group whose every layer is a draft layer is a drafter group; a shared
     group (an MTP or EAGLE head beside target layers) holds target KV and
     stays eligible, and so does a target model's own sliding-window group.
+    vLLM 0.32.0 marks no draft layer, so there a flagged group is None: a
+    drafter-only group and a shared MTP group look alike.
     """
     if not group.is_eagle_group:
         return False
     spec = group.kv_cache_spec
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return all(member.is_draft for member in spec.kv_cache_specs.values())
-    return spec.is_draft
+    members = (
+        list(spec.kv_cache_specs.values())
+        if isinstance(spec, UniformTypeKVCacheSpecs)
+        else [spec]
+    )
+    if not all(hasattr(member, "is_draft") for member in members):
+        return None
+    return all(member.is_draft for member in members)
 
 
 def select_eligible_groups(
@@ -107,7 +116,18 @@ def select_eligible_groups(
     drafters: list[int] = []
     for group_id, group in candidates:
         unwrap_group_spec(group_id, group.kv_cache_spec)
-        if is_drafter_group(group):
+        drafter = is_drafter_group(group)
+        if drafter is None and not offload_drafter:
+            # Guessing either way is wrong for someone: dropping a shared
+            # group loses target KV, keeping a drafter ignores the knob.
+            raise ValueError(
+                f"KV offloading cannot tell whether KV cache group {group_id} "
+                "holds draft-model layers only: this vLLM marks no draft "
+                f"layers (KVCacheSpec.is_draft). Set {DRAFTER_ENV}=1 to "
+                f"offload it as upstream does, or {TIER_ENV}=0 to serve "
+                "without the disk tier."
+            )
+        if drafter is not False:
             drafters.append(group_id)
             if not offload_drafter:
                 continue

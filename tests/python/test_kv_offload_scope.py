@@ -235,6 +235,7 @@ def test_superseded_edits_are_upstream_text(engine_tree, manifests_dir):
 
 def test_seven_group_layout_eligible_set_and_boot_line(patched, caplog):
     vllm = Vllm(patched)
+    needs_draft_marking(vllm)
     caplog.set_level(logging.INFO)
     config = vllm.offloading_config(vllm.vllm_config(), vllm.hybrid_layout())
     assert group_ids(config) == [0, 2, 3, 4, 5]
@@ -245,10 +246,34 @@ def test_seven_group_layout_eligible_set_and_boot_line(patched, caplog):
     assert "eligible groups: [0, 2, 3, 4, 5] of 7" in lines[0]
 
 
+def needs_draft_marking(vllm: Vllm) -> None:
+    """Skip where vLLM marks no draft layers (KVCacheSpec.is_draft, 0.33.0 on):
+    there the tier refuses an is_eagle_group group unless the drafter knob is
+    1 (test_an_unmarked_eagle_group_stops_the_boot_unless_the_knob_is_1)."""
+    if not vllm.marks_draft_layers:
+        pytest.skip("this vLLM marks no draft layers")
+
+
+def test_an_unmarked_eagle_group_stops_the_boot_unless_the_knob_is_1(
+    patched, monkeypatch
+):
+    """vLLM 0.32.0: a drafter-only group and a shared MTP group look alike, so
+    the tier refuses to guess; knob 1 offloads every group, as upstream."""
+    vllm = Vllm(patched)
+    if vllm.marks_draft_layers:
+        pytest.skip("this vLLM marks draft layers: is_draft decides")
+    layout = vllm.kv_cache_config((vllm.full(), False), (vllm.swa(), True))
+    with pytest.raises(ValueError, match="cannot tell whether KV cache group 1"):
+        vllm.offloading_config(vllm.vllm_config(), layout)
+    monkeypatch.setenv(DRAFTER_ENV, "1")
+    assert group_ids(vllm.offloading_config(vllm.vllm_config(), layout)) == [0, 1]
+
+
 def test_pristine_offloads_the_drafter_group(pristine):
     """The gap the overlay closes: 0.33.0 offloads g6."""
     vllm = Vllm(pristine)
-    config = vllm.offloading_config(vllm.vllm_config(), vllm.hybrid_layout())
+    layout = vllm.hybrid_layout(drafter="eagle")
+    config = vllm.offloading_config(vllm.vllm_config(), layout)
     assert group_ids(config) == [0, 2, 3, 4, 5, 6]
 
 
@@ -260,6 +285,7 @@ def test_drafter_only_with_the_knob(patched, monkeypatch, drafter, knob, offload
     if knob is not None:
         monkeypatch.setenv(DRAFTER_ENV, knob)
     vllm = Vllm(patched)
+    needs_draft_marking(vllm)
     config = vllm.offloading_config(
         vllm.vllm_config(), vllm.hybrid_layout(drafter=drafter)
     )
@@ -331,7 +357,7 @@ def misaligned_layout(vllm: Vllm, drafter_block: int):
     return vllm.kv_cache_config(
         (vllm.full(3 * BLOCK), False),
         (vllm.mamba(3 * BLOCK, mode="none"), False),
-        (replace(vllm.swa(drafter_block), is_draft=True), True),
+        (vllm.draft(vllm.swa(drafter_block)), True),
     )
 
 
@@ -347,6 +373,7 @@ def test_misaligned_eligible_group_still_fails(patched):
 def test_divisibility_guards_only_eligible_groups(patched, monkeypatch):
     """A misaligned drafter left out of the offload set no longer stops the boot."""
     vllm = Vllm(patched)
+    needs_draft_marking(vllm)
     config = vllm.vllm_config(prefix_match_unit=None)
     assert group_ids(
         vllm.offloading_config(config, misaligned_layout(vllm, BLOCK))
@@ -434,7 +461,8 @@ def test_pristine_classifies_a_mixed_wrapper_by_its_first_member(pristine):
 
 def test_single_type_wrapper_is_classified_by_its_member(patched):
     vllm = Vllm(patched)
-    draft = replace(vllm.swa(), is_draft=True)
+    needs_draft_marking(vllm)
+    draft = vllm.draft(vllm.swa())
     layout = vllm.kv_cache_config(
         (vllm.wrap(vllm.mla(), vllm.mla()), False),
         (vllm.wrap(vllm.swa(), vllm.swa()), False),
@@ -448,7 +476,8 @@ def test_shared_mtp_group_is_offloaded(patched):
     """An MTP/EAGLE head beside target layers (is_eagle_group, a target layer's
     spec) holds target KV: offloaded with the tier on, with the knob unset."""
     vllm = Vllm(patched)
-    draft = replace(vllm.full(), is_draft=True)
+    needs_draft_marking(vllm)
+    draft = vllm.draft(vllm.full())
     layout = vllm.kv_cache_config(
         (vllm.wrap(vllm.full(), draft), True),
         (vllm.swa(), True),
@@ -462,6 +491,7 @@ def test_shared_mtp_group_is_offloaded(patched):
 
 def test_partial_tail_only_when_every_group_is_offloaded(patched):
     vllm = Vllm(patched)
+    needs_draft_marking(vllm)
     config = vllm.vllm_config()
     # Upstream's own conditions hold on all three layouts (one block size,
     # aligned mamba groups, no window); only the offload set differs.
@@ -576,7 +606,7 @@ def test_store_specs_are_compact_in_config_order(patched):
 
 def test_pristine_store_specs_carry_the_drafter_slot(pristine):
     vllm = Vllm(pristine)
-    step = store_step(vllm, vllm.hybrid_layout(), handoff_group=3)
+    step = store_step(vllm, vllm.hybrid_layout(drafter="eagle"), handoff_group=3)
     assert step.offloaded == [0, 2, 3, 4, 5, 6]
     assert [len(job.src_spec.group_sizes) for job in step.jobs] == [6, 6]
 
@@ -661,7 +691,7 @@ def test_pristine_worker_would_misalign_a_scoped_config(pristine):
     out six groups, so every store spec (five entries) would be misread.
     """
     vllm = Vllm(pristine)
-    layout = vllm.hybrid_layout()
+    layout = vllm.hybrid_layout(drafter="eagle")
     full = vllm.offloading_config(vllm.vllm_config(), layout)
     scoped = replace(full, groups=tuple(g for g in full.groups if g.group_id != 6))
     assert len(worker_layout(vllm, layout, scoped)) == 6 != len(scoped.groups)
@@ -694,7 +724,7 @@ def scheduler_view(vllm: Vllm, kv_cache_config, speculative: str | None):
         ],
         "supports_partial_tail": config.supports_partial_tail,
         "alignment_tokens": config.alignment_tokens,
-        "kv_bytes_per_token": config.kv_bytes_per_token,
+        "kv_bytes_per_token": getattr(config, "kv_bytes_per_token", None),
         "jobs": [
             (
                 list(j.src_spec.group_sizes),
@@ -741,7 +771,7 @@ LAYOUTS_UPSTREAM_SERVES = {
 # Layouts where the tier-on rules differ from upstream; with the tier off they
 # must be upstream's too.
 LAYOUTS_THE_TIER_SCOPES = {
-    "hybrid-scratch-and-drafter": (lambda v: v.hybrid_layout(), "eagle"),
+    "hybrid-scratch-and-drafter": (lambda v: v.hybrid_layout(drafter="eagle"), "eagle"),
     "full-plus-scratch": (
         lambda v: v.hybrid_layout(drafter=None),
         "eagle",
@@ -764,6 +794,9 @@ def test_identical_to_pristine(patched_tree, engine_tree, monkeypatch, layout, d
     if drafter is not None:
         monkeypatch.setenv(DRAFTER_ENV, drafter)
     build, speculative = LAYOUTS_UPSTREAM_SERVES[layout]
+    if layout == "shared-mtp-group" and drafter != "1":
+        with harness.engine(patched_tree) as ns:
+            needs_draft_marking(Vllm(ns))
     pristine_view, patched_view = views_of_both_trees(
         patched_tree, engine_tree, build, speculative
     )

@@ -223,11 +223,11 @@ def test_drift_is_refused_without_writing(case):
 
 # Issue 37 on the real tree, through the test-only `overlay-faults` binary
 # (docs/OVERLAYS.md, "Test-only fault hook"): the three Python overlays of
-# vLLM 0.33.0, a kill or a pause at one step, and a file edited meanwhile.
+# every pinned release (pin_dir), a kill or a pause at one step, and a file
+# edited meanwhile.
 EXIT_TAMPERED = 4
 EXIT_BUSY = 7
 EXIT_KILLED = 99
-PIN_0330 = REPO_ROOT / "fixtures" / "vllm-0.33.0"
 PYTHON_OVERLAYS = ["kv-offload-scope", "kv-offload-store-local", "kv-offload-restore"]
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
 WORKER = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py"
@@ -236,15 +236,16 @@ JOURNAL = ".overlay-journal"
 
 
 class Faults:
-    """The three Python overlays on a private copy of the pinned 0.33.0 tree."""
+    """The three Python overlays on a private copy of one pinned release's tree."""
 
-    def __init__(self, build_dir: Path, tmp: Path):
+    def __init__(self, build_dir: Path, tmp: Path, pin_dir: Path):
         self.bin = build_dir / "patcher" / "overlay-faults"
         if not self.bin.is_file():
             pytest.skip(f"{self.bin} is not built (set KVTIER_BUILD_DIR or build it)")
+        self.engine = pin_dir.name
         self.root = tmp / "site-packages"
         shutil.copytree(
-            fetch_tree(PIN_0330),
+            fetch_tree(pin_dir),
             self.root,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
@@ -253,7 +254,7 @@ class Faults:
         return [
             str(self.bin), *command,
             "--root", str(self.root),
-            "--manifests", str(REPO_ROOT / "anchors" / "vllm-0.33.0"),
+            "--manifests", str(REPO_ROOT / "anchors" / self.engine),
             "--fragments", str(REPO_ROOT / "overlays"),
             "--overlays", ",".join(PYTHON_OVERLAYS),
         ]  # fmt: skip
@@ -274,11 +275,13 @@ class Faults:
         }
 
 
-def test_discard_after_a_hand_edit_refuses_naming_the_file(build_dir, tmp_path):
+def test_discard_after_a_hand_edit_refuses_naming_the_file(
+    build_dir, tmp_path, pin_dir
+):
     """Killed with only the journal left, one target edited: recover --discard
     deleted the new modules and left config, scheduler and worker importing
     them (exit 0). All or nothing: it refuses, names the file, changes nothing."""
-    t = Faults(build_dir, tmp_path)
+    t = Faults(build_dir, tmp_path, pin_dir)
     done = t.run("apply", fault="journal-remove:1")
     assert done.returncode == EXIT_KILLED, done.stderr
     with (t.root / CONNECTOR).open("a") as f:
@@ -293,12 +296,14 @@ def test_discard_after_a_hand_edit_refuses_naming_the_file(build_dir, tmp_path):
 
 
 @pytest.mark.parametrize("step", ["rename:1", "rename:3"])
-def test_an_edit_by_another_process_during_apply_is_kept(build_dir, tmp_path, step):
+def test_an_edit_by_another_process_during_apply_is_kept(
+    build_dir, tmp_path, step, pin_dir
+):
     """Paused after the commit point, a line appended to worker.py vanished and
     apply said "applied". Now the file is re-checked right before its rename:
     apply exits 7 (busy), rolls back (at rename:3 config.py and scheduler.py
     are already patched), and the edit is kept."""
-    t = Faults(build_dir, tmp_path)
+    t = Faults(build_dir, tmp_path, pin_dir)
     pristine = t.hashes()
     env = {**os.environ, "OVERLAY_FAULT": f"pause@{step}"}
     proc = subprocess.Popen(

@@ -331,6 +331,28 @@ def served_name(vllm_config: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
+def group_window_kind(group_config: Any, group_spec: Any) -> str:
+    """ "window" for a sliding-window or chunked-local group, else "full".
+
+    vLLM 0.33.0's OffloadingGroupConfig carries sliding_window_size_in_chunks
+    (None for full attention); 0.32.0's does not, so there the group's own
+    spec decides, by the same two types 0.33.0 gives a window to.
+    """
+    if hasattr(group_config, "sliding_window_size_in_chunks"):
+        windowed = group_config.sliding_window_size_in_chunks is not None
+        return "window" if windowed else "full"
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )
+
+    if isinstance(group_spec, UniformTypeKVCacheSpecs):
+        group_spec = next(iter(group_spec.kv_cache_specs.values()))
+    windowed = isinstance(group_spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec))
+    return "window" if windowed else "full"
+
+
 def settings_from_vllm(
     spec: Any, vllm_config: Any, kv_cache_config: Any
 ) -> WorkerSettings:
@@ -370,9 +392,7 @@ def settings_from_vllm(
             else {}
         )
         layers = []
-        kind = (
-            "full" if group_config.sliding_window_size_in_chunks is None else "window"
-        )
+        kind = group_window_kind(group_config, group_spec)
         for name in group_config.layer_names:
             layer_spec = per_layer.get(name, group_spec)
             index = model_layer_index(name)
