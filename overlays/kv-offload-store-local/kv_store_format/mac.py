@@ -11,7 +11,6 @@ the rest; a keyless reader meets flags != 0 and refuses the file.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import stat
@@ -79,7 +78,7 @@ def load_key(path: str) -> bytes:
 def key_id(key: bytes) -> str:
     """What the namespace record fences: never the key, a keyed hash of a
     constant, so two keys give two namespaces."""
-    return hmac.new(key, b"kvtier key id", hashlib.sha256).hexdigest()[:KEY_ID_HEX]
+    return _mac(key, b"kvtier key id").hex()[:KEY_ID_HEX]
 
 
 def fence_key(fenced: Mapping[str, Any], key: bytes | None) -> dict[str, Any]:
@@ -92,7 +91,9 @@ def fence_key(fenced: Mapping[str, Any], key: bytes | None) -> dict[str, Any]:
 
 
 def _mac(key: bytes, data: bytes | bytearray | memoryview) -> bytes:
-    return hmac.new(key, data, hashlib.sha256).digest()
+    # The one-shot form runs in OpenSSL (SHA-NI where present); hmac.new with
+    # hashlib.sha256 measured 15% slower (bench/mac_bench.py).
+    return hmac.digest(key, data, "sha256")
 
 
 def _set_flags(chunk: bytearray, flags: int) -> None:
@@ -120,7 +121,7 @@ def is_sealed(data: bytes | bytearray | memoryview) -> bool:
     return bool(flags & FLAG_MAC)
 
 
-def open_chunk(key: bytes, data: bytes | bytearray | memoryview) -> bytes:
+def open_chunk(key: bytes, data: bytes | bytearray | memoryview) -> bytearray:
     """The plain chunk of a keyed file, the MAC checked before any byte is
     parsed; ``mac_missing`` for a keyless file (never accepted with a key),
     ``mac_mismatch`` for a wrong MAC (a forgery, another key, or rot)."""
@@ -132,9 +133,9 @@ def open_chunk(key: bytes, data: bytes | bytearray | memoryview) -> bytes:
     body, tag = buf[:-MAC_SIZE], buf[-MAC_SIZE:]
     if not hmac.compare_digest(_mac(key, body), bytes(tag)):
         raise FormatError(Reason.MAC_MISMATCH, "chunk MAC differs")
-    out = bytearray(body)
+    out = bytearray(body)  # the one copy: the flag is cleared in it
     _set_flags(out, 0)
-    return bytes(out)
+    return out
 
 
 def _manifest_body(manifest: Mapping[str, Any]) -> bytes:
