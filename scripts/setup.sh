@@ -24,7 +24,7 @@ esac
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libfmt-dev libcli11-dev libgtest-dev libgmock-dev googletest
-  libtomlplusplus-dev nlohmann-json3-dev libisal-dev
+  libtomlplusplus-dev nlohmann-json3-dev libisal-dev libssl-dev
   clang
   # C/C++ overlays: Clang 14 LibTooling for kvtier-cxxscope (Debian 12's main
   # archive; the shared libclang-cpp keeps its build to one file), Python.h to

@@ -31,6 +31,7 @@ KEEP_BOUNDARIES = "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES"
 BUILD_ID = "GLM53_KV_OFFLOAD_BUILD_ID"
 CAPTURE_MIB = "GLM53_KV_OFFLOAD_CAPTURE_MIB"
 GROUP = "GLM53_KV_OFFLOAD_GROUP"
+KEY_FILE = "GLM53_KV_OFFLOAD_KEY_FILE"
 
 EXIT_REFUSED = 2
 
@@ -164,6 +165,16 @@ RULES: tuple[Rule, ...] = (
         "empty: the serving user only (`0700`/`0600`)",
         _group,
     ),
+    # Only the path here: the file itself (mode, owner, size) is checked by
+    # kv_store_format.mac.load_key when the writer or restore starts.
+    Rule(
+        KEY_FILE,
+        "absolute path of a secret key file (32..4096 bytes, mode `0600` or "
+        "`0400`, owned by the serving user): chunks and manifests carry an "
+        "HMAC-SHA256, the key's id is fenced in the namespace",
+        "empty: no MAC (CRC-32 only)",
+        _directory,
+    ),
 )
 REQUIRED_WHEN_ON = (DIR, CPU_GB)
 NAMES = tuple(rule.name for rule in RULES)
@@ -182,6 +193,7 @@ class Knobs:
     capture_mib: int = DEFAULT_CAPTURE_MIB
     group: str = ""  # the group that may read the store; "": private
     restore: bool = False  # GLM53_KV_OFFLOAD_RESTORE=1 (accepted only where baked)
+    key_file: str = ""  # the MAC key's path; "": a keyless store
 
     @property
     def capture_bytes(self) -> int:
@@ -234,6 +246,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
         capture_mib=int(values.get(CAPTURE_MIB, DEFAULT_CAPTURE_MIB)),
         group=values.get(GROUP, ""),
         restore=values.get(RESTORE) == "1",
+        key_file=values.get(KEY_FILE, ""),
     )
 
 

@@ -24,7 +24,8 @@ One module a concept, named as in the C++ codec; import the package
 - namespace_record, boundary_manifest, pending_record: the JSON records;
 - names, layout: file names and one rank's paths (`StoreLayout`);
 - store_file: opening a store file for reading (never a link or a FIFO);
-- retention: keep-K retention (`kept_manifests`).
+- retention: keep-K retention (`kept_manifests`);
+- mac: keyed stores (`load_key`, `key_id`, `seal_chunk`, `open_chunk`).
 """
 
 from .boundary_manifest import (
@@ -96,6 +97,16 @@ from .header import (
     make_header,
 )
 from .layout import StoreLayout
+from .mac import (
+    KeyFileError,
+    fence_key,
+    key_id,
+    load_key,
+    open_chunk,
+    open_manifest,
+    seal_chunk,
+    seal_manifest,
+)
 from .names import (
     LOCK_FILE,
     MANIFEST_DIR,
@@ -141,6 +152,14 @@ from .segment import (
 from .store_file import open_regular, read_regular
 
 __all__ = [
+    "KeyFileError",
+    "fence_key",
+    "key_id",
+    "load_key",
+    "open_chunk",
+    "open_manifest",
+    "seal_chunk",
+    "seal_manifest",
     "BoundaryManifest",
     "CHECKSUM_CRC32",
     "CHECKSUM_CRC32C",

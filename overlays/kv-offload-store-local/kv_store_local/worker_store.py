@@ -187,6 +187,17 @@ class WorkerStore:
             store_perms.check_store(self.knobs.root)
         except store_perms.UnsafeStore as e:
             raise WriterDisabled(str(e)) from e
+        if self.knobs.key_file:
+            try:
+                fmt.load_key(self.knobs.key_file)
+            except fmt.KeyFileError as e:
+                raise WriterDisabled(str(e)) from e
+            # The codec can seal (kv_store_format.mac), the native write path
+            # cannot yet: refuse rather than write a store the operator
+            # believes authenticated.
+            raise WriterDisabled(
+                f"{knobs.KEY_FILE} is refused: this writer does not write MACs yet"
+            )
         rank, provenance = resolve_rank(s.config_rank, s.tp_size, self._tp)
         fenced = fmt.make_fenced(
             model=s.model,
