@@ -2,6 +2,10 @@
 # Prepares, on this machine, everything the GPU suite needs on the device machine (which has
 # torch and CUDA but no vLLM and no network), as two transfers of under 64 MiB each:
 #   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
+#   .device/C  the compiled ops of the MLA / MoE / KDA models (engine/suite.py model stages,
+#              ENGINE.md "MLA, MoE and KDA"): _moe_C (xz, 38 MB), one tar.xz of _flashkda_C,
+#              _flashmla_C(+_extension), _deepselect_C and the vendored deep_gemm (its .so
+#              and JIT headers, 12 MB), and the transformers wheel with Glm5NextTextConfig
 #   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
 #              (Python 3.12, no deps), the files the overlays patch or add (from a real
 #              `overlay apply`), a release `kvstore` and the portable libkvtier_store.so with
@@ -28,7 +32,7 @@ trap 'rm -rf "$W"' EXIT
 # The parts cut from the wheel are kept while the wheel is the same (they take minutes of
 # xz); the tools, the overlay files and the wheels are made again on every run.
 if [ "$(cat "$OUT/wheel.sha256" 2>/dev/null)" != "$WHEEL_SHA" ]; then
-  rm -rf "$OUT/A" "$OUT/A2" "$OUT/B"
+  rm -rf "$OUT/A" "$OUT/A2" "$OUT/B" "$OUT/C"
 fi
 rm -rf "$OUT/B/lib" "$OUT/B/whl" "$OUT/B/launcher"
 mkdir -p "$W/tree" "$W/whl" "$OUT/A" "$OUT/B/lib"
@@ -123,4 +127,25 @@ mkdir -p "$OUT/B/whl" && cp "$W/whl"/*.whl "$OUT/B/whl/"
 rm -rf "$OUT/B/launcher" && mkdir -p "$OUT/B/launcher"
 git archive "$rev" docker anchors overlays/kv-offload-scope VERSION | tar -x -C "$OUT/B/launcher"
 
-du -sh "$OUT/A" "$OUT/A2" "$OUT/B"
+# 6. Set C (the model stages' ops), kept while the wheel is the same; carried alone with the
+#    checkout (device-c.sh), so it must stay under 64 MiB less the checkout's few MB.
+if [ ! -s "$OUT/C/moe_C.xz" ] || [ ! -s "$OUT/C/ops.tar.xz" ]; then
+  rm -rf "$OUT/C" && mkdir -p "$OUT/C"
+  unzip -p "$WHEEL" vllm/_moe_C_stable_libtorch.abi3.so | xz -T0 -6 >"$OUT/C/moe_C.xz.tmp"
+  mkdir -p "$W/ops"
+  unzip -q -o "$WHEEL" 'vllm/third_party/deep_gemm/*' vllm/_flashkda_C.abi3.so vllm/_flashmla_C.abi3.so \
+    vllm/_flashmla_extension_C.abi3.so vllm/_deepselect_C.abi3.so -d "$W/ops"
+  (cd "$W/ops" && tar cf - vllm | xz -T0 -6 >"$OUT/C/ops.tar.xz")
+  mv "$OUT/C/moe_C.xz.tmp" "$OUT/C/moe_C.xz"
+fi
+# The transformers of the wheel's pin that has the models' config classes (the image's
+# may predate Glm5NextTextConfig); device-b.sh installs it apart, for the model stages only.
+rm -rf "$OUT/C/whl" && mkdir -p "$OUT/C/whl"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "${plat[@]}" -d "$OUT/C/whl" "transformers==5.20.2"
+c_bytes=$(du -sb "$OUT/C" | cut -f1)
+if [ "$c_bytes" -gt $((61 << 20)) ]; then
+  echo "prepare: .device/C is $c_bytes bytes, over 61 MiB (64 MiB less the checkout): split it" >&2
+  exit 1
+fi
+du -sh "$OUT/A" "$OUT/A2" "$OUT/B" "$OUT/C"
