@@ -33,8 +33,12 @@ if [ -s /tmp/pv/C/moe_C.xz ]; then
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
     /tmp/pv/C/moe_C.xz /tmp/v/vllm/_moe_C_stable_libtorch.abi3.so || echo "set C: _moe_C did not unpack"
   tar xJf /tmp/pv/C/ops.tar.xz -C /tmp/v || echo "set C: ops.tar.xz did not unpack"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-models \
-    /tmp/pv/C/whl/*.whl 2>&1 | tail -3
+  if ls /tmp/pv/C/whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-models \
+      /tmp/pv/C/whl/*.whl 2>&1 | tail -3
+  else
+    echo "set C: no transformers wheel (carry .device/C2 with device-a.sh): the image's transformers"
+  fi
   MODELS_SITE=/tmp/site-models
 fi
 cp -a /tmp/v /tmp/vp && tar xJf "$B/overlay_files.tar.xz" -C /tmp/vp
