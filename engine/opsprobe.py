@@ -14,13 +14,15 @@ import sys
 import traceback
 
 # What each model imports at boot or at its first forward (from the wheel's sources; the
-# Triton paths need no compiled file and are not listed).
+# Triton paths need no compiled file and are not listed). "?": reported, not required (the
+# stages take the Triton path; vLLM's own import of _moe_C at boot swallows an ImportError,
+# so it is imported here directly to see why it fails).
 NEEDS = {
     "glm5next": [
         "vllm._C_stable_libtorch",
         "vllm._moe_C_stable_libtorch",
-        "vllm._flashkda_C",
-        "vllm._deepselect_C",
+        "?vllm._flashkda_C",
+        "?vllm._deepselect_C",
         "vllm.third_party.deep_gemm",
         "transformers:Glm5NextTextConfig",
         "vllm.models.glm5next",
@@ -41,7 +43,7 @@ NEEDS = {
 
 def probe(name: str) -> dict:
     """One import: ok, or the exception's type and message (the first line names the file)."""
-    module, _, attr = name.partition(":")
+    module, _, attr = name.lstrip("?").partition(":")
     try:
         m = importlib.import_module(module)
         if attr:
@@ -61,11 +63,19 @@ def main() -> int:
     p.add_argument("--model", required=True, choices=sorted(NEEDS))
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    import torch
+    try:
+        import torch
 
+        versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    except ImportError as e:  # reported; every import below then says what it lacks
+        versions = {"torch": None, "cuda": None, "torch_error": str(e)}
     found = [probe(n) for n in NEEDS[args.model]]
-    res = {"torch": torch.__version__, "cuda": torch.version.cuda, "imports": found}
-    res["failed"] = [f["name"] + ": " + f["error"] for f in found if not f["ok"]]
+    res = versions | {"imports": found}
+    res["failed"] = [
+        f["name"] + ": " + f["error"]
+        for f in found
+        if not f["ok"] and not f["name"].startswith("?")
+    ]
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     for f in found:

@@ -732,3 +732,25 @@ def test_model_stages_run_by_prefix_and_stop_on_a_failed_import_probe():
     assert not v["glm5next.ops: imports and kernels load"]["ok"]
     assert "deep_gemm" in str(v["glm5next.knob1: started"]["failed"])
     assert "glm5next.restore" in suite.RESTORE_SETS
+
+
+def test_ops_probe_names_a_failed_import_and_skips_optional_ones(tmp_path, monkeypatch):
+    import importlib
+    import sys as _sys
+
+    _sys.path.insert(0, str(REPO / "engine"))
+    opsprobe = importlib.import_module("opsprobe")
+    monkeypatch.setitem(
+        opsprobe.NEEDS, "dsv2lite", ["json", "no_such_mod_31", "?no_such_opt_31"]
+    )
+    out = tmp_path / "ops.json"
+    monkeypatch.setattr(
+        _sys, "argv", ["opsprobe", "--model", "dsv2lite", "--out", str(out)]
+    )
+    rc = opsprobe.main()
+    res = json.loads(out.read_text())
+    assert rc == 1
+    assert [f["ok"] for f in res["imports"]] == [True, False, False]
+    assert len(res["failed"]) == 1 and res["failed"][0].startswith(
+        "no_such_mod_31: ModuleNotFoundError"
+    )
