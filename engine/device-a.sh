@@ -11,6 +11,8 @@ if [ "$ENGINE" = vllm-0.33.0 ]; then PV=/tmp/pv; else PV=/tmp/pv-${ENGINE#vllm-}
 mkdir -p "$PV"
 cp "$DEV/A/so_C.xz.1" "$PV/"
 echo "$ENGINE" >"$PV/engine"
+# Set C2 (the model stages' transformers wheel), when carried too: device-b.sh installs it.
+if [ -d "$DEV/C2/whl" ]; then mkdir -p "$PV/C/whl" && cp "$DEV/C2/whl/"*.whl "$PV/C/whl/"; fi
 ls -la "$PV"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())'

@@ -30,6 +30,22 @@ tar xJf "$B/vtree.tar.xz" -C /tmp/v
 # placeholder module, outside every file we patch or pin.
 echo "# placeholder: no FA kernels on this run" >/tmp/v/vllm/vllm_flash_attn/_vllm_fa2_C.py
 cp "$PV/_C_stable_libtorch.abi3.so" /tmp/v/vllm/
+# The model stages' ops (device-c.sh), when they came: _moe_C, FlashKDA/FlashMLA, DeepSelect,
+# deep_gemm into the tree; their transformers into a site of its own (model stages only).
+MODELS_SITE=
+rm -rf /tmp/site-models
+if [ -s $PV/C/moe_C.xz ]; then
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+    $PV/C/moe_C.xz /tmp/v/vllm/_moe_C_stable_libtorch.abi3.so || echo "set C: _moe_C did not unpack"
+  tar xJf $PV/C/ops.tar.xz -C /tmp/v || echo "set C: ops.tar.xz did not unpack"
+  if ls $PV/C/whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-models \
+      $PV/C/whl/*.whl 2>&1 | tail -3
+  else
+    echo "set C: no transformers wheel (carry .device/C2 with device-a.sh): the image's transformers"
+  fi
+  MODELS_SITE=/tmp/site-models
+fi
 cp -a /tmp/v /tmp/vp && tar xJf "$B/overlay_files.tar.xz" -C /tmp/vp
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The overlays' store library (kv_store_format/native.py), packed by engine/prepare.sh.
@@ -37,7 +53,7 @@ export KVTIER_STORE_LIB=$B/lib/libkvtier_store.so
 "$B/kvstore" --version 2>&1 | head -1
 echo "setup $(( $(date +%s) - T0 )) s"
 GPUS=${GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
-python3 engine/suite.py --pristine /tmp/v --patched /tmp/vp --site /tmp/site \
+python3 engine/suite.py --pristine /tmp/v --patched /tmp/vp --site /tmp/site --models-site "$MODELS_SITE" \
   --kvstore "$B/kvstore" --launcher "$B/launcher" --out "$OUT/run" --gpus "$GPUS" --only "${ONLY:-}" --together "${TOGETHER:-}" \
   --engine "$ENGINE"
 rc=$?

@@ -2,6 +2,11 @@
 # Prepares, on this machine, everything the GPU suite needs on the device machine (which has
 # torch and CUDA but no vLLM and no network), as two transfers of under 64 MiB each:
 #   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
+#   .device/C  the compiled ops of the MLA / MoE / KDA models (engine/suite.py model stages,
+#              ENGINE.md "MLA, MoE and KDA"): _moe_C (xz, 38 MB), one tar.xz of _flashkda_C,
+#              _flashmla_C(+_extension), _deepselect_C and the vendored deep_gemm (its .so
+#              and JIT headers, 12 MB): 59.6 MiB less the wheel below, which is set C2
+#   .device/C2 the transformers wheel with Glm5NextTextConfig (12.3 MiB), carried with A
 #   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
 #              (Python 3.12, no deps), the files the overlays patch or add (from a real
 #              `overlay apply`), a release `kvstore` and the portable libkvtier_store.so with
@@ -37,7 +42,7 @@ trap 'rm -rf "$W"' EXIT
 # The parts cut from the wheel are kept while the wheel is the same (they take minutes of
 # xz); the tools, the overlay files and the wheels are made again on every run.
 if [ "$(cat "$OUT/wheel.sha256" 2>/dev/null)" != "$WHEEL_SHA" ]; then
-  rm -rf "$OUT/A" "$OUT/A2" "$OUT/B"
+  rm -rf "$OUT/A" "$OUT/A2" "$OUT/B" "$OUT/C"
 fi
 rm -rf "$OUT/B/lib" "$OUT/B/whl" "$OUT/B/launcher"
 mkdir -p "$W/tree" "$W/whl" "$OUT/A" "$OUT/B/lib"
@@ -136,12 +141,37 @@ git archive "$rev" docker anchors overlays/kv-offload-scope VERSION | tar -x -C 
 # it to the suite (--engine), so a warm machine never mixes two releases' compiled ops.
 echo "$ENGINE" >"$OUT/A/engine"
 echo "$ENGINE" >"$OUT/B/engine"
-du -sh "$OUT/A" "$OUT/A2" "$OUT/B"
-# Each transfer is under 64 MiB with the working tree (a few MiB): A alone, B with A2.
-a=$(du -sb "$OUT/A" | cut -f1)
-b=$(du -sbc "$OUT/B" "$OUT/A2" | tail -1 | cut -f1)
-limit=$((60 * 1024 * 1024))
-if [ "$a" -ge "$limit" ] || [ "$b" -ge "$limit" ]; then
-  echo "prepare: a transfer is over 60 MiB (A $a B, B+A2 $b B): it would not fit with the tree" >&2
-  exit 1
+# 6. Set C (the model stages' ops), kept while the wheel is the same; carried alone with the
+#    checkout (device-c.sh), so it must stay under 64 MiB less the checkout's few MB.
+#    Only for vLLM 0.33.0: the model stages name its files.
+if [ "$ENGINE" != vllm-0.33.0 ]; then
+  rm -rf "$OUT/C" "$OUT/C2"
+elif [ ! -s "$OUT/C/moe_C.xz" ] || [ ! -s "$OUT/C/ops.tar.xz" ]; then
+  rm -rf "$OUT/C" && mkdir -p "$OUT/C"
+  unzip -p "$WHEEL" vllm/_moe_C_stable_libtorch.abi3.so | xz -T0 -6 >"$OUT/C/moe_C.xz.tmp"
+  mkdir -p "$W/ops"
+  unzip -q -o "$WHEEL" 'vllm/third_party/deep_gemm/*' vllm/_flashkda_C.abi3.so vllm/_flashmla_C.abi3.so \
+    vllm/_flashmla_extension_C.abi3.so vllm/_deepselect_C.abi3.so -d "$W/ops"
+  (cd "$W/ops" && tar cf - vllm | xz -T0 -6 >"$OUT/C/ops.tar.xz")
+  mv "$OUT/C/moe_C.xz.tmp" "$OUT/C/moe_C.xz"
 fi
+# The transformers of the wheel's pin that has the models' config classes (the image's
+# may predate Glm5NextTextConfig); device-b.sh installs it apart, for the model stages only.
+# (Set C2, carried with set A: C alone plus the 5.3 MB checkout is already 52 MiB.)
+if [ "$ENGINE" = vllm-0.33.0 ]; then
+  rm -rf "$OUT/C/whl" "$OUT/C2" && mkdir -p "$OUT/C2/whl"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${plat[@]}" -d "$OUT/C2/whl" "transformers==5.20.2"
+fi
+tree_bytes=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+for pair in "C" "A C2" "B A2"; do
+  set_bytes=$tree_bytes
+  for d in $pair; do
+    [ -d "$OUT/$d" ] && set_bytes=$((set_bytes + $(du -sb "$OUT/$d" | cut -f1)))
+  done
+  if [ "$set_bytes" -gt $((63 << 20)) ]; then
+    echo "prepare: the call carrying .device/{${pair// /,}} with the checkout is $set_bytes bytes, over 63 MiB: split it" >&2
+    exit 1
+  fi
+done
+du -sh "$OUT"/*/

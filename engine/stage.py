@@ -79,7 +79,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         enforce_eager=True,
         max_model_len=args.max_model_len,
         skip_tokenizer_init=True,
-        attention_backend="TRITON_ATTN",
+        attention_backend=getattr(args, "attention_backend", "TRITON_ATTN"),
         dtype="bfloat16",
         max_num_seqs=args.max_num_seqs,
         seed=0,
@@ -94,6 +94,9 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         kw["disable_log_stats"] = False  # the stat loggers fill what get_metrics reads
     if args.hybrid:
         kw["mamba_cache_mode"] = "align"
+    if getattr(args, "additional_config", ""):
+        # e.g. GLM-5.3's KDA prefill on its Triton kernels ({"kda_prefill_backend": "triton"})
+        kw["additional_config"] = json.loads(args.additional_config)
     if args.eagle:
         kw["speculative_config"] = {
             "method": "eagle",
@@ -213,6 +216,14 @@ def main() -> int:
     )
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--hybrid", action="store_true")
+    p.add_argument(
+        "--attention-backend",
+        default="TRITON_ATTN",
+        help="TRITON_MLA for the MLA models (no FlashMLA / FlashInfer kernels carried)",
+    )
+    p.add_argument(
+        "--additional-config", default="", help="vLLM additional_config JSON"
+    )
     p.add_argument("--eagle", default="")
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--probe", action="store_true", help="knob 1: inspect every worker")

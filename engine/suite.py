@@ -62,6 +62,13 @@ class Stage:
     before: str | None = None  # before this stage, on the store's files: "evict" (page
     # cache dropped, plain parallel read from disk timed) or "warm" (read into the page
     # cache, plain read from it timed); "disk-write" times a sequential write + fsync
+    needs: str | None = (
+        None  # the model's ops stage (engine/opsprobe.py): when it failed,
+    )
+    # this stage is not started and says which import stopped it
+    models_site: bool = (
+        False  # PYTHONPATH also gets --models-site (the newer transformers)
+    )
 
     @property
     def probe(self) -> bool:
@@ -178,7 +185,71 @@ def stages() -> list[Stage]:
                   env=on, wave=10, store=store, timeout=150),
         ]  # fmt: skip
     out += real_size_stages()
+    out += model_stages()
     return out
+
+
+# The issue-31 models (engine/models/<name>; ENGINE.md, "MLA, MoE and KDA"): a stage
+# argument set per model. Attention: TRITON_MLA for the MLA models (FlashMLA and FlashInfer
+# are not carried); GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C.
+NEW_MODELS = {
+    "glm5next": ["--hybrid", "--attention-backend", "TRITON_MLA", "--additional-config",
+                 '{"kda_prefill_backend": "triton"}'],
+    "dsv2lite": ["--attention-backend", "TRITON_MLA"],
+    "qwen3next": ["--hybrid"],
+}  # fmt: skip
+# Restore sets the judge knows: <set>.cold, .write, .hit, .bad, .healed.
+RESTORE_SETS = ("restore.llama", "restore.lfm2") + tuple(
+    f"{m}.restore" for m in NEW_MODELS
+)
+
+
+def model_stages() -> list[Stage]:
+    """Per model: the import probe first (wave 20, all models side by side), then pristine,
+    knob 0 and knob 1 (wave 21), then the restore set (waves 22-25) on the same store. Each
+    stage after the probe needs it; selected by prefix only (ONLY=glm5next,...)."""
+    small = ["--connector", "--cpu-bytes", str(256 << 20)]
+    probe = ["--probe", "--compare"]
+    on = {"GLM53_KV_OFFLOAD_RESTORE": "1"}
+    out = []
+    for m, extra in NEW_MODELS.items():
+        path, ops = os.path.join(MODELS, m), f"{m}.ops"
+        seq = small + ["--sequential"] + extra
+        store = f"{m}.restore"
+        mine = [
+            Stage(ops, m, "patched", None, [], wave=20, timeout=120, verify=False),
+            Stage(f"{m}.pristine", path, "pristine", None, small + extra, wave=21),
+            Stage(f"{m}.knob0", path, "patched", "0", small + extra, wave=21),
+            Stage(f"{m}.knob1", path, "patched", "1", small + extra + probe, wave=21),
+            Stage(f"{store}.cold", path, "pristine", None, seq, wave=22, timeout=150),
+            Stage(f"{store}.write", path, "patched", "1", seq + probe,
+                  env={"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=22, store=store, timeout=150),
+            Stage(f"{store}.hit", path, "patched", "1", seq + ["--restore-probe"],
+                  env=on, wave=23, store=store, timeout=150),
+            Stage(f"{store}.bad", path, "patched", "1", seq + ["--restore-probe"],
+                  env=on, wave=24, store=store, verify=False, corrupt=f"{store}.hit",
+                  timeout=150),
+            Stage(f"{store}.healed", path, "patched", "1", seq + ["--restore-probe"],
+                  env=on, wave=25, store=store, timeout=150),
+        ]  # fmt: skip
+        for st in mine:
+            st.diagnosis = True  # device minutes: selected by prefix only
+            st.models_site = True
+            if st.name != ops:
+                st.needs = ops
+        out += mine
+    return out
+
+
+def ops_failed(results: dict[str, dict], st: Stage) -> str | None:
+    """Why a stage must not start: its model's import probe ran and failed."""
+    if st.needs is None:
+        return None
+    res = results.get(st.needs)
+    if res is None or res.get("rc") == 0:  # not selected (ONLY named the stage alone)
+        return None
+    failed = res.get("failed") or res.get("errors") or [f"rc={res.get('rc')}"]
+    return f"{st.needs} failed: " + "; ".join(failed)
 
 
 LLAMA_8B = os.path.join(MODELS, "llama-8b")
@@ -283,14 +354,22 @@ def check_launcher(res: dict) -> dict:
 
 
 def run_wave(
-    batch: list[Stage], opts: argparse.Namespace, logs: str
+    batch: list[Stage], opts: argparse.Namespace, logs: str, done: dict | None = None
 ) -> dict[str, dict]:
     procs = []
     planned: dict[str, dict] = {}
+    results: dict[str, dict] = {}
+    for st in list(batch):
+        why = ops_failed(done or {}, st)
+        if why:
+            results[st.name] = {"rc": None, "skipped": why, "errors": [why]}
+            print(f"  {st.name}: not started: {why}", flush=True)
+            batch = [b for b in batch if b is not st]
     for st in batch:
         env = dict(os.environ)
         tree = opts.pristine if st.tree == "pristine" else opts.patched
-        env["PYTHONPATH"] = os.pathsep.join([HERE, tree, opts.site])
+        sites = [opts.models_site] if st.models_site and opts.models_site else []
+        env["PYTHONPATH"] = os.pathsep.join([HERE, tree, *sites, opts.site])
         env.update(
             PYTHONUNBUFFERED="1",
             VLLM_USE_FLASHINFER_SAMPLER="0",
@@ -335,12 +414,14 @@ def run_wave(
         log = open(os.path.join(logs, st.name + ".log"), "w")
         cmd = ["timeout", str(st.timeout), sys.executable, os.path.join(HERE, "stage.py"),
                "--model", st.model, "--out", js, *args]  # fmt: skip
+        if st.name.endswith(".ops"):  # the import probe: st.model is the model's key
+            cmd = ["timeout", str(st.timeout), sys.executable,
+                   os.path.join(HERE, "opsprobe.py"), "--model", st.model, "--out", js]  # fmt: skip
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         procs.append(
             (st, subprocess.Popen(cmd, env=env, stdout=log, stderr=log), log, js)
         )
-    results = {}
     for name, plan in planned.items():
         if plan["rc"] != 0:
             results[name] = {
@@ -585,8 +666,7 @@ def restore_judge(
     results: dict[str, dict], corruptions: dict[str, dict]
 ) -> dict[str, dict]:
     verdicts: dict[str, dict] = {}
-    for model in ("llama", "lfm2"):
-        name = f"restore.{model}"
+    for name in RESTORE_SETS:
         cold, write = results.get(f"{name}.cold"), results.get(f"{name}.write")
         hit, bad = results.get(f"{name}.hit"), results.get(f"{name}.bad")
         healed = results.get(f"{name}.healed")
@@ -740,7 +820,15 @@ def judge(
     results: dict[str, dict], corruptions: dict[str, dict] | None = None
 ) -> dict[str, dict]:
     verdicts: dict[str, dict] = {}
-    for model in ("llama", "lfm2", "nemotronh", "eagle"):
+    for name, res in results.items():
+        if name.endswith(".ops") or res.get("skipped"):
+            verdicts[f"{name}: imports and kernels load" if name.endswith(".ops")
+                     else f"{name}: started"] = {
+                "failed": res.get("failed") or res.get("errors"),
+                "torch": res.get("torch"),
+                "ok": res.get("rc") == 0,
+            }  # fmt: skip
+    for model in ("llama", "lfm2", "nemotronh", "eagle", *NEW_MODELS):
         base = results.get(f"{model}.pristine")
         for variant in ("knob0", "knob1", "knob1-drafter"):
             other = results.get(f"{model}.{variant}")
@@ -1008,7 +1096,9 @@ def selected(every: list[Stage], wanted: list[str], gpus: int) -> list[Stage]:
     the GPUs; a diagnosis stage only when named exactly (device minutes)."""
 
     def named(s: Stage) -> bool:
-        if s.diagnosis and s.name.startswith(("ttft.", "burst8b.")):
+        if s.diagnosis and s.name.startswith(
+            ("ttft.", "burst8b.", *(m + "." for m in NEW_MODELS))
+        ):
             return any(s.name == w or s.name.startswith(w + ".") for w in wanted)
         if s.diagnosis:
             return s.name in wanted
@@ -1024,6 +1114,12 @@ def main() -> int:
     p.add_argument("--pristine", required=True)
     p.add_argument("--patched", required=True)
     p.add_argument("--site", required=True)
+    p.add_argument(
+        "--models-site",
+        default="",
+        help="site folder put before --site for the issue-31 model stages (transformers "
+        "with their config classes; device-b.sh: /tmp/site-models when set C came)",
+    )
     p.add_argument("--kvstore", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stores", default="/tmp/kvstores")
@@ -1068,7 +1164,7 @@ def main() -> int:
             f"== wave {wave}: {[s.name for s in batch]} t={time.time() - t0:.0f}s",
             flush=True,
         )
-        results.update(run_wave(batch, opts, logs))
+        results.update(run_wave(batch, opts, logs, results))
     for name, speeds in prepared.items():
         results.setdefault(name, {})["before"] = speeds
     verdicts = judge(results, corruptions)

@@ -139,7 +139,8 @@ def test_stage_table_covers_every_claim():
 def test_diagnosis_stages_run_only_when_named_exactly():
     every = suite.stages()
     diagnosis = {s.name for s in every if s.diagnosis}
-    real_size = {s.name for s in every if s.name.startswith(("ttft.", "burst8b."))}
+    prefixes = ("ttft.", "burst8b.", *(m + "." for m in suite.NEW_MODELS))
+    real_size = {s.name for s in every if s.name.startswith(prefixes)}
     assert diagnosis - real_size == {
         "pressure.capture",
         "pressure.hooks",
@@ -714,3 +715,55 @@ def test_stage_refuses_to_build_a_knob1_connector(monkeypatch, tmp_path):
     (tmp_path / "c.json").write_text(text)
     args.connector_json = str(tmp_path / "c.json")
     assert stage.engine_kwargs(args)["kv_transfer_config"] == json.loads(text)
+
+
+def test_model_stages_run_by_prefix_and_stop_on_a_failed_import_probe():
+    every = suite.stages()
+    assert not {s.name for s in suite.selected(every, [], gpus=2)} & {
+        s.name for s in every if s.name.startswith("glm5next.")
+    }
+    mine = suite.selected(every, ["glm5next"], gpus=1)
+    assert mine[0].name == "glm5next.ops" and mine[0].wave < min(
+        s.wave for s in mine[1:]
+    )
+    assert all(s.needs == "glm5next.ops" and s.models_site for s in mine[1:])
+    knob1 = next(s for s in mine if s.name == "glm5next.knob1")
+    assert "TRITON_MLA" in knob1.args and "--hybrid" in knob1.args
+    failed = {
+        "glm5next.ops": {
+            "rc": 1,
+            "failed": ["vllm.third_party.deep_gemm: RuntimeError: no nvcc"],
+        }
+    }
+    why = suite.ops_failed(failed, knob1)
+    assert why and "vllm.third_party.deep_gemm" in why
+    assert suite.ops_failed({"glm5next.ops": {"rc": 0}}, knob1) is None
+    assert suite.ops_failed({}, knob1) is None  # ONLY named the stage without its probe
+    # A skipped stage and the failed probe are failed verdicts that name the import.
+    results = failed | {"glm5next.knob1": {"rc": None, "skipped": why, "errors": [why]}}
+    v = suite.judge(results)
+    assert not v["glm5next.ops: imports and kernels load"]["ok"]
+    assert "deep_gemm" in str(v["glm5next.knob1: started"]["failed"])
+    assert "glm5next.restore" in suite.RESTORE_SETS
+
+
+def test_ops_probe_names_a_failed_import_and_skips_optional_ones(tmp_path, monkeypatch):
+    import importlib
+    import sys as _sys
+
+    _sys.path.insert(0, str(REPO / "engine"))
+    opsprobe = importlib.import_module("opsprobe")
+    monkeypatch.setitem(
+        opsprobe.NEEDS, "dsv2lite", ["json", "no_such_mod_31", "?no_such_opt_31"]
+    )
+    out = tmp_path / "ops.json"
+    monkeypatch.setattr(
+        _sys, "argv", ["opsprobe", "--model", "dsv2lite", "--out", str(out)]
+    )
+    rc = opsprobe.main()
+    res = json.loads(out.read_text())
+    assert rc == 1
+    assert [f["ok"] for f in res["imports"]] == [True, False, False]
+    assert len(res["failed"]) == 1 and res["failed"][0].startswith(
+        "no_such_mod_31: ModuleNotFoundError"
+    )
