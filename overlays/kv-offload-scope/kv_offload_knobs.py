@@ -31,6 +31,7 @@ KEEP_BOUNDARIES = "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES"
 BUILD_ID = "GLM53_KV_OFFLOAD_BUILD_ID"
 CAPTURE_MIB = "GLM53_KV_OFFLOAD_CAPTURE_MIB"
 GROUP = "GLM53_KV_OFFLOAD_GROUP"
+DISK_GB = "GLM53_KV_OFFLOAD_DISK_GB"
 
 EXIT_REFUSED = 2
 
@@ -40,6 +41,9 @@ _DECIMAL = re.compile(r"0|[1-9][0-9]{0,5}")
 _DIR = re.compile(r"/[A-Za-z0-9._/@+-]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
+_GB = re.compile(r"(0|[1-9][0-9]{0,6})(\.[0-9]{1,9})?")
+# 1e6 GB: far above any disk, far below where a float loses whole bytes.
+MAX_DISK_GB = 1_000_000
 
 
 class KnobError(ValueError):
@@ -115,6 +119,18 @@ def _group(value: str) -> str | None:
     return "must be a group name: 1-32 of [A-Za-z0-9._-], not starting with a digit"
 
 
+def _disk_gb(value: str) -> str | None:
+    if _GB.fullmatch(value) and 0 < float(value) <= MAX_DISK_GB:
+        return None
+    return f"must be a decimal number of GB (10^9 bytes), > 0 and <= {MAX_DISK_GB}"
+
+
+def disk_budget_bytes(value: str) -> int:
+    """A valid ``GLM53_KV_OFFLOAD_DISK_GB`` value in bytes (decimal GB)."""
+    whole, _, frac = value.partition(".")
+    return int(whole) * 10**9 + int((frac + "0" * 9)[:9])
+
+
 RULES: tuple[Rule, ...] = (
     Rule(ENABLE, "`0` or `1`", "`0` (off)", _flag),
     Rule(
@@ -164,6 +180,13 @@ RULES: tuple[Rule, ...] = (
         "empty: the serving user only (`0700`/`0600`)",
         _group,
     ),
+    Rule(
+        DISK_GB,
+        "decimal GB (10^9 bytes, e.g. `500` or `0.5`), > 0: the most this rank's "
+        "store may hold; the writer retires least recently used chains to stay under it",
+        "empty: unbounded",
+        _disk_gb,
+    ),
 )
 REQUIRED_WHEN_ON = (DIR, CPU_GB)
 NAMES = tuple(rule.name for rule in RULES)
@@ -182,6 +205,7 @@ class Knobs:
     capture_mib: int = DEFAULT_CAPTURE_MIB
     group: str = ""  # the group that may read the store; "": private
     restore: bool = False  # GLM53_KV_OFFLOAD_RESTORE=1 (accepted only where baked)
+    disk_bytes: int | None = None  # GLM53_KV_OFFLOAD_DISK_GB in bytes; None: unbounded
 
     @property
     def capture_bytes(self) -> int:
@@ -234,6 +258,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
         capture_mib=int(values.get(CAPTURE_MIB, DEFAULT_CAPTURE_MIB)),
         group=values.get(GROUP, ""),
         restore=values.get(RESTORE) == "1",
+        disk_bytes=disk_budget_bytes(values[DISK_GB]) if DISK_GB in values else None,
     )
 
 
