@@ -8,6 +8,7 @@ least recently used trees, whole, and leave a store `kvstore verify` passes.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -162,3 +163,53 @@ def test_nothing_evictable_left_refuses_the_write(tmp_path):
     assert stats.keys_written == 0
     assert set(sls.chunk_files(tmp_path)) < set(before) or not before
     assert sls.verify_store(tmp_path) == []
+
+
+@pytest.mark.parametrize("over", [1, 12_000])  # one tree, then two
+def test_kvstore_gc_max_bytes_retires_what_the_writer_retires(
+    tmp_path, build_dir, over
+):
+    """The same store, the same budget: the writer online and `kvstore gc
+    --max-bytes --sweep` offline leave the same chain trees."""
+    writer_root = tmp_path / "writer"
+    writer_root.mkdir(mode=0o700)
+    full = three_trees(writer_root)
+    gc_root = tmp_path / "gc"
+    shutil.copytree(writer_root, gc_root)  # copy2: the mtimes (recency) too
+    limit = full - over
+    store, _ = sls.make_store(
+        writer_root, knobs=sls.knobs(writer_root, disk_bytes=limit)
+    )
+    ok, retired = store.writer.budget.make_room(0, [])
+    store.shutdown()
+    assert ok and retired
+    kvstore = build_dir / "kvstore" / "kvstore"
+    gc = [str(kvstore), "gc", str(gc_root), "--max-bytes", str(limit)]
+    plan = subprocess.run(gc, capture_output=True, text=True)  # the dry run
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert ": budget: least recently used chain tree" in plan.stdout
+    done = subprocess.run([*gc, "--sweep"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    left = {p.relative_to(writer_root) for p in writer_root.rglob("*.bin")}
+    assert left == {p.relative_to(gc_root) for p in gc_root.rglob("*.bin")}
+    kept = set(sls.manifests(only_base(writer_root)))
+    assert kept == set(sls.manifests(only_base(gc_root)))
+    assert roots(only_base(gc_root)) == {root_of(0), root_of(1), root_of(2)} - {
+        t.root for t in retired
+    }
+    kvstore_verify(build_dir, gc_root)
+
+
+def test_kvstore_gc_refuses_a_bad_size(tmp_path, build_dir):
+    three_trees(tmp_path)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    kvstore = build_dir / "kvstore" / "kvstore"
+    for bad in ("12g", "0", "-5", "1.5", ""):
+        done = subprocess.run(
+            [str(kvstore), "gc", str(tmp_path), "--max-bytes", bad, "--sweep"],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        assert "--max-bytes" in done.stderr and "not a SIZE" in done.stderr, bad
+    assert sorted(p for p in tmp_path.rglob("*")) == before
