@@ -22,7 +22,7 @@ from pathlib import Path
 import store_local_support as sls
 
 # About two of the three conversations' trees: every run evicts.
-BUDGET_BYTES = 16_000
+BUDGET_BYTES = 30_000
 
 
 def main() -> None:
@@ -46,7 +46,10 @@ def main() -> None:
     while True:
         branch = rng.randrange(3)
         end = rng.randrange(1, 12)
-        start = rng.randrange(0, end)
+        # Under the budget every job starts at chunk 0: a chain waiting for
+        # a prefix no job writes holds its chunks in the pending record,
+        # which the budget never retires (a tiny budget fills with them).
+        start = 0 if budget else rng.randrange(0, end)
         sls.run_job(store, maker.full_chunks(start, end - start + 1, branch))
         for g in sls.STATE_GROUPS:
             sls.run_job(store, maker.state(end, g, branch))

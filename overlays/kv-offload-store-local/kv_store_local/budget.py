@@ -210,22 +210,34 @@ class DiskBudget:
         self.stats.bytes_evicted += freed
 
 
-# A manifest's bytes beyond its chain, and per chain key per group: an upper
-# bound of the canonical JSON (a 64-hex key, length and checksum fields).
-_MANIFEST_BASE = 1024
-_MANIFEST_PER_ENTRY = 160
+# A manifest's canonical JSON: its fixed fields, then per chain key (64 hex
+# and separators) and per entry (key, length, checksum): upper bounds.
+_MANIFEST_BASE = 512
+_MANIFEST_PER_KEY = 72
+_MANIFEST_PER_ENTRY = 120
 
 
-def job_bytes(job) -> int:
+def job_bytes(job, keep: int) -> int:
     """An upper bound of what a job adds: every key as a new chunk file (a
-    deduplicated one adds nothing) and every candidate's manifest."""
+    deduplicated one adds nothing) and the manifests it may publish. With
+    keep-K on, a tree holds at most K+1 new manifests at once (retain runs
+    after each publish), so only the K+1 largest per tree count."""
     total = 0
     for item in job.keys:
         header = fmt.FIXED_HEADER_SIZE + fmt.HEADER_CHECKSUM_SIZE
         total += header + fmt.SEGMENT_ENTRY_SIZE * len(item.segments) + item.size
+    per_tree: dict[bytes, list[int]] = {}
     for c in job.candidates:
         entries = len(c.chain) * len(c.full) + len(c.state)
-        total += _MANIFEST_BASE + _MANIFEST_PER_ENTRY * max(entries, len(c.chain))
+        size = (
+            _MANIFEST_BASE
+            + _MANIFEST_PER_KEY * len(c.chain)
+            + _MANIFEST_PER_ENTRY * entries
+        )
+        per_tree.setdefault(c.chain[0] if c.chain else b"", []).append(size)
+    for sizes in per_tree.values():
+        sizes.sort(reverse=True)
+        total += sum(sizes if keep == 0 else sizes[: keep + 1])
     return total
 
 
@@ -233,7 +245,7 @@ def make_room_for_job(writer, job) -> bool:
     """The writer's few lines: room for the job, or its keys refused. The
     retired manifests and chunks are forgotten by the writer's book."""
     budget = writer.budget
-    incoming = job_bytes(job)
+    incoming = job_bytes(job, writer.manifests.keep)
     roots = {c.chain[0].hex() for c in job.candidates if c.chain}
     ok, retired = budget.make_room(incoming, writer.manifests.pending_chunks(), roots)
     book = writer.manifests
