@@ -38,8 +38,16 @@ class StoreView:
     named_by: dict[str, set[str]]
 
 
-def scan(layout: fmt.StoreLayout) -> StoreView:
-    """The rank base as the budget sees it (the C++ planner counts the same)."""
+# A parsed manifest by name, valid while (size, mtime, inode) still match:
+# its root and what it names (a manifest is never rewritten in place).
+Parsed = dict[str, tuple[tuple[int, int, int], str, dict[str, tuple[bytes, int]]]]
+
+
+def scan(layout: fmt.StoreLayout, cache: Parsed | None = None) -> StoreView:
+    """The rank base as the budget sees it (the C++ planner counts the same).
+    ``cache`` keeps the manifests parsed by an earlier scan: a scan at budget
+    then decodes only the new ones."""
+    cache = {} if cache is None else cache
     used = 0
     sizes: dict[str, int] = {}
     stack = [layout.base]
@@ -54,24 +62,36 @@ def scan(layout: fmt.StoreLayout) -> StoreView:
                     sizes[e.path] = size
     trees: dict[str, Tree] = {}
     named_by: dict[str, set[str]] = {}
-    for name in sorted(os.listdir(layout.manifest_dir)):
+    names = sorted(os.listdir(layout.manifest_dir))
+    for name in set(cache) - set(names):
+        del cache[name]
+    for name in names:
         path = os.path.join(layout.manifest_dir, name)
         try:
             fmt.parse_manifest_file_name(name)
             st = os.stat(path, follow_symlinks=False)
-            manifest = fmt.decode_manifest(
-                fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
-            )
+            ident = (st.st_size, st.st_ino, st.st_dev)
+            known = cache.get(name)
+            if known is None or known[0] != ident:
+                manifest = fmt.decode_manifest(
+                    fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
+                )
+                named = {
+                    layout.chunk(e.key, g.group): (bytes.fromhex(e.key), g.group)
+                    for g in manifest.groups
+                    for e in g.entries
+                }
+                known = cache[name] = (ident, manifest.chain[0], named)
         except (OSError, fmt.FormatError):
+            cache.pop(name, None)
             continue  # temps, damaged files: never retired here (kvstore gc's)
-        tree = trees.setdefault(manifest.chain[0], Tree(manifest.chain[0]))
+        root = known[1]
+        tree = trees.setdefault(root, Tree(root))
         tree.recency_ns = max(tree.recency_ns, st.st_mtime_ns)
         tree.manifests[path] = st.st_size
-        for group in manifest.groups:
-            for entry in group.entries:
-                chunk = layout.chunk(entry.key, group.group)
-                tree.chunks[chunk] = (bytes.fromhex(entry.key), group.group)
-                named_by.setdefault(chunk, set()).add(tree.root)
+        tree.chunks.update(known[2])
+        for chunk in known[2]:
+            named_by.setdefault(chunk, set()).add(root)
     return StoreView(used, trees, sizes, named_by)
 
 
@@ -98,12 +118,25 @@ def plan(
     return retired, freed
 
 
+# When a write would cross the budget the writer frees down to this fraction
+# below it (its low-water mark), so it scans the store once per 1/64 of the
+# budget written, not once per job. `kvstore gc --max-bytes LOW` plans what
+# the writer retires (LOW = budget - budget // 64).
+LOW_WATER_DIVISOR = 64
+
+
+def low_water(limit: int) -> int:
+    return limit - limit // LOW_WATER_DIVISOR
+
+
 class DiskBudget:
     def __init__(self, layout: fmt.StoreLayout, limit: int, stats):
         self.layout = layout
         self.limit = limit
+        self.low = low_water(limit)
         self.stats = stats
         self._used: int | None = None  # an upper bound between scans
+        self._parsed: Parsed = {}
         self._held: dict[str, int] = {}  # chunk path -> promotions reading it
         self._lock = threading.Lock()
 
@@ -145,13 +178,14 @@ class DiskBudget:
         pending: Iterable[tuple[int, str]],
         roots: Iterable[str] = (),
     ) -> tuple[bool, list[Tree]]:
-        """Retire LRU trees until ``incoming`` more bytes fit: (whether they
-        fit, the trees retired). They may not fit when everything left is
+        """When ``incoming`` more bytes would cross the budget, retire LRU
+        trees until they fit under the low-water mark: (whether they fit
+        under the budget, the trees retired). They may not fit when everything left is
         protected: trees naming a pending-record chunk, a held file or a
         chunk an unreadable manifest names are never retired."""
         if self._used is not None and self._used + incoming <= self.limit:
             return True, []
-        view = scan(self.layout)
+        view = scan(self.layout, self._parsed)
         self._used = view.used
         if view.used + incoming <= self.limit:
             return True, []
@@ -172,7 +206,7 @@ class DiskBudget:
                     for r in roots
                 }
             )
-            retired, freed = plan(view, self.limit, incoming, protected)
+            retired, freed = plan(view, self.low, incoming, protected)
             self._retire(view, retired)
         self._used = view.used - freed
         return self._used + incoming <= self.limit, retired
