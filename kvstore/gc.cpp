@@ -25,7 +25,7 @@ ScanOptions scan_options(const GcOptions& g, int64_t now) {
 
 PlanOptions plan_options(const GcOptions& g, const RankInventory& inv, bool locked, int64_t now) {
   return {.keep = g.keep ? *g.keep : inv.keep_hint.value_or(2), .grace_ns = g.grace_ns, .now_ns = now,
-          .locked = locked};
+          .locked = locked, .max_bytes = g.max_bytes};
 }
 
 // Namespace-record temps beside the rank bases, written outside the lock:

@@ -22,6 +22,7 @@ const char* reason_name(DeleteReason r) {
     case DeleteReason::kBadManifest: return "bad-manifest";
     case DeleteReason::kSuperseded: return "superseded";
     case DeleteReason::kSupersededPayload: return "superseded-payload";
+    case DeleteReason::kBudget: return "budget";
   }
   return "?";
 }
@@ -150,6 +151,23 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
     if (!p.live)
       rest.push_back({p.rel, DeleteReason::kStaleTemp, "pending record of a writer that has exited", p.st, false});
 
+  if (opt.max_bytes && complete) {
+    // The budget counts what stays after the rules above (FORMAT.md 8.1).
+    uint64_t planned = 0;
+    std::vector<bool> planned_manifest(inv.manifests.size(), false);
+    std::unordered_map<std::string, size_t> by_rel_index;
+    for (size_t i = 0; i < inv.manifests.size(); ++i) by_rel_index.emplace(inv.manifests[i].rel, i);
+    for (const auto& it : manifests) {
+      planned += it.st.size;
+      if (auto f = by_rel_index.find(it.rel); f != by_rel_index.end()) planned_manifest[f->second] = true;
+    }
+    for (const auto& it : rest) planned += it.st.size;
+    plan.trees_retired = plan_budget(inv, opt, planned, planned_manifest, manifests, rest);
+  } else if (opt.max_bytes) {
+    plan.refusals.push_back(fmt::format("{}: --max-bytes not planned: part of the rank could not be read",
+                                        inv.rel.empty() ? inv.name : inv.rel));
+  }
+
   auto by_rel = [](const PlanItem& a, const PlanItem& b) { return a.rel < b.rel; };
   std::sort(manifests.begin(), manifests.end(), by_rel);
   std::sort(rest.begin(), rest.end(), by_rel);
@@ -187,6 +205,7 @@ void merge_plan(Plan& into, Plan&& more) {
   into.manifests_planned += more.manifests_planned;
   for (auto& r : more.refusals) into.refusals.push_back(std::move(r));
   into.chunks_withheld = into.chunks_withheld || more.chunks_withheld;
+  into.trees_retired += more.trees_retired;
 }
 
 }  // namespace kvstore

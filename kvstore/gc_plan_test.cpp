@@ -272,3 +272,77 @@ TEST(Plan, LiveWritersPendingChunkIsNeverAnOrphan) {
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+// Three chain trees a, b, c (roots a1, b1, c1), two boundaries each; the
+// budget retires the least recently used whole, manifests first.
+RankInventory three_trees() {
+  RankInventory inv;
+  inv.namespace_ok = true;
+  for (std::string t : {"a", "b", "c"}) {
+    inv.chunks.push_back(chunk(0, t + "1", false));
+    inv.chunks.push_back(chunk(0, t + "2", false));
+    inv.chunks.push_back(chunk(1, t + "s1", true));
+    inv.chunks.push_back(chunk(1, t + "s2", true));
+    inv.manifests.push_back(manifest(t + "m1", {t + "1"}, t + "s1"));
+    inv.manifests.push_back(manifest(t + "m2", {t + "1", t + "2"}, t + "s2"));
+  }
+  return inv;  // 12 chunks of 100 bytes, 6 manifests of 10: 1260 bytes
+}
+
+void set_recency(RankInventory& inv, const std::string& tree, int64_t age_s) {
+  for (auto& m : inv.manifests)
+    if (m.chain.front() == tree + "1") m.st.mtime_ns = kNow - age_s * kSec;
+}
+
+TEST(GcBudget, RetiresTheLeastRecentlyUsedTreeWhole) {
+  auto inv = three_trees();
+  set_recency(inv, "a", 100);
+  set_recency(inv, "b", 300);  // oldest
+  set_recency(inv, "c", 200);
+  auto o = opts(0);
+  o.max_bytes = 1260 - 1;  // one byte over: one tree goes
+  auto p = make_plan(inv, o);
+  EXPECT_EQ(p.trees_retired, 1u);
+  std::vector<std::string> rels;
+  for (auto& i : p.items) {
+    EXPECT_EQ(i.reason, DeleteReason::kBudget);
+    rels.push_back(i.rel);
+  }
+  EXPECT_EQ(rels, (std::vector<std::string>{"r/manifests/bm1.json", "r/manifests/bm2.json", "r/b1_g0.bin",
+                                            "r/b2_g0.bin", "r/bs1_g1.bin", "r/bs2_g1.bin"}));
+  EXPECT_EQ(p.bytes, 420u);
+  // Until what is left fits: 1260 - 2 * 420.
+  o.max_bytes = 420;
+  p = make_plan(inv, o);
+  EXPECT_EQ(p.trees_retired, 2u);
+  o.max_bytes = 1260;
+  EXPECT_EQ(make_plan(inv, o).items.size(), 0u);
+}
+
+TEST(GcBudget, NeverATreeNamingAPendingChunkAndTiesGoByRoot) {
+  auto inv = three_trees();
+  for (auto& c : inv.chunks)
+    if (c.key == "a2") c.pending = true;
+  auto o = opts(0);
+  o.max_bytes = 1000;  // equal recency: a, then b by root; a is pinned
+  auto p = make_plan(inv, o);
+  EXPECT_EQ(p.trees_retired, 1u);
+  EXPECT_EQ(p.items.front().rel, "r/manifests/bm1.json");
+}
+
+TEST(GcBudget, SizeParsing) {
+  EXPECT_EQ(parse_size("1"), 1u);
+  EXPECT_EQ(parse_size("500G"), 500000000000u);
+  EXPECT_EQ(parse_size("1.5GB"), 1500000000u);
+  EXPECT_EQ(parse_size("2KiB"), 2048u);
+  EXPECT_EQ(parse_size("0.5MiB"), 524288u);
+  for (std::string bad : {"", "0", "-1", "1.5", "1e9", "5 G", "G", "1.G", "12g", "0x10", "99999999999999999999",
+                          "9000000000000000000000"})
+    EXPECT_FALSE(parse_size(bad)) << bad;
+}
+
+}  // namespace
+}  // namespace kvstore

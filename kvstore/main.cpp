@@ -245,6 +245,7 @@ struct GcArgs {
   bool verify_payloads = false;
   int keep = -1;  // -1: from the namespace record's info, else 2
   double lock_timeout_s = 30;
+  std::string max_bytes;  // empty: no budget
 };
 
 // A rank the sweep skipped only because a writer held its lock.
@@ -273,6 +274,7 @@ int run_gc(const Common& c, const GcArgs& g) {
   o.progress = &progress;
   o.force = g.force;
   o.lock_timeout = std::chrono::milliseconds(static_cast<int64_t>(g.lock_timeout_s * 1000));
+  if (!g.max_bytes.empty()) o.max_bytes = parse_size(g.max_bytes);  // the validator checked it
   auto report = g.sweep ? sweep_gc(store->fd.get(), store->name, o) : plan_gc(store->fd.get(), store->name, o);
   progress.finish();
   if (!report) return write_metrics(c, fail(c, kExitIo, report.error().line()), render(nullptr, nullptr));
@@ -474,6 +476,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   gc->add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for writers to release the lock (default 30)")
       ->check(seconds_up_to(86400, "86400"));
+  gc->add_option("--max-bytes", g.max_bytes,
+                 "per rank: retire least recently used chain trees until the rank holds at most SIZE "
+                 "(bytes, or with K/M/G/T or KiB/MiB/GiB/TiB, e.g. 500G; FORMAT.md 8.1)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (parse_size(s)) return {};
+            return "not a SIZE: " + s + " (bytes > 0, optionally with K/M/G/T or KiB/MiB/GiB/TiB, e.g. 500G)";
+          },
+          "SIZE"));
   gc->add_flag("--verify-payloads", g.verify_payloads, "also checksum every payload (slower; default: headers only)");
 
   auto* stat = app.add_subcommand("stat", "totals per rank, group and chain; boundary times");

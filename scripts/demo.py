@@ -292,7 +292,25 @@ class Demo:
         self.out.text(prom.read_text(), limit=10)
         if victim.exists():
             raise DemoFailed(f"the sweep left the corrupt chunk {victim}")
-        return "verify clean, corruption caught, swept, verify clean"
+        return "verify clean, corruption caught, swept, verify clean; " + self.budget()
+
+    def budget(self) -> str:
+        """A store filled past GLM53_KV_OFFLOAD_DISK_GB stays under it."""
+        store = self.scratch / "budget-store"
+        done = self.run(
+            [sys.executable, REPO / "scripts" / "demo_budget.py", store], show=False
+        )
+        b = json.loads(done.stdout.strip().splitlines()[-1])
+        self.out.text(
+            f"disk budget {b['budget']} bytes: {b['chains_written']} chains written, "
+            f"{b['chain_trees_evicted']} least recently used evicted "
+            f"({b['bytes_evicted']} bytes), {b['held']} bytes held"
+        )
+        self.run([self.kvstore, "verify", store], limit=6)
+        return (
+            f"budget: {b['chains_written']} chains into {b['budget']} bytes, "
+            f"{b['chain_trees_evicted']} evicted, under budget, verify clean"
+        )
 
     def restore_steps(self) -> str:
         store = self.scratch / "restore-store"

@@ -401,7 +401,13 @@ class WorkerRestore:
                 if self.before_read is not None:
                     self.before_read([p for _, _, p, _ in located])
                 start = time.perf_counter()
-                self._read_all(located)
+                budget = getattr(self._store.writer, "budget", None)
+                if budget is None:
+                    self._read_all(located)
+                else:  # the disk budget never deletes a file read here
+                    with budget.hold(path for _, _, _, path in located):
+                        self._read_all(located)
+                    budget.touch({p.manifest for _, _, p, _ in located})
                 self.stats.read_seconds += time.perf_counter() - start
             except chunk_read.PromotionFailed as e:
                 self._fail(e)

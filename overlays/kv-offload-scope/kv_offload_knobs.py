@@ -32,6 +32,7 @@ BUILD_ID = "GLM53_KV_OFFLOAD_BUILD_ID"
 CAPTURE_MIB = "GLM53_KV_OFFLOAD_CAPTURE_MIB"
 GROUP = "GLM53_KV_OFFLOAD_GROUP"
 KEY_FILE = "GLM53_KV_OFFLOAD_KEY_FILE"
+DISK_GB = "GLM53_KV_OFFLOAD_DISK_GB"
 
 EXIT_REFUSED = 2
 
@@ -41,6 +42,9 @@ _DECIMAL = re.compile(r"0|[1-9][0-9]{0,5}")
 _DIR = re.compile(r"/[A-Za-z0-9._/@+-]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
+_GB = re.compile(r"(0|[1-9][0-9]{0,6})(\.[0-9]{1,9})?")
+# 1e6 GB: far above any disk, far below where a float loses whole bytes.
+MAX_DISK_GB = 1_000_000
 
 
 class KnobError(ValueError):
@@ -116,6 +120,18 @@ def _group(value: str) -> str | None:
     return "must be a group name: 1-32 of [A-Za-z0-9._-], not starting with a digit"
 
 
+def _disk_gb(value: str) -> str | None:
+    if _GB.fullmatch(value) and 0 < float(value) <= MAX_DISK_GB:
+        return None
+    return f"must be a decimal number of GB (10^9 bytes), > 0 and <= {MAX_DISK_GB}"
+
+
+def disk_budget_bytes(value: str) -> int:
+    """A valid ``GLM53_KV_OFFLOAD_DISK_GB`` value in bytes (decimal GB)."""
+    whole, _, frac = value.partition(".")
+    return int(whole) * 10**9 + int((frac + "0" * 9)[:9])
+
+
 RULES: tuple[Rule, ...] = (
     Rule(ENABLE, "`0` or `1`", "`0` (off)", _flag),
     Rule(
@@ -170,10 +186,17 @@ RULES: tuple[Rule, ...] = (
     Rule(
         KEY_FILE,
         "absolute path of a secret key file (32..4096 bytes, mode `0600` or "
-        "`0400`, owned by the serving user): chunks and manifests carry an "
-        "HMAC-SHA256, the key's id is fenced in the namespace",
+        "`0400`, owned by the serving user) for chunk and manifest MACs; not yet "
+        "on the write and restore paths: a key file stops the tier at boot",
         "empty: no MAC (CRC-32 only)",
         _directory,
+    ),
+    Rule(
+        DISK_GB,
+        "decimal GB (10^9 bytes, e.g. `500` or `0.5`), > 0: the most this rank's "
+        "store may hold; the writer retires least recently used chains to stay under it",
+        "empty: unbounded",
+        _disk_gb,
     ),
 )
 REQUIRED_WHEN_ON = (DIR, CPU_GB)
@@ -194,6 +217,7 @@ class Knobs:
     group: str = ""  # the group that may read the store; "": private
     restore: bool = False  # GLM53_KV_OFFLOAD_RESTORE=1 (accepted only where baked)
     key_file: str = ""  # the MAC key's path; "": a keyless store
+    disk_bytes: int | None = None  # GLM53_KV_OFFLOAD_DISK_GB in bytes; None: unbounded
 
     @property
     def capture_bytes(self) -> int:
@@ -247,6 +271,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> Knobs:
         group=values.get(GROUP, ""),
         restore=values.get(RESTORE) == "1",
         key_file=values.get(KEY_FILE, ""),
+        disk_bytes=disk_budget_bytes(values[DISK_GB]) if DISK_GB in values else None,
     )
 
 

@@ -8,7 +8,8 @@ store lock), then job 2 carries the state payloads of the boundary and its
 candidate. A sweep between the two jobs must not take job 1's chunks for
 orphans, whatever its --grace.
 
-usage: store_local_sweep_writer.py TIER STOP_FILE RANK MAX_BOUNDARIES
+usage: store_local_sweep_writer.py TIER STOP_FILE RANK MAX_BOUNDARIES [DISK_BYTES]
+(DISK_BYTES: the writer keeps its store under that budget, evicting.)
 Loops until STOP_FILE exists or MAX_BOUNDARIES boundaries were submitted,
 then shuts the writer down cleanly and prints one JSON line: boundaries
 submitted, manifests published and dropped (refused at publish), keys
@@ -92,8 +93,10 @@ class Jobs:
 def main() -> int:
     tier, stop = Path(sys.argv[1]), Path(sys.argv[2])
     rank, limit = int(sys.argv[3]), int(sys.argv[4])
+    disk_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else None
     store, staging = sls.make_store(
         tier,
+        knobs=sls.knobs(tier, disk_bytes=disk_bytes),
         tp=lambda: (rank, sls.TP_SIZE),
         settings=sls.settings(config_rank=rank),
         budget=4 << 20,
@@ -129,6 +132,8 @@ def main() -> int:
                 "dropped": stats.manifests_dropped,
                 "keys_written": stats.keys_written,
                 "keys_failed": stats.keys_failed,
+                "chain_trees_evicted": stats.chain_trees_evicted,
+                "writes_refused_disk_budget": stats.writes_refused_disk_budget,
             }
         )
     )

@@ -55,6 +55,7 @@ def test_main_job_runs_end_to_end(build_dir, overlay_bin, kvstore_bin, tmp_path)
         line = next(ln for ln in summary.splitlines() if ln.strip().startswith(step))
         assert "FAILED" not in line, line
     assert "verify clean, corruption caught, swept, verify clean" in summary
+    assert "evicted, under budget, verify clean" in summary  # the disk budget
     assert "RESTORE=1 go, RESTORE=2 refused (2)" in summary
     assert "files equal their pins" in summary
     assert "tokens on 2 ranks, bytes equal; corrupted chunk -> recompute" in summary

@@ -812,7 +812,9 @@ def test_sweeps_beside_a_live_writer_never_break_a_manifest(kv, tmp_path):
     assert r.code == 0, r.out
 
 
-def sweep_beside_real_writers(kv, tier: Path, seconds: float) -> dict:
+def sweep_beside_real_writers(
+    kv, tier: Path, seconds: float, disk_bytes: int | None = None
+) -> dict:
     """Two real store-local writers (ranks 0 and 1) and `gc --sweep --grace 0`
     back to back for ``seconds``; returns the writers' reports and the sweeps'
     figures."""
@@ -826,6 +828,7 @@ def sweep_beside_real_writers(kv, tier: Path, seconds: float) -> dict:
                 str(stop),
                 str(rank),
                 "100000",
+                *([str(disk_bytes)] if disk_bytes else []),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -857,6 +860,28 @@ def sweep_beside_real_writers(kv, tier: Path, seconds: float) -> dict:
         "sweeps": sweeps,
         "deleted": deleted,
     }
+
+
+def test_sweeps_beside_real_writers_at_their_disk_budget(kv, tmp_path):
+    """Issue 33: the same, with each writer at a disk budget (about four of
+    its six-chunk conversations): the writers evict while sweeps run, and
+    the store still verifies (orphans at most), every boundary published."""
+    tier = tmp_path / "tier"
+    got = sweep_beside_real_writers(kv, tier, 4, disk_bytes=60_000)
+    for report in got["writers"]:
+        assert report["boundaries"] > 0, report
+        assert report["chain_trees_evicted"] > 0, report
+        assert report["writes_refused_disk_budget"] == 0, report
+        assert (report["published"], report["dropped"]) == (
+            report["boundaries"],
+            0,
+        ), report
+    r = kv("verify", "--json", str(tier))
+    findings = json.loads(r.out)["findings"]
+    assert [f for f in findings if f["kind"] not in ("orphan", "stale-temp")] == []
+    for base in (p for p in tier.iterdir() if p.is_dir()):
+        held = sum(f.stat().st_size for f in base.rglob("*") if f.is_file())
+        assert held <= 60_000, (base, held)
 
 
 def test_sweeps_at_grace_0_beside_real_writers_lose_no_boundary(kv, tmp_path):

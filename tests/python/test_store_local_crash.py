@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 KILLS = 24
 
 
-@pytest.mark.parametrize("writer", ["python", "native"])
+@pytest.mark.parametrize("writer", ["python", "native", "budget"])
 def test_sigkill_at_random_points_never_leaves_a_bad_manifest(
     tmp_path, build_dir, writer
 ):
@@ -31,6 +31,9 @@ def test_sigkill_at_random_points_never_leaves_a_bad_manifest(
         pytest.skip(f"{native.library_path()} is not built")
     rng = random.Random(20261129)
     env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{HERE.parents[1] / 'sim'}")
+    if writer == "budget":  # the store in a folder of its own: the marker beside it
+        tmp_path = tmp_path / "store"
+        tmp_path.mkdir(mode=0o700)
     published = 0
     for run in range(KILLS):
         proc = subprocess.Popen(
@@ -56,6 +59,8 @@ def test_sigkill_at_random_points_never_leaves_a_bad_manifest(
         (base,) = sls.rank_bases(tmp_path)
         published = max(published, len(sls.manifests(base)))
     assert published > 0  # the kills did land while manifests were being written
+    if writer == "budget":  # SIGKILL during evictions: orphans at most (above)
+        assert (tmp_path.parent / "evicted").exists()
     kvstore = build_dir / "kvstore" / "kvstore"
     if kvstore.is_file() and os.access(kvstore, os.X_OK):
         # Killed writers leave their pending records (and maybe temps) for

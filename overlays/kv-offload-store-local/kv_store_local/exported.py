@@ -75,6 +75,11 @@ COUNTERS: tuple[Row, ...] = (
     _r(STORE, "state_files_removed", "store_state_files_removed", "Files removed by keep-K retention."),
     _r(STORE, "pending_chunks_dropped", "store_pending_chunks_dropped", "Chunks left out of the bounded pending record."),
     _r(STORE, "enospc_pauses", "store_enospc_pauses", "Times the writer paused on a full disk."),
+    _r(STORE, "chain_trees_evicted", "store_evictions", "Chain trees the disk budget retired."),
+    _r(STORE, "manifests_evicted", "store_evicted_manifests", "Manifests the disk budget retired."),
+    _r(STORE, "bytes_evicted", "store_evicted_bytes", "Bytes the disk budget retired."),
+    _r(STORE, "writes_refused_disk_budget", "store_writes_refused_disk_budget", "Store jobs refused at the disk budget (nothing evictable)."),
+    _r(STORE, "keys_refused_disk_budget", "store_keys_lost", _LOST + ", by reason.", ("reason", "disk_budget")),
     # -- the restorer (RestoreStats), one rank's
     _r(RESTORE, "manifests_loaded", "restore_manifests", "Boundary manifests the restorer read, by outcome.", ("outcome", "loaded")),
     _r(RESTORE, "manifests_rejected", "restore_manifests", "Boundary manifests the restorer read, by outcome.", ("outcome", "rejected")),

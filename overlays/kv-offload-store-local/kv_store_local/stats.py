@@ -15,6 +15,8 @@ DROP_REASONS = {
     # copy had already spent its bound (WorkerStore.last_chance_bytes)
     "last_chance_bound": "keys_lost_last_chance_bound",
     "owed_limit": "keys_lost_owed_limit",  # too many keys waiting for a retry
+    # GLM53_KV_OFFLOAD_DISK_GB reached and every chain left is protected
+    "disk_budget": "keys_refused_disk_budget",
 }
 
 
@@ -61,6 +63,14 @@ class StoreStats:
     # a sweep may delete them, and a manifest needing one waits for a rewrite.
     pending_chunks_dropped: int = 0
     enospc_pauses: int = 0
+    # The disk budget (budget.py): chain trees retired (one manifest root
+    # each, least recently used first), their manifests, the bytes freed;
+    # jobs refused because nothing evictable was left, and their keys.
+    chain_trees_evicted: int = 0
+    manifests_evicted: int = 0
+    bytes_evicted: int = 0
+    writes_refused_disk_budget: int = 0
+    keys_refused_disk_budget: int = 0
 
     def drops(self) -> dict[str, int]:
         """Keys not written when first captured, per reason."""

@@ -243,6 +243,7 @@ class WorkerStore:
                 on_idle=self._recapture_idle,
                 on_job_done=self._recapture_idle,
                 store_lib=self._store_lib,
+                disk_bytes=self.knobs.disk_bytes,
             )
         except OSError as e:
             raise WriterDisabled(

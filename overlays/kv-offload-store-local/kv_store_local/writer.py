@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from . import durable_io, store_perms
+from .budget import DiskBudget, make_room_for_job
 from .capture_pool import CapturePool
 from .captured import CapturedJob, CapturedKey
 from .checksum import Checksummer, default_checksum_threads
@@ -55,6 +56,7 @@ class StoreWriter(JobQueue):
         on_job_done: Callable[[], None] | None = None,
         store_lib: Any = None,
         write_threads: int = 4,
+        disk_bytes: int | None = None,
     ):
         self.layout = layout
         self.namespace = namespace
@@ -106,6 +108,10 @@ class StoreWriter(JobQueue):
             else default_checksum_threads()
         )
         self._prepare()
+        # GLM53_KV_OFFLOAD_DISK_GB: None leaves the store unbounded.
+        self.budget = (
+            None if disk_bytes is None else DiskBudget(layout, disk_bytes, self.stats)
+        )
 
     def distrust(self, ident: Ident) -> None:
         """A reader refused this key's file (bad payload CRC, truncated, ...).
@@ -186,6 +192,9 @@ class StoreWriter(JobQueue):
             ready += self.manifests.register(candidate)
         if self.paused_until is not None and not self.maybe_resume():
             self._drop_paused(job.keys)
+            self._publish_ready(ready)
+            return
+        if self.budget is not None and not make_room_for_job(self, job):
             self._publish_ready(ready)
             return
         if self.store_lib is not None:

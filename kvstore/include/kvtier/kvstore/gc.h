@@ -21,6 +21,7 @@ struct GcOptions {
   std::optional<uint32_t> keep;  // else the namespace record's info.keep_boundaries, else 2
   int64_t grace_ns = 600LL * 1000000000;
   bool verify_payloads = false;  // checksum payloads too, so payload rot is planned
+  std::optional<uint64_t> max_bytes;  // --max-bytes: the per-rank budget (FORMAT.md 8.1)
   unsigned threads = 0;
   Progress* progress = nullptr;
   // Sweep only.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ enum class DeleteReason {
   kBadManifest,        // manifest that parses but names missing/damaged chunks or has a wrong name/rank
   kSuperseded,         // manifest beyond keep-K on every chain containing it
   kSupersededPayload,  // state payload named only by manifests this plan deletes
+  kBudget,             // manifest or chunk of a least recently used chain tree over --max-bytes
 };
 
 const char* reason_name(DeleteReason r);
@@ -36,6 +38,9 @@ struct PlanOptions {
   // Under the sweep's LOCK_EX no writer is mid-job, so every temp under a
   // rank base is dead (FORMAT.md section 8.3); the dry run keeps the grace.
   bool locked = false;
+  // --max-bytes: retire least recently used chain trees (FORMAT.md 8.1)
+  // until what is left is at most this many bytes; unset: no budget.
+  std::optional<uint64_t> max_bytes;
 };
 
 struct Plan {
@@ -48,6 +53,7 @@ struct Plan {
   // Part of the rank could not be read or parsed, so no chunk (and no broken-looking
   // manifest) was planned, with or without --force.
   bool chunks_withheld = false;
+  size_t trees_retired = 0;  // chain trees the budget retires (--max-bytes)
 };
 
 // Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_chains) over the
@@ -57,6 +63,22 @@ struct Plan {
 std::vector<bool> keep_set(const std::vector<ManifestRec>& manifests, uint32_t keep);
 
 Plan make_plan(const RankInventory& inv, const PlanOptions& opt);
+
+// The budget's part (gc_budget.cpp): appends to `manifests` and `rest` the
+// files of the least recently used chain trees (manifests sharing chain[0];
+// recency the newest manifest mtime, ties by root key) until the rank's
+// bytes (chunks, manifests, temps, pending records) less `planned` and less
+// what it retires are at most opt.max_bytes. Never a tree naming a chunk a
+// live writer's pending record lists, a manifest already planned, or a chunk
+// another remaining manifest names. Returns the trees retired.
+size_t plan_budget(const RankInventory& inv, const PlanOptions& opt, uint64_t planned,
+                   const std::vector<bool>& planned_manifest, std::vector<PlanItem>& manifests,
+                   std::vector<PlanItem>& rest);
+
+// A --max-bytes SIZE: decimal bytes, optionally with a unit: K M G T
+// (10^3..10^12, also KB..TB) or KiB MiB GiB TiB (2^10..2^40); a fraction only
+// with a unit ("1.5G"); > 0 and < 2^63. nullopt: not a SIZE.
+std::optional<uint64_t> parse_size(const std::string& text);
 
 // Appends `more` to `into` (a parent holding several ranks plans per rank).
 void merge_plan(Plan& into, Plan&& more);
