@@ -100,12 +100,17 @@ def test_overlay_finds_its_anchors_in_the_image_layout(
         assert "ok: pristine" in res.stdout
 
 
-def test_bake_and_gate_run_from_the_image_layout(image_prefix, tree_copy):
+def test_bake_and_gate_run_from_the_image_layout(
+    image_prefix, tree_copy, engine_name, engine_version
+):
     """The Dockerfile's bake step, then the gate, with the image's own paths."""
     docker = image_prefix / "share/kvtier/docker"
     env = {"PATH": "/usr/bin:/bin"}
+    # The release is named: with two pin sets installed, both default to the newest.
+    release = ["--engine", f"{engine_name}-{engine_version}"]
     res = subprocess.run(
-        [str(docker / "bake.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy)],
+        [str(docker / "bake.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy),
+         *release],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
@@ -129,7 +134,8 @@ def test_bake_and_gate_run_from_the_image_layout(image_prefix, tree_copy):
         GLM53_KV_OFFLOAD_CPU_GB="8",
     )
     res = subprocess.run(
-        [str(docker / "gate.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy)],
+        [str(docker / "gate.sh"), "--prefix", str(image_prefix), "--root", str(tree_copy),
+         *release],
         capture_output=True, text=True, check=False, env=knob1,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
