@@ -214,3 +214,41 @@ def test_kvstore_gc_refuses_a_bad_size(tmp_path, build_dir):
         assert done.returncode == 2, (bad, done.stdout, done.stderr)
         assert "--max-bytes" in done.stderr and "not a SIZE" in done.stderr, bad
     assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+def test_a_scan_skips_what_vanishes_while_it_lists(tmp_path, monkeypatch):
+    """CI once caught it: another writer renamed its temp between the scan's
+    listing and its stat. What is gone by then is simply not counted."""
+    three_trees(tmp_path)
+    store, _ = sls.make_store(tmp_path)
+    layout = store.writer.layout
+    store.shutdown()
+    base = Path(layout.base)
+    temp = next(base.rglob("*.bin")).with_suffix(".bin.tmp.1.2")
+    temp.write_bytes(b"x" * 4096)
+    empty = base / "gone-before-its-listing"
+    empty.mkdir()
+    real = os.scandir
+    vanish = {str(temp), str(empty)}
+
+    class Listing:
+        def __init__(self, path):
+            self.entries = list(real(path))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def __iter__(self):
+            for e in self.entries:
+                if e.path in vanish:  # listed, then gone
+                    (os.rmdir if e.is_dir() else os.unlink)(e.path)
+                yield e
+
+    monkeypatch.setattr(ksl.budget.os, "scandir", Listing)
+    view = ksl.budget.scan(layout)
+    monkeypatch.undo()
+    assert str(temp) not in view.sizes
+    assert view.used == ksl.budget.scan(layout).used

@@ -43,6 +43,25 @@ class StoreView:
 Parsed = dict[str, tuple[tuple[int, int, int], str, dict[str, tuple[bytes, int]]]]
 
 
+def _entries(directory: str) -> Iterator[tuple[str, int, bool]]:
+    """(path, size, is a directory) of each entry that still exists: another
+    writer renames its temps and a sweep deletes files while this lists, so an
+    entry gone before its stat (or a directory gone before its listing) is
+    simply not there."""
+    try:
+        with os.scandir(directory) as it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        yield e.path, 0, True
+                    elif e.is_file(follow_symlinks=False):
+                        yield e.path, e.stat(follow_symlinks=False).st_size, False
+                except FileNotFoundError:
+                    continue
+    except FileNotFoundError:
+        return
+
+
 def scan(layout: fmt.StoreLayout, cache: Parsed | None = None) -> StoreView:
     """The rank base as the budget sees it (the C++ planner counts the same).
     ``cache`` keeps the manifests parsed by an earlier scan: a scan at budget
@@ -52,14 +71,12 @@ def scan(layout: fmt.StoreLayout, cache: Parsed | None = None) -> StoreView:
     sizes: dict[str, int] = {}
     stack = [layout.base]
     while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                elif e.is_file(follow_symlinks=False):
-                    size = e.stat(follow_symlinks=False).st_size
-                    used += size
-                    sizes[e.path] = size
+        for path, size, is_dir in _entries(stack.pop()):
+            if is_dir:
+                stack.append(path)
+            else:
+                used += size
+                sizes[path] = size
     trees: dict[str, Tree] = {}
     named_by: dict[str, set[str]] = {}
     names = sorted(os.listdir(layout.manifest_dir))

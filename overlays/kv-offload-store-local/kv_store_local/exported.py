@@ -59,6 +59,7 @@ COUNTERS: tuple[Row, ...] = (
     _r(STORE, "keys_lost", "store_keys_lost", _LOST + ", by reason.", ("reason", "staging_reused")),
     _r(STORE, "keys_lost_last_chance_bound", "store_keys_lost", _LOST + ", by reason.", ("reason", "last_chance_bound")),
     _r(STORE, "keys_lost_owed_limit", "store_keys_lost", _LOST + ", by reason.", ("reason", "owed_limit")),
+    _r(STORE, "keys_lost_writer_error", "store_keys_lost", _LOST + ", by reason.", ("reason", "writer_error")),
     _r(STORE, "jobs_queued_on_device", "store_jobs_queued_on_device", "First captures queued on the capture stream."),
     _r(STORE, "capture_fence_waits", "store_capture_fence_waits", "Acks that waited for the capture copy."),
     _r(STORE, "jobs_without_meta", "store_jobs_invalid", "Store jobs the writer could not use, by reason.", ("reason", "without_meta")),

@@ -17,6 +17,9 @@ DROP_REASONS = {
     "owed_limit": "keys_lost_owed_limit",  # too many keys waiting for a retry
     # GLM53_KV_OFFLOAD_DISK_GB reached and every chain left is protected
     "disk_budget": "keys_refused_disk_budget",
+    # the writer raised on its job (a bug or an unforeseen OS error): the
+    # keys it had not settled go back to be captured again
+    "writer_error": "keys_lost_writer_error",
 }
 
 
@@ -47,6 +50,7 @@ class StoreStats:
     capture_fence_waits: int = 0
     keys_lost: int = 0
     keys_lost_owed_limit: int = 0
+    keys_lost_writer_error: int = 0
     jobs_without_meta: int = 0
     jobs_mismatched: int = 0
     keys_written: int = 0

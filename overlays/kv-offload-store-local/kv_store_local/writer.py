@@ -161,7 +161,11 @@ class StoreWriter(JobQueue):
 
     def _failed_job(self, job: CapturedJob) -> None:
         logger.exception("KV store: writer failed on job %d", job.job_id)
-        self._release(job)
+        for item in job.keys:
+            if not item.freed:
+                self.stats.keys_lost_writer_error += 1
+                self._free(item)
+                self._lost(item.origin, "writer_error")
 
     def _idle(self) -> None:
         if self.on_idle is not None:
@@ -292,10 +296,6 @@ class StoreWriter(JobQueue):
             assert self._lock_fd is not None
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             self._locked = False
-
-    def _release(self, job: CapturedJob) -> None:
-        for item in job.keys:
-            self._free(item)
 
     def _drop_paused(self, keys: list[CapturedKey]) -> None:
         self.stats.keys_dropped_paused += len(keys)
