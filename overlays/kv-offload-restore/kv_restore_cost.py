@@ -9,20 +9,20 @@ Both rates are the running engine's own:
 - ``PrefillRate``: the engine's prefill seconds per token as a function of
   the context the token attends to, ``a + b * context`` (attention grows with
   the context, the rest does not), fit by weighted least squares over the
-  steps the scheduler timed (``StepClock``) whose scheduled tokens were
-  mostly prefill.
+  recent steps the scheduler timed (``StepClock``) whose scheduled tokens were
+  mostly prefill, the slow outliers (kernel compiles, pauses) dropped.
 
 ``weigh`` answers None while either rate is unmeasured: with no evidence the
 tier restores, as it always did.
 """
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from . import kv_restore_reports as reports
 
 PREFILL_SHARE = 0.9  # a step is timed when this share of its tokens is prefill
-DECAY = 0.98  # weight of past prefill steps per new one (recent ones count more)
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class Estimate:
     read_s: float
     recompute_s: float
     restore: bool  # False: reading is predicted slower than recomputing
+    prefill_steps: int = 0  # steps the prefill fit had, and dropped as outliers
+    prefill_trimmed: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,31 +66,40 @@ class ReadRates:
 
 
 class PrefillRate:
-    """Per-token prefill seconds ``a + b * context``, from timed steps."""
+    """Per-token prefill seconds ``a + b * context``, from timed steps.
+
+    A step is never faster than its work, but often slower: the first steps
+    of an engine compile kernels (Triton JIT: seconds for a step of
+    milliseconds), and a step's period can include a pause. Those points
+    would bend the line (a slow short step at a deep context is read as a
+    steep slope, then squared over a long prompt: a 32k-token recompute was
+    once predicted at 26,958 s against 5.1 s measured). So the fit drops,
+    slowest first, each step the line misses by more than ``OUTLIER`` times
+    either way (a line far above a step is one that a slower step pulled up).
+    """
+
+    WINDOW = 256  # the recent steps fitted (older ones are forgotten)
+    OUTLIER = 3.0
 
     def __init__(self) -> None:
-        self._sums = [0.0] * 5  # w, wx, wy, wxx, wxy
+        self._points: deque[tuple[float, float, float]] = deque(maxlen=self.WINDOW)
         self.steps = 0
+        self.trimmed = 0  # steps the last fit dropped
+        self._fit: tuple[float, float] | None = None
+        self._stale = False
 
     def observe(self, tokens: int, mean_context: float, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
             return
-        w, x, y = float(tokens), mean_context, seconds / tokens
-        self._sums = [
-            s * DECAY + v
-            for s, v in zip(self._sums, (w, w * x, w * y, w * x * x, w * x * y))
-        ]
+        self._points.append((float(tokens), mean_context, seconds / tokens))
         self.steps += 1
+        self._stale = True
 
     def coefficients(self) -> tuple[float, float] | None:
-        sw, sx, sy, sxx, sxy = self._sums
-        if self.steps == 0 or sw <= 0:
-            return None
-        spread = sw * sxx - sx * sx
-        b = (sw * sxy - sx * sy) / spread if spread > 1e-9 * sw * sw else 0.0
-        b = max(b, 0.0)  # more context never makes a token cheaper
-        a = max((sy - b * sx) / sw, 0.0)
-        return a, b
+        if self._stale:
+            self._fit, self.trimmed = _trimmed_fit(list(self._points), self.OUTLIER)
+            self._stale = False
+        return self._fit
 
     def seconds(self, start: int, end: int) -> float | None:
         """Predicted prefill seconds of the tokens from ``start`` to ``end``."""
@@ -97,6 +108,42 @@ class PrefillRate:
             return None
         a, b = fit
         return a * (end - start) + b * (end * end - start * start) / 2
+
+
+def _line(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Least squares of per-token seconds on context, weighted by tokens, with
+    both coefficients kept >= 0 (more context never makes a token cheaper)."""
+    sw = sx = sy = sxx = sxy = 0.0
+    for w, x, y in points:
+        sw, sx, sy = sw + w, sx + w * x, sy + w * y
+        sxx, sxy = sxx + w * x * x, sxy + w * x * y
+    spread = sw * sxx - sx * sx
+    b = (sw * sxy - sx * sy) / spread if spread > 1e-9 * sw * sw else 0.0
+    if b < 0:
+        return sy / sw, 0.0
+    a = (sy - b * sx) / sw
+    if a < 0:  # the line through the origin that fits best
+        return 0.0, (sxy / sxx if sxx > 0 else 0.0)
+    return a, b
+
+
+def _trimmed_fit(
+    points: list[tuple[float, float, float]], outlier: float
+) -> tuple[tuple[float, float] | None, int]:
+    """(a, b) with the slow outliers dropped, and how many were dropped (at
+    most half the steps: a majority of them is taken to be sound)."""
+    if not points:
+        return None, 0
+    kept = list(points)
+    while True:
+        a, b = _line(kept)
+        if len(kept) <= max(1, (len(points) + 1) // 2):
+            break
+        ratios = [y / max(a + b * x, 1e-30) for _, x, y in kept]
+        if max(ratios) <= outlier and min(ratios) >= 1 / outlier:
+            break
+        del kept[ratios.index(max(ratios))]
+    return (a, b), len(points) - len(kept)
 
 
 def weigh(
@@ -121,6 +168,8 @@ def weigh(
         read_s=read_s,
         recompute_s=recompute,
         restore=read_s <= recompute,
+        prefill_steps=min(prefill.steps, prefill.WINDOW),
+        prefill_trimmed=prefill.trimmed,
     )
 
 

@@ -1024,3 +1024,43 @@ def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
     assert estimate.restore is (estimate.read_s <= estimate.recompute_s)
     assert not estimate.restore  # 0.2 s of reading against ~0.09 s of prefill
     assert cost.weigh(rates, prefill, 2, 10, 0, 4096).restore
+
+
+def test_the_prefill_fit_drops_kernel_compiles_and_pauses(ns):
+    """Run 15's 32k estimate (26,958 s against 5.1 s): a warm-up whose deeper
+    chunk compiled a kernel read as a steep slope. Slow outliers are dropped,
+    slowest first, and never more than half the steps."""
+    cost = ns.load(f"{OFFLOADING}.kv_restore_cost")
+    a, b = 30e-6, 2e-9
+    true = a * 32768 + b * 32768**2 / 2
+
+    def step(prefill, n, ctx, extra=0.0):
+        prefill.observe(n, ctx, n * (a + b * ctx) + extra)
+
+    # Two chunks of a warm-up prompt: the second (deeper, shorter) compiled
+    # the attention kernel that reads a cached prefix.
+    two = cost.PrefillRate()
+    step(two, 2048, 1024)
+    step(two, 704, 2400, extra=20.0)
+    assert two.seconds(0, 32768) < 2 * true
+    assert two.trimmed == 1
+    # The compile on the first step instead (shallow): the slope survives.
+    first = cost.PrefillRate()
+    step(first, 2048, 1024, extra=15.0)
+    for n, ctx in ((2048, 3072), (2048, 5120), (1024, 6656)):
+        step(first, n, ctx)
+    assert 0.9 * true <= first.seconds(0, 32768) <= 1.1 * true
+    assert first.trimmed == 1
+    # Among many sound steps, four 21x slower (pauses) change nothing.
+    many = cost.PrefillRate()
+    for i in range(40):
+        ctx = 512 + 1024 * (i % 16)
+        step(many, 1024, ctx, extra=(1024 * (a + b * ctx) * 20) if i % 9 == 4 else 0)
+    assert 0.95 * true <= many.seconds(0, 32768) <= 1.05 * true
+    assert many.trimmed == 4
+    # Clean steps keep every point.
+    clean = cost.PrefillRate()
+    for i in range(8):
+        step(clean, 1024, 512 + 1024 * i)
+    assert clean.trimmed == 0
+    assert abs(clean.seconds(0, 32768) - true) < 1e-6 * true

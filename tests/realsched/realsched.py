@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,8 @@ class Engine:
         self.all_jobs: dict[int, Any] = {}
         self.finished: set[str] = set()
         self.load_jobs: list[dict[str, Any]] = []
+        # The played model's seconds per scheduled token (0: as fast as Python).
+        self.token_seconds = 0.0
 
     def add(self, req_id: str, prompt: list[int], max_tokens: int = 4) -> None:
         from vllm import SamplingParams
@@ -279,6 +282,8 @@ class Engine:
         for job_id, job in (getattr(meta, "load_jobs", {}) or {}).items():
             self.load_jobs.append(job_record(self.b, job_id, job))
         req_ids = list(out.num_scheduled_tokens)
+        if self.token_seconds:
+            time.sleep(self.token_seconds * out.total_num_scheduled_tokens)
         sampled = []
         for rid in req_ids:
             req = self.s.requests[rid]

@@ -460,13 +460,15 @@ def test_rows_of_a_promotion_in_flight_are_never_reused(restore_on):
 
 @pytest.mark.parametrize("store", ["slow", "fast"])
 def test_a_restore_that_reads_slower_than_recompute_is_a_miss(restore_on, store):
-    """The engine measures both rates itself: W's prefill (the played model runs
-    in microseconds a token) and B's promotion (read in 0.4 s from the slow
+    """The engine measures both rates itself: W's prefill and B's promotion (read in 0.4 s from the slow
     store, at once from the fast one). After a reset only the store holds A's
     prefix: E (A's prompt) is weighed; from the slow store reading is predicted
     slower than recomputing, so the tier answers MISS, counts and logs it, and E
-    recomputes; from the fast one E restores."""
+    recomputes; from the fast one E restores. The played model takes 50 us a
+    token (5 ms for E's prompt: a read from the fast store is about 0.5 ms;
+    as fast as Python, one step was as quick as the read, a coin toss)."""
     booted, engine, ranks = restart_with_ranks(0.4 if store == "slow" else 0.0)
+    engine.token_seconds = 50e-6
     tier = tier_of(booted)
     engine.add("w", [700 + i for i in range(len(PROMPT))], MAX_TOKENS)
     engine.run()
