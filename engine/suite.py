@@ -1111,6 +1111,17 @@ def selected(every: list[Stage], wanted: list[str], gpus: int) -> list[Stage]:
     return [s for s in every if s.gpus <= gpus and named(s)]
 
 
+def plan(only: str, together: str, gpus: int) -> list[Stage]:
+    """What a run does, in table order: the stages --only selects for the GPUs, their waves
+    with those --together names merged into the first of them (run in wave order)."""
+    todo = selected(stages(), [w for w in only.split(",") if w], gpus)
+    merged = sorted(int(w) for w in together.split(",") if w)
+    for s in todo:
+        if s.wave in merged:
+            s.wave = merged[0]
+    return todo
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--pristine", required=True)
@@ -1142,11 +1153,7 @@ def main() -> int:
     opts = p.parse_args()
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)
-    todo = selected(stages(), [w for w in opts.only.split(",") if w], opts.gpus)
-    together = sorted(int(w) for w in opts.together.split(",") if w)
-    for s in todo:
-        if s.wave in together:
-            s.wave = together[0]
+    todo = plan(opts.only, opts.together, opts.gpus)
     results: dict[str, dict] = {}
     corruptions: dict[str, dict] = {}
     prepared: dict[str, dict] = {}
