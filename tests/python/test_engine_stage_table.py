@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1].parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "engine_stage_table.json"
 
 # (ONLY, TOGETHER, GPUS) as engine/device-b.sh passes them to suite.py.
