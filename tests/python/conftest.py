@@ -8,11 +8,13 @@ fixtures below derive the tree, pins, manifests and ORDER from it.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -32,6 +34,23 @@ os.environ.setdefault(
         / "libkvtier_store.so"
     ),
 )
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """A module file, or a package folder (its submodules found beside it), loaded under
+    `name` and registered in sys.modules: the overlays' code (the store codec, the knobs)
+    is loaded from the repo without installing it; each caller picks its own name."""
+    if path.is_dir():
+        spec = importlib.util.spec_from_file_location(
+            name, path / "__init__.py", submodule_search_locations=[str(path)]
+        )
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _pin_dirs() -> list[Path]:

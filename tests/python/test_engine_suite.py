@@ -1,5 +1,5 @@
-"""The GPU suite's judge (engine/suite.py) on hand-made stage results: every check it makes
-on the H200 must be able to fail. No GPU or vLLM needed."""
+"""The GPU suite's judge (engine/suite.py and its suite_*.py modules) on hand-made stage
+results: every check it makes on the H200 must be able to fail. No GPU or vLLM needed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
 
 import suite  # noqa: E402
+import suite_compare  # noqa: E402
+import suite_models  # noqa: E402
+import suite_realsize  # noqa: E402
+import suite_restore  # noqa: E402
 
 STEP = [[5, -0.25], [9, -1.5]]
 
@@ -61,16 +65,15 @@ def writer_stage(tp: int = 1, **over) -> dict:
 
 
 def test_identical_logprobs_pass_and_any_difference_fails():
-    assert suite.same_logprobs(stage(), stage())["ok"]
+    same = suite_compare.same_logprobs
+    assert same(stage(), stage())["ok"]
     other = [[[[5, -0.25], [9, -1.5000001]], STEP]]
-    verdict = suite.same_logprobs(stage(), stage(other))
+    verdict = same(stage(), stage(other))
     assert not verdict["ok"] and verdict["max_abs_logprob_diff"] > 0
     swapped = [[[[5, -0.25], [8, -1.5]], STEP]]
-    assert suite.same_logprobs(stage(), stage(swapped))["top20_token_sets_differ"] == 1
-    assert not suite.same_logprobs(stage(), stage([[STEP]]))["ok"]  # a step missing
-    assert not suite.same_logprobs({"rounds": []}, {"rounds": []})[
-        "ok"
-    ]  # nothing compared
+    assert same(stage(), stage(swapped))["top20_token_sets_differ"] == 1
+    assert not same(stage(), stage([[STEP]]))["ok"]  # a step missing
+    assert not same({"rounds": []}, {"rounds": []})["ok"]  # nothing compared
 
 
 def test_writer_check_passes_a_good_stage():
@@ -139,7 +142,7 @@ def test_stage_table_covers_every_claim():
 def test_diagnosis_stages_run_only_when_named_exactly():
     every = suite.stages()
     diagnosis = {s.name for s in every if s.diagnosis}
-    prefixes = ("ttft.", "burst8b.", *(m + "." for m in suite.NEW_MODELS))
+    prefixes = ("ttft.", "burst8b.", *(m + "." for m in suite_models.NEW_MODELS))
     real_size = {s.name for s in every if s.name.startswith(prefixes)}
     assert diagnosis - real_size == {
         "pressure.capture",
@@ -407,12 +410,14 @@ def test_corrupt_chunk_flips_one_payload_byte_of_a_restored_chunk(tmp_path):
                                 "header_length": 64, "payload_length": 8}]},
         {"ok": True, "keys": [{"key": "k0", "group": 0, "path": str(path),
                                "header_length": 64, "payload_length": 8}]}]}]}  # fmt: skip
-    done = suite.corrupt_chunk(restored)
+    done = suite_restore.corrupt_chunk(restored)
     assert done["key"] == "k0" and done["offset"] == 68
     data = path.read_bytes()
     assert data[:68] == bytes(range(64)) + b"\x10" * 4 and data[68] == 0xEF
     assert data[69:] == b"\x10" * 3
-    assert "error" in suite.corrupt_chunk({"restore_workers": [{"promotions": []}]})
+    assert "error" in suite_restore.corrupt_chunk(
+        {"restore_workers": [{"promotions": []}]}
+    )
 
 
 def test_restore_stages_share_one_store_and_run_in_order():
@@ -456,7 +461,7 @@ def test_throughput_is_the_median_of_three_pairs():
         "pressure.off3": rate_stage(100.0, 2.0),
         "pressure.on3": rate_stage(98.0, 2.0, workers=[]),
     }
-    v = suite.throughput_judge(results)[
+    v = suite_realsize.throughput_judge(results)[
         "throughput tier on / off (round 0, tokens/s; median of the pairs)"
     ]
     assert v["ratios"] == [0.5, 0.96, 0.98]
@@ -493,12 +498,12 @@ def ttft_results() -> dict:
 
 
 def test_ttft_rows_and_read_phase_against_the_plain_read():
-    verdicts = suite.ttft_judge(ttft_results())
+    verdicts = suite_realsize.ttft_judge(ttft_results())
     assert verdicts["ttft.llama8b: each prompt restored up to its last chunk"]["ok"]
     rows = verdicts[
         "ttft.llama8b: time to first token (s), cold vs restore (benchmark)"
     ]["rows"]
-    assert [r["tokens"] for r in rows] == list(suite.TTFT_TOKENS)
+    assert [r["tokens"] for r in rows] == list(suite_realsize.TTFT_TOKENS)
     assert rows[0]["disk_speedup"] == 2.0 and rows[1]["cache_speedup"] == 30.0
     disk = verdicts["ttft.llama8b.disk: restored, logprobs and KV bytes == cold"]
     assert disk["ok"]
@@ -518,7 +523,7 @@ def test_ttft_restore_verdict_fails_on_each_defect(breakage):
         disk["restore_workers"] = [{"stats": {"keys_restored": 0}}]
     else:
         disk["rc"] = 1
-    verdicts = suite.ttft_judge(results)
+    verdicts = suite_realsize.ttft_judge(results)
     assert not verdicts["ttft.llama8b.disk: restored, logprobs and KV bytes == cold"][
         "ok"
     ]
@@ -530,7 +535,7 @@ def test_ttft_restore_must_equal_the_writer_engines_blocks():
     # but not the blocks it was written from is a failure too (and the other way round).
     results = ttft_results()
     results["ttft.llama8b.write"]["rounds"][0]["kv_digests"][0][0][1] = "other"
-    verdicts = suite.ttft_judge(results)
+    verdicts = suite_realsize.ttft_judge(results)
     for kind in ("disk", "cache"):
         v = verdicts[f"ttft.llama8b.{kind}: restored, logprobs and KV bytes == cold"]
         assert v["kv"]["ok"] and not v["kv_vs_write"]["ok"] and not v["ok"]
@@ -542,9 +547,9 @@ def test_burst_writer_rate_is_judged_against_the_disk():
     on = rate_stage(95.0, 2.0)
     on["workers"] = [{"stats": {"bytes_written": 8_000_000_000, "write_seconds": 10.0}}]
     on["before"] = {"disk_write": {"gb_per_s": 1.0}}
-    v = suite.burst_judge({"burst8b.off": rate_stage(100.0, 2.0), "burst8b.on": on})[
-        "burst8b: tier on / off, writer vs disk (benchmark)"
-    ]
+    v = suite_realsize.burst_judge(
+        {"burst8b.off": rate_stage(100.0, 2.0), "burst8b.on": on}
+    )["burst8b: tier on / off, writer vs disk (benchmark)"]
     assert v["ratio"] == 0.95 and v["writer_gb_per_s"] == 0.8
     assert v["writer_vs_disk"] == 0.8 and v["ok"]
 
@@ -570,7 +575,7 @@ def test_disk_speeds_read_every_byte_and_write_what_they_say(tmp_path):
 def test_ttft_a_tail_left_out_of_the_store_fails():
     results = ttft_results()
     results["ttft.llama8b.cache"]["rounds"][0]["num_cached_tokens"][1] = 126976 - 8192
-    verdicts = suite.ttft_judge(results)
+    verdicts = suite_realsize.ttft_judge(results)
     assert not verdicts["ttft.llama8b: each prompt restored up to its last chunk"]["ok"]
 
 
@@ -578,9 +583,9 @@ def test_ttft_write_stage_needs_a_clean_verify():
     results = ttft_results()
     results["ttft.llama8b.write"]["kvstore_verify"] = {"rc": 0}
     key = "ttft.llama8b.write: store written, kvstore verify clean"
-    assert suite.ttft_judge(results)[key]["ok"]
+    assert suite_realsize.ttft_judge(results)[key]["ok"]
     results["ttft.llama8b.write"]["kvstore_verify"] = {"rc": 1}
-    assert not suite.ttft_judge(results)[key]["ok"]
+    assert not suite_realsize.ttft_judge(results)[key]["ok"]
 
 
 # -- knob-1 stages boot with launch.sh plan's connector JSON ------------------------------
@@ -735,16 +740,18 @@ def test_model_stages_run_by_prefix_and_stop_on_a_failed_import_probe():
             "failed": ["vllm.third_party.deep_gemm: RuntimeError: no nvcc"],
         }
     }
-    why = suite.ops_failed(failed, knob1)
+    why = suite_models.ops_failed(failed, knob1)
     assert why and "vllm.third_party.deep_gemm" in why
-    assert suite.ops_failed({"glm5next.ops": {"rc": 0}}, knob1) is None
-    assert suite.ops_failed({}, knob1) is None  # ONLY named the stage without its probe
+    assert suite_models.ops_failed({"glm5next.ops": {"rc": 0}}, knob1) is None
+    assert (
+        suite_models.ops_failed({}, knob1) is None
+    )  # ONLY named the stage without its probe
     # A skipped stage and the failed probe are failed verdicts that name the import.
     results = failed | {"glm5next.knob1": {"rc": None, "skipped": why, "errors": [why]}}
     v = suite.judge(results)
     assert not v["glm5next.ops: imports and kernels load"]["ok"]
     assert "deep_gemm" in str(v["glm5next.knob1: started"]["failed"])
-    assert "glm5next.restore" in suite.RESTORE_SETS
+    assert "glm5next.restore" in suite_restore.RESTORE_SETS
 
 
 def test_ops_probe_names_a_failed_import_and_skips_optional_ones(tmp_path, monkeypatch):

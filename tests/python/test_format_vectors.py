@@ -3,38 +3,22 @@ codec through build/format/kvformat_vectors (both directions, byte for byte)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
 CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """A module file, or a package folder (its submodules found beside it)."""
-    if path.is_dir():
-        spec = importlib.util.spec_from_file_location(
-            name, path / "__init__.py", submodule_search_locations=[str(path)]
-        )
-    else:
-        spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-f = _load("kvtier_kv_store_format", CODEC)
+f = load_module("kvtier_kv_store_format", CODEC)
 INDEX = json.loads((VECTORS / "index.json").read_text())
 VECTOR_IDS = [v["name"] for v in INDEX["vectors"]]
 
@@ -69,7 +53,7 @@ def vectors_bin() -> Path:
 
 
 def test_generator_reproduces_every_committed_file() -> None:
-    generate = _load("kvtier_vectors_generate", VECTORS / "generate.py")
+    generate = load_module("kvtier_vectors_generate", VECTORS / "generate.py")
     files = generate.build()
     on_disk = {
         str(p.relative_to(VECTORS))

@@ -6,36 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib.util
 import os
 import struct
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format"
 KNOBS = REPO / "overlays" / "kv-offload-scope" / "kv_offload_knobs.py"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    if path.is_dir():
-        spec = importlib.util.spec_from_file_location(
-            name, path / "__init__.py", submodule_search_locations=[str(path)]
-        )
-    else:
-        spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-f = _load("kvtier_kv_store_format_mac", CODEC)
-knobs = _load("kvtier_kv_offload_knobs_mac", KNOBS)
+f = load_module("kvtier_kv_store_format_mac", CODEC)
+knobs = load_module("kvtier_kv_offload_knobs_mac", KNOBS)
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))

@@ -287,9 +287,9 @@ class Engine:
         sampled = []
         for rid in req_ids:
             req = self.s.requests[rid]
-            done = req.num_computed_tokens + out.num_scheduled_tokens[rid]
-            # A token only when the step reaches the end of the known tokens.
-            sampled.append([7] if done >= req.num_tokens else [])
+            # A token only when the step reaches the end of the known tokens: schedule()
+            # has already counted this step's tokens in num_computed_tokens.
+            sampled.append([7] if req.num_computed_tokens >= req.num_tokens else [])
         worker_meta = OffloadingWorkerMetadata()
         for job_id in self.pending_acks:
             worker_meta.mark_completed(job_id)

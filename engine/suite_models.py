@@ -1,0 +1,69 @@
+"""The model stages of the GPU suite (issue 31; docs/ENGINE.md, "MLA, MoE and KDA"): per model
+of engine/models/{glm5next,dsv2lite,qwen3next} the import probe (engine/opsprobe.py), then
+pristine, knob 0 and knob 1, then the restore set; each stage after the probe is not started
+when the probe failed (ops_failed).
+"""
+
+from __future__ import annotations
+
+import os
+
+from suite_stage import MODELS, Stage
+
+# The issue-31 models (engine/models/<name>; ENGINE.md, "MLA, MoE and KDA"): a stage
+# argument set per model. Attention: TRITON_MLA for the MLA models (FlashMLA and FlashInfer
+# are not carried); GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C.
+NEW_MODELS = {
+    "glm5next": ["--hybrid", "--attention-backend", "TRITON_MLA", "--additional-config",
+                 '{"kda_prefill_backend": "triton"}'],
+    "dsv2lite": ["--attention-backend", "TRITON_MLA"],
+    "qwen3next": ["--hybrid"],
+}  # fmt: skip
+
+
+def model_stages() -> list[Stage]:
+    """Per model: the import probe first (wave 20, all models side by side), then pristine,
+    knob 0 and knob 1 (wave 21), then the restore set (waves 22-25) on the same store. Each
+    stage after the probe needs it; selected by prefix only (ONLY=glm5next,...)."""
+    small = ["--connector", "--cpu-bytes", str(256 << 20)]
+    probe = ["--probe", "--compare"]
+    on = {"GLM53_KV_OFFLOAD_RESTORE": "1"}
+    out = []
+    for m, extra in NEW_MODELS.items():
+        path, ops = os.path.join(MODELS, m), f"{m}.ops"
+        seq = small + ["--sequential"] + extra
+        store = f"{m}.restore"
+        mine = [
+            Stage(ops, m, "patched", None, [], wave=20, timeout=120, verify=False),
+            Stage(f"{m}.pristine", path, "pristine", None, small + extra, wave=21),
+            Stage(f"{m}.knob0", path, "patched", "0", small + extra, wave=21),
+            Stage(f"{m}.knob1", path, "patched", "1", small + extra + probe, wave=21),
+            Stage(f"{store}.cold", path, "pristine", None, seq, wave=22, timeout=150),
+            Stage(f"{store}.write", path, "patched", "1", seq + probe,
+                  env={"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=22, store=store, timeout=150),
+            Stage(f"{store}.hit", path, "patched", "1", seq + ["--restore-probe"],
+                  env=on, wave=23, store=store, timeout=150),
+            Stage(f"{store}.bad", path, "patched", "1", seq + ["--restore-probe"],
+                  env=on, wave=24, store=store, verify=False, corrupt=f"{store}.hit",
+                  timeout=150),
+            Stage(f"{store}.healed", path, "patched", "1", seq + ["--restore-probe"],
+                  env=on, wave=25, store=store, timeout=150),
+        ]  # fmt: skip
+        for st in mine:
+            st.diagnosis = True  # device minutes: selected by prefix only
+            st.models_site = True
+            if st.name != ops:
+                st.needs = ops
+        out += mine
+    return out
+
+
+def ops_failed(results: dict[str, dict], st: Stage) -> str | None:
+    """Why a stage must not start: its model's import probe ran and failed."""
+    if st.needs is None:
+        return None
+    res = results.get(st.needs)
+    if res is None or res.get("rc") == 0:  # not selected (ONLY named the stage alone)
+        return None
+    failed = res.get("failed") or res.get("errors") or [f"rc={res.get('rc')}"]
+    return f"{st.needs} failed: " + "; ".join(failed)

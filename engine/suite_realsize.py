@@ -1,0 +1,312 @@
+"""The GPU suite's real-size stages and their judges, each engine alone on the GPU: the
+throughput pairs tier off / on and their diagnosis runs (pressure.*, Llama-big), Llama-3.1-8B's
+time to first token cold and restored (ttft.*) and its burst tier off / on (burst8b.*).
+Benchmarks mostly: their figures print, only what a verdict names can fail.
+"""
+
+from __future__ import annotations
+
+import os
+
+from suite_compare import same_first_logprobs, same_kv
+from suite_stage import CPU_GB, MODELS, Stage
+
+
+def pressure_stages() -> list[Stage]:
+    """The throughput pairs and their diagnosis runs on llama-big (waves 3-6, 11-16)."""
+    big = os.path.join(MODELS, "llama-big")
+    press = ["--connector", "--cpu-bytes", str(CPU_GB << 30), "--workload", "pressure",
+             "--kv-cache-gb", "8", "--logprobs", "0", "--max-num-seqs", "32",
+             "--warmup", "--thread-cpu"]  # fmt: skip
+    out = []
+    # Throughput tier off vs on, same workload, alone on the GPU, one after the other in
+    # three pairs, the middle one reversed (off on, on off, off on: a drift over time
+    # cancels); the "on" runs are also the pressure runs (small CPU tier, a burst far above
+    # the capture budget). The ratio is the median of the three pairs' ratios.
+    for wave, name, knob in ((3, "pressure.off", "0"), (4, "pressure.on", "1"),
+                             (5, "pressure.on2", "1"), (6, "pressure.off2", "0"),
+                             (15, "pressure.off3", "0"), (16, "pressure.on3", "1")):  # fmt: skip
+        extra = ["--probe"] if knob == "1" else []
+        out.append(
+            Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300)
+        )
+    # Diagnosis of the throughput cost, each alone on the GPU: the tier on with the writer
+    # releasing each captured job unwritten (the capture and hooks alone), with no capture
+    # at all (the hooks alone; probe.ablate_writer), and on and off with the engine thread's
+    # Python stack sampled (probe.start_sampler).
+    for wave, name, more in ((11, "pressure.capture", ["--ablate", "capture"]),
+                             (12, "pressure.hooks", ["--ablate", "hooks"]),
+                             (13, "pressure.sampled", ["--sample", "--probe"]),
+                             (14, "pressure.off.sampled", ["--sample"])):  # fmt: skip
+        knob = "0" if ".off" in name else "1"
+        out.append(
+            Stage(name, big, "patched", knob, press + more, wave=wave, timeout=300,
+                  verify=False, diagnosis=True)
+        )  # fmt: skip
+    return out
+
+
+LLAMA_8B = os.path.join(MODELS, "llama-8b")
+# The prompt lengths of the TTFT stages (TTFT_TOKENS=32768 for a shorter run).
+TTFT_TOKENS = tuple(
+    int(n) for n in os.environ.get("TTFT_TOKENS", "32768,126976").split(",")
+)
+
+
+def real_size_stages() -> list[Stage]:
+    """Llama-3.1-8B's shape (dummy weights): time to first token cold, restored from disk
+    and restored from the page cache (ttft.*), and a burst of long prompts tier off / on
+    (burst8b.*). Each engine alone on the GPU; minutes of device time, so they run only
+    when --only names their prefix (ttft, burst8b)."""
+    long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
+    ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
+                   "--sequential", "--rounds", "1"]  # fmt: skip
+    tier = ["--connector", "--cpu-bytes", str(24 << 30)]
+    # A CPU tier and a capture budget that hold the longest prompt whole (15.5 GiB).
+    budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "16384"}
+    on = budget | {"GLM53_KV_OFFLOAD_RESTORE": "1"}
+    store = "ttft.llama8b"
+    out = [
+        Stage(f"{store}.cold", LLAMA_8B, "pristine", None, ttft, wave=30, timeout=480),
+        Stage(f"{store}.write", LLAMA_8B, "patched", "1", ttft + tier + ["--probe"],
+              budget | {"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=31, store=store, timeout=480),
+        Stage(f"{store}.disk", LLAMA_8B, "patched", "1", ttft + tier + ["--restore-probe"],
+              on, wave=32, store=store, verify=False, before="evict", timeout=480),
+        Stage(f"{store}.cache", LLAMA_8B, "patched", "1", ttft + tier + ["--restore-probe"],
+              on, wave=33, store=store, verify=False, before="warm", timeout=480),
+    ]  # fmt: skip
+    burst = long + ["--workload", "burst", "--rounds", "1", "--logprobs", "0",
+                    "--max-num-seqs", "16", "--thread-cpu"]  # fmt: skip
+    # The same 8 GiB CPU tier both ways (launch.sh sizes the knob-1 one from CPU_GB).
+    tier = ["--connector", "--cpu-bytes", str(8 << 30)]
+    out += [
+        Stage("burst8b.off", LLAMA_8B, "patched", "0", burst + tier, wave=34, timeout=420),
+        Stage("burst8b.on", LLAMA_8B, "patched", "1", burst + tier + ["--probe"],
+              {"GLM53_KV_OFFLOAD_CPU_GB": "8", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "8192"},
+              wave=35, before="disk-write", timeout=420),
+    ]  # fmt: skip
+    for s in out:
+        s.diagnosis = True  # selected by prefix only: see selected()
+    return out
+
+
+def real_size_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Every real-size verdict, in the order summary.txt lists them."""
+    verdicts: dict[str, dict] = {}
+    pressure = [n for n in sorted(results) if n.startswith("pressure.")]
+    if any(results[n].get("rounds") for n in pressure):
+        verdicts["throughput: CPU seconds by thread, round 0 (diagnosis)"] = {
+            n: {
+                "seconds": results[n]["rounds"][0]["seconds"],
+                "thread_cpu": results[n]["rounds"][0].get("thread_cpu", {}),
+                "sampled": results[n]["rounds"][0].get("sampled", {}),
+            }
+            for n in pressure
+            if results[n].get("rounds")
+        } | {"ok": True}
+    verdicts.update(throughput_judge(results))
+    verdicts.update(ttft_judge(results))
+    verdicts.update(burst_judge(results))
+    return verdicts
+
+
+def _rate(r: dict) -> float:
+    return r["rounds"][0]["tokens_per_s"]
+
+
+def _engine_cpu(r: dict) -> float | None:
+    return r["rounds"][0].get("thread_cpu", {}).get("(caller)")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def throughput_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Tier on / off, round 0: per pair (off, on), (off2, on2), (off3, on3) the ratio of
+    tokens/s and of the engine thread's CPU seconds; the figure is the median ratio. A
+    benchmark: it prints, it does not fail; the pressure verdicts below can."""
+    verdicts: dict[str, dict] = {}
+    pairs = []
+    for suffix in ("", "2", "3"):
+        off, on = (
+            results.get(f"pressure.off{suffix}"),
+            results.get(f"pressure.on{suffix}"),
+        )
+        if off and on and off.get("rounds") and on.get("rounds"):
+            pairs.append((f"pressure.off{suffix}", off, f"pressure.on{suffix}", on))
+    if pairs:
+        ratios = [round(_rate(on) / _rate(off), 3) for _, off, _, on in pairs]
+        cpu = [
+            round(_engine_cpu(on) / _engine_cpu(off), 3)
+            for _, off, _, on in pairs
+            if _engine_cpu(on) and _engine_cpu(off)
+        ]
+        stats = [w.get("stats", {}) for *_, on in pairs for w in on.get("workers", [])]
+        verdicts[
+            "throughput tier on / off (round 0, tokens/s; median of the pairs)"
+        ] = {
+            "pairs": [[a, b] for a, _, b, _ in pairs],
+            "off_tokens_per_s": [_rate(off) for _, off, _, _ in pairs],
+            "on_tokens_per_s": [_rate(on) for *_, on in pairs],
+            "ratios": ratios,
+            "ratio": _median(ratios),
+            "engine_thread_cpu_ratios": cpu,
+            "engine_thread_cpu_ratio": _median(cpu) if cpu else None,
+            "capture_seconds": [round(s.get("capture_seconds", 0.0), 3) for s in stats],
+            # Where the first capture ran (the GPU's copy engine when queued on
+            # the device) and what the engine thread still copied (last chances).
+            "jobs_queued_on_device": [s.get("jobs_queued_on_device") for s in stats],
+            "capture_fence_waits": [s.get("capture_fence_waits") for s in stats],
+            "keys_recaptured_last_chance": [
+                s.get("keys_recaptured_last_chance") for s in stats
+            ],
+            "last_chance_seconds": [
+                round(s.get("last_chance_seconds", 0.0), 3) for s in stats
+            ],
+            "ok": True,
+        }
+    for name in ("pressure.on", "pressure.on2", "pressure.on3"):
+        r = results.get(name)
+        if not r or not r.get("rounds"):
+            continue
+        st = [w.get("stats", {}) for w in r.get("workers", [])]
+        toks = r["rounds"][0]["tokens"]
+        full = all(len(t) == 32 for t in toks)
+        verify = r.get("kvstore_verify", {}).get("rc")
+        verdicts[f"{name}: all requests served, drops counted, store clean"] = {
+            "requests_finished": len(toks),
+            "all_full_length": full,
+            "stats": st,
+            "kvstore_verify_rc": verify,
+            "ok": r.get("rc") == 0
+            and full
+            and sum(x.get("keys_dropped_budget", 0) for x in st) > 0
+            and verify == 0,
+        }
+    return verdicts
+
+
+def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Per prompt length: the TTFT cold, restored from disk and from the page cache, the
+    restore's read phase against the plain parallel read of the same files in the same
+    run; restored first-step logprobs and KV bytes must equal the cold engine's."""
+    verdicts: dict[str, dict] = {}
+    cold = results.get("ttft.llama8b.cold")
+    if not cold or not cold.get("rounds"):
+        return verdicts
+    write = results.get("ttft.llama8b.write") or {}
+    rows = []
+    for i, tokens in enumerate(TTFT_TOKENS):
+        row: dict = {
+            "tokens": tokens,
+            "cold_s": cold["rounds"][0]["request_seconds"][i],
+        }
+        if write.get("rounds"):
+            row["write_engine_s"] = write["rounds"][0]["request_seconds"][i]
+        rows.append(row)
+    for kind in ("disk", "cache"):
+        res = results.get(f"ttft.llama8b.{kind}")
+        if not res or not res.get("rounds"):
+            continue
+        stats = [w.get("stats", {}) for w in res.get("restore_workers") or []]
+        plain = (res.get("before") or {}).get("plain_read", {})
+        read_s = sum(s.get("read_seconds", 0.0) for s in stats)
+        read_b = sum(s.get("bytes_restored", 0) for s in stats)
+        for i, row in enumerate(rows):
+            t = res["rounds"][0]["request_seconds"][i]
+            row[f"{kind}_s"] = t
+            row[f"{kind}_speedup"] = round(row["cold_s"] / t, 2) if t else None
+            row[f"{kind}_cached_tokens"] = res["rounds"][0]["num_cached_tokens"][i]
+        lp = same_first_logprobs(cold, res)
+        digested = any(res["rounds"][0].get("kv_digests") or [])
+        kv = same_kv(cold, res) if digested else None
+        # The writer engine's own blocks: what the store was written from. Restored ==
+        # written is the tier's promise; cold == written says whether the two engines
+        # computed the same bytes at all (another chunking or kernel would differ).
+        kv_write = same_kv(write, res) if digested and write.get("rounds") else None
+        verdicts[f"ttft.llama8b.{kind}: restored, logprobs and KV bytes == cold"] = {
+            "stats": stats,
+            "plain_read": plain,
+            "read_phase_s": round(read_s, 3),
+            "read_phase_bytes": read_b,
+            "read_phase_gb_per_s": round(read_b / read_s / 1e9, 3) if read_s else None,
+            "read_vs_plain": round(read_b / read_s / 1e9 / plain["best_gb_per_s"], 3)
+            if read_s and plain.get("best_gb_per_s")
+            else None,
+            "logprobs": lp,
+            "kv": kv,
+            "kv_vs_write": kv_write,
+            "ok": res.get("rc") == 0
+            and all(s.get("keys_restored", 0) > 0 for s in stats)
+            and bool(stats)
+            and (kv is None or kv["ok"])
+            and (kv_write is None or kv_write["ok"]),
+        }
+    if write.get("rounds"):
+        verdicts["ttft.llama8b.write: store written, kvstore verify clean"] = {
+            "stats": [w.get("stats", {}) for w in write.get("workers") or []],
+            "kvstore_verify": write.get("kvstore_verify"),
+            # Recorded, not judged: whether the pristine and the writing engine computed
+            # the same KV bytes (the restore is judged against the writer's).
+            "kv_vs_cold": same_kv(cold, write),
+            "ok": write.get("rc") == 0
+            and (write.get("kvstore_verify") or {}).get("rc") == 0,
+        }
+    # Every full chunk of each prompt reached the store (the tail of the last request
+    # included, written at the clean shutdown): a restore then covers the prompt up to the
+    # chunk holding its last token, which vLLM always computes.
+    chunk = 16  # launch.sh's blocks_per_chunk 1 of 16-token blocks
+    covered = {
+        kind: [
+            (row.get(f"{kind}_cached_tokens") or 0)
+            >= (row["tokens"] - 1) // chunk * chunk
+            for row in rows
+        ]
+        for kind in ("disk", "cache")
+        if f"{kind}_s" in rows[0]
+    }
+    if covered:
+        verdicts["ttft.llama8b: each prompt restored up to its last chunk"] = {
+            "covered": covered,
+            "ok": all(all(v) for v in covered.values()),
+        }
+    verdicts["ttft.llama8b: time to first token (s), cold vs restore (benchmark)"] = {
+        "rows": rows,
+        "ok": True,
+    }
+    return verdicts
+
+
+def burst_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Llama-3.1-8B's shape, 16 x 16k tokens at once, tier off vs on: tokens/s, the engine
+    thread's CPU, and the writer's bytes per second against the disk's plain sequential
+    write + fsync measured just before (a benchmark; every key must be accounted for)."""
+    off, on = results.get("burst8b.off"), results.get("burst8b.on")
+    if not (off and on and off.get("rounds") and on.get("rounds")):
+        return {}
+    stats = [w.get("stats", {}) for w in on.get("workers", [])]
+    written = sum(s.get("bytes_written", 0) for s in stats)
+    write_s = max((s.get("write_seconds", 0.0) for s in stats), default=0.0)
+    disk = (on.get("before") or {}).get("disk_write", {})
+    writer_rate = written / write_s / 1e9 if write_s else None
+    return {
+        "burst8b: tier on / off, writer vs disk (benchmark)": {
+            "off_tokens_per_s": _rate(off),
+            "on_tokens_per_s": _rate(on),
+            "ratio": round(_rate(on) / _rate(off), 3),
+            "engine_thread_cpu": [_engine_cpu(off), _engine_cpu(on)],
+            "writer_bytes": written,
+            "writer_seconds": round(write_s, 3),
+            "writer_gb_per_s": round(writer_rate, 3) if writer_rate else None,
+            "disk_write": disk,
+            "writer_vs_disk": round(writer_rate / disk["gb_per_s"], 3)
+            if writer_rate and disk.get("gb_per_s")
+            else None,
+            "stats": stats,
+            "kvstore_verify_rc": on.get("kvstore_verify", {}).get("rc"),
+            "ok": on.get("rc") == 0 == off.get("rc"),
+        }
+    }

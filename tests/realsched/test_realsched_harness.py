@@ -1,0 +1,38 @@
+"""realsched.Engine, the played model runner, keeps the runner's contract with the real
+Scheduler: a request still prefilling gets no sampled token. schedule() has already added the
+step's tokens to num_computed_tokens when the runner decides, so a prompt longer than the
+step's token budget (max_num_batched_tokens 256) is sampled only in its last prefill chunk.
+"""
+
+from __future__ import annotations
+
+import realsched
+
+BUDGET = 256  # realsched.engine_config's max_num_batched_tokens
+
+
+def test_a_chunked_prefill_samples_only_when_the_prompt_is_computed(knobs):
+    engine = realsched.Engine(realsched.boot())
+    prompt = [(i * 7) % 800 + 10 for i in range(BUDGET + 44)]
+    engine.add("long", prompt, max_tokens=2)
+    req = engine.s.requests["long"]
+
+    first = engine.step()
+    assert first.scheduled == {"long": BUDGET}  # the first chunk of the prompt
+    assert req.num_computed_tokens == BUDGET
+    assert req.num_output_tokens == 0, "sampled in the middle of the prefill"
+    # The rest of the prompt, in the chunks the scheduler picks (mamba "align" mode splits
+    # at block boundaries): no token before the last of them, one token at it.
+    while req.num_computed_tokens < len(prompt):
+        engine.step()
+        done = req.num_computed_tokens >= len(prompt)
+        assert req.num_output_tokens == (1 if done else 0), req.num_computed_tokens
+    assert req.num_computed_tokens == len(prompt)
+    prefill_steps = len(engine.steps)
+
+    engine.run()
+    assert engine.finished == {"long"} and req.num_output_tokens == 2
+    # The second token came from one decode step of one token (the steps after it only
+    # acknowledge store jobs).
+    decode = [st.scheduled for st in engine.steps[prefill_steps:] if st.scheduled]
+    assert decode == [{"long": 1}]
