@@ -9,6 +9,9 @@
 #                               tools, only the overlay, kvstore and kvtier-cxxscope
 #                               targets, no real-vLLM venv (a few minutes on a
 #                               fresh machine instead of about 18)
+#   KVTIER_ENGINES="vllm-0.33.0" scripts/setup.sh
+#                               fetch only these pinned releases (fixtures/<name>;
+#                               default every one; scripts/demo.sh passes the one it runs)
 #   BUILD_DIR=build-asan CMAKE_ARGS=-DKVTIER_SANITIZE=ON scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,16 @@ all | demo) ;;
   exit 2
   ;;
 esac
+# The pinned releases to fetch: each a fixtures/<name>/PINS, checked before anything installs.
+engines=()
+for name in ${KVTIER_ENGINES:-}; do
+  if [ ! -f "fixtures/$name/PINS" ]; then
+    echo "setup: KVTIER_ENGINES: fixtures/$name/PINS: no such pinned release" >&2
+    exit 2
+  fi
+  engines+=("fixtures/$name/PINS")
+done
+((${#engines[@]})) || engines=(fixtures/*/PINS)
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
@@ -84,8 +97,8 @@ targets=()
 [[ $SETUP == all ]] || targets=(--target overlay kvstore kvtier_store kvtier-cxxscope)
 cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"
 
-# Fetch and verify the pinned engine sources for every pinned version.
-for pins in fixtures/*/PINS; do
+# Fetch and verify the pinned engine sources of each release asked for (default: every one).
+for pins in "${engines[@]}"; do
   [ -f "$pins" ] || continue
   "$PYTHON" fixtures/fetch.py --pins "$pins" >/dev/null
   # C/C++ sources from the sdist (downloaded, never built) and the wheel

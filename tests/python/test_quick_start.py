@@ -98,7 +98,56 @@ def test_the_demo_sets_up_only_what_it_runs(tree):
     ]
     assert any(c.startswith("real-venv.sh") for c in log)
     demo = (REPO / "scripts/demo.sh").read_text()
-    assert "KVTIER_SETUP=demo scripts/setup.sh" in demo
+    assert "KVTIER_SETUP=demo KVTIER_ENGINES=$engine scripts/setup.sh" in demo
+
+
+def fetched(tree: Path) -> list[str]:
+    """The pin sets fetch.py was asked for, in order, once each."""
+    pins = [c.split("--pins ")[1].split()[0] for c in calls(tree) if "fetch.py" in c]
+    return list(dict.fromkeys(pins))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "vllm-0.33.0"),  # the newest pinned release, as demo.py runs
+        (["--engine", "vllm-0.32.0"], "vllm-0.32.0"),
+        (["--pins", "fixtures/vllm-0.32.0/PINS"], "vllm-0.32.0"),
+    ],
+)
+def test_the_demo_fetches_only_the_release_it_runs(tree, args, expected):
+    """Each release's wheel and sdist are hundreds of MB: a fresh clone's demo
+    spent most of its setup fetching the release it did not run."""
+    (tree / "fixtures" / "vllm-0.32.0").mkdir()
+    (tree / "fixtures" / "vllm-0.32.0" / "PINS").write_text("")
+    log = tree.parent / "calls.log"
+    res = subprocess.run(
+        ["bash", str(tree / "scripts" / "demo.sh"), *args],
+        env={
+            "PATH": f"{tree.parent / 'bin'}:/usr/bin:/bin",
+            "HOME": str(tree.parent),
+            "STUB_LOG": str(log),
+        },  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert fetched(tree) == [f"fixtures/{expected}/PINS"]
+    (demo,) = [c for c in calls(tree) if "demo.py" in c]
+    assert demo.endswith(" ".join(args))  # its arguments reach demo.py unchanged
+    # The test command's setup still fetches every release.
+    log.unlink()
+    assert run(tree, "setup.sh").returncode == 0
+    assert fetched(tree) == ["fixtures/vllm-0.32.0/PINS", "fixtures/vllm-0.33.0/PINS"]
+
+
+def test_setup_refuses_an_unknown_release_before_installing(tree):
+    res = run(tree, "setup.sh", KVTIER_ENGINES="vllm-9.9.9")
+    assert res.returncode == 2
+    assert "fixtures/vllm-9.9.9/PINS: no such pinned release" in res.stderr
+    assert not (tree.parent / "calls.log").exists()  # nothing ran
 
 
 def test_setup_refuses_an_unknown_profile(tree):
