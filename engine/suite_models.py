@@ -11,10 +11,12 @@ import os
 from suite_stage import MODELS, Stage
 
 # The issue-31 models (engine/models/<name>; ENGINE.md, "MLA, MoE and KDA"): a stage
-# argument set per model. Attention: TRITON_MLA for the MLA models (FlashMLA and FlashInfer
-# are not carried); GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C.
+# argument set per model. Attention: TRITON_MLA for DeepSeek-V2-Lite's dense MLA; GLM-5.3's
+# MLA is sparse (the kpool indexer picks the keys), which TRITON_MLA refuses, so FlashMLA's
+# sparse backend (set C carries _flashmla_C; on SM90 it serves GLM-5.3's 512-wide NoPE
+# head). GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C.
 NEW_MODELS = {
-    "glm5next": ["--hybrid", "--attention-backend", "TRITON_MLA", "--additional-config",
+    "glm5next": ["--hybrid", "--attention-backend", "FLASHMLA_SPARSE", "--additional-config",
                  '{"kda_prefill_backend": "triton"}'],
     "dsv2lite": ["--attention-backend", "TRITON_MLA"],
     "qwen3next": ["--hybrid"],

@@ -733,7 +733,8 @@ def test_model_stages_run_by_prefix_and_stop_on_a_failed_import_probe():
     )
     assert all(s.needs == "glm5next.ops" and s.models_site for s in mine[1:])
     knob1 = next(s for s in mine if s.name == "glm5next.knob1")
-    assert "TRITON_MLA" in knob1.args and "--hybrid" in knob1.args
+    # Sparse MLA (the kpool indexer): TRITON_MLA refuses it (tests/realsched/test_model_layouts.py).
+    assert "FLASHMLA_SPARSE" in knob1.args and "--hybrid" in knob1.args
     failed = {
         "glm5next.ops": {
             "rc": 1,

@@ -180,6 +180,19 @@ def boot(
     target: str = "hybrid",
 ) -> Booted:
     """Group the layers, size the KV cache and build the Scheduler, as EngineCore does."""
+    return boot_specs(
+        engine_config(cpu_bytes, eagle), layer_specs(drafter, target), num_blocks
+    )
+
+
+def boot_specs(
+    vc: Any,
+    specs: dict[str, Any],
+    num_blocks: int = 400,
+    layouts: list[str] | None = None,
+) -> Booted:
+    """boot() for any engine config and per-layer specs (model_layout.py: a real model's),
+    with the layouts the workers' backends support (default: LBNHC only)."""
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.core.kv_cache_planning import (
         get_global_kv_cache_groups,
@@ -192,14 +205,11 @@ def boot(
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.structured_output import StructuredOutputManager
 
-    vc = engine_config(cpu_bytes, eagle)
-    specs = layer_specs(drafter, target)
-    resolve_kv_cache_layout(vc, [["LBNHC"]], list(specs.values()))
+    resolve_kv_cache_layout(vc, [layouts or ["LBNHC"]], list(specs.values()))
     groups = get_global_kv_cache_groups(vc, [specs])
-    page = next(iter(specs.values())).page_size_bytes
-    worker_configs = get_kv_cache_configs(
-        vc, [specs], [page * num_blocks * len(groups)], groups
-    )
+    # Memory for num_blocks blocks of every layer (its page each).
+    memory = num_blocks * sum(spec.page_size_bytes for spec in specs.values())
+    worker_configs = get_kv_cache_configs(vc, [specs], [memory], groups)
     sched_config = generate_scheduler_kv_cache_config(worker_configs)
     block_size, hash_block_size = resolve_kv_cache_block_sizes(sched_config, vc)
     for cfg in (*worker_configs, sched_config):

@@ -1,0 +1,198 @@
+"""Prints, as one JSON line, the KV-cache layout vLLM builds for a model of engine/models and
+what the offloading connector on the path makes of it, on CPU.
+
+    python tests/realsched/model_layout.py glm5next [--block-size 64] [--prompt 700]
+
+The model is vLLM's own class built on the meta device (no weights, no kernels run): every
+attention, indexer, tail and linear-attention layer reports the KV spec it would on the GPU,
+vLLM's planner groups them, and the real Scheduler boots with the OffloadingConnector. Then
+one prompt runs through the played model (realsched.Engine) and the store jobs are counted
+per group. A boot that fails prints {"error": ...}: the pristine engine's answer for a layout
+it does not support. The tests run it with the patched tree on PYTHONPATH and without.
+
+Three things differ from a GPU boot, all below the layout: the CPU platform keeps prefix
+caching and chunked prefill on for MLA (it turns them off: no CPU kernels), a sparse MLA
+layer gets FlashMLA's sparse backend class (the one the H200 stage selects), and the
+block size comes from the backends' kernel block sizes and the hybrid alignment, as the GPU
+executor computes it after loading the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import realsched  # noqa: E402
+
+SPARSE_MLA = "vllm.v1.attention.backends.mla.flashmla_sparse.FlashMLASparseBackend"
+# What engine/suite_models.py gives each model's stages beyond the common arguments.
+ADDITIONAL = {"glm5next": {"kda_prefill_backend": "triton"}}
+
+
+def cpu_platform_for_layouts() -> None:
+    from vllm.platforms.cpu import CpuPlatform
+
+    realsched.use_cpu_platform()
+    check = CpuPlatform.check_and_update_config.__func__
+    backend = CpuPlatform.get_attn_backend_cls.__func__
+
+    def check_and_update_config(cls, vllm_config) -> None:
+        prefix = vllm_config.cache_config.enable_prefix_caching
+        chunked = vllm_config.scheduler_config.enable_chunked_prefill
+        check(cls, vllm_config)
+        vllm_config.cache_config.enable_prefix_caching = prefix
+        vllm_config.scheduler_config.enable_chunked_prefill = chunked
+
+    def get_attn_backend_cls(
+        cls, selected_backend=None, attn_selector_config=None, num_heads=None
+    ) -> str:
+        if attn_selector_config.use_sparse:
+            return SPARSE_MLA
+        return backend(cls, selected_backend, attn_selector_config, num_heads=num_heads)
+
+    CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+    CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+
+
+def engine_config(model: str, block_size: int | None, cpu_bytes: int):
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(
+        model=str(realsched.MODELS / model),
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        enforce_eager=True,
+        dtype="bfloat16",
+        max_model_len=4096,
+        enable_prefix_caching=True,
+        block_size=block_size,
+        max_num_seqs=8,
+        max_num_batched_tokens=256,
+        kv_transfer_config=realsched.connector_config(cpu_bytes),
+        additional_config=ADDITIONAL.get(model, {}),
+    ).create_engine_config()
+
+
+def layer_specs(vc) -> tuple[dict, list[str]]:
+    """Every KV-holding layer's spec, as the GPU worker's get_kv_cache_spec collects them."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.kv_transfer.kv_connector.utils import (
+        get_current_attn_backends,
+    )
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts
+    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm.v1.worker.utils import customize_attention_spec
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with set_current_vllm_config(vc):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+            local_rank=0,
+            backend="gloo",
+        )
+        initialize_model_parallel(1, 1)
+        init_workspace_manager(torch.device("cpu"))
+        with torch.device("meta"):
+            initialize_model(vllm_config=vc)
+        # As the GPU executor does after load_model: the backends' kernel block sizes,
+        # then the hybrid alignment of attention and state pages (Platform's own, not
+        # the CPU platform's: a CUDA platform does not override it).
+        Platform.update_block_size_for_backend.__func__(type(current_platform), vc)
+    # The GPU model runner's get_kv_cache_spec: each layer's spec as its backend
+    # customizes it; and the layouts the backends support (get_supported_kv_cache_layouts).
+    specs = {}
+    for name, layer in vc.compilation_config.static_forward_context.items():
+        if isinstance(layer, AttentionLayerBase):
+            spec = layer.get_kv_cache_spec(vc)
+            if isinstance(spec, AttentionSpec):
+                spec = customize_attention_spec(layer.get_attn_backend(), spec)
+            if spec is not None:
+                specs[name] = spec
+    layouts = get_supported_kv_cache_layouts(get_current_attn_backends(vc))
+    return specs, [layout.name for layout in layouts]
+
+
+def describe(spec) -> dict:
+    out = {"type": type(spec).__name__, "block_size": spec.block_size}
+    inner = getattr(spec, "kv_cache_specs", None)  # UniformTypeKVCacheSpecs
+    if inner:
+        kinds = {}
+        for s in inner.values():
+            d = describe(s)
+            kinds[json.dumps(d, sort_keys=True)] = d
+        out["layers"] = list(kinds.values())
+    else:
+        out["page_size_bytes"] = spec.page_size_bytes
+        for field in ("tokens_per_state", "cache_role", "shapes", "head_size"):
+            value = getattr(spec, field, None)
+            if value is not None:
+                out[field] = getattr(value, "value", value)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--block-size", type=int, help="default: as the backends choose")
+    ap.add_argument("--prompt", type=int, default=700)
+    ap.add_argument("--cpu-bytes", type=int, default=256 << 20)
+    args = ap.parse_args()
+    cpu_platform_for_layouts()
+    vc = engine_config(args.model, args.block_size, args.cpu_bytes)
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+
+    specs, layouts = layer_specs(vc)
+    out: dict = {
+        "block_size": vc.cache_config.block_size,
+        "layouts": layouts,
+        "layers": {n: type(s).__name__ for n, s in specs.items()},
+    }
+    try:
+        register_all_kvcache_specs(vc)  # as EngineCore does first
+        booted = realsched.boot_specs(vc, specs, layouts=layouts)
+        out["layout"] = vc.cache_config.kv_cache_layout
+    except Exception as e:  # the answer for this layout: say what stopped the boot
+        out["error"] = f"{type(e).__name__}: {e}"
+        print(json.dumps(out))
+        return 0
+    try:
+        groups = booted.kv_cache_config.kv_cache_groups
+        out["groups"] = [
+            {"layers": list(g.layer_names), **describe(g.kv_cache_spec)} for g in groups
+        ]
+        offload = booted.offload.config
+        out["offloaded_groups"] = [g.group_idx for g in offload.kv_group_configs]
+        engine = realsched.Engine(booted)
+        engine.add("r", [(i * 7) % 900 + 3 for i in range(args.prompt)], 2)
+        engine.run()
+        keys: dict[int, int] = {}
+        for job in engine.all_jobs.values():
+            for slot, n in enumerate(job.src_spec.group_sizes):
+                group = offload.kv_group_configs[slot].group_idx
+                keys[group] = keys.get(group, 0) + n
+        out["store_keys_by_group"] = {str(g): n for g, n in sorted(keys.items())}
+        out["finished"] = sorted(engine.finished)
+    finally:
+        realsched.shut_down_booted()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Issue 31 on CPU: the KV-cache layouts vLLM 0.33.0 builds for the suite's GLM-5.3 (glm5next),
+Qwen3-Next and DeepSeek-V2-Lite configs (engine/models), from the models' own layers, and the
+store jobs the real Scheduler plans for them: pristine, and patched at knob 0 and knob 1.
+
+Each boot runs model_layout.py in its own process (it sets up torch.distributed and builds the
+model on the meta device): pristine with no path added, patched with this session's patched
+tree first on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import realsched
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+_cache: dict[tuple, dict] = {}
+
+
+def layout(model: str, tree: Path | None, knobs: dict[str, str]) -> dict:
+    key = (model, str(tree), tuple(sorted(knobs.items())))
+    if key not in _cache:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
+        env.pop("PYTHONPATH", None)
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
+        env.update(knobs)
+        done = subprocess.run(
+            [sys.executable, str(HERE / "model_layout.py"), model],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(REPO),
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise AssertionError(
+                f"{model}: model_layout.py failed:\n{done.stderr[-4000:]}"
+            )
+        out = json.loads(done.stdout.splitlines()[-1])
+        out["log"] = done.stdout + done.stderr
+        _cache[key] = out
+    return _cache[key]
+
+
+def tier_on(tmp_path: Path) -> dict[str, str]:
+    return {
+        "GLM53_KV_OFFLOAD": "1",
+        "GLM53_KV_OFFLOAD_DIR": str(tmp_path / "tier"),
+        "GLM53_KV_OFFLOAD_CPU_GB": "1",
+    }
+
+
+def kinds(out: dict) -> list[str]:
+    return [g["type"] for g in out["groups"]]
+
+
+def test_glm5next_is_four_kda_groups_an_mla_indexer_group_and_the_tail_ring():
+    """The real layer classes give the layout the tier was designed for (less the MTP
+    drafter, which this config does not load): the KDA conv + temporal state in four
+    groups, MLA and the kpool indexer's compressed keys (16 tokens a state) sharing one
+    block table, and the kpool tail ring, a CircularBufferSpec of 16-token blocks. The
+    stock OffloadingConnector boots and leaves the ring out."""
+    out = layout("glm5next", None, {})
+    assert "error" not in out, out.get("error")
+    assert out["block_size"] == 512  # the MLA page aligned to the KDA state page
+    assert out["layout"] == "BLHNC"  # block-outermost: the groups are packed
+    assert kinds(out) == ["MambaSpec"] * 4 + ["MLAAttentionSpec", "CircularBufferSpec"]
+    kda = [len(g["layers"]) for g in out["groups"][:4]]
+    assert sorted(kda) == [1, 2, 2, 2]  # seven KDA layers
+    mla, ring = out["groups"][4], out["groups"][5]
+    assert sorted(n.rsplit(".", 1)[-1] for n in mla["layers"]) == [
+        "attn", "attn", "k_cache", "k_cache"
+    ]  # fmt: skip
+    assert mla["tokens_per_state"] == 16 and mla["cache_role"] == "indexer"
+    assert ring["block_size"] == 16
+    assert all(n.endswith("indexer.tail_cache") for n in ring["layers"])
+    assert out["offloaded_groups"] == [0, 1, 2, 3, 4]
+    assert out["finished"] == ["r"]
+
+
+@pytest.mark.parametrize("knob", ["0", "1"])
+def test_glm5next_patched_plans_the_stores_pristine_plans(patched_root, tmp_path, knob):
+    pristine = layout("glm5next", None, {})
+    env = tier_on(tmp_path) if knob == "1" else {"GLM53_KV_OFFLOAD": "0"}
+    patched = layout("glm5next", patched_root, env)
+    assert "error" not in patched, patched.get("error")
+    for field in ("block_size", "layout", "groups", "offloaded_groups"):
+        assert patched[field] == pristine[field], field
+    assert patched["store_keys_by_group"] == pristine["store_keys_by_group"]
+    if knob == "1":
+        # The scope overlay's boot line: every group but the ring.
+        assert "KV offloading eligible groups: [0, 1, 2, 3, 4] of 6" in patched["log"]
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        # Gated DeltaNet state in three groups beside full attention.
+        ("qwen3next", ["MambaSpec"] * 3 + ["FullAttentionSpec"]),
+        ("dsv2lite", ["MLAAttentionSpec"]),  # MLA, one group
+    ],
+)
+def test_the_relatives_patched_at_knob_1_plan_the_stores_pristine_plans(
+    patched_root, tmp_path, model, expected
+):
+    pristine = layout(model, None, {})
+    assert "error" not in pristine, pristine.get("error")
+    assert kinds(pristine) == expected
+    assert pristine["offloaded_groups"] == list(range(len(expected)))
+    patched = layout(model, patched_root, tier_on(tmp_path))
+    assert "error" not in patched, patched.get("error")
+    for field in ("block_size", "groups", "offloaded_groups", "store_keys_by_group"):
+        assert patched[field] == pristine[field], field
+
+
+def test_the_glm5next_stage_asks_for_a_backend_that_serves_its_sparse_mla():
+    """GLM-5.3's attention is sparse MLA with a 512-wide NoPE head: on an H200 (SM90)
+    vLLM refuses TRITON_MLA for it (the stage asked for it until this test) and takes
+    FLASHMLA_SPARSE, which engine/suite_models.py now names."""
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend
+    from vllm.v1.attention.backends.mla.triton_mla import TritonMLABackend
+
+    sys.path.insert(0, str(REPO / "engine"))
+    from suite_models import NEW_MODELS
+
+    def reasons(backend) -> list[str]:
+        return backend.validate_configuration(
+            head_size=512, dtype=torch.bfloat16, kv_cache_dtype="auto",
+            block_size=512, use_mla=True, has_sink=False, use_sparse=True,
+            use_mm_prefix=False, use_per_head_quant_scales=False,
+            device_capability=DeviceCapability(9, 0), attn_type="decoder",
+        )  # fmt: skip
+
+    realsched.use_cpu_platform()
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig()):  # no model: the NoPE check is skipped
+        assert "sparse not supported" in reasons(TritonMLABackend)
+        assert reasons(FlashMLASparseBackend) == []
+    args = NEW_MODELS["glm5next"]
+    assert args[args.index("--attention-backend") + 1] == "FLASHMLA_SPARSE"
