@@ -155,6 +155,21 @@ def test_bake_picks_the_release_the_tree_holds_and_the_gate_follows(rig, tmp_pat
     assert first.endswith("  anchors/vllm-9.9.9/ORDER"), first
 
 
+def test_launch_plans_the_order_of_the_release_baked(rig, tmp_path):
+    """launch.sh plan takes ORDER from the release the bake recorded, not the
+    newest one beside it (here the older release's ORDER is shorter)."""
+    other = _second_release(rig, "9.9.8")
+    (other / "ORDER").write_text("kv-offload-scope\n")
+    py = _fake_install(tmp_path, "9.9.8")
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py))
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "plan"
+    res = rig.run("launch.sh", "plan", "--ranks", "0", "--out", str(out),
+                  "--prefix", str(rig.prefix), "--", "vllm", "serve", "m")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (out / "rank0/order").read_text() == "kv-offload-scope\n"
+
+
 def test_a_tree_that_says_no_release_needs_engine_when_several_are_supported(rig):
     _second_release(rig, "9.9.8")
     res = rig.bake()  # the rig's tree has no dist-info and no _version.py
