@@ -378,6 +378,39 @@ def test_the_wheel_bake_records_the_build_id_the_tools_print(installed, site, tm
         assert f"vllm-0.33.0 build {build}" in out, (tool, out)
 
 
+def test_plain_apply_takes_the_release_it_finds(
+    installed, engine_tree, pin_dir, engine_name, engine_version, tmp_path
+):
+    """Each supported release: the pinned tree as pip lays it out (its
+    dist-info from the pinned wheel's METADATA), and the plain apply from the
+    wheel picks that release's anchors by itself."""
+    wheel = (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+             / "kvtier/wheels" / (pin_dir / "WHEEL").read_text().split()[1])  # fmt: skip
+    if not wheel.is_file():
+        pytest.skip(f"{wheel}: not cached (run scripts/setup.sh)")
+    tree = tmp_path / "site"
+    shutil.copytree(engine_tree, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / engine_name / "__init__.py").touch()
+    info = tree / f"{engine_name}-{engine_version}.dist-info"
+    info.mkdir()
+    with zipfile.ZipFile(wheel) as z:
+        (info / "METADATA").write_bytes(z.read(f"{info.name}/METADATA"))
+    (info / "RECORD").write_text(f"{engine_name}/__init__.py,,\n")
+    pth = _purelib(installed) / "vllm_release_for_test.pth"
+    pth.write_text(f"{tree}\n")
+    try:
+        done = _run(installed / "bin/overlay", "apply", "--check-injected", env=_env())
+        check = _run(installed / "bin/overlay", "check", env=_env())
+    finally:
+        pth.unlink()
+    assert f"no ROOT given: using {tree} ({engine_name} {engine_version}" in done.stderr
+    order = _order(f"{engine_name}-{engine_version}")
+    kept = [
+        n for n in order if not _rebuilds_a_binary(n, f"{engine_name}-{engine_version}")
+    ]
+    assert check.stdout.startswith(f"ok: applied {' '.join(kept)}\n"), check.stdout
+
+
 def _interpreter(version: str) -> Path | None:
     """CPython `version` (3.N) that runs: a pyenv build (the machine image
     carries 3.10-3.13 there), else one on PATH (a pyenv shim on PATH may name
