@@ -11,7 +11,12 @@
 #   --prefix     an install prefix (PREFIX/bin/overlay, PREFIX/share/kvtier/
 #                {anchors,overlays}) or a folder holding anchors/ and overlays/
 #                (the repository); default: the one this script lives in
-#   --engine     anchors/<engine>-<version> to use; default: the only one
+#   --engine     anchors/<engine>-<version> to use; default: the release the
+#                tree holds (Version: of its <engine>-*.dist-info/METADATA,
+#                else <engine>/_version.py), which must be supported (an
+#                anchors folder of that version); a tree that says none takes
+#                the only release supported. With --engine, a tree that says
+#                another release is refused
 #   --overlay    the overlay tool; default: the prefix's, else PATH
 #   --root       the engine's site-packages tree to patch
 #   --python     interpreter of the installed engine: finds the tree when
@@ -38,8 +43,9 @@
 # least the one the installed tools need (share/kvtier/GLIBC_REQUIRED, written
 # by docker/build-tools.sh).
 #
-# Exit: 0 baked and checked; 2 bad usage, artifact, glibc or engine version
-# (nothing written); otherwise the `overlay` CLI's code (1 wrong state,
+# Exit: 0 baked and checked; 2 bad usage, artifact, glibc, or an engine
+# release without anchors here (the message names the version found and the
+# supported ones; nothing written); otherwise the `overlay` CLI's code (1 wrong state,
 # 3 drift, 4 tampered/half-applied, 5 compile failure, 6 I/O error).
 set -euo pipefail
 KVTIER_TOOL=bake
@@ -68,8 +74,22 @@ if [[ -n $sources ]]; then
   sources=$(cd "$sources" && pwd)
 fi
 
-# 1. The artifacts: the pinned order, and each overlay it names, complete.
-resolve_engine "$prefix" "$engine"
+# 1. The tree, given or the installed engine's (found, not read or written
+# yet), and its release: the anchors folder of the vllm it holds.
+if [[ -z $root ]]; then
+  [[ -n $python ]] || die "pass --root TREE or --python PY"
+  if [[ -n $engine ]]; then pkg=${engine%%-[0-9]*}; else pkg=$(anchors_engine "$prefix"); fi
+  root=$(discover_root "$python" "$pkg")
+fi
+[[ -d $root ]] || die "--root $(q "$root"): not a folder"
+resolve_tree_engine "$prefix" "$engine" "$root"
+if [[ -n $KVTIER_TREE_VERSION_FROM ]]; then
+  log "tree $root: $KVTIER_ENGINE $KVTIER_TREE_VERSION (from $KVTIER_TREE_VERSION_FROM)"
+else
+  log "tree $root: says no release; $KVTIER_ENGINE_DIR, $([[ -n $engine ]] && echo "named by --engine" || echo "the only one supported")"
+fi
+
+# 2. The artifacts: the pinned order, and each overlay it names, complete.
 read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
 for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
 listing=$(list_baked "$prefix") # a refusal inside exits here, with 2
@@ -86,19 +106,6 @@ for name in "${KVTIER_ORDER[@]}"; do
 done
 ((${#baked[@]})) || die "nothing to bake: every overlay of ORDER rebuilds a binary; pass --rebuild-binaries"
 log "engine $KVTIER_ENGINE_DIR, order: ${KVTIER_ORDER[*]}; baking: ${baked[*]}"
-
-# 2. The tree: given, or the installed engine's, whose version must match.
-if [[ -z $root ]]; then
-  [[ -n $python ]] || die "pass --root TREE or --python PY"
-  root=$(discover_root "$python" "$KVTIER_ENGINE")
-  installed=$("$python" -c "import importlib.metadata as m, sys
-print(m.version(sys.argv[1]))" "$KVTIER_ENGINE" 2>/dev/null) ||
-    die "$python: cannot read the installed $KVTIER_ENGINE version"
-  [[ $installed == "$KVTIER_ENGINE_VERSION" ]] ||
-    die "$root: installed $KVTIER_ENGINE is $installed, the anchors are for $KVTIER_ENGINE_VERSION"
-fi
-[[ -d $root ]] || die "--root $(q "$root"): not a folder"
-log "tree $root"
 
 # The list is computed now, from the artifacts that get applied, and
 # recorded only once the tree checks out.
@@ -126,10 +133,15 @@ run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
 
 # 4. The store library where kv_store_format/native.py looks by default
 # (beside it), with the bundled ISA-L its $ORIGIN RPATH needs (a portable
-# install bundles it; a plain one links the system's, and has none to copy).
+# install bundles it; a plain one links the system's, and has none to copy;
+# the wheel's is auditwheel's renamed copy in site-packages/kvtier.libs, which
+# the library's other RPATH entry no longer reaches from beside native.py).
 if [[ -f $prefix/$KVTIER_STORE_LIB_REL ]]; then
   lib=$prefix/$KVTIER_STORE_LIB_REL
-  mapfile -t libs < <(compgen -G "$(dirname "$lib")/libisal.so*" || true)
+  mapfile -t libs < <(
+    compgen -G "$(dirname "$lib")/libisal.so*" || true
+    compgen -G "$(dirname "$lib")/../../../kvtier.libs/libisal-*.so*" || true
+  )
   mapfile -t natives < <(find "$root" -path '*/kv_store_format/native.py' -type f)
   for native in "${natives[@]}"; do
     cp "$lib" ${libs[@]+"${libs[@]}"} "$(dirname "$native")/" ||

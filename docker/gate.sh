@@ -21,7 +21,8 @@
 #      (knob 1: every one applied, injected sources compile; knob 0: applied
 #      or pristine, never half-applied, tampered or drifted).
 #
-# Options as in bake.sh. The tree to check is the one that will serve: inside
+# Options as in bake.sh, but --engine defaults to the release bake.sh
+# recorded (the anchors folder its artifact list names). The tree to check is the one that will serve: inside
 # the image, `--python python3` finds it (docker/launch-example.sh runs the
 # gate that way); --root names a copy of it.
 # Exit: 0 go; 2 refused (the message names the underlying cause and, for a
@@ -45,7 +46,8 @@ validate_knobs --restore-baked # RESTORE=1 needs kv-offload-restore in ORDER (be
 # 2. Artifacts.
 resolve_prefix
 artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
-resolve_engine "$prefix" "$engine"
+# The release bake.sh baked (its artifact list says), unless --engine names one.
+resolve_engine "$prefix" "${engine:-$(baked_release "$artifacts")}"
 read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
 for name in "${KVTIER_ORDER[@]}"; do check_manifest "$prefix" "$name"; done
 if [[ ${GLM53_KV_OFFLOAD_RESTORE-} == 1 && " ${KVTIER_ORDER[*]} " != *" kv-offload-restore "* ]]; then

@@ -29,7 +29,8 @@
 #           define them. These are the only per-rank differences.
 # compare checks that every rank of DIR got identical files except exactly
 # those per-rank arguments (the connector JSON first, by name); a launcher
-# runs it before any docker/ssh call.
+# runs it before any docker/ssh call. --engine defaults to the release
+# bake.sh baked (the anchors folder the artifact list names), else the newest.
 #
 # Exit: 0 written / identical; 2 refused (nothing written) or ranks differ.
 set -euo pipefail
@@ -130,7 +131,8 @@ plan() {
     [[ $a != *$'\n'* ]] || die "argv: $(q "$a") contains a newline"
   done
   resolve_prefix
-  resolve_engine "$prefix" "$engine"
+  # The release bake.sh baked into this prefix, unless --engine names one.
+  resolve_engine "$prefix" "${engine:-$(baked_release "${artifacts:-$prefix/ARTIFACTS.sha256}")}"
   read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
   local restore=0
   if [[ ${GLM53_KV_OFFLOAD_RESTORE-} == 1 ]]; then

@@ -125,6 +125,89 @@ resolve_engine() {
   KVTIER_ENGINE_VERSION=${KVTIER_ENGINE_DIR#"$KVTIER_ENGINE"-}
 }
 
+# The one engine the anchors under PREFIX are for (anchors/example-* aside):
+# what a tree's release is looked up for when --engine is not given. Prints it.
+anchors_engine() {
+  local prefix=$1 d names=()
+  for d in "$prefix"/anchors/*/; do
+    d=$(basename "$d")
+    [[ -d $prefix/anchors/$d && $d != example-* ]] || continue
+    names+=("${d%%-[0-9]*}")
+  done
+  mapfile -t names < <(printf '%s\n' ${names[@]+"${names[@]}"} | sed '/^$/d' | sort -u)
+  ((${#names[@]} == 1)) ||
+    die "$prefix/anchors: expected the folders of one engine besides the example-* ones, found ${#names[@]} (${names[*]}); pass --engine"
+  printf '%s' "${names[0]}"
+}
+
+# The release of the engine in a tree, read without importing it, by the
+# rule `overlay` detects it with (patcher/locate.cpp): the Version: line of
+# the tree's <engine>-*.dist-info/METADATA (what pip installed), else the
+# version <engine>/_version.py assigns (a tree without metadata, as
+# fixtures/fetch.py lays one out). Sets KVTIER_TREE_VERSION and
+# KVTIER_TREE_VERSION_FROM (the file it came from), both empty when neither
+# says; dies on dist-info folders that disagree (a broken install).
+tree_release() {
+  local root=$1 pkg=$2 metas=() m v
+  KVTIER_TREE_VERSION="" KVTIER_TREE_VERSION_FROM=""
+  mapfile -t metas < <(compgen -G "$root/$pkg-*.dist-info/METADATA" || true)
+  for m in ${metas[@]+"${metas[@]}"}; do
+    v=$(sed -nE 's/^Version:[[:space:]]*([^[:space:]]+)[[:space:]]*$/\1/p' "$m" | head -n1)
+    [[ -n $v ]] || continue
+    [[ -z $KVTIER_TREE_VERSION || $v == "$KVTIER_TREE_VERSION" ]] ||
+      die "$root: two $pkg dist-info folders disagree ($KVTIER_TREE_VERSION_FROM says $KVTIER_TREE_VERSION, $m says $v): a broken install"
+    KVTIER_TREE_VERSION=$v KVTIER_TREE_VERSION_FROM=$m
+  done
+  [[ -z $KVTIER_TREE_VERSION && -f $root/$pkg/_version.py ]] || return 0
+  v=$(sed -nE "s/^(__version__|version)[^=]*=[[:space:]]*(version[[:space:]]*=[[:space:]]*)?['\"]([0-9][^'\"]*)['\"].*$/\3/p" \
+    "$root/$pkg/_version.py" | head -n1)
+  [[ -z $v ]] || KVTIER_TREE_VERSION=$v KVTIER_TREE_VERSION_FROM=$root/$pkg/_version.py
+}
+
+# anchors/<engine>-<version> for the tree ROOT (resolve_engine's globals):
+# the one --engine names, which must then be the tree's release when the tree
+# says one; else the tree's own release (tree_release), which must have an
+# anchors folder: an unsupported release is refused (exit 2) naming the
+# version found and the supported ones. A tree that says no release takes
+# the only release there is; with several it needs --engine.
+resolve_tree_engine() {
+  local prefix=$1 named=$2 root=$3 pkg d supported=()
+  if [[ -n $named ]]; then
+    resolve_engine "$prefix" "$named"
+    tree_release "$root" "$KVTIER_ENGINE"
+    [[ -z $KVTIER_TREE_VERSION || $KVTIER_TREE_VERSION == "$KVTIER_ENGINE_VERSION" ]] ||
+      die "$root: holds $KVTIER_ENGINE $KVTIER_TREE_VERSION ($KVTIER_TREE_VERSION_FROM), but --engine names $named"
+    return 0
+  fi
+  pkg=$(anchors_engine "$prefix")
+  for d in "$prefix/anchors/$pkg"-*/; do
+    [[ -d $d ]] && supported+=("$(basename "$d")")
+  done
+  mapfile -t supported < <(printf '%s\n' "${supported[@]#"$pkg"-}" | sort -V)
+  tree_release "$root" "$pkg"
+  if [[ -z $KVTIER_TREE_VERSION ]]; then
+    ((${#supported[@]} == 1)) ||
+      die "$root: no $pkg-*.dist-info/METADATA or $pkg/_version.py says which $pkg release it is; pass --engine $pkg-VERSION (supported: ${supported[*]})"
+    resolve_engine "$prefix" "$pkg-${supported[0]}"
+    return 0
+  fi
+  [[ -d $prefix/anchors/$pkg-$KVTIER_TREE_VERSION ]] ||
+    die "$root: $pkg $KVTIER_TREE_VERSION ($KVTIER_TREE_VERSION_FROM) is not a supported release; this kvtier supports $pkg ${supported[*]}"
+  resolve_engine "$prefix" "$pkg-$KVTIER_TREE_VERSION"
+}
+
+# The release a bake recorded: the anchors folder its artifact list starts
+# with (bake.sh lists anchors/<engine>-<version>/ORDER first). Prints it, or
+# nothing when there is no list (yet): the gate and the launch plan then
+# take resolve_engine's default, and refuse the missing list themselves.
+baked_release() {
+  local artifacts=$1 first
+  [[ -f $artifacts ]] || return 0
+  first=$(head -n1 "$artifacts")
+  [[ $first =~ ^[0-9a-f]{64}\ \ anchors/([a-z][a-z0-9_]*-[0-9][A-Za-z0-9.+]*)/ORDER$ ]] || return 0
+  printf '%s' "${BASH_REMATCH[1]}"
+}
+
 # Reads the pinned apply order into KVTIER_ORDER (array): one overlay name a
 # line; blank and '#' lines are skipped (as the overlay CLI does); no
 # duplicates; at least one.

@@ -14,6 +14,7 @@
 #include "found_root.h"
 #include "locate.h"
 #include "render.h"
+#include "wheel_default.h"
 
 using namespace patcher;
 
@@ -24,7 +25,7 @@ struct Args {
   std::string pristine, sources, root_pos, command;
   std::vector<std::string> overlays;
   bool json = false, check_injected = false, revert = false, diff = false, discard = false;
-  bool quiet = false, verbose = false;
+  bool quiet = false, verbose = false, rebuild_binaries = false;
 };
 
 // The envelope every --json document shares (docs/JSON.md, cli/).
@@ -97,6 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--sources", a.sources,
                  "apply: pinned C/C++ sources that [[built_files]] are rebuilt from on a wheel install "
                  "(default: the fetch cache's sources/<engine>-<version>, from fixtures/fetch.py --sources)");
+  app.add_flag("--rebuild-binaries", a.rebuild_binaries,
+               "from the wheel, without --overlays: also take the overlays that rebuild an engine binary "
+               "([[built_files]]), left out by default (they need kvtier-cxxscope and the pinned C/C++ sources)");
   app.add_subcommand("status", "report the state of every overlay and file");
   auto* plan = app.add_subcommand("plan", "show what apply (or revert) would change; writes nothing");
   plan->add_flag("--revert", a.revert, "plan a revert instead of an apply");
@@ -212,6 +216,25 @@ int main(int argc, char** argv) {
   r.python = a.python;
   r.expect_pristine = a.expect == "pristine";
   r.sources = a.sources;
+  // From the wheel without --overlays: apply, plan and check take the set
+  // without the overlays that rebuild an engine binary (wheel_default.h);
+  // revert and check --expect pristine still take every overlay.
+  if (pip.present && a.overlays.empty() &&
+      (cmd == "apply" || (cmd == "plan" && !a.revert) || (cmd == "check" && !r.expect_pristine))) {
+    Result<Outcome> now = Error{};
+    if (cmd == "check") now = status(s);  // an overlay applied anyway is checked too
+    if (cmd == "check" && !now) return fail(a, now.error());
+    DefaultSet d = wheel_default_set(s.set, a.rebuild_binaries, cmd == "check" ? &now->state : nullptr);
+    if (d.overlays.empty())
+      return fail(a, make_error(ErrorKind::Usage, a.manifests,
+                                "every overlay here rebuilds an engine binary; pass --rebuild-binaries or --overlays"));
+    if (!d.left_out.empty()) r.overlays = d.overlays;
+    if (!a.quiet)
+      for (const auto& l : d.left_out)
+        std::cerr << "overlay: leaving out " << l << ": it changes vLLM's own code even at knob 0 and needs "
+                  << "kvtier-cxxscope and the pinned C/C++ sources, which the wheel does not carry; "
+                  << "--rebuild-binaries takes it in\n";
+  }
 
   if (cmd == "recover") {
     auto rec = recover_tree(s, a.discard);

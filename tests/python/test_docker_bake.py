@@ -98,12 +98,91 @@ def test_bake_finds_the_installed_tree_with_the_image_python(rig, tmp_path):
     assert f"--python {py}" in rig.overlay_calls()[0]
 
 
-def test_bake_refuses_another_installed_version(rig, tmp_path):
+def test_bake_refuses_an_unsupported_installed_release(rig, tmp_path):
+    """The release is the tree's (its dist-info); one without anchors here is
+    refused, naming the version found and the supported ones: exit 2."""
     py = _fake_install(tmp_path, "9.9.8")
     res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py))
     assert res.returncode == 2
-    assert "installed vllm is 9.9.8, the anchors are for 9.9.9" in res.stderr
-    assert rig.overlay_calls() == []
+    meta = tmp_path / "site-9.9.8/vllm-9.9.8.dist-info/METADATA"
+    assert f"vllm 9.9.8 ({meta}) is not a supported release" in res.stderr
+    assert "this kvtier supports vllm 9.9.9" in res.stderr
+    assert rig.overlay_calls() == [] and not rig.artifacts.exists()
+    # Naming a release does not bake a tree of another one.
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py),
+                  "--engine", ENGINE_DIR)  # fmt: skip
+    assert res.returncode == 2
+    assert f"holds vllm 9.9.8 ({meta}), but --engine names {ENGINE_DIR}" in res.stderr
+    assert rig.overlay_calls() == [] and not rig.artifacts.exists()
+
+
+def _second_release(rig, version: str) -> Path:
+    """Copies the rig's anchors as those of another release of vllm."""
+    other = rig.prefix / "anchors" / f"vllm-{version}"
+    shutil.copytree(rig.anchors, other)
+    for m in other.glob("*.toml"):
+        m.write_text(m.read_text().replace('"9.9.9"', f'"{version}"'))
+    return other
+
+
+def test_bake_picks_the_release_the_tree_holds_and_the_gate_follows(rig, tmp_path):
+    """Two releases' anchors side by side: no --engine needed, for an
+    installed engine (--python) or a tree with its dist-info (--root); the
+    gate then checks the release the bake recorded."""
+    other = _second_release(rig, "9.9.8")
+    py = _fake_install(tmp_path, "9.9.8")
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py))
+    assert res.returncode == 0, res.stderr
+    assert f"--manifests {other} " in rig.overlay_calls()[0]
+    meta = tmp_path / "site-9.9.8/vllm-9.9.8.dist-info/METADATA"
+    assert f"vllm 9.9.8 (from {meta})" in res.stderr
+    first = rig.artifacts.read_text().splitlines()[0]
+    assert first.endswith("  anchors/vllm-9.9.8/ORDER"), first
+    res = rig.run("gate.sh", "--prefix", str(rig.prefix), "--python", str(py))
+    assert res.returncode == 0, res.stderr
+    assert f"--manifests {other} " in rig.overlay_calls()[-1]
+
+    # The newer release, from a tree's own dist-info.
+    info = rig.tree / "vllm-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n"
+    )
+    res = rig.bake()
+    assert res.returncode == 0, res.stderr
+    assert f"--manifests {rig.anchors} " in rig.overlay_calls()[-2]
+    first = rig.artifacts.read_text().splitlines()[0]
+    assert first.endswith("  anchors/vllm-9.9.9/ORDER"), first
+
+
+def test_launch_plans_the_order_of_the_release_baked(rig, tmp_path):
+    """launch.sh plan takes ORDER from the release the bake recorded, not the
+    newest one beside it (here the older release's ORDER is shorter)."""
+    other = _second_release(rig, "9.9.8")
+    (other / "ORDER").write_text("kv-offload-scope\n")
+    py = _fake_install(tmp_path, "9.9.8")
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--python", str(py))
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "plan"
+    res = rig.run("launch.sh", "plan", "--ranks", "0", "--out", str(out),
+                  "--prefix", str(rig.prefix), "--", "vllm", "serve", "m")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (out / "rank0/order").read_text() == "kv-offload-scope\n"
+
+
+def test_a_tree_that_says_no_release_needs_engine_when_several_are_supported(rig):
+    _second_release(rig, "9.9.8")
+    res = rig.bake()  # the rig's tree has no dist-info and no _version.py
+    assert res.returncode == 2
+    assert (
+        "says which vllm release it is; pass --engine vllm-VERSION (supported: 9.9.8 9.9.9)"
+        in res.stderr
+    )
+    assert rig.overlay_calls() == [] and not rig.artifacts.exists()
+    res = rig.run("bake.sh", "--prefix", str(rig.prefix), "--root", str(rig.tree),
+                  "--engine", "vllm-9.9.8")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "says no release; vllm-9.9.8, named by --engine" in res.stderr
 
 
 def test_bake_usage_errors(rig):
@@ -291,6 +370,43 @@ def test_bake_on_the_full_wheel_layout_without_a_fetch_cache(
     res = _script(
         "gate.sh", real_prefix, wheel_install, env={**env, **_knob1_env(tmp_path)}
     )
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.fixture
+def every_release_prefix(tmp_path, overlay_bin) -> Path:
+    """A snapshot of every supported release's anchors and the overlays, laid
+    out like /opt/kvtier (what the image and the wheel carry)."""
+    prefix = tmp_path / "every"
+    for d in sorted((REPO / "anchors").glob("*/ORDER")):
+        if not d.parent.name.startswith("example-"):
+            shutil.copytree(d.parent, prefix / "anchors" / d.parent.name)
+    shutil.copytree(REPO / "overlays", prefix / "overlays",
+                    ignore=shutil.ignore_patterns("__pycache__", "example-*"))  # fmt: skip
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "overlay").symlink_to(overlay_bin)
+    return prefix
+
+
+def test_bake_and_gate_find_the_release_of_a_pinned_tree(
+    every_release_prefix, tree_copy, pin_dir, engine_name, engine_version, tmp_path
+):
+    """No --engine: the bake takes the release from the tree's dist-info (the
+    pinned wheel's METADATA), the gate from what the bake recorded."""
+    wheel = _cache_root() / "wheels" / (pin_dir / "WHEEL").read_text().split()[1]
+    if not wheel.is_file():
+        pytest.skip(f"{wheel}: not cached (run scripts/setup.sh)")
+    info = f"{engine_name}-{engine_version}.dist-info"
+    with zipfile.ZipFile(wheel) as z:
+        (tree_copy / info).mkdir()
+        (tree_copy / info / "METADATA").write_bytes(z.read(f"{info}/METADATA"))
+    res = _script("bake.sh", every_release_prefix, tree_copy)
+    assert res.returncode == 0, res.stderr
+    meta = tree_copy / info / "METADATA"
+    assert f"{engine_name} {engine_version} (from {meta})" in res.stderr
+    listed = (every_release_prefix / "ARTIFACTS.sha256").read_text().splitlines()
+    assert listed[0].endswith(f"  anchors/{engine_name}-{engine_version}/ORDER")
+    res = _script("gate.sh", every_release_prefix, tree_copy, env=_knob1_env(tmp_path))
     assert res.returncode == 0, res.stderr
 
 

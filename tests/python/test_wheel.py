@@ -12,6 +12,7 @@ or without that venv.
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import os
 import re
 import shutil
@@ -60,7 +61,7 @@ PYTHON_OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
 
 def _env(**extra: str) -> dict[str, str]:
     """The caller's environment without kvtier's own variables."""
-    drop = ("KVTIER_CXXSCOPE", "KVTIER_PIP_ENV")
+    drop = ("KVTIER_CXXSCOPE", "KVTIER_PIP_ENV", "KVTIER_STORE_LIB")
     return dict({k: v for k, v in os.environ.items() if k not in drop}, **extra)
 
 
@@ -257,13 +258,216 @@ def test_versions_agree(installed):
     assert f"ARG KVTIER_VERSION={VERSION}\n" in dockerfile
 
 
-def test_dockerfile_pip_stage_names_every_python_overlay():
-    """The pip stage lists the overlays the wheel can apply alone: ORDER
-    without the C++ one. A new overlay in ORDER must be added there."""
-    dockerfile = (REPO_ROOT / "docker/Dockerfile").read_text()
-    assert f"ARG KVTIER_OVERLAYS={PYTHON_OVERLAYS}\n" in dockerfile
-    order = (REPO_ROOT / "anchors/vllm-0.33.0/ORDER").read_text().split()
-    assert order == [*PYTHON_OVERLAYS.split(","), "vllm-fs-durable"]
+def _order(engine: str = "vllm-0.33.0") -> list[str]:
+    return (REPO_ROOT / "anchors" / engine / "ORDER").read_text().split()
+
+
+def _rebuilds_a_binary(name: str, engine: str = "vllm-0.33.0") -> bool:
+    manifest = (REPO_ROOT / "anchors" / engine / f"{name}.toml").read_text()
+    return re.search(r"^\[\[built_files\]\]", manifest, re.M) is not None
+
+
+def _pip_stage_run() -> str:
+    """The serving-pip stage's RUN line, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", (REPO_ROOT / "docker/Dockerfile").read_text())
+    stage = text.split(" AS serving-pip\n", 1)[1].split("\nFROM ", 1)[0]
+    (run,) = [ln[4:] for ln in stage.splitlines() if ln.startswith("RUN ")]
+    return run
+
+
+def test_the_dockerfile_two_line_path_works_from_the_wheel(wheel, site, tmp_path):
+    """The pip stage's line exactly as the Dockerfile has it, in a fresh venv
+    beside the pinned vLLM, with no fetch cache and no kvtier-cxxscope (as in
+    the serving image): `pip install kvtier==X` from a local index, then the
+    plain `overlay apply --check-injected`. It applies the overlays of ORDER
+    that rebuild no engine binary, names the one it leaves out, and leaves
+    vLLM's own extension alone."""
+    run = _pip_stage_run()
+    pip_part, sep, overlay_part = run.partition(" && ")
+    assert sep and overlay_part == "overlay apply --check-injected", run
+    assert pip_part == 'pip install --no-cache-dir "kvtier==${KVTIER_VERSION}"', run
+    fresh = tmp_path / "v"
+    _run(sys.executable, "-m", "venv", "--without-pip", fresh)
+    # The same requirement, from a folder holding the built wheel only.
+    _pip(fresh, "install", "-q", "--no-cache-dir", "--no-index", "--find-links",
+         wheel.parent, f"kvtier=={VERSION}")  # fmt: skip
+    (_purelib(fresh) / "vllm_copy_for_test.pth").write_text(f"{site}\n")
+    (tmp_path / "empty-cache").mkdir()
+    env = _env(PATH=f"{fresh / 'bin'}:/usr/bin:/bin",
+               XDG_CACHE_HOME=str(tmp_path / "empty-cache"))  # fmt: skip
+    so = "vllm/fs_io_C.abi3.so"
+    pinned = (site / so).read_bytes()
+    done = _run("bash", "-c", overlay_part, env=env)
+    python_only = [n for n in _order() if not _rebuilds_a_binary(n)]
+    left_out = [n for n in _order() if _rebuilds_a_binary(n)]
+    assert left_out == ["vllm-fs-durable"], left_out
+    assert f"no ROOT given: using {site} (vllm 0.33.0" in done.stderr, done.stderr
+    assert f"leaving out vllm-fs-durable (rebuilds {so})" in done.stderr
+    assert "--rebuild-binaries takes it in" in done.stderr
+    assert re.search(r"compiled \d+ files and fragments: ok", done.stdout), done.stdout
+    assert (site / so).read_bytes() == pinned
+    assert not (site / "vllm/.fs_io_C.abi3.so.overlay-orig").exists()
+    # A plain check checks what a plain apply applied; the one left out is
+    # pristine, so naming it in fails.
+    check = _run("bash", "-c", "overlay check --check-injected", env=env)
+    assert check.stdout.startswith(f"ok: applied {' '.join(python_only)}\n"), (
+        check.stdout
+    )
+    with_it = _run(
+        "bash", "-c", "overlay check --rebuild-binaries", env=env, check=False
+    )
+    assert with_it.returncode == 1, with_it.stderr
+    assert "vllm-fs-durable is pristine" in with_it.stderr
+    status = _run("bash", "-c", "overlay status", env=env).stdout
+    for name in python_only:
+        assert re.search(rf"^overlay {name}: applied ", status, re.M), status
+    assert re.search(r"^overlay vllm-fs-durable: pristine ", status, re.M), status
+    _run("bash", "-c", "overlay revert", env=env)
+    assert _differences(site / "vllm", _real_site() / "vllm") == []
+
+
+OFFLOADING = "vllm/distributed/kv_transfer/kv_connector/v1/offloading"
+LOAD_STORE_LIBRARY = """import sys
+sys.path.insert(0, sys.argv[1])
+from kv_store_format import native
+print(native.load().path)
+"""
+
+
+def _load_store_library(python: Path, site: Path) -> subprocess.CompletedProcess:
+    """The patched tree's kv_store_format.native loads its library the way
+    the writer does at boot: KVTIER_STORE_LIB unset, so from beside itself."""
+    return _run(python, "-c", LOAD_STORE_LIBRARY, site / OFFLOADING, env=_env(),
+                check=False)  # fmt: skip
+
+
+def test_the_wheel_bake_records_the_build_id_the_tools_print(installed, site, tmp_path):
+    """One version: the wheel's, `overlay --version`, `kvstore --version`, the
+    bake script's, and the artifact list the wheel's own bake.sh records
+    (without --engine: the release read from the vllm dist-info) all agree."""
+    data = _purelib(installed) / "kvtier/share/kvtier"
+    py = installed / "bin/python"
+    listed = tmp_path / "ARTIFACTS.sha256"
+    done = _run(data / "docker/bake.sh", "--python", py, "--artifacts", listed,
+                env=_env(PATH="/usr/bin:/bin"))  # fmt: skip
+    meta = site / "vllm-0.33.0.dist-info/METADATA"
+    assert f"tree {site}: vllm 0.33.0 (from {meta})" in done.stderr, done.stderr
+    lines = listed.read_text().splitlines(keepends=True)
+    assert lines[0].endswith("  anchors/vllm-0.33.0/ORDER\n"), lines[0]
+    baked = (tmp_path / "ARTIFACTS.baked").read_text().split()
+    assert baked == [n for n in _order() if not _rebuilds_a_binary(n)]
+    # The store library it put beside native.py loads there, with the ISA-L
+    # auditwheel grafted (renamed) into kvtier.libs copied beside it.
+    loaded = _load_store_library(py, site)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == str(
+        site / OFFLOADING / "kv_store_format/libkvtier_store.so"
+    )
+    # The build id hashes the overlay artifacts (the list less the store library).
+    artifacts = "".join(ln for ln in lines if not ln.endswith("/libkvtier_store.so\n"))
+    build = "kvtier-" + hashlib.sha256(artifacts.encode()).hexdigest()[:16]
+    meta_version = _run(py, "-c", "import kvtier; print(kvtier.__version__)").stdout
+    assert meta_version.strip() == VERSION
+    for tool in (
+        installed / "bin/overlay",
+        installed / "bin/kvstore",
+        data / "docker/bake.sh",
+    ):
+        out = _run(tool, "--version").stdout.splitlines()
+        assert out[0] == f"{tool.name.removesuffix('.sh')} {VERSION}", out
+        assert f"vllm-0.33.0 build {build}" in out, (tool, out)
+
+
+def test_plain_apply_takes_the_release_it_finds(
+    installed, engine_tree, pin_dir, engine_name, engine_version, tmp_path
+):
+    """Each supported release: the pinned tree as pip lays it out (its
+    dist-info from the pinned wheel's METADATA), and the plain apply from the
+    wheel picks that release's anchors by itself."""
+    wheel = (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+             / "kvtier/wheels" / (pin_dir / "WHEEL").read_text().split()[1])  # fmt: skip
+    if not wheel.is_file():
+        pytest.skip(f"{wheel}: not cached (run scripts/setup.sh)")
+    tree = tmp_path / "site"
+    shutil.copytree(engine_tree, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / engine_name / "__init__.py").touch()
+    info = tree / f"{engine_name}-{engine_version}.dist-info"
+    info.mkdir()
+    with zipfile.ZipFile(wheel) as z:
+        (info / "METADATA").write_bytes(z.read(f"{info.name}/METADATA"))
+    (info / "RECORD").write_text(f"{engine_name}/__init__.py,,\n")
+    pth = _purelib(installed) / "vllm_release_for_test.pth"
+    pth.write_text(f"{tree}\n")
+    try:
+        done = _run(installed / "bin/overlay", "apply", "--check-injected", env=_env())
+        check = _run(installed / "bin/overlay", "check", env=_env())
+    finally:
+        pth.unlink()
+    assert f"no ROOT given: using {tree} ({engine_name} {engine_version}" in done.stderr
+    order = _order(f"{engine_name}-{engine_version}")
+    kept = [
+        n for n in order if not _rebuilds_a_binary(n, f"{engine_name}-{engine_version}")
+    ]
+    assert check.stdout.startswith(f"ok: applied {' '.join(kept)}\n"), check.stdout
+
+
+def _interpreter(version: str) -> Path | None:
+    """CPython `version` (3.N) that runs: a pyenv build (the machine image
+    carries 3.10-3.13 there), else one on PATH (a pyenv shim on PATH may name
+    a version it does not serve: each candidate is run); None when absent."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), reverse=True)
+    if shutil.which(f"python{version}"):
+        candidates.append(Path(shutil.which(f"python{version}")))
+    for python in candidates:
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return python
+    return None
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13"])
+def test_the_one_wheel_runs_under_every_supported_cpython(
+    wheel, pristine_copy, tmp_path, version
+):
+    """py3-none: the same wheel installs into a venv of each CPython the
+    classifiers name; the entry points run, and the shim's metadata search
+    (importlib.metadata of that interpreter) finds the vLLM on its path."""
+    python = _interpreter(version)
+    if python is None:
+        pytest.skip(
+            f"no CPython {version} here (not on PATH, none under ~/.pyenv/versions)"
+        )
+    fresh = tmp_path / "v"
+    _run(python, "-m", "venv", "--without-pip", fresh)
+    _pip(fresh, "install", "-q", "--no-deps", "--no-index", wheel)
+    for tool in ("overlay", "kvstore"):
+        out = _run(fresh / "bin" / tool, "--version").stdout.splitlines()
+        assert out[0] == f"{tool} {VERSION}", out
+    (_purelib(fresh) / "vllm_copy_for_test.pth").write_text(f"{pristine_copy}\n")
+    done = _run(fresh / "bin/overlay", "status", env=_env())
+    assert f"no ROOT given: using {pristine_copy} (vllm 0.33.0" in done.stderr, (
+        done.stderr
+    )
+    assert f"installed for {fresh / 'bin/python'}" in done.stderr
+    assert "overlay kv-offload-scope: pristine" in done.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gap: `overlay apply` alone never puts libkvtier_store.so beside "
+    "kv_store_format/native.py (only docker/bake.sh does), and native.py looks "
+    "nowhere else but KVTIER_STORE_LIB: after the two-line pip path a knob-1 "
+    "writer stops at boot. Fix in native.py (also look in the installed kvtier "
+    "package's lib/kvtier) or in the apply (docs/DEPLOY.md, With pip)",
+)
+def test_after_the_two_line_path_the_store_library_loads(installed, site):
+    _run(installed / "bin/overlay", "apply", env=_env())
+    loaded = _load_store_library(installed / "bin/python", site)
+    assert loaded.returncode == 0, loaded.stderr
 
 
 def test_tools_need_only_glibc_and_the_wheel(installed):
@@ -282,17 +486,22 @@ def test_tools_need_only_glibc_and_the_wheel(installed):
 def test_apply_check_revert_then_uninstall_leaves_vllm_identical(
     installed, site, cxxscope, tmp_path
 ):
-    """Every overlay, the C++ one included: it rebuilds vllm/fs_io_C.abi3.so
-    from the pinned sources (the fetch cache) with kvtier-cxxscope."""
+    """Every overlay, the C++ one included (--rebuild-binaries): it rebuilds
+    vllm/fs_io_C.abi3.so from the pinned sources (the fetch cache) with
+    kvtier-cxxscope. A plain check then checks it too (applied: not left out)."""
     bin_ = installed / "bin"
     env = _env(KVTIER_CXXSCOPE=str(cxxscope))
-    done = _run(bin_ / "overlay", "apply", "--check-injected", env=env)
+    done = _run(
+        bin_ / "overlay", "apply", "--check-injected", "--rebuild-binaries", env=env
+    )
     assert f"no ROOT given: using {site} (vllm 0.33.0" in done.stderr, done.stderr
+    assert "leaving out" not in done.stderr
     assert f"installed for {bin_ / 'python'}" in done.stderr
     assert NOTE in done.stderr
     assert "vllm/fs_io_C.abi3.so: rebuilt" in done.stdout, done.stdout
     assert _differences(site / "vllm", _real_site() / "vllm"), "apply changed nothing"
-    assert "ok: applied" in _run(bin_ / "overlay", "check", env=env).stdout
+    check = _run(bin_ / "overlay", "check", env=env).stdout
+    assert check.startswith(f"ok: applied {' '.join(_order())}\n"), check
     store = Store(tmp_path / "tier")
     store.boundary(["a", "b"])
     age_tree(store.tier)
@@ -324,10 +533,11 @@ def test_uninstall_while_applied_warns_and_keeps_the_tree(wheel, installed, site
     assert _differences(site / "vllm", _real_site() / "vllm") == []
 
 
-def test_without_cxxscope_the_cxx_overlay_is_refused(installed, site):
-    """The wheel has no kvtier-cxxscope: the default set (ORDER ends with the
-    C++ vllm-fs-durable) fails closed, naming it; nothing is written."""
-    done = _run(installed / "bin/overlay", "apply", env=_env(), check=False)
+def test_without_cxxscope_rebuild_binaries_is_refused(installed, site):
+    """The wheel has no kvtier-cxxscope: taking the C++ vllm-fs-durable in
+    (--rebuild-binaries) fails closed, naming the tool; nothing is written."""
+    done = _run(installed / "bin/overlay", "apply", "--rebuild-binaries", env=_env(),
+                check=False)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "kvtier-cxxscope is not built or installed" in done.stderr
     assert _differences(site / "vllm", _real_site() / "vllm") == []
