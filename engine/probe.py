@@ -220,6 +220,16 @@ def _logical_block(
     return raw[start : start + _unpadded_page(spec)].cpu().numpy().tobytes()
 
 
+def _own_spec(worker: Any, name: str) -> Any:
+    """The layer's own KV spec: a group's spec can be another layer's (GLM-5.3's MLA
+    shares the kpool indexer's group, whose spec is the indexer's)."""
+    config = getattr(worker, "vllm_config", None)
+    if config is None:
+        return None
+    layer = worker.model_runner.compilation_config.static_forward_context[name]
+    return layer.get_kv_cache_spec(config)
+
+
 def _unpadded_page(spec: Any) -> int:
     from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
@@ -289,7 +299,8 @@ def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
             for name in kv_config.kv_cache_groups[group].layer_names:
                 if name not in pages:
                     raw, base, stride = _layer_page(worker, name, num_blocks)
-                    size = _unpadded_page(per_layer.get(name, group_spec))
+                    spec = per_layer.get(name) or _own_spec(worker, name) or group_spec
+                    size = _unpadded_page(spec)
                     pages[name] = (raw, base, stride, size)
                 raw, base, stride, size = pages[name]
                 start = base + block * stride

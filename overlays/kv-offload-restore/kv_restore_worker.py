@@ -485,7 +485,7 @@ class WorkerRestore:
             for layer in layout.layers:
                 t = self._store._staging[layer.tensor]
                 page = t.width // bpc
-                row = chunk_read.buffer_address(t.source) + t.offset
+                row = chunk_read.buffer_address(t.source) + t.offset + layer.offset
                 for j in range(first, first + count):
                     address = row + j * page
                     last = runs[-1] if runs else None

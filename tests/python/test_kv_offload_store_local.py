@@ -13,7 +13,7 @@ import json
 import os
 import pickle
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -826,6 +826,40 @@ def test_bind_layers_refuses_a_layout_it_cannot_read():
     refs[0][1] = (1, 128)  # padded size: the DMA would copy padding
     with pytest.raises(ksl.errors.WriterDisabled, match="copies 128 bytes"):
         ksl.layout.bind_layers(groups, refs)
+
+
+def test_bind_layers_reads_a_packed_block_at_each_layers_offset():
+    """GLM-5.3's layout (block-outermost): one ref per group for the whole block,
+    each layer at its own offset; the indexer keys and MLA of one model layer are
+    parts 0 and 1 of its index in the chunk header."""
+    LayerLayout, GroupLayout = ksl.layout.LayerLayout, ksl.layout.GroupLayout
+    layers = (
+        LayerLayout(-1, 4224, (), 3, 0, offset=0),
+        LayerLayout(-1, 524288, (), 3, 1, offset=8448),
+        LayerLayout(-1, 4224, (), 7, 0, offset=4224),
+        LayerLayout(-1, 524288, (), 7, 1, offset=8448 + 524288),
+    )
+    group = GroupLayout(4, 0, "full", layers)
+    (bound,) = ksl.layout.bind_layers([group], [[(2, 1057792)]])
+    assert [(x.tensor, x.offset) for x in bound.layers] == [
+        (2, 0), (2, 8448), (2, 4224), (2, 532736)
+    ]  # fmt: skip
+    segments = bound.segments(1)
+    assert [(s.layer, s.part, s.length) for s in segments] == [
+        (3, 0, 4224), (3, 1, 524288), (7, 0, 4224), (7, 1, 524288)
+    ]  # fmt: skip
+    header = sls.fmt.ChunkHeader(
+        namespace_hash=b"n" * 32, key_hash=b"k" * 32, group=4, boundary=512,
+        payload_length=sum(s.length for s in segments), payload_checksum=0,
+        segments=segments,
+    )  # fmt: skip
+    assert sls.fmt.decode_header(sls.fmt.encode_header(header)).segments == segments
+    # Layers that overlap, or run past the block, are not read.
+    with pytest.raises(ksl.errors.WriterDisabled, match="lie apart"):
+        ksl.layout.bind_layers([group], [[(2, 532736 + 1000)]])
+    overlapping = GroupLayout(4, 0, "full", (layers[0], replace(layers[2], offset=100)))
+    with pytest.raises(ksl.errors.WriterDisabled, match="lie apart"):
+        ksl.layout.bind_layers([overlapping], [[(2, 1057792)]])
 
 
 def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path, monkeypatch):

@@ -26,6 +26,9 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(
+    1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../engine")
+)
 
 import realsched  # noqa: E402
 
@@ -128,6 +131,68 @@ def layer_specs(vc) -> tuple[dict, list[str]]:
     return specs, [layout.name for layout in layouts]
 
 
+def store_and_compare(booted, prompt: int) -> dict:
+    """The worker side at knob 1: vLLM's own allocate_kv_cache (random bytes), the layers
+    bound to their views, the real worker-role OffloadingConnector registering them (the
+    store-local hooks attach the writer), the DMA played (realsched.FakeTransfers); then
+    the GPU suite's own check (engine/probe.py) of every stored chunk against its block."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    import probe
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+    from vllm.v1.worker.utils import allocate_kv_cache, bind_kv_cache_to_layers
+
+    vc, config = booted.vllm_config, booted.worker_kv_cache_config
+    ctx = vc.compilation_config.static_forward_context
+    caches = allocate_kv_cache(
+        config,
+        torch.device("cpu"),
+        KVCacheLayout[vc.cache_config.kv_cache_layout],
+        [g.kv_cache_spec.block_size for g in config.kv_cache_groups],
+    )
+    generator = torch.Generator().manual_seed(31)
+    for t in {id(t.untyped_storage()): t for t in caches.values()}.values():
+        raw = torch.empty(0, dtype=torch.uint8).set_(
+            t.untyped_storage(), 0, (t.untyped_storage().nbytes(),), (1,)
+        )
+        raw.copy_(
+            torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator)
+        )
+    bind_kv_cache_to_layers(caches, ctx)
+    with set_current_vllm_config(vc):  # as the GPU worker runs: the state views
+        connector = OffloadingConnector(vc, KVConnectorRole.WORKER, config)
+        worker = connector.connector_worker
+        worker.spec.get_worker = lambda canonical: realsched.FakeTransfers(
+            canonical, rows=64
+        )
+        connector.register_kv_caches(caches)
+    store = worker._kv_store
+    runner = SimpleNamespace(
+        vllm_config=vc,
+        model_runner=SimpleNamespace(compilation_config=vc.compilation_config),
+    )
+    with mock.patch.object(probe, "_store", lambda _: (worker, store)):
+        out = {"writer": probe.install_recorder(runner)}
+        finished: set[str] = set()
+        realsched.Engine(booted).add(
+            "w", [(i * 11) % 900 + 3 for i in range(prompt)], 2
+        )
+        for _ in range(200):
+            if not booted.scheduler.has_requests():
+                break
+            realsched.step_worker(booted, worker, finished)
+        out["compare"] = probe.inspect_worker(runner)
+    worker.shutdown()
+    return out
+
+
 def describe(spec) -> dict:
     out = {"type": type(spec).__name__, "block_size": spec.block_size}
     inner = getattr(spec, "kv_cache_specs", None)  # UniformTypeKVCacheSpecs
@@ -152,6 +217,13 @@ def main() -> int:
     ap.add_argument("--block-size", type=int, help="default: as the backends choose")
     ap.add_argument("--prompt", type=int, default=700)
     ap.add_argument("--cpu-bytes", type=int, default=256 << 20)
+    ap.add_argument(
+        "--store",
+        type=int,
+        metavar="TOKENS",
+        help="with the tier on: store a prompt of TOKENS and compare chunks with blocks",
+    )
+    ap.add_argument("--num-blocks", type=int, default=400)
     args = ap.parse_args()
     cpu_platform_for_layouts()
     vc = engine_config(args.model, args.block_size, args.cpu_bytes)
@@ -165,7 +237,7 @@ def main() -> int:
     }
     try:
         register_all_kvcache_specs(vc)  # as EngineCore does first
-        booted = realsched.boot_specs(vc, specs, layouts=layouts)
+        booted = realsched.boot_specs(vc, specs, args.num_blocks, layouts=layouts)
         out["layout"] = vc.cache_config.kv_cache_layout
     except Exception as e:  # the answer for this layout: say what stopped the boot
         out["error"] = f"{type(e).__name__}: {e}"
@@ -188,6 +260,8 @@ def main() -> int:
                 keys[group] = keys.get(group, 0) + n
         out["store_keys_by_group"] = {str(g): n for g, n in sorted(keys.items())}
         out["finished"] = sorted(engine.finished)
+        if args.store:
+            out["store"] = store_and_compare(booted, args.store)
     finally:
         realsched.shut_down_booted()
     print(json.dumps(out))

@@ -22,6 +22,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,6 +215,7 @@ def boot_specs(
     block_size, hash_block_size = resolve_kv_cache_block_sizes(sched_config, vc)
     for cfg in (*worker_configs, sched_config):
         cfg.hash_block_size = hash_block_size
+        cfg.kv_cache_layout = vc.cache_config.kv_cache_layout  # as EngineCore sets it
     vc.cache_config.num_gpu_blocks = sched_config.num_blocks
     scheduler = Scheduler(
         vllm_config=vc,
@@ -456,3 +458,86 @@ def canonical(trace: dict[str, Any]) -> dict[str, Any]:
         (job(j) for j in trace["load_jobs"]), key=lambda j: (j["req"], j["src"])
     )
     return out
+
+
+# -- the worker-role connector, driven as the model runner drives it -----------------
+
+
+class FakeTransfers:
+    """Plays the CPU offloading worker: staging rows, copies, completions."""
+
+    def __init__(self, canonical, rows: int) -> None:
+        import torch
+
+        self.gpu = [t.tensor for t in canonical.tensors]
+        self.refs = canonical.group_data_refs
+        self._store_handler = SimpleNamespace(
+            dst_tensors=[
+                torch.zeros((rows, t.page_size_bytes), dtype=torch.int8)
+                for t in canonical.tensors
+            ]
+        )
+        self.done: list[int] = []
+        self.submitted: list[int] = []
+
+    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+        src = [int(b) for b in src_spec.block_ids]
+        dst = [int(c) for c in dst_spec.block_ids]
+        assert len(src) == len(dst)  # one block a chunk
+        i = 0
+        for slot, count in enumerate(src_spec.group_sizes):
+            for _ in range(int(count)):
+                for ref in self.refs[slot]:
+                    page = ref.page_size_bytes
+                    rows = self._store_handler.dst_tensors[ref.tensor_idx]
+                    rows[dst[i], :page] = self.gpu[ref.tensor_idx][src[i], :page]
+                i += 1
+        self.submitted.append(job_id)
+        self.done.append(job_id)
+        return True
+
+    def submit_load(self, *args, **kwargs) -> bool:
+        raise AssertionError("restore is off: no load expected")
+
+    def get_finished(self):
+        from vllm.v1.kv_offload.base import TransferResult
+
+        done, self.done = self.done, []
+        return [TransferResult(job_id, True) for job_id in done]
+
+    def wait(self, job_ids) -> None:
+        pass  # every copy is complete at submit
+
+    def shutdown(self) -> None:
+        pass
+
+
+def step_worker(booted: Booted, worker: Any, finished: set[str]) -> None:
+    """One engine step as the model runner drives the worker-side connector."""
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+    s = booted.scheduler
+    out = s.schedule()
+    meta = out.kv_connector_metadata
+    worker.handle_preemptions(meta)
+    worker.start_kv_transfers(meta)
+    worker.prepare_store_kv(meta)  # this step's store jobs wait for the next step
+    worker.get_finished(out.finished_req_ids)
+    req_ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in req_ids:
+        # schedule() has already counted this step's tokens as computed.
+        req = s.requests[rid]
+        sampled.append([7] if req.num_computed_tokens >= req.num_tokens else [])
+    mro = ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={r: i for i, r in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+        kv_connector_output=KVConnectorOutput(
+            kv_connector_worker_meta=worker.build_connector_worker_meta()
+        ),
+    )
+    for eo in s.update_from_output(out, mro).values():
+        for o in eo.outputs:
+            if o.finish_reason is not None:
+                finished.add(o.request_id)

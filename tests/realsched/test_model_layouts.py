@@ -24,8 +24,10 @@ REPO = HERE.parents[1]
 _cache: dict[tuple, dict] = {}
 
 
-def layout(model: str, tree: Path | None, knobs: dict[str, str]) -> dict:
-    key = (model, str(tree), tuple(sorted(knobs.items())))
+def layout(
+    model: str, tree: Path | None, knobs: dict[str, str], args: tuple[str, ...] = ()
+) -> dict:
+    key = (model, str(tree), tuple(sorted(knobs.items())), args)
     if key not in _cache:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
         env.pop("PYTHONPATH", None)
@@ -33,7 +35,7 @@ def layout(model: str, tree: Path | None, knobs: dict[str, str]) -> dict:
             env["PYTHONPATH"] = str(tree)
         env.update(knobs)
         done = subprocess.run(
-            [sys.executable, str(HERE / "model_layout.py"), model],
+            [sys.executable, str(HERE / "model_layout.py"), model, *args],
             capture_output=True,
             text=True,
             env=env,
@@ -149,3 +151,26 @@ def test_the_glm5next_stage_asks_for_a_backend_that_serves_its_sparse_mla():
         assert reasons(FlashMLASparseBackend) == []
     args = NEW_MODELS["glm5next"]
     assert args[args.index("--attention-backend") + 1] == "FLASHMLA_SPARSE"
+
+
+def test_glm5next_every_stored_chunk_equals_its_block(patched_root, tmp_path):
+    """The worker side at knob 1 on the real layout: vLLM allocates the packed caches, the
+    real worker-role connector registers them, the writer binds every eligible group, and
+    each chunk on disk holds exactly its block's bytes (the GPU suite's own comparison,
+    engine/probe.py): MLA with the indexer's states, and each KDA layer's conv and
+    temporal state."""
+    out = layout(
+        "glm5next",
+        patched_root,
+        tier_on(tmp_path),
+        ("--store", "2100", "--num-blocks", "24"),
+    )
+    assert "error" not in out, out.get("error")
+    store = out["store"]
+    writer, compare = store["writer"], store["compare"]
+    print(json.dumps(store, indent=1)[:3000])
+    assert writer["active"], writer["disabled"]
+    assert writer["writer_groups"] == [0, 1, 2, 3, 4]
+    counts = compare["compare"]
+    assert counts["keys"] > 0 and counts["equal"] == counts["keys"], compare
+    assert set(compare["equal_per_group"]) == {"0", "1", "2", "3", "4"}

@@ -4,7 +4,7 @@ The real Scheduler and OffloadingConnector (scheduler role) build the store jobs
 patched OffloadingConnectorWorker (worker role, with the store-local hooks) receives them
 each step as vLLM's model runner hands them over: handle_preemptions, start_kv_transfers,
 prepare_store_kv (which defers the step's store jobs to the next step), get_finished. Only
-the DMA is played (FakeTransfers: the GPU->CPU copy happens at submit and is reported at
+the DMA is played (realsched.FakeTransfers: the GPU->CPU copy happens at submit and is reported at
 the next get_finished), on CPU tensors.
 
 What vLLM 0.33.0 does with the last store jobs of a request: a step's store jobs are
@@ -19,61 +19,10 @@ generate() or the shutdown. The writer's shutdown hook submits, waits for and ca
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import realsched
 
 PROMPT = 700  # tokens: 43 full blocks of 16, prefilled in three 256-token steps
-
-
-class FakeTransfers:
-    """Plays the CPU offloading worker: staging rows, copies, completions."""
-
-    def __init__(self, canonical, rows: int) -> None:
-        import torch
-
-        self.gpu = [t.tensor for t in canonical.tensors]
-        self.refs = canonical.group_data_refs
-        self._store_handler = SimpleNamespace(
-            dst_tensors=[
-                torch.zeros((rows, t.page_size_bytes), dtype=torch.int8)
-                for t in canonical.tensors
-            ]
-        )
-        self.done: list[int] = []
-        self.submitted: list[int] = []
-
-    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
-        src = [int(b) for b in src_spec.block_ids]
-        dst = [int(c) for c in dst_spec.block_ids]
-        assert len(src) == len(dst)  # one block a chunk
-        i = 0
-        for slot, count in enumerate(src_spec.group_sizes):
-            for _ in range(int(count)):
-                for ref in self.refs[slot]:
-                    page = ref.page_size_bytes
-                    rows = self._store_handler.dst_tensors[ref.tensor_idx]
-                    rows[dst[i], :page] = self.gpu[ref.tensor_idx][src[i], :page]
-                i += 1
-        self.submitted.append(job_id)
-        self.done.append(job_id)
-        return True
-
-    def submit_load(self, *args, **kwargs) -> bool:
-        raise AssertionError("restore is off: no load expected")
-
-    def get_finished(self):
-        from vllm.v1.kv_offload.base import TransferResult
-
-        done, self.done = self.done, []
-        return [TransferResult(job_id, True) for job_id in done]
-
-    def wait(self, job_ids) -> None:
-        pass  # every copy is complete at submit
-
-    def shutdown(self) -> None:
-        pass
 
 
 def boot_engine(tmp_path):
@@ -117,42 +66,11 @@ def boot_engine(tmp_path):
             for g in groups
         ],
     )
-    transfers = FakeTransfers(canonical, rows=(8 << 20) // page)
+    transfers = realsched.FakeTransfers(canonical, rows=(8 << 20) // page)
     worker.spec.get_worker = lambda kv_caches: transfers
     worker._init_worker(canonical)  # the attach hook starts the writer
     assert worker._kv_store.active, worker._kv_store.disabled_reason
     return booted, worker, transfers
-
-
-def step(booted, worker, finished: set[str]) -> None:
-    """One engine step as the model runner drives the worker-side connector."""
-    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-
-    s = booted.scheduler
-    out = s.schedule()
-    meta = out.kv_connector_metadata
-    worker.handle_preemptions(meta)
-    worker.start_kv_transfers(meta)
-    worker.prepare_store_kv(meta)  # this step's store jobs wait for the next step
-    worker.get_finished(out.finished_req_ids)
-    req_ids = list(out.num_scheduled_tokens)
-    sampled = []
-    for rid in req_ids:
-        # schedule() has already counted this step's tokens as computed.
-        req = s.requests[rid]
-        sampled.append([7] if req.num_computed_tokens >= req.num_tokens else [])
-    mro = ModelRunnerOutput(
-        req_ids=req_ids,
-        req_id_to_index={r: i for i, r in enumerate(req_ids)},
-        sampled_token_ids=sampled,
-        kv_connector_output=KVConnectorOutput(
-            kv_connector_worker_meta=worker.build_connector_worker_meta()
-        ),
-    )
-    for eo in s.update_from_output(out, mro).values():
-        for o in eo.outputs:
-            if o.finish_reason is not None:
-                finished.add(o.request_id)
 
 
 def stored_hashes(root) -> set[str]:
@@ -188,7 +106,7 @@ def test_every_full_block_of_the_last_request_reaches_the_store(knobs, tmp_path,
         # busy: EngineCore.run_busy_loop steps while the scheduler has_requests().
         if ("r" in finished) if loop == "offline" else not s.has_requests():
             break
-        step(booted, worker, finished)
+        realsched.step_worker(booted, worker, finished)
     else:
         raise AssertionError("the engine loop did not end")
     full_blocks = PROMPT // realsched.BLOCK

@@ -2,7 +2,7 @@
 """Where one rank's KV bytes are: groups, layers, staging rows, segments."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -48,6 +48,13 @@ class LayerLayout:
     # The model's layer index (the header's layer_index); None only for
     # hand-made layouts, which number their layers by position.
     index: int | None = None
+    # Which cache of that model layer (the segment's part): GLM-5.3's kpool
+    # indexer keys (0) and its MLA (1) share one group and one layer index.
+    part: int = 0
+    # Byte offset of the layer's page within the block's row: 0, or where a
+    # block-outermost (packed) layout puts it (every layer of a group in one
+    # row, KVCacheTensor.offset + i * layer_stride).
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,9 @@ class GroupLayout:
             index = position if layer.index is None else layer.index
             if not layer.state:
                 n = layer.real_bytes * blocks
-                specs.append((index, fmt.SegmentKind.KV, fmt.DType.UINT8, (n,), (1,)))
+                specs.append(
+                    (index, fmt.SegmentKind.KV, fmt.DType.UINT8, (n,), (1,), layer.part)
+                )
                 continue
             if blocks != 1:
                 raise ValueError("a state payload holds exactly one block")
@@ -164,25 +173,43 @@ def bind_layers(
     """Bind each layer to its staging tensor from the worker's per-group refs.
 
     refs[slot] lists (tensor index, unpadded page bytes) per layer, in the
-    group's layer order. A layout that does not match one to one (packed
-    layouts, for one) disables the writer.
+    group's layer order; or, for a block-outermost (packed) layout, one ref
+    for the whole block, each layer at its own offset in it. Anything else
+    disables the writer.
     """
     bound = []
     for g in groups:
-        if g.slot >= len(refs) or len(refs[g.slot]) != len(g.layers):
+        group_refs = refs[g.slot] if g.slot < len(refs) else ()
+        if len(group_refs) == 1 and _packed(g.layers, group_refs[0][1]):
+            tensor, row = group_refs[0]
+            end = 0
+            for layer in sorted(g.layers, key=lambda x: x.offset):
+                if layer.offset < end or layer.offset + layer.real_bytes > row:
+                    raise WriterDisabled(
+                        f"group {g.group}: its layers do not lie apart within the "
+                        f"packed {row}-byte block"
+                    )
+                end = layer.offset + layer.real_bytes
+            layers = [replace(layer, tensor=tensor) for layer in g.layers]
+        elif len(group_refs) == len(g.layers):
+            layers = []
+            for layer, (tensor, page_bytes) in zip(g.layers, group_refs, strict=True):
+                if page_bytes != layer.real_bytes:
+                    raise WriterDisabled(
+                        f"group {g.group}: the DMA copies {page_bytes} bytes per page, "
+                        f"the spec says {layer.real_bytes}"
+                    )
+                layers.append(replace(layer, tensor=tensor, offset=0))
+        else:
             raise WriterDisabled(
                 f"group {g.group}: the worker's transfer refs do not map one to "
-                "one onto its layers (packed layout?)"
-            )
-        layers = []
-        for layer, (tensor, page_bytes) in zip(g.layers, refs[g.slot], strict=True):
-            if page_bytes != layer.real_bytes:
-                raise WriterDisabled(
-                    f"group {g.group}: the DMA copies {page_bytes} bytes per page, "
-                    f"the spec says {layer.real_bytes}"
-                )
-            layers.append(
-                LayerLayout(tensor, layer.real_bytes, layer.state, layer.index)
+                "one onto its layers, nor one packed block"
             )
         bound.append(GroupLayout(g.group, g.slot, g.kind, tuple(layers)))
     return bound
+
+
+def _packed(layers: Sequence[LayerLayout], row: int) -> bool:
+    """One ref for a group whose layers it holds side by side: a packed block
+    (more than one layer, or one layer smaller than the block)."""
+    return len(layers) > 1 or (len(layers) == 1 and layers[0].real_bytes < row)

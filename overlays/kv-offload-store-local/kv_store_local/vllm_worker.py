@@ -383,6 +383,7 @@ def settings_from_vllm(
         settings.unsupported = "only tensor parallelism is supported"
     if config.canonical_layout:
         settings.unsupported = "the canonical host layout is not supported"
+    placement = packed_placement(kv_cache_config)
     for slot, group_config in enumerate(config.groups):
         group = kv_cache_config.kv_cache_groups[group_config.group_id]
         group_spec = group.kv_cache_spec
@@ -396,11 +397,19 @@ def settings_from_vllm(
         for name in group_config.layer_names:
             layer_spec = per_layer.get(name, group_spec)
             index = model_layer_index(name)
-            previous = layers[-1].index if layers else None
-            if index is None or (previous is not None and index <= previous):
-                # The header names each layer by the model's index, in
-                # strictly ascending order within a group.
+            previous = layers[-1] if layers else None
+            # The header names each layer by the model's index, ascending within
+            # a group; two caches of one attention layer (GLM-5.3's indexer keys
+            # and MLA) are parts 0 and 1 of that index.
+            part = 0
+            if previous is not None and index == previous.index:
+                part = previous.part + 1
+            if index is None or (
+                previous is not None
+                and (index < previous.index or (part and previous.state))
+            ):
                 settings.unsupported = f"layer {name}: no model layer index in order"
+            offset, stride = placement.get(name, (0, 0))
             if isinstance(layer_spec, MambaSpec):
                 kind = "state"
                 parts = tuple(
@@ -415,13 +424,25 @@ def settings_from_vllm(
                 settings.mamba_types[group_config.group_id] = str(
                     getattr(layer_spec.mamba_type, "value", layer_spec.mamba_type)
                 )
+                if part:
+                    settings.unsupported = f"layer {name}: two state caches of a layer"
                 layers.append(
-                    LayerLayout(-1, sum(p.nbytes for p in parts), parts, index)
+                    LayerLayout(
+                        -1, sum(p.nbytes for p in parts), parts, index, offset=offset
+                    )
                 )
             elif isinstance(layer_spec, AttentionSpec):
-                layers.append(
-                    LayerLayout(-1, layer_spec.unpadded_page_size_bytes, (), index)
-                )
+                page = layer_spec.unpadded_page_size_bytes
+                if (
+                    stride
+                    and name not in per_layer
+                    and stride != group_spec.page_size_bytes
+                ):
+                    # A packed group whose spec is another layer's (GLM-5.3: the
+                    # indexer leads the group its MLA shares): this layer's page
+                    # is what vLLM placed for it.
+                    page = stride
+                layers.append(LayerLayout(-1, page, (), index, part, offset))
             else:
                 settings.unsupported = f"layer {name} has an unsupported KV spec"
                 layers.append(LayerLayout(-1, 0, (), index))
@@ -430,6 +451,22 @@ def settings_from_vllm(
         )
         settings.layer_names[group_config.group_id] = list(group_config.layer_names)
     return settings
+
+
+def packed_placement(kv_cache_config: Any) -> dict[str, tuple[int, int]]:
+    """Layer name -> (byte offset in the block, bytes vLLM placed for it) when the
+    layout is block-outermost: every group's layers then share one row a block
+    (vLLM's packed groups); empty otherwise (one tensor a layer)."""
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    name = getattr(kv_cache_config, "kv_cache_layout", None)
+    if name is None or not KVCacheLayout[name].is_block_outermost:
+        return {}
+    return {
+        layer: (t.offset + i * t.layer_stride, t.layer_stride)
+        for t in kv_cache_config.kv_cache_tensors
+        for i, layer in enumerate(t.layers)
+    }
 
 
 def staging_from_worker(worker: Any, kv_caches: Any) -> list[StagingTensor]:

@@ -254,8 +254,8 @@ class WorkerStore:
         for g in s.groups:
             for layer in g.layers:
                 if not 0 <= layer.tensor < len(self._staging) or (
-                    layer.real_bytes * s.blocks_per_chunk
-                    > self._staging[layer.tensor].width
+                    layer.offset + layer.real_bytes
+                    > self._staging[layer.tensor].width // s.blocks_per_chunk
                 ):
                     raise WriterDisabled(
                         f"group {g.group} does not fit its staging rows"
@@ -264,7 +264,8 @@ class WorkerStore:
             for g in s.groups:
                 for layer in g.layers:
                     if layer.tensor >= len(blocks) or (
-                        layer.real_bytes > blocks[layer.tensor].block_stride
+                        layer.offset + layer.real_bytes
+                        > blocks[layer.tensor].block_stride
                     ):
                         raise WriterDisabled(
                             f"group {g.group} does not fit its KV blocks"
@@ -584,7 +585,10 @@ class WorkerStore:
         out = self._layer_sources.get(layout.group)
         if out is None:
             pairs = [
-                (self._blocks[x.tensor].address, self._blocks[x.tensor].block_stride)
+                (
+                    self._blocks[x.tensor].address + x.offset,
+                    self._blocks[x.tensor].block_stride,
+                )
                 for x in layout.layers
             ]
             starts, at = [], 0
@@ -606,7 +610,7 @@ class WorkerStore:
             for layer in entry.layout.layers:
                 t = self._staging[layer.tensor]
                 page = t.width // self.settings.blocks_per_chunk
-                row = t.offset + entry.chunk_id * t.row_stride
+                row = t.offset + entry.chunk_id * t.row_stride + layer.offset
                 for j in range(entry.first, entry.first + entry.count):
                     runs.append((t.source, row + j * page, dst, layer.real_bytes))
                     dst += layer.real_bytes
