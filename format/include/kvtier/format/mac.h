@@ -27,6 +27,29 @@ std::string mac_key_id(std::span<const std::uint8_t> key);
 std::vector<std::uint8_t> seal_chunk(std::span<const std::uint8_t> key,
                                      std::span<const std::uint8_t> chunk);
 
+// HMAC-SHA256 over bytes given in pieces (a reader MACs the header and the
+// payload as they lie in memory; a writer the header after the payload).
+class MacStream {
+ public:
+  explicit MacStream(std::span<const std::uint8_t> key);
+  ~MacStream();
+  MacStream(const MacStream&) = delete;
+  MacStream& operator=(const MacStream&) = delete;
+  void update(std::span<const std::uint8_t> data);
+  Mac finish();  // once
+
+ private:
+  void* ctx_;  // EVP_MAC_CTX, kept out of this header
+};
+
+// Constant time: how much of a forged MAC matched must not show.
+bool mac_equal(const std::uint8_t* a, const std::uint8_t* b);
+
+// The plain chunk's flags field (offset 10) set to `flags` and its header
+// checksum redone in place: how a sealed header is made from a plain one
+// and read back as one. False if `header` is shorter than its header_length.
+bool set_chunk_flags(std::span<std::uint8_t> header, std::uint16_t flags);
+
 enum class MacVerdict { Ok, Missing, Mismatch, Truncated };
 
 // Checks a keyed file's MAC before anything else of it is used.
