@@ -138,6 +138,29 @@ def open_chunk(key: bytes, data: bytes | bytearray | memoryview) -> bytearray:
     return out
 
 
+def plain_header_bytes(head: bytes | bytearray, file_size: int) -> bytearray:
+    """A keyed file's first bytes as the plain header they seal (flag
+    cleared, header checksum redone), the MAC unchecked: what a reader that
+    does not read the payload (the writer's dedup) can know. ``mac_missing``
+    without the flag, ``truncated`` when there is no room for a MAC."""
+    if not is_sealed(head):
+        raise FormatError(Reason.MAC_MISSING, "chunk has no MAC; the store is keyed")
+    if file_size < _MIN_CHUNK + MAC_SIZE:
+        raise FormatError(Reason.TRUNCATED, f"{file_size} bytes, too short for a MAC")
+    out = bytearray(head[: file_size - MAC_SIZE])
+    _set_flags(out, 0)
+    return out
+
+
+def seal_header(key: bytes, header: bytes | bytearray) -> tuple[bytes, Any]:
+    """A plain encoded header as a sealed file's, and the running HMAC over
+    it: the writer feeds it the payload (``update``) and appends ``digest()``."""
+    out = bytearray(header)
+    _set_flags(out, FLAG_MAC)
+    running = hmac.new(key, out, "sha256")
+    return bytes(out), running
+
+
 def _manifest_body(manifest: Mapping[str, Any]) -> bytes:
     # Imported here: canonical_json is the codec's, mac.py stays importable alone.
     from .canonical_json import canonical_json
