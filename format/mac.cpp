@@ -68,18 +68,6 @@ bool mac_equal(const std::uint8_t* a, const std::uint8_t* b) {
   return CRYPTO_memcmp(a, b, kMacSize) == 0;
 }
 
-bool set_chunk_flags(std::span<std::uint8_t> header, std::uint16_t flags) {
-  if (header.size() < kMinChunk) return false;
-  const std::uint32_t header_length = load_u32(header.data() + kHeaderLengthAt);
-  if (header_length < kMinChunk || header_length > header.size()) return false;
-  header[kFlagsAt] = static_cast<std::uint8_t>(flags & 0xff);
-  header[kFlagsAt + 1] = static_cast<std::uint8_t>(flags >> 8);
-  const std::uint32_t crc = crc32({header.data(), header_length - 4});
-  for (int i = 0; i < 4; ++i)
-    header[header_length - 4 + i] = static_cast<std::uint8_t>(crc >> (8 * i));
-  return true;
-}
-
 std::string mac_key_id(std::span<const std::uint8_t> key) {
   static constexpr char kLabel[] = "kvtier key id";
   const Mac mac = hmac_sha256(

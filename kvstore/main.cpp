@@ -32,6 +32,7 @@
 #include "kvtier/kvstore/stat.h"
 #include "kvtier/kvstore/store_perms.h"
 #include "kvtier/kvstore/walk.h"
+#include "mac_check.h"
 
 namespace {
 
@@ -69,6 +70,7 @@ struct Common {
   bool verbose = false;
   std::string prometheus;  // FILE, or "-" for stdout
   int64_t start_ns = 0;
+  std::string key_file;  // verify --key: a keyed store's secret (never printed)
 };
 
 // Where the human report goes: stdout, or stderr when stdout carries the
@@ -211,11 +213,21 @@ int run_verify(const Common& c) {
   auto render = [](const ScanSummary* sum) {
     return [sum](const kvstore_cli::RunInfo& run) { return kvstore_cli::verify_metrics(sum, run); };
   };
+  std::vector<std::uint8_t> key;
+  if (!c.key_file.empty()) {
+    // Before the store is opened: a key refused is bad input, nothing read.
+    if (!mac_check::available())
+      return write_metrics(c, fail(c, kExitUsage, "--key: this kvstore was built without OpenSSL (no MAC support)"),
+                           render(nullptr));
+    if (auto problem = mac_check::load_key(c.key_file, key); !problem.empty())
+      return write_metrics(c, fail(c, kExitUsage, problem), render(nullptr));
+  }
   auto store = open_checked(c, &code);
   if (!store) return write_metrics(c, code, render(nullptr));
   Progress progress(show_progress(c), "verify");
   auto opts = scan_options(c, true, &progress);
   opts.stat_chunks = false;  // verify plans nothing: a chunk read whole needs no fstat
+  opts.mac_key = std::move(key);
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
@@ -464,6 +476,9 @@ int main(int argc, char** argv) {
                                               "record and every manifest's references");
   add_common(verify, true, true);
   add_prometheus(verify);
+  verify->add_option("--key", c.key_file,
+                     "a keyed store's secret key FILE (GLM53_KV_OFFLOAD_KEY_FILE; private to this user): "
+                     "also check every chunk's and manifest's MAC (docs/FORMAT.md 3.6)");
 
   auto* gc = app.add_subcommand("gc", "plan (default: dry run) or --sweep the deletion of garbage");
   add_common(gc, true, true);

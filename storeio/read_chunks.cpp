@@ -234,8 +234,6 @@ std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_r
 }
 
 #if KVTIER_STORE_HAVE_MAC
-constexpr std::size_t kFlagsAt = 10;
-
 Failure mac_failure(kvformat::Reason reason, std::string text) {
   return {KVTIER_E_FORMAT, std::string(kvformat::reason_name(reason)), 0, std::move(text)};
 }
@@ -309,24 +307,18 @@ std::optional<Failure> read_keyed(int fd, std::uint64_t size, std::vector<std::u
                                   kvtier_read_item& item,
                                   const std::vector<kvformat::Segment>& segments, bool willneed,
                                   unsigned pieces) {
-  if (head.size() < kFlagsAt + 2 || !((head[kFlagsAt] | head[kFlagsAt + 1] << 8) & kvformat::kFlagMac))
+  if (!kvformat::is_sealed(head))
     return mac_failure(kvformat::Reason::MacMissing, "chunk has no MAC; the store is keyed");
   if (size < kvformat::kMinHeaderLength - kvformat::kSegmentEntrySize + kvformat::kMacSize)
     return Failure{KVTIER_E_FORMAT, "truncated", 0, "too short for a MAC"};
   const std::uint64_t body = size - kvformat::kMacSize;
-  std::vector<std::uint8_t> plain(head.begin(),
-                                  head.begin() + static_cast<std::ptrdiff_t>(
-                                                     std::min<std::uint64_t>(head.size(), body)));
   auto refused = [&](Failure f) -> std::optional<Failure> {
     if (auto m = body_mac_differs(fd, size, item)) return m;
     return f;
   };
-  if (!kvformat::set_chunk_flags(plain, 0))  // as mac.py's open_chunk says of it
-    return refused(Failure{KVTIER_E_FORMAT, "bad_header_length", 0, "header length"});
-  auto header = kvformat::parse_header(plain);
+  auto header = kvformat::parse_sealed_header(head, size);  // as mac.py's open_chunk
   if (!header) return refused(format_failure(header.error()));
   if (auto f = check_expected(*header, item, segments)) return refused(*f);
-  if (auto r = kvformat::check_file_size(*header, body); !r) return refused(format_failure(r.error()));
 
   const std::uint64_t header_length = header->header_length();
   if (willneed)

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/format/header.h"  // kFlagMac, kMacSize, set_chunk_flags
+
 namespace kvformat {
 
-inline constexpr std::uint16_t kFlagMac = 0x0001;
-inline constexpr std::size_t kMacSize = 32;
 
 using Mac = std::array<std::uint8_t, kMacSize>;
 
@@ -44,11 +44,6 @@ class MacStream {
 
 // Constant time: how much of a forged MAC matched must not show.
 bool mac_equal(const std::uint8_t* a, const std::uint8_t* b);
-
-// The plain chunk's flags field (offset 10) set to `flags` and its header
-// checksum redone in place: how a sealed header is made from a plain one
-// and read back as one. False if `header` is shorter than its header_length.
-bool set_chunk_flags(std::span<std::uint8_t> header, std::uint16_t flags);
 
 enum class MacVerdict { Ok, Missing, Mismatch, Truncated };
 
