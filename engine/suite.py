@@ -43,6 +43,35 @@ ENGINE = "vllm-0.33.0"
 # GLM53_KV_OFFLOAD_CPU_GB of every knob-1 stage: launch.sh sizes the CPU tier from it, so the
 # stock-connector stages compared with them (the pressure pair) use the same size.
 CPU_GB = 1
+# KVTIER_SUITE_KEY=1: the restore sets' stages run on a keyed store (FORMAT.md 3.6, issue 38):
+# a 0600 key file made once beside the stores, GLM53_KV_OFFLOAD_KEY_FILE set for every
+# stage of those sets (the write stage too: the key is part of the namespace), kvstore
+# verify run with --key, and the corrupted chunk refused as mac_mismatch.
+ENV_SUITE_KEY = "KVTIER_SUITE_KEY"
+
+
+def suite_key_file(stores: str, environ=os.environ) -> str:
+    """The key file of a keyed run ("" unless KVTIER_SUITE_KEY=1): 32 random bytes,
+    0600, beside the stores folder (never in a store, never in results.json)."""
+    if environ.get(ENV_SUITE_KEY, "0") != "1":
+        return ""
+    path = os.path.join(os.path.dirname(os.path.abspath(stores)), "kvtier-suite.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, os.urandom(32))
+    finally:
+        os.close(fd)
+    return path
+
+
+def keyed_run(environ=os.environ) -> bool:
+    return environ.get(ENV_SUITE_KEY, "0") == "1"
+
+
+def keyed(st: Stage, key_file: str) -> bool:
+    """Whether the stage runs with the key: a knob-1 stage of a restore set."""
+    return bool(key_file) and st.knob == "1" and (st.store or "") in RESTORE_SETS
 
 
 @dataclass
@@ -394,6 +423,9 @@ def run_wave(
                     GLM53_KV_OFFLOAD_BUILD_ID="kvtier-engine-suite",
                 )
         env.update(st.env)
+        key_file = getattr(opts, "key_file", "")
+        if keyed(st, key_file):
+            env["GLM53_KV_OFFLOAD_KEY_FILE"] = key_file
         js = os.path.join(logs, st.name + ".json")
         args = st.args
         if st.knob == "1" and "--connector" in st.args:
@@ -450,7 +482,13 @@ def run_wave(
         res["restore_lines"] = re.findall(r"KV restore: .*", text)[:20]
         if st.probe and rc == 0:
             store = os.path.join(opts.stores, st.store or st.name)
-            res["kvstore_verify"] = kvstore_verify(opts.kvstore, store)
+            key = (
+                getattr(opts, "key_file", "")
+                if keyed(st, getattr(opts, "key_file", ""))
+                else ""
+            )
+            res["kvstore_verify"] = kvstore_verify(opts.kvstore, store, key)
+            res["keyed"] = bool(key)
         results[st.name] = res
         print(f"  {st.name}: rc={rc} up={res.get('engine_up_s')}s", flush=True)
     return results
@@ -465,8 +503,10 @@ def prepare(st: Stage, opts: argparse.Namespace) -> dict:
     return {"plain_read": diskspeed.read_speeds(root, from_disk=st.before == "evict")}
 
 
-def kvstore_verify(binary: str, root: str) -> dict:
-    p = subprocess.run([binary, "verify", root], capture_output=True, text=True)
+def kvstore_verify(binary: str, root: str, key_file: str = "") -> dict:
+    """`kvstore verify ROOT` (with --key for a keyed store: every MAC checked too)."""
+    key = ["--key", key_file] if key_file else []
+    p = subprocess.run([binary, "verify", *key, root], capture_output=True, text=True)
     return {"rc": p.returncode, "out": (p.stdout + p.stderr)[-1500:]}
 
 
@@ -761,10 +801,13 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
         "logprobs": matched_logprobs(cold, bad),
         "kv": same_kv(cold, bad),
     }
+    # A flipped payload byte is refused by its CRC, or in a keyed store by its MAC
+    # first (FORMAT.md 3.6: the MAC's verdict comes before every other).
+    expected = "mac_mismatch" if keyed_run() else "payload_checksum_mismatch"
     v["chunk_refused"] = bool(key) and any(
-        f.get("key") == key and f.get("reason") == "payload_checksum_mismatch"
-        for f in failures
+        f.get("key") == key and f.get("reason") == expected for f in failures
     )
+    v["refusal_expected"] = expected
     # Marked bad, and still listed bad at the end unless the rank's writer was told to
     # write the chunk anew (distrust): it then publishes those manifests again, and a
     # rescan before the report reads the new files (seen on the H200: the list was empty).
@@ -1142,6 +1185,12 @@ def main() -> int:
     opts = p.parse_args()
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)
+    opts.key_file = suite_key_file(opts.stores)
+    if opts.key_file:
+        print(
+            f"  keyed restore sets: {ENV_SUITE_KEY}=1, key file {opts.key_file}",
+            flush=True,
+        )
     todo = selected(stages(), [w for w in opts.only.split(",") if w], opts.gpus)
     together = sorted(int(w) for w in opts.together.split(",") if w)
     for s in todo:
