@@ -138,3 +138,22 @@ def test_a_key_file_others_may_read_is_refused_and_never_printed(kv, keyed, tmp_
     ok = kv("verify", "--key", str(key), "--json", str(root))
     assert ok.code == 0 and secret.hex() not in ok.out + ok.err
     assert str(key) not in ok.out  # not even its path in the report
+
+
+def test_inspect_reads_a_sealed_chunk_and_says_its_mac_is_not_checked(kv, keyed):
+    _, _, _, chunk = keyed
+    r = kv("inspect", "--json", str(chunk))
+    assert r.code == 0, r.out + r.err
+    doc = json.loads(r.out)
+    assert doc["valid"] and doc["sealed"] and doc["payload"] == "ok"
+    assert doc["file_size"] == chunk.stat().st_size
+    assert doc["header_length"] + doc["payload_length"] + 32 == doc["file_size"]
+    text = kv("inspect", str(chunk)).out
+    assert "mac                 present, not checked (kvstore verify --key)" in text
+    data = bytearray(chunk.read_bytes())
+    data[doc["header_length"]] ^= 1  # the payload, before the MAC
+    chunk.write_bytes(bytes(data))
+    bad = kv("inspect", "--json", str(chunk))
+    assert (
+        bad.code == 1 and json.loads(bad.out)["payload"] == "payload_checksum_mismatch"
+    )
