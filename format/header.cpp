@@ -352,6 +352,17 @@ Result<ChunkHeader> parse_sealed_header(std::span<const std::uint8_t> prefix,
   std::vector<std::uint8_t> plain(prefix.begin(),
                                   prefix.begin() + static_cast<std::ptrdiff_t>(
                                                        std::min<std::uint64_t>(prefix.size(), body)));
+  // Without the key the header's own checksum (over the flag as set) is what
+  // catches rot: a header that fails it gets the plain reader's verdict on
+  // the bytes as they are (FORMAT.md 3.5, steps 1-7).
+  if (const auto hl = declared_header_length(plain);
+      hl && *hl >= kMinChunk && *hl <= plain.size() &&
+      crc32(std::span<const std::uint8_t>(plain).first(*hl - 4)) !=
+          (static_cast<std::uint32_t>(plain[*hl - 4]) | static_cast<std::uint32_t>(plain[*hl - 3]) << 8 |
+           static_cast<std::uint32_t>(plain[*hl - 2]) << 16 | static_cast<std::uint32_t>(plain[*hl - 1]) << 24)) {
+    auto h = parse_header(plain);
+    if (!h) return h;
+  }
   if (!set_chunk_flags(plain, 0)) return make_error(Reason::BadHeaderLength, "header length");
   auto header = parse_header(plain);
   if (!header) return header;

@@ -227,6 +227,12 @@ def test_streaming_seal_equals_seal_chunk_and_headers_read_with_a_key(tmp_path) 
     path.write_bytes(streamed)
     assert f.read_chunk_header(str(path), KEY) == f.decode_header(plain)
     assert f.verify_chunk_file(str(path), key=KEY) == f.decode_header(plain)
+    rotten = bytearray(streamed)
+    rotten[20] ^= 1  # a header byte: without the MAC, the header CRC tells
+    path.write_bytes(bytes(rotten))
+    with pytest.raises(f.FormatError) as err:
+        f.read_chunk_header(str(path), KEY)
+    assert err.value.reason is f.Reason.HEADER_CHECKSUM_MISMATCH
     path.write_bytes(plain)
     with pytest.raises(f.FormatError) as err:
         f.read_chunk_header(str(path), KEY)

@@ -20,6 +20,7 @@ from typing import Any
 
 from .checksum import crc32
 from .format_error import FormatError, Reason
+from .header import decode_header
 
 FLAG_MAC = 0x0001
 MAC_SIZE = 32
@@ -148,6 +149,13 @@ def plain_header_bytes(head: bytes | bytearray, file_size: int) -> bytearray:
     if file_size < _MIN_CHUNK + MAC_SIZE:
         raise FormatError(Reason.TRUNCATED, f"{file_size} bytes, too short for a MAC")
     out = bytearray(head[: file_size - MAC_SIZE])
+    # The header's own checksum (over the flag as set) is what catches rot
+    # without the key: one that fails it gets the plain reader's verdict.
+    (header_length,) = struct.unpack_from("<I", out, _HEADER_LENGTH_AT)
+    if _MIN_CHUNK <= header_length <= len(out):
+        (stored,) = struct.unpack_from("<I", out, header_length - 4)
+        if crc32(out[: header_length - 4]) != stored:
+            decode_header(out)  # raises: steps 1-7 on the bytes as they are
     _set_flags(out, 0)
     return out
 
