@@ -70,7 +70,8 @@ cp "$KVSTORE" "$OUT/B/kvstore"
 ldd "$KVSTORE" | awk '/=> \// {print $3}' | grep -E 'libfmt|libisal|libcrypto' | xargs -r -I{} cp -L {} "$OUT/B/lib/"
 # The store library the overlays load (kv_store_format/native.py; device-b.sh points
 # KVTIER_STORE_LIB at it), built portable as for the image: static libstdc++/libgcc, so
-# only glibc and ISA-L (found beside it through its $ORIGIN RPATH) come from outside.
+# only glibc, ISA-L and libcrypto (keyed stores; found beside it through its $ORIGIN
+# RPATH) come from outside.
 if [ ! -f "$BUILD/portable/build.ninja" ]; then
   cmake -S "$SRC" -B "$BUILD/portable" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_PORTABLE=ON >/dev/null
 fi
