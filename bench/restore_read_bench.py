@@ -23,13 +23,26 @@ Prints GB/s per pass (the best of ``--repeat``; payload bytes for python
 and native, file bytes for plain) and native / python.
 Needs no GPU; the library comes from ``--lib``, KVTIER_STORE_LIB or
 build/storeio/.
+
+    python3 bench/restore_read_bench.py --mac --dir /tmp/rrb [--tokens 8192] \
+        [--threads 1,4] [--repeat 3]
+
+``--mac``: what a keyed store (GLM53_KV_OFFLOAD_KEY_FILE, FORMAT.md 3.6)
+costs the two native paths, the same chunk files with and without the key:
+``kvtier_write_chunks`` (header, CRC, HMAC-SHA256 when keyed, pwrite,
+fdatasync, rename, folder fsync: the writer's call; disk-bound on a real
+disk) and ``kvtier_read_chunks`` from a warm page cache (header checks,
+preadv into the rows, CRC, HMAC when keyed: the restore's call). Payload
+GB/s, best of ``--repeat``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -103,6 +116,97 @@ def python_job(pool: ThreadPoolExecutor):
     return run
 
 
+def mac_costs(args) -> dict:
+    """Native write and read GB/s of one store's chunks, plain vs keyed."""
+    native = krw.native
+    lib = native.load()
+    if not lib.supports_mac():
+        raise SystemExit(
+            f"restore_read_bench: {lib.path} has no MAC (built without OpenSSL)"
+        )
+    segments = rb.layout().segments(rb.BLOCKS_PER_CHUNK)
+    length = sum(seg.length for seg in segments)
+    count = max(1, args.tokens // rb.CHUNK_TOKENS)
+    payload = bytearray(os.urandom(1 << 20) * (length >> 20)) + bytearray(
+        length % (1 << 20)
+    )
+    address = krw.chunk_read.buffer_address(payload)
+    dest = bytearray(length * min(count, 64))
+    dest_at = krw.chunk_read.buffer_address(dest)
+    key = os.urandom(32)
+    namespace = bytes(32)
+    root = args.dir / "mac"
+    print(
+        f"keyed store costs: {count} chunk files of {length / 2**20:.1f} MiB "
+        f"({rb.SHAPE}), {os.cpu_count()} cores; library {lib.path}"
+    )
+    print(
+        f"{'threads':>7s} {'path':>6s} {'plain GB/s':>11s} {'keyed GB/s':>11s} {'keyed/plain':>12s}"
+    )
+    figures: dict = {"files": count, "payload_bytes": length, "rows": []}
+    for threads in (int(t) for t in args.threads.split(",")):
+        row: dict = {"threads": threads}
+        for mode, mac in (("plain", None), ("keyed", key)):
+            folder = root / mode
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            requests = [
+                native.WriteRequest(
+                    path=str(folder / f"{i:05d}.bin"),
+                    group=0,
+                    namespace_hash=namespace,
+                    key_hash=hashlib.sha256(b"%d" % i).digest(),
+                    boundary=(i + 1) * rb.CHUNK_TOKENS,
+                    segments=segments,
+                    runs=[(address, length)],
+                )
+                for i in range(count)
+            ]
+            best = None
+            results = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                results = lib.write_chunks(requests, threads, key=mac)
+                took = time.perf_counter() - start
+                best = took if best is None else min(best, took)
+                if not all(r.ok for r in results):
+                    raise SystemExit(f"restore_read_bench: write failed: {results[0]}")
+            row[f"write_{mode}"] = count * length / best / 1e9
+            reads = [
+                native.ReadRequest(
+                    group=0,
+                    namespace_hash=namespace,
+                    key_hash=w.key_hash,
+                    boundary=w.boundary,
+                    payload_length=length,
+                    payload_checksum=r.payload_checksum,
+                    segments=segments,
+                    runs=[(dest_at + (i % 64) * length, length)],
+                    path=w.path,
+                )
+                for i, (w, r) in enumerate(zip(requests, results, strict=True))
+            ]
+            best = None
+            for _ in range(args.repeat):  # the writes left every file in the page cache
+                start = time.perf_counter()
+                got = []
+                for first in range(0, count, 64):  # 64 rows of memory a call
+                    got += lib.read_chunks(reads[first : first + 64], threads, key=mac)
+                took = time.perf_counter() - start
+                best = took if best is None else min(best, took)
+                if not all(r.ok for r in got):
+                    raise SystemExit(f"restore_read_bench: read failed: {got[0]}")
+            row[f"read_{mode}"] = count * length / best / 1e9
+            shutil.rmtree(folder, ignore_errors=True)
+        figures["rows"].append(row)
+        for path in ("write", "read"):
+            plain, keyed = row[f"{path}_plain"], row[f"{path}_keyed"]
+            print(
+                f"{threads:7d} {path:>6s} {plain:11.2f} {keyed:11.2f} {keyed / plain:11.2f}x"
+            )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", required=True, type=Path)
@@ -113,12 +217,20 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="pinned rows (torch)")
     parser.add_argument("--lib", help="libkvtier_store.so (else KVTIER_STORE_LIB)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--mac", action="store_true", help="keyed vs plain native write and read"
+    )
     args = parser.parse_args()
     if args.lib:
         os.environ["KVTIER_STORE_LIB"] = args.lib
     os.environ.setdefault(
         "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
     )
+    if args.mac:
+        figures = mac_costs(args)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1))
+        return
     store, keys = rb.write_store(args.dir / f"t{args.tokens}", args.tokens)
     files = rb.chunk_files(store)
     size = sum(os.path.getsize(p) for p in files)

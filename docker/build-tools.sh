@@ -30,11 +30,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 # What the builder stage installs: the compiler, the build tools and the
 # libraries' headers. The top CMakeLists finds GTest unconditionally, hence
 # the gtest/gmock headers. No clang, shellcheck or Python: CI needs those,
-# the image build does not.
+# the image build does not. libssl-dev: keyed stores (docs/FORMAT.md 3.6):
+# without libcrypto the store library cannot seal and the writer refuses a
+# key; the install bundles libcrypto into lib/kvtier like ISA-L.
 BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libfmt-dev libcli11-dev libgtest-dev libgmock-dev
-  libtomlplusplus-dev nlohmann-json3-dev libisal-dev
+  libtomlplusplus-dev nlohmann-json3-dev libisal-dev libssl-dev
 )
 
 # The newest GLIBC_x.y symbol version any of the given ELF files needs.

@@ -67,17 +67,18 @@ KVSTORE=$(find "$BUILD/out" -type f -name kvstore -perm -u+x | head -1)
 OVERLAY=$BUILD/out/patcher/overlay
 cp "$KVSTORE" "$OUT/B/kvstore"
 # The image has its own libstdc++; carry only the libraries it may lack.
-ldd "$KVSTORE" | awk '/=> \// {print $3}' | grep -E 'libfmt|libisal' | xargs -r -I{} cp -L {} "$OUT/B/lib/"
+ldd "$KVSTORE" | awk '/=> \// {print $3}' | grep -E 'libfmt|libisal|libcrypto' | xargs -r -I{} cp -L {} "$OUT/B/lib/"
 # The store library the overlays load (kv_store_format/native.py; device-b.sh points
 # KVTIER_STORE_LIB at it), built portable as for the image: static libstdc++/libgcc, so
-# only glibc and ISA-L (found beside it through its $ORIGIN RPATH) come from outside.
+# only glibc, ISA-L and libcrypto (keyed stores; found beside it through its $ORIGIN
+# RPATH) come from outside.
 if [ ! -f "$BUILD/portable/build.ninja" ]; then
   cmake -S "$SRC" -B "$BUILD/portable" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_PORTABLE=ON >/dev/null
 fi
 cmake --build "$BUILD/portable" -j2 --target kvtier_store >/dev/null
 cp "$BUILD/portable/storeio/libkvtier_store.so" "$OUT/B/lib/"
 # (Its RUNPATH is $ORIGIN: an ISA-L already copied above resolves to that copy.)
-ldd "$OUT/B/lib/libkvtier_store.so" | awk '/=> \// {print $3}' | grep -E 'libisal' |
+ldd "$OUT/B/lib/libkvtier_store.so" | awk '/=> \// {print $3}' | grep -E 'libisal|libcrypto' |
   { grep -v "^$OUT/B/lib/" || true; } | xargs -r -I{} cp -L {} "$OUT/B/lib/"
 ! ldd "$OUT/B/lib/libkvtier_store.so" | grep -qE 'libstdc\+\+|not found' || {
   echo "prepare: libkvtier_store.so is not portable: $(ldd "$OUT/B/lib/libkvtier_store.so" | tr -s ' \t\n' ' ')" >&2

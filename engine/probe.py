@@ -287,6 +287,9 @@ def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
             except FileNotFoundError:
                 counts["no_file"] += 1
                 continue
+            key = getattr(store.writer, "key", None)
+            if key is not None:  # a keyed store: the plain chunk it seals, MAC checked
+                data = fmt.open_chunk(key, data)
             header = fmt.decode_header(data)
             payload = data[header.header_length :]
             group_spec = kv_config.kv_cache_groups[group].kv_cache_spec
@@ -393,8 +396,10 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
         }
         try:
             item["path"] = store.writer.layout.chunk(item["key"], item["group"])
-            with open(item["path"], "rb") as f:
-                head = fmt.decode_header(f.read(fmt.MAX_HEADER_LENGTH))
+            # A keyed store's header as the plain one it seals (FORMAT.md 3.6).
+            head = fmt.read_chunk_header(
+                item["path"], getattr(store.writer, "key", None)
+            )
             item["header_length"] = head.header_length
             item["payload_length"] = head.payload_length
         except Exception as e:  # noqa: BLE001 - a report, not a decision

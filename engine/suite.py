@@ -36,7 +36,13 @@ import metrics_check  # noqa: E402
 from suite_compare import same_logprobs  # noqa: E402
 from suite_models import NEW_MODELS, model_stages, ops_failed  # noqa: E402
 from suite_realsize import pressure_stages, real_size_judge, real_size_stages  # noqa: E402
-from suite_restore import corrupt_chunk, restore_judge  # noqa: E402
+from suite_restore import (  # noqa: E402
+    ENV_SUITE_KEY,
+    corrupt_chunk,
+    keyed,
+    restore_judge,
+    suite_key_file,
+)
 from suite_stage import CPU_GB, MODELS, Stage  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -228,6 +234,9 @@ def run_wave(
                     GLM53_KV_OFFLOAD_BUILD_ID="kvtier-engine-suite",
                 )
         env.update(st.env)
+        key_file = getattr(opts, "key_file", "")
+        if keyed(st, key_file):
+            env["GLM53_KV_OFFLOAD_KEY_FILE"] = key_file
         js = os.path.join(logs, st.name + ".json")
         args = st.args
         if st.knob == "1" and "--connector" in st.args:
@@ -284,7 +293,10 @@ def run_wave(
         res["restore_lines"] = re.findall(r"KV restore: .*", text)[:20]
         if st.probe and rc == 0:
             store = os.path.join(opts.stores, st.store or st.name)
-            res["kvstore_verify"] = kvstore_verify(opts.kvstore, store)
+            key_file = getattr(opts, "key_file", "")
+            key = key_file if keyed(st, key_file) else ""
+            res["kvstore_verify"] = kvstore_verify(opts.kvstore, store, key)
+            res["keyed"] = bool(key)
         results[st.name] = res
         print(f"  {st.name}: rc={rc} up={res.get('engine_up_s')}s", flush=True)
     return results
@@ -299,8 +311,10 @@ def prepare(st: Stage, opts: argparse.Namespace) -> dict:
     return {"plain_read": diskspeed.read_speeds(root, from_disk=st.before == "evict")}
 
 
-def kvstore_verify(binary: str, root: str) -> dict:
-    p = subprocess.run([binary, "verify", root], capture_output=True, text=True)
+def kvstore_verify(binary: str, root: str, key_file: str = "") -> dict:
+    """`kvstore verify ROOT` (with --key for a keyed store: every MAC checked too)."""
+    key = ["--key", key_file] if key_file else []
+    p = subprocess.run([binary, "verify", *key, root], capture_output=True, text=True)
     return {"rc": p.returncode, "out": (p.stdout + p.stderr)[-1500:]}
 
 
@@ -458,6 +472,12 @@ def main() -> int:
     opts = p.parse_args()
     logs = os.path.join(opts.out, "logs")
     os.makedirs(logs, exist_ok=True)
+    opts.key_file = suite_key_file(opts.stores)
+    if opts.key_file:
+        print(
+            f"  keyed restore sets: {ENV_SUITE_KEY}=1, key file {opts.key_file}",
+            flush=True,
+        )
     todo = plan(opts.only, opts.together, opts.gpus)
     results: dict[str, dict] = {}
     corruptions: dict[str, dict] = {}

@@ -5,13 +5,45 @@ corruption the suite makes before <set>.bad (corrupt_chunk).
 
 from __future__ import annotations
 
+import os
+
 from suite_compare import cached_tokens, matched_logprobs, same_kv
 from suite_models import NEW_MODELS
+from suite_stage import Stage
 
 # Restore sets the judge knows: <set>.cold, .write, .hit, .bad, .healed.
 RESTORE_SETS = ("restore.llama", "restore.lfm2") + tuple(
     f"{m}.restore" for m in NEW_MODELS
 )
+# KVTIER_SUITE_KEY=1: the restore sets' stages run on a keyed store (FORMAT.md 3.6, issue 38):
+# a 0600 key file made once beside the stores, GLM53_KV_OFFLOAD_KEY_FILE set for every
+# stage of those sets (the write stage too: the key is part of the namespace), kvstore
+# verify run with --key, and the corrupted chunk refused as mac_mismatch.
+ENV_SUITE_KEY = "KVTIER_SUITE_KEY"
+
+
+def suite_key_file(stores: str, environ=os.environ) -> str:
+    """The key file of a keyed run ("" unless KVTIER_SUITE_KEY=1): 32 random bytes,
+    0600, beside the stores folder (never in a store, never in results.json)."""
+    if not keyed_run(environ):
+        return ""
+    path = os.path.join(os.path.dirname(os.path.abspath(stores)), "kvtier-suite.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, os.urandom(32))
+    finally:
+        os.close(fd)
+    return path
+
+
+def keyed_run(environ=os.environ) -> bool:
+    return environ.get(ENV_SUITE_KEY, "0") == "1"
+
+
+def keyed(st: Stage, key_file: str) -> bool:
+    """Whether the stage runs with the key: a knob-1 stage of a restore set."""
+    return bool(key_file) and st.knob == "1" and (st.store or "") in RESTORE_SETS
 
 
 def corrupt_chunk(restored: dict) -> dict:
@@ -134,10 +166,13 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
         "logprobs": matched_logprobs(cold, bad),
         "kv": same_kv(cold, bad),
     }
+    # A flipped payload byte is refused by its CRC, or in a keyed store by its MAC
+    # first (FORMAT.md 3.6: the MAC's verdict comes before every other).
+    expected = "mac_mismatch" if keyed_run() else "payload_checksum_mismatch"
     v["chunk_refused"] = bool(key) and any(
-        f.get("key") == key and f.get("reason") == "payload_checksum_mismatch"
-        for f in failures
+        f.get("key") == key and f.get("reason") == expected for f in failures
     )
+    v["refusal_expected"] = expected
     # Marked bad, and still listed bad at the end unless the rank's writer was told to
     # write the chunk anew (distrust): it then publishes those manifests again, and a
     # rescan before the report reads the new files (seen on the H200: the list was empty).

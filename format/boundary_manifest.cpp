@@ -212,4 +212,26 @@ Result<void> check_manifest_structure(const BoundaryManifest& m) {
   return {};
 }
 
+Result<std::optional<SealedManifest>> split_manifest_mac(std::string_view bytes) {
+  // A manifest's keys and hex never spell "mac" by accident: only a sealed
+  // one pays the second parse.
+  if (bytes.find("\"mac\"") == std::string_view::npos) return std::optional<SealedManifest>{};
+  auto parsed = parse_strict_json(bytes, kMaxManifestBytes);
+  if (!parsed) return parsed.error();
+  json& value = *parsed;
+  if (!value.is_object()) return bad_field("manifest must be an object");
+  auto it = value.find("mac");
+  if (it == value.end()) return std::optional<SealedManifest>{};
+  if (!it->is_string()) return bad_field("mac must be 64 lowercase hex");
+  SealedManifest out;
+  out.mac = it->get<std::string>();
+  if (out.mac.size() != 64 || out.mac.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return bad_field("mac must be 64 lowercase hex");
+  value.erase(it);
+  auto body = canonical_json(value);
+  if (!body) return body.error();
+  out.body = std::move(*body);
+  return std::optional<SealedManifest>{std::move(out)};
+}
+
 }  // namespace kvformat

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "kvtier/format/canonical_json.h"
 #include "kvtier/format/crc32.h"
 #include "test_manifest_sample.h"
 
@@ -92,6 +93,29 @@ TEST(Manifest, EncodeRefusesInconsistentManifests) {
   m = sample();
   m.groups[0].entries[0].length = 0;
   EXPECT_EQ(encode_manifest(m).error().reason, Reason::BadField);
+}
+
+// A keyed store's manifest (FORMAT.md 3.6): "mac" split off, the rest the
+// canonical JSON the MAC covers and parse_manifest reads.
+TEST(BoundaryManifest, SealedManifestSplitsItsMac) {
+  const auto plain = encode_manifest(sample()).value();
+  auto none = split_manifest_mac(plain);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none) << "a plain manifest has no mac";
+  auto value = nlohmann::json::parse(plain);
+  value["mac"] = std::string(64, 'a');
+  const auto with_mac = canonical_json(value).value();
+  auto split = split_manifest_mac(with_mac);
+  ASSERT_TRUE(split);
+  ASSERT_TRUE(*split);
+  EXPECT_EQ((*split)->mac, std::string(64, 'a'));
+  EXPECT_EQ((*split)->body, plain);
+  EXPECT_EQ(parse_manifest((*split)->body).value(), sample());
+  EXPECT_FALSE(parse_manifest(with_mac)) << "read whole, the mac breaks its checksum";
+  value["mac"] = "AA";
+  auto bad = split_manifest_mac(canonical_json(value).value());
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().reason, Reason::BadField);
 }
 
 }  // namespace

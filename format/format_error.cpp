@@ -21,6 +21,8 @@ std::string_view reason_name(Reason reason) {
     case Reason::ManifestChecksumMismatch: return "manifest_checksum_mismatch";
     case Reason::ManifestInconsistent: return "manifest_inconsistent";
     case Reason::BadName: return "bad_name";
+    case Reason::MacMissing: return "mac_missing";
+    case Reason::MacMismatch: return "mac_mismatch";
     case Reason::IoError: return "io_error";
   }
   return "unknown";

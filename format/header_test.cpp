@@ -207,5 +207,35 @@ TEST(Header, MaximumSegmentsRoundTrip) {
   EXPECT_FALSE(encode_header(h));
 }
 
+// A keyed store's file (FORMAT.md 3.6) read without the key: the flag, the
+// header as the plain one it seals, the size less the 32-byte MAC.
+TEST(Header, SealedHeaderParsesAsThePlainOneItSeals) {
+  const auto payload = pattern_bytes(44, 1);
+  const auto plain = make_chunk(state_header(), payload);
+  auto sealed = plain;
+  ASSERT_TRUE(set_chunk_flags(sealed, kFlagMac));
+  sealed.resize(sealed.size() + kMacSize, 0xAB);  // the MAC's bytes, not checked here
+  EXPECT_TRUE(is_sealed(sealed));
+  EXPECT_FALSE(is_sealed(plain));
+  EXPECT_EQ(verdict(sealed), "reserved_nonzero");  // a plain reader refuses it
+  auto h = parse_sealed_header(sealed, sealed.size());
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(*h, *verify_chunk(plain));
+  auto shorter = parse_sealed_header(sealed, sealed.size() - 1);
+  ASSERT_FALSE(shorter);
+  EXPECT_EQ(shorter.error().reason, Reason::Truncated);
+  auto tiny = parse_sealed_header(sealed, 150);
+  ASSERT_FALSE(tiny);
+  EXPECT_EQ(tiny.error().reason, Reason::Truncated);
+  auto flipped = sealed;
+  flipped[20] ^= 1;  // a header byte: the (sealed) header checksum fails
+  auto bad = parse_sealed_header(flipped, flipped.size());
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().reason, Reason::HeaderChecksumMismatch);
+  ASSERT_TRUE(set_chunk_flags(sealed, 0));
+  sealed.resize(plain.size());
+  EXPECT_EQ(sealed, plain) << "clearing the flag gives the plain chunk back";
+}
+
 }  // namespace
 }  // namespace kvformat

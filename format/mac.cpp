@@ -2,9 +2,12 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/core_names.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include <cstring>
+#include <new>
 
 #include "kvtier/format/crc32.h"
 
@@ -32,6 +35,37 @@ Mac hmac_sha256(std::span<const std::uint8_t> key, std::span<const std::uint8_t>
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), data.data(), data.size(),
        out.data(), &len);
   return out;
+}
+
+MacStream::MacStream(std::span<const std::uint8_t> key) : ctx_(nullptr) {
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = mac ? EVP_MAC_CTX_new(mac) : nullptr;
+  EVP_MAC_free(mac);  // the context keeps its own reference
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_END};
+  if (!ctx || EVP_MAC_init(ctx, key.data(), key.size(), params) != 1) {
+    EVP_MAC_CTX_free(ctx);
+    throw std::bad_alloc();  // no HMAC in this libcrypto: nothing can be sealed
+  }
+  ctx_ = ctx;
+}
+
+MacStream::~MacStream() { EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(ctx_)); }
+
+void MacStream::update(std::span<const std::uint8_t> data) {
+  if (!data.empty()) EVP_MAC_update(static_cast<EVP_MAC_CTX*>(ctx_), data.data(), data.size());
+}
+
+Mac MacStream::finish() {
+  Mac out{};
+  std::size_t len = 0;
+  EVP_MAC_final(static_cast<EVP_MAC_CTX*>(ctx_), out.data(), &len, out.size());
+  return out;
+}
+
+bool mac_equal(const std::uint8_t* a, const std::uint8_t* b) {
+  return CRYPTO_memcmp(a, b, kMacSize) == 0;
 }
 
 std::string mac_key_id(std::span<const std::uint8_t> key) {

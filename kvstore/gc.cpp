@@ -20,7 +20,7 @@ int64_t wall_now_ns() {
 
 ScanOptions scan_options(const GcOptions& g, int64_t now) {
   return {.payloads = g.verify_payloads, .threads = g.threads, .now_ns = now, .grace_ns = g.grace_ns,
-          .progress = g.progress};
+          .progress = g.progress, .mac_key = {}};
 }
 
 PlanOptions plan_options(const GcOptions& g, const RankInventory& inv, bool locked, int64_t now) {

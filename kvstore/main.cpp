@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <regex>
@@ -24,6 +26,8 @@
 #include "kvstore_metrics.h"
 #include "kvtier/kvstore/atomic_file.h"
 #include "kvtier/format/chunk_verifier.h"
+#include "kvtier/format/header.h"
+#include "kvtier/format/crc32.h"
 #include "kvtier/kvstore/gc.h"
 #include "kvtier/kvstore/progress.h"
 #include "kvtier/kvstore/report.h"
@@ -32,6 +36,7 @@
 #include "kvtier/kvstore/stat.h"
 #include "kvtier/kvstore/store_perms.h"
 #include "kvtier/kvstore/walk.h"
+#include "mac_check.h"
 
 namespace {
 
@@ -69,6 +74,7 @@ struct Common {
   bool verbose = false;
   std::string prometheus;  // FILE, or "-" for stdout
   int64_t start_ns = 0;
+  std::string key_file;  // verify --key: a keyed store's secret (never printed)
 };
 
 // Where the human report goes: stdout, or stderr when stdout carries the
@@ -211,11 +217,21 @@ int run_verify(const Common& c) {
   auto render = [](const ScanSummary* sum) {
     return [sum](const kvstore_cli::RunInfo& run) { return kvstore_cli::verify_metrics(sum, run); };
   };
+  std::vector<std::uint8_t> key;
+  if (!c.key_file.empty()) {
+    // Before the store is opened: a key refused is bad input, nothing read.
+    if (!mac_check::available())
+      return write_metrics(c, fail(c, kExitUsage, "--key: this kvstore was built without OpenSSL (no MAC support)"),
+                           render(nullptr));
+    if (auto problem = mac_check::load_key(c.key_file, key); !problem.empty())
+      return write_metrics(c, fail(c, kExitUsage, problem), render(nullptr));
+  }
   auto store = open_checked(c, &code);
   if (!store) return write_metrics(c, code, render(nullptr));
   Progress progress(show_progress(c), "verify");
   auto opts = scan_options(c, true, &progress);
   opts.stat_chunks = false;  // verify plans nothing: a chunk read whole needs no fstat
+  opts.mac_key = std::move(key);
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
@@ -343,6 +359,40 @@ std::string not_a_chunk_file(const std::string& file, const struct stat& st) {
   return fmt::format("{}: is {}, not a regular file; kvstore reads chunks only from regular files", file, what);
 }
 
+// inspect of a sealed chunk: its header as the plain one it seals, checked
+// against the file size less the MAC (kvformat::parse_sealed_header).
+kvformat::Result<kvformat::ChunkHeader> sealed_header_fd(int fd, uint64_t size) {
+  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, kvformat::kMaxHeaderLength)));
+  size_t have = 0;
+  while (have < head.size()) {
+    const ssize_t n = ::pread(fd, head.data() + have, head.size() - have, static_cast<off_t>(have));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return kvformat::make_error(kvformat::Reason::IoError, std::string("read: ") + std::strerror(errno));
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  head.resize(have);
+  return kvformat::parse_sealed_header(head, size);
+}
+
+// Its payload's CRC-32, the bytes between the header and the MAC.
+kvformat::Result<kvformat::ChunkHeader> sealed_payload_fd(int fd, const kvformat::ChunkHeader& h,
+                                                          std::span<uint8_t> buf) {
+  uint32_t crc = 0;
+  const uint64_t end = h.header_length() + h.payload_length;
+  for (uint64_t at = h.header_length(); at < end;) {
+    const auto want = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - at));
+    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return kvformat::make_error(kvformat::Reason::IoError, std::string("read: ") + std::strerror(errno));
+    if (n == 0) return kvformat::make_error(kvformat::Reason::Truncated, "file shrank while read");
+    crc = kvformat::crc32(buf.first(static_cast<size_t>(n)), crc);
+    at += static_cast<uint64_t>(n);
+  }
+  if (auto r = kvformat::check_payload_checksum(h, crc); !r) return r.error();
+  return h;
+}
+
 int run_inspect(const Common& c, const std::string& file) {
   bool json = c.json;
   if (root_missing(file)) return fail(c, kExitUsage, fmt::format("{}: does not exist", file));
@@ -359,7 +409,12 @@ int run_inspect(const Common& c, const std::string& file) {
   Fd guard(fd);
   if (::fstat(fd, &st) != 0) return fail(c, kExitIo, io_error(file, errno, "cannot stat").line());
   if (!S_ISREG(st.st_mode)) return fail(c, kExitIo, not_a_chunk_file(file, st));
-  auto hdr = kvformat::read_chunk_header_fd(fd);
+  // A keyed store's chunk (FORMAT.md 3.6): the plain header it seals, the
+  // payload CRC before its MAC; the MAC itself is verify --key's to check.
+  std::array<uint8_t, 12> first{};
+  const bool sealed = ::pread(fd, first.data(), first.size(), 0) == static_cast<ssize_t>(first.size()) &&
+                      kvformat::is_sealed(first);
+  auto hdr = sealed ? sealed_header_fd(fd, static_cast<uint64_t>(st.st_size)) : kvformat::read_chunk_header_fd(fd);
   if (!hdr) {
     auto r = hdr.error().reason;
     if (r == kvformat::Reason::IoError) {
@@ -376,7 +431,7 @@ int run_inspect(const Common& c, const std::string& file) {
     return kExitProblems;
   }
   std::vector<uint8_t> buf(8 << 20);
-  auto full = kvformat::verify_chunk_fd(fd, buf);
+  auto full = sealed ? sealed_payload_fd(fd, *hdr, buf) : kvformat::verify_chunk_fd(fd, buf);
   std::string payload = full ? "ok" : std::string(kvformat::reason_name(full.error().reason));
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (json) {
@@ -384,11 +439,13 @@ int run_inspect(const Common& c, const std::string& file) {
     j["path"] = file;
     j["payload"] = payload;
     j["valid"] = full.ok();
+    j["sealed"] = sealed;
     envelope(j, c, full ? kExitClean : kExitProblems);
     fmt::print("{}\n", json_text(j));
   } else {
     fmt::print("{}", header_text(*hdr, size));
     fmt::print("payload             {}\n", payload);
+    if (sealed) fmt::print("mac                 present, not checked (kvstore verify --key)\n");
   }
   return full ? kExitClean : kExitProblems;
 }
@@ -464,6 +521,9 @@ int main(int argc, char** argv) {
                                               "record and every manifest's references");
   add_common(verify, true, true);
   add_prometheus(verify);
+  verify->add_option("--key", c.key_file,
+                     "a keyed store's secret key FILE (GLM53_KV_OFFLOAD_KEY_FILE; private to this user): "
+                     "also check every chunk's and manifest's MAC (docs/FORMAT.md 3.6)");
 
   auto* gc = app.add_subcommand("gc", "plan (default: dry run) or --sweep the deletion of garbage");
   add_common(gc, true, true);

@@ -11,6 +11,7 @@
 #include "kvtier/format/namespace_record.h"
 #include "kvtier/format/pending_record.h"
 #include "parallel.h"
+#include "mac_check.h"
 #include "scan_detail.h"
 
 namespace kvstore::scan_detail {
@@ -53,6 +54,22 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
   std::copy(hash->begin(), hash->end(), cx.ns_bytes.begin());
   inv.namespace_ok = true;
   inv.namespace_hash = hex;
+  if (!cx.opt.mac_key.empty()) {
+    // verify --key: the record says which key the store was written with (its
+    // id, FORMAT.md 3.6); under another key every MAC would differ, so that
+    // is one finding here instead of one a file.
+    const std::string want = mac_check::key_id(cx.opt.mac_key);
+    const auto it = rec->fenced.find("mac_key_id");
+    if (it == rec->fenced.end() || !it->is_string())
+      inv.findings.push_back({record_rel, FindingKind::kBadNamespace,
+                              "not a keyed store (no mac_key_id): written without a key, MACs not checked"});
+    else if (it->get<std::string>() != want)
+      inv.findings.push_back({record_rel, FindingKind::kBadNamespace,
+                              fmt::format("written with another key (mac_key_id {}, this key's is {}): MACs not checked",
+                                          it->get<std::string>(), want)});
+    else
+      cx.check_macs = true;
+  }
   // keep-K is a writer setting, not part of the namespace identity: it lives
   // in info (FORMAT.md 4) and gc only reads it as the default for --keep.
   if (rec->info.is_object() && rec->info.contains("keep_boundaries") &&
@@ -308,6 +325,22 @@ void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<
 
 }  // namespace
 
+// A manifest as the codecs read it (FORMAT.md 3.6): a sealed one's "mac"
+// checked first under verify --key (mac_missing, mac_mismatch), then the rest
+// judged as a plain manifest; without the key a sealed one's MAC is skipped.
+static kvformat::Result<kvformat::BoundaryManifest> parse_sealed_or_plain(const std::string& bytes, const RankContext& cx) {
+  auto sealed = kvformat::split_manifest_mac(bytes);
+  if (!sealed) return sealed.error();
+  if (!*sealed) {
+    if (cx.check_macs)
+      return kvformat::make_error(kvformat::Reason::MacMissing, "manifest has no mac; the store is keyed");
+    return kvformat::parse_manifest(bytes);
+  }
+  if (cx.check_macs && !mac_check::manifest_ok(cx.opt.mac_key, (*sealed)->body, (*sealed)->mac))
+    return kvformat::make_error(kvformat::Reason::MacMismatch, "manifest mac differs");
+  return kvformat::parse_manifest((*sealed)->body);
+}
+
 void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
                      int rank, RankContext& cx, const ChunkIndex& chunk_at) {
   auto& inv = cx.inv;
@@ -337,7 +370,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
       }
       r.bytes = fd ? read_small(fd->get(), join(prefix, rel), kvformat::kMaxManifestBytes)
                    : Outcome<std::string>(fd.error());
-      if (r.bytes) r.parsed = kvformat::parse_manifest(*r.bytes);
+      if (r.bytes) r.parsed = parse_sealed_or_plain(*r.bytes, cx);
       if (!r.parsed) return;
       for (const auto& g : r.parsed->groups)
         for (const auto& e : g.entries) {

@@ -71,7 +71,11 @@ kvformat::Result<kvformat::ChunkHeader> read_header(int fd, uint64_t size, ReadB
     }
   }
   *got = have;
-  auto hdr = kvformat::parse_header(std::span<const uint8_t>(buf.data(), have));
+  const std::span<const uint8_t> head(buf.data(), have);
+  // A keyed store's file (FORMAT.md 3.6) parses as the plain header it
+  // seals, its MAC after the payload (checked by verify --key only).
+  if (kvformat::is_sealed(head)) return kvformat::parse_sealed_header(head, size);
+  auto hdr = kvformat::parse_header(head);
   if (!hdr) return hdr;
   if (auto r = kvformat::check_file_size(*hdr, size); !r) return r.error();
   return hdr;
@@ -177,11 +181,15 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
   p.rec.st = e.st;
   auto header = read_header(fd, e.st.size, buf, &have);
   judge(p, header, cx);
-  if (!header || !cx.opt.payloads) return;
+  if (!header) return;
+  p.rec.sealed = kvformat::is_sealed(std::span<const uint8_t>(buf.data(), have));
+  if (!cx.opt.payloads) return;
   uint64_t hl = header->header_length();
+  const uint64_t end = hl + header->payload_length;  // a sealed file's MAC follows
   if (have > hl) {
-    p.rec.crc_partial = kvformat::crc32(std::span<const uint8_t>(buf.data() + hl, have - hl));
-    p.rec.crc_done_to = have;
+    const uint64_t to = std::min<uint64_t>(have, end);
+    p.rec.crc_partial = kvformat::crc32(std::span<const uint8_t>(buf.data() + hl, to - hl));
+    p.rec.crc_done_to = to;
   } else {
     p.rec.crc_done_to = hl;
   }
@@ -329,6 +337,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
 
   // verify: the payload pass, before manifests judge the chunks they name.
   if (opt.payloads) verify_payloads(rank_fd, cut, inv, opt, bytes_read);
+  if (cx.check_macs) verify_macs(rank_fd, cut, inv, opt);
 
   const ChunkIndex chunk_at(inv.chunks);
   std::set<std::pair<uint32_t, std::string>> pending;

@@ -84,6 +84,7 @@ struct RankContext {
   RankInventory& inv;
   std::string ns_hex;  // full namespace hash from the record, "" if unknown
   std::array<uint8_t, 32> ns_bytes{};
+  bool check_macs = false;  // verify --key and the record fences this key's id
 };
 
 

@@ -79,6 +79,24 @@ def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
     return crc
 
 
+def read_sealed(
+    fd: int, key: bytes, expect: tuple, runs: Sequence[tuple[int, int]]
+) -> None:
+    """A keyed store's file (FORMAT.md 3.6), as the codec reads it: whole, its
+    MAC first (``open_chunk``), then the plain checks on the chunk it seals,
+    and only then the payload copied into the runs."""
+    size = os.fstat(fd).st_size
+    plain = fmt.open_chunk(key, os.pread(fd, size, 0))
+    header = check_header(bytes(plain[: fmt.MAX_HEADER_LENGTH]), *expect)
+    fmt.check_file_size(header, len(plain))
+    payload = memoryview(plain)[header.header_length :]
+    fmt.check_payload_checksum(header, fmt.crc32(payload))
+    at = 0
+    for address, n in runs:
+        ctypes.memmove(address, bytes(payload[at : at + n]), n)
+        at += n
+
+
 def read_one(
     fd: int,
     namespace: bytes,
@@ -89,8 +107,21 @@ def read_one(
     checksum: int,
     segments: Sequence[fmt.Segment],
     runs: Sequence[tuple[int, int]],
+    key: bytes | None = None,
 ) -> str:
-    """The verdict on one open chunk file: "" (good) or the reason."""
+    """The verdict on one open chunk file: "" (good) or the reason; with a
+    keyed store's ``key`` its MAC is judged first."""
+    if key is not None:
+        expect = (namespace, group, key_hash, boundary, length, checksum, segments)
+        try:
+            read_sealed(fd, key, expect, runs)
+        except OSError:
+            return "io_error"
+        except fmt.FormatError as e:
+            return e.reason.value
+        except Refused as e:
+            return e.reason
+        return ""
     try:
         size = os.fstat(fd).st_size
         head = fmt.read_header_bytes(fd, size)

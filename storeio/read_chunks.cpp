@@ -24,6 +24,9 @@
 #include "item_status.h"
 #include "kvtier/format/crc32.h"
 #include "kvtier/format/header.h"
+#if KVTIER_STORE_HAVE_MAC
+#include "kvtier/format/mac.h"
+#endif
 #include "kvtier/store_abi.h"
 #include "parallel.h"
 #include "segments.h"
@@ -230,6 +233,43 @@ std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_r
   return std::nullopt;
 }
 
+#if KVTIER_STORE_HAVE_MAC
+Failure mac_failure(kvformat::Reason reason, std::string text) {
+  return {KVTIER_E_FORMAT, std::string(kvformat::reason_name(reason)), 0, std::move(text)};
+}
+
+// The 32 bytes after the body: the MAC the file claims.
+std::optional<Failure> read_tag(int fd, std::uint64_t at, kvformat::Mac& tag) {
+  const long long n = pread_full(fd, tag.data(), tag.size(), at);
+  if (n < 0) return io_failure(static_cast<int>(-n), "reading the MAC");
+  if (static_cast<std::size_t>(n) != tag.size())
+    return Failure{KVTIER_E_FORMAT, "truncated", 0, "file ended before its MAC"};
+  return std::nullopt;
+}
+
+// The MAC of the whole body read from the file (the slow path: only a file
+// that fails some other check pays it, to know which verdict comes first).
+std::optional<Failure> body_mac_differs(int fd, std::uint64_t size, const kvtier_read_item& item) {
+  kvformat::MacStream mac({item.mac_key, item.mac_key_length});
+  std::vector<std::uint8_t> buf(std::min<std::uint64_t>(kWindow, size));
+  const std::uint64_t body = size - kvformat::kMacSize;
+  for (std::uint64_t at = 0; at < body;) {
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), body - at));
+    const long long n = pread_full(fd, buf.data(), want, at);
+    if (n < 0) return io_failure(static_cast<int>(-n), "reading for the MAC");
+    if (n == 0) return Failure{KVTIER_E_FORMAT, "truncated", 0, "file shrank while read"};
+    mac.update({buf.data(), static_cast<std::size_t>(n)});
+    at += static_cast<std::uint64_t>(n);
+  }
+  kvformat::Mac tag{};
+  if (auto f = read_tag(fd, body, tag)) return f;
+  const kvformat::Mac want = mac.finish();
+  if (!kvformat::mac_equal(want.data(), tag.data()))
+    return mac_failure(kvformat::Reason::MacMismatch, "chunk MAC differs");
+  return std::nullopt;
+}
+#endif
+
 std::optional<Failure> check_arguments(const kvtier_read_item& item) {
   auto bad = [](std::string text) {
     return Failure{KVTIER_E_ARGUMENT, "bad_argument", 0, std::move(text)};
@@ -239,6 +279,11 @@ std::optional<Failure> check_arguments(const kvtier_read_item& item) {
   if (!item.key_hash && item.key_hash_length) return bad("no key hash");
   if (!item.segments && item.num_segments) return bad("no segment table");
   if (!item.runs && item.num_runs) return bad("no destination runs");
+#if KVTIER_STORE_HAVE_MAC
+  if (item.mac_key && !item.mac_key_length) return bad("an empty MAC key");
+#else
+  if (item.mac_key) return bad("a keyed store, and this library was built without OpenSSL");
+#endif
   std::uint64_t total = 0;
   for (std::uint32_t i = 0; i < item.num_runs; ++i) {
     if (item.runs[i].length && !item.runs[i].address) return bad("a run at address 0");
@@ -249,6 +294,56 @@ std::optional<Failure> check_arguments(const kvtier_read_item& item) {
                std::to_string(item.payload_length));
   return std::nullopt;
 }
+
+#if KVTIER_STORE_HAVE_MAC
+// A keyed file (FORMAT.md 3.6): the MAC's verdict comes before every other.
+// The header is parsed as the plain file it seals (flag cleared, checksum
+// redone) only to learn where the payload goes; the payload is read into
+// the runs as a plain file's, then the MAC is computed over the header and
+// the runs' bytes, exactly what the caller will use. A file that fails any
+// check has its whole body MAC'd from disk first, so a forgery is always
+// mac_mismatch, as the Python codec (open_chunk before verify_chunk) says.
+std::optional<Failure> read_keyed(int fd, std::uint64_t size, std::vector<std::uint8_t> head,
+                                  kvtier_read_item& item,
+                                  const std::vector<kvformat::Segment>& segments, bool willneed,
+                                  unsigned pieces) {
+  if (!kvformat::is_sealed(head))
+    return mac_failure(kvformat::Reason::MacMissing, "chunk has no MAC; the store is keyed");
+  if (size < kvformat::kMinHeaderLength - kvformat::kSegmentEntrySize + kvformat::kMacSize)
+    return Failure{KVTIER_E_FORMAT, "truncated", 0, "too short for a MAC"};
+  const std::uint64_t body = size - kvformat::kMacSize;
+  auto refused = [&](Failure f) -> std::optional<Failure> {
+    if (auto m = body_mac_differs(fd, size, item)) return m;
+    return f;
+  };
+  auto header = kvformat::parse_sealed_header(head, size);  // as mac.py's open_chunk
+  if (!header) return refused(format_failure(header.error()));
+  if (auto f = check_expected(*header, item, segments)) return refused(*f);
+
+  const std::uint64_t header_length = header->header_length();
+  if (willneed)
+    (void)::posix_fadvise(fd, static_cast<off_t>(header_length),
+                          static_cast<off_t>(header->payload_length + kvformat::kMacSize),
+                          POSIX_FADV_WILLNEED);
+  std::uint32_t crc = 0;
+  if (auto f = read_payload(fd, header_length, item.runs, item.num_runs, header->payload_length,
+                            pieces, crc, item.bytes_read))
+    return refused(*f);
+  kvformat::Mac tag{};
+  if (auto f = read_tag(fd, body, tag)) return f;
+  kvformat::MacStream mac({item.mac_key, item.mac_key_length});
+  mac.update({head.data(), static_cast<std::size_t>(header_length)});  // as sealed: flag set
+  for (std::uint32_t r = 0; r < item.num_runs; ++r)
+    mac.update({reinterpret_cast<const std::uint8_t*>(item.runs[r].address),
+                static_cast<std::size_t>(item.runs[r].length)});
+  const kvformat::Mac want = mac.finish();
+  if (!kvformat::mac_equal(want.data(), tag.data()))
+    return mac_failure(kvformat::Reason::MacMismatch, "chunk MAC differs");
+  if (auto r = kvformat::check_payload_checksum(*header, crc); !r)
+    return format_failure(r.error());
+  return std::nullopt;
+}
+#endif
 
 std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, unsigned pieces) {
   if (auto f = check_arguments(item)) return f;
@@ -274,6 +369,9 @@ std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, unsigned 
 
   std::vector<std::uint8_t> head;
   if (auto f = read_head(fd, size, head)) return f;
+#if KVTIER_STORE_HAVE_MAC
+  if (item.mac_key) return read_keyed(fd, size, std::move(head), item, *segments, willneed, pieces);
+#endif
   auto header = kvformat::parse_header(head);
   if (!header) return format_failure(header.error());
   if (auto f = check_expected(*header, item, *segments)) return f;

@@ -20,6 +20,9 @@
 #include "item_status.h"
 #include "kvtier/format/crc32.h"
 #include "kvtier/format/header.h"
+#if KVTIER_STORE_HAVE_MAC
+#include "kvtier/format/mac.h"
+#endif
 #include "kvtier/store_abi.h"
 #include "parallel.h"
 #include "segments.h"
@@ -126,6 +129,11 @@ std::optional<Failure> check_arguments(const kvtier_write_item& item) {
   if (!item.key_hash && item.key_hash_length) return bad_argument("no key hash");
   if (!item.segments && item.num_segments) return bad_argument("no segment table");
   if (!item.runs && item.num_runs) return bad_argument("no source runs");
+#if KVTIER_STORE_HAVE_MAC
+  if (item.mac_key && !item.mac_key_length) return bad_argument("an empty MAC key");
+#else
+  if (item.mac_key) return bad_argument("a keyed store, and this library was built without OpenSSL");
+#endif
   std::uint64_t total = 0;
   for (std::uint32_t i = 0; i < item.num_runs; ++i) {
     if (item.runs[i].length && !item.runs[i].address) return bad_argument("a run at address 0");
@@ -189,6 +197,25 @@ std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
   h.payload_checksum = crc;
   auto bytes = kvformat::encode_header(h);
   if (!bytes) return fail(bad_argument(bytes.error().message));
+  std::uint64_t sealed = 0;
+#if KVTIER_STORE_HAVE_MAC
+  if (item.mac_key) {
+    // FORMAT.md 3.6: the MAC flag in the header, then HMAC(header || payload)
+    // after the payload; a second pass over the source runs (the CRC's pass
+    // came first because the header carries the CRC).
+    kvformat::set_chunk_flags(*bytes, kvformat::kFlagMac);
+    kvformat::MacStream mac({item.mac_key, item.mac_key_length});
+    mac.update(*bytes);
+    for (std::uint32_t r = 0; r < item.num_runs; ++r)
+      mac.update({reinterpret_cast<const std::uint8_t*>(item.runs[r].address),
+                  static_cast<std::size_t>(item.runs[r].length)});
+    const kvformat::Mac tag = mac.finish();
+    if (auto f = write_all(fd.get(), {{const_cast<std::uint8_t*>(tag.data()), tag.size()}},
+                           header_length + item.payload_length))
+      return fail(*f);
+    sealed = kvformat::kMacSize;
+  }
+#endif
   if (auto f = write_all(fd.get(), {{bytes->data(), bytes->size()}}, 0)) return fail(*f);
   if (faultable(KVTIER_FAULT_SYNC, [&] { return ::fdatasync(fd.get()); }) != 0)
     return fail(sys_failure(errno, "fdatasync"));
@@ -197,7 +224,7 @@ std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
     return fail(sys_failure(errno, "rename"));
   item.payload_checksum = crc;
   item.header_length = header_length;
-  item.file_size = header_length + item.payload_length;
+  item.file_size = header_length + item.payload_length + sealed;
   return std::nullopt;
 }
 

@@ -47,8 +47,11 @@ class Proof:
 class Inventory:
     """The keys this rank's manifests prove; memory only after the scan."""
 
-    def __init__(self, manifest_dir: str, namespace: bytes, rank: int):
+    def __init__(
+        self, manifest_dir: str, namespace: bytes, rank: int, key: bytes | None = None
+    ):
         self.manifest_dir = manifest_dir
+        self.key = key  # a keyed store's: a manifest whose MAC fails is rejected
         self.namespace_hex = namespace.hex()
         self.rank = rank
         self.manifests: dict[str, list[Proof]] = {}
@@ -108,7 +111,7 @@ class Inventory:
             with os.fdopen(fd, "rb") as f:
                 st = os.fstat(f.fileno())
                 identity = (st.st_ino, st.st_size, st.st_mtime_ns)
-                m = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1))
+                m = fmt.decode_manifest(f.read(fmt.MAX_MANIFEST_BYTES + 1), self.key)
         except (OSError, fmt.FormatError) as e:
             logger.warning("KV restore: manifest %s not used: %s", path, e)
             return None, identity

@@ -67,15 +67,18 @@ def read_job(
     requests: Sequence[native.ReadRequest],
     threads: int,
     willneed: bool = False,
+    key: bytes | None = None,
 ) -> int:
     """Read and verify every file of one promotion; the payload bytes read.
 
     Raises PromotionFailed for the first failed file in job order (the
     library stops starting files after a failure; the ones it skipped come
     after it). On failure no byte of the job's memory may be used.
+    ``key``: a keyed store's; a file whose MAC is missing or wrong fails
+    the job (mac_missing, mac_mismatch) like any other refused file.
     """
     results = lib.read_chunks(
-        requests, threads, stop_on_failure=True, willneed=willneed
+        requests, threads, stop_on_failure=True, willneed=willneed, key=key
     )
     total = 0
     for key, result in zip(keys, results, strict=True):

@@ -62,6 +62,7 @@ from vllm.v1.kv_offload.tiering.base import (
 
 from . import kv_restore_cost as cost
 from . import kv_restore_reports as reports
+from . import kv_store_format as fmt
 from .kv_restore_worker import RestoreRefused, restore_requested
 from .kv_store_local import exported, store_perms
 from .kv_store_local.vllm_scheduler import release_manager
@@ -354,12 +355,16 @@ class SchedulerRestore:
             raise RestoreRefused(
                 f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: store folder not safe: {unsafe}"
             )
-        if os.environ.get("GLM53_KV_OFFLOAD_KEY_FILE"):
-            # A keyed store's chunks carry a MAC this reader does not check yet.
-            raise RestoreRefused(
-                "GLM53_KV_OFFLOAD_RESTORE=1 is refused with "
-                "GLM53_KV_OFFLOAD_KEY_FILE: restore does not verify MACs yet"
-            )
+        key_file = os.environ.get("GLM53_KV_OFFLOAD_KEY_FILE")
+        if key_file:
+            # The workers read with the writer's key; a key file they would
+            # refuse (others may read it, wrong owner, size) fails the boot here.
+            try:
+                fmt.load_key(key_file)
+            except fmt.KeyFileError as e:
+                raise RestoreRefused(
+                    f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {e}"
+                ) from None
         algorithm = str(vllm_config.cache_config.prefix_caching_hash_algo)
         if algorithm.startswith("xxhash") and "PYTHONHASHSEED" not in os.environ:
             raise RestoreRefused(

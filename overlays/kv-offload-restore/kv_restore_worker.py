@@ -167,6 +167,7 @@ class WorkerRestore:
         self._last_scan = 0.0
         self._lock_path = ""
         self._namespace = b""
+        self._key: bytes | None = None
         self._native = load_native()
         self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
         self._plans_of: Any = None  # the staging list the plans were made for
@@ -222,9 +223,14 @@ class WorkerRestore:
             self._disable("namespace record differs from the writer's namespace")
             return
         self._namespace = writer.namespace
+        # A keyed store (FORMAT.md 3.6): every manifest and chunk is opened with
+        # the writer's key, its MAC checked before a byte of it is used.
+        self._key = getattr(writer, "key", None)
         self._lock_path = layout.lock
         self._groups = {g.group: g for g in store.settings.groups}
-        self.inventory = Inventory(layout.manifest_dir, writer.namespace, writer.rank)
+        self.inventory = Inventory(
+            layout.manifest_dir, writer.namespace, writer.rank, self._key
+        )
         self._scan()
         logger.info(
             "KV restore: rank %d serves %d manifests from %s",
@@ -449,7 +455,7 @@ class WorkerRestore:
             )
         keys = [key for key, _, _, _ in located]
         self.stats.bytes_restored += chunk_read.read_job(
-            self._native, keys, requests, READERS, READ_WILLNEED
+            self._native, keys, requests, READERS, READ_WILLNEED, self._key
         )
 
     def _geometry(self, proof: Proof) -> tuple[Any, int, int]:

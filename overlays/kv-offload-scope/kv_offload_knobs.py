@@ -186,8 +186,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         KEY_FILE,
         "absolute path of a secret key file (32..4096 bytes, mode `0600` or "
-        "`0400`, owned by the serving user) for chunk and manifest MACs; not yet "
-        "on the write and restore paths: a key file stops the tier at boot",
+        "`0400`, owned by the serving user): every chunk and manifest carries an "
+        "HMAC-SHA256 the restore checks before use; another key is another namespace",
         "empty: no MAC (CRC-32 only)",
         _directory,
     ),

@@ -302,17 +302,18 @@ def temp_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if ".tmp." in p.name)
 
 
-def manifests(base: Path) -> dict[str, fmt.BoundaryManifest]:
+def manifests(base: Path, key: bytes | None = None) -> dict[str, fmt.BoundaryManifest]:
     out = {}
     mdir = base / fmt.MANIFEST_DIR
     for p in sorted(mdir.iterdir()) if mdir.is_dir() else ():
         if p.name.endswith(".json"):
-            out[p.name] = fmt.decode_manifest(p.read_bytes())
+            out[p.name] = fmt.decode_manifest(p.read_bytes(), key)
     return out
 
 
-def verify_store(root: Path) -> list[str]:
-    """Python-side check that every live manifest names only good files.
+def verify_store(root: Path, key: bytes | None = None) -> list[str]:
+    """Python-side check that every live manifest names only good files
+    (a keyed store's: every MAC checked too).
 
     Returns the problems found (empty when the store is consistent).
     """
@@ -321,12 +322,12 @@ def verify_store(root: Path) -> list[str]:
         layout = fmt.StoreLayout(str(root), base.name)
         record = fmt.decode_namespace_record(Path(layout.namespace_record).read_bytes())
         ns = record.namespace_hash
-        for name, m in manifests(base).items():
+        for name, m in manifests(base, key).items():
             for g in m.groups:
                 for e in g.entries:
                     path = layout.chunk(e.key, g.group)
                     try:
-                        header = fmt.verify_chunk_file(path)
+                        header = fmt.verify_chunk_file(path, key=key)
                     except (OSError, fmt.FormatError) as err:
                         problems.append(f"{name}: {path}: {err}")
                         continue

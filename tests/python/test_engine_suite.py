@@ -614,13 +614,14 @@ with open(out, "w") as f:
 """
 
 
-def fake_wave(tmp_path, monkeypatch, names, launcher=REPO):
+def fake_wave(tmp_path, monkeypatch, names, launcher=REPO, key_file=""):
     here = tmp_path / "engine"
     here.mkdir()
     (here / "stage.py").write_text(FAKE_STAGE)
     monkeypatch.setattr(suite, "HERE", str(here))
     opts = argparse.Namespace(pristine="/p", patched="/q", site="/s", kvstore="/bin/true",
-                              stores=str(tmp_path / "stores"), launcher=str(launcher))  # fmt: skip
+                              stores=str(tmp_path / "stores"), launcher=str(launcher),
+                              key_file=key_file)  # fmt: skip
     logs = tmp_path / "logs"
     logs.mkdir()
     by_name = {s.name: s for s in suite.stages()}
@@ -775,3 +776,44 @@ def test_ops_probe_names_a_failed_import_and_skips_optional_ones(tmp_path, monke
     assert len(res["failed"]) == 1 and res["failed"][0].startswith(
         "no_such_mod_31: ModuleNotFoundError"
     )
+
+
+# -- KVTIER_SUITE_KEY=1: the restore sets on a keyed store (issue 38) ----------------------
+
+
+def test_suite_key_makes_a_private_key_beside_the_stores(tmp_path):
+    stores = tmp_path / "stores"
+    assert suite.suite_key_file(str(stores), {}) == ""  # off unless asked
+    path = Path(suite.suite_key_file(str(stores), {"KVTIER_SUITE_KEY": "1"}))
+    assert path.parent == tmp_path and not path.is_relative_to(stores)
+    assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_size == 32
+
+
+def test_suite_key_goes_to_every_restore_set_stage_and_nothing_else(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("KVTIER_SUITE_KEY", "1")
+    key = suite.suite_key_file(str(tmp_path / "stores"))
+    by_name = {s.name: s for s in suite.stages()}
+    for name in ("restore.llama.write", "restore.llama.hit", "restore.llama.bad",
+                 "restore.llama.healed", "glm5next.restore.hit"):  # fmt: skip
+        assert suite.keyed(by_name[name], key), name
+    for name in ("restore.llama.cold", "llama.knob1", "llama.knob0"):
+        assert not suite.keyed(by_name[name], key), name
+    assert not suite.keyed(by_name["restore.llama.hit"], "")
+    names = ["restore.llama.write", "restore.llama.hit", "llama.knob1"]
+    results = fake_wave(tmp_path, monkeypatch, names, key_file=key)
+    for name in names:
+        want = None if name == "llama.knob1" else key
+        assert results[name]["env"].get("GLM53_KV_OFFLOAD_KEY_FILE") == want, name
+
+
+def test_a_keyed_run_expects_the_flipped_chunk_refused_by_its_mac(monkeypatch):
+    keyed = copy.deepcopy(restore_results())
+    keyed["restore.llama.bad"]["restore_workers"][0]["failures"][0]["reason"] = (
+        "mac_mismatch"
+    )
+    assert not suite.judge(keyed, CORRUPTED)[BAD]["ok"]  # a plain run wants the CRC's
+    monkeypatch.setenv("KVTIER_SUITE_KEY", "1")
+    assert suite.judge(keyed, CORRUPTED)[BAD]["ok"]
+    assert not suite.judge(restore_results(), CORRUPTED)[BAD]["ok"]

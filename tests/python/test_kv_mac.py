@@ -1,6 +1,6 @@
-"""Keyed stores (FORMAT.md 3.6, issue 38 part 3): the Python codec's MAC on
-chunks and manifests, the key's id in the namespace, the key file's checks,
-and the boot refusals while the native write and restore paths lack MACs."""
+"""Keyed stores (FORMAT.md 3.6, issue 38): the Python codec's MAC on chunks
+and manifests, the key's id in the namespace, the key file's checks, and the
+readers that take a key (manifest decode, header read, streaming seal)."""
 
 from __future__ import annotations
 
@@ -170,3 +170,54 @@ def test_key_file_knob_is_in_the_contract() -> None:
     assert knobs.read_knobs({}).key_file == ""
     with pytest.raises(knobs.KnobError, match="KEY_FILE"):
         knobs.read_knobs({"GLM53_KV_OFFLOAD_KEY_FILE": "key"})
+
+
+def _manifest():
+    entry = f.ManifestEntry("ab" * 16, 16, 0x1234)
+    return f.BoundaryManifest(
+        namespace=NS.hex(),
+        rank=0,
+        boundary=16,
+        chunk_tokens=16,
+        chain=("ab" * 16,),
+        groups=(f.ManifestGroup(0, f.GROUP_KIND_FULL, (entry,)),),
+    )
+
+
+def test_manifest_encode_decode_with_a_key() -> None:
+    m = _manifest()
+    sealed = f.encode_manifest(m, KEY)
+    assert b'"mac":"' in sealed and f.decode_manifest(sealed, KEY) == m
+    with pytest.raises(f.FormatError) as err:
+        f.decode_manifest(sealed)  # keyless: the CRC (over the rest) takes "mac" in
+    assert err.value.reason is f.Reason.MANIFEST_CHECKSUM_MISMATCH
+    with pytest.raises(f.FormatError) as err:
+        f.decode_manifest(f.encode_manifest(m), KEY)
+    assert err.value.reason is f.Reason.MAC_MISSING
+    with pytest.raises(f.FormatError) as err:
+        f.decode_manifest(f.encode_manifest(m, OTHER_KEY), KEY)
+    assert err.value.reason is f.Reason.MAC_MISMATCH
+
+
+def test_streaming_seal_equals_seal_chunk_and_headers_read_with_a_key(tmp_path) -> None:
+    payload = b"\x01\x02\x03\x04" * 4
+    plain = _chunk(payload)
+    (hlen,) = struct.unpack_from("<I", plain, 12)
+    head, running = f.seal_header(KEY, plain[:hlen])
+    running.update(payload)
+    streamed = head + payload + running.digest()
+    assert streamed == f.seal_chunk(KEY, plain)
+    path = tmp_path / "c.bin"
+    path.write_bytes(streamed)
+    assert f.read_chunk_header(str(path), KEY) == f.decode_header(plain)
+    assert f.verify_chunk_file(str(path), key=KEY) == f.decode_header(plain)
+    rotten = bytearray(streamed)
+    rotten[20] ^= 1  # a header byte: without the MAC, the header CRC tells
+    path.write_bytes(bytes(rotten))
+    with pytest.raises(f.FormatError) as err:
+        f.read_chunk_header(str(path), KEY)
+    assert err.value.reason is f.Reason.HEADER_CHECKSUM_MISMATCH
+    path.write_bytes(plain)
+    with pytest.raises(f.FormatError) as err:
+        f.read_chunk_header(str(path), KEY)
+    assert err.value.reason is f.Reason.MAC_MISSING

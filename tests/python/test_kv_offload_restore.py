@@ -685,17 +685,129 @@ def test_a_store_others_can_change_fails_the_boot(ns, store):
         Rig(ns, store)
 
 
-def test_a_key_file_fails_the_boot_until_restore_verifies_macs(
+def _key_file(monkeypatch, tmp_path, name: str = "kvtier.key", mode: int = 0o600):
+    key = tmp_path / name
+    key.write_bytes(os.urandom(32))
+    key.chmod(mode)
+    monkeypatch.setenv("GLM53_KV_OFFLOAD_KEY_FILE", str(key))
+    return key
+
+
+def test_a_key_file_others_may_read_fails_the_boot(ns, store, monkeypatch, tmp_path):
+    key = _key_file(monkeypatch, tmp_path, mode=0o644)
+    with pytest.raises(
+        ValueError, match=rf"key file {re.escape(str(key))} has mode 0644"
+    ):
+        Rig(ns, store)
+
+
+# --------------------------------------------------------------------------
+# Keyed stores (FORMAT.md 3.6, issue 38): sealed chunks and manifests
+
+
+def test_keyed_round_trip_after_a_restart(ns, store, monkeypatch, tmp_path):
+    key = _key_file(monkeypatch, tmp_path)
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    sealed = open(chunk_path(rig, key_of(hashes, 0, 2)), "rb").read()
+    fmt.verify_sealed_chunk(key.read_bytes(), sealed)  # the writer sealed it
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert restarted.restorers[0]._key == key.read_bytes()  # read with the key
+    assert hits == RESTORED
+    assert_restored(restarted, hashes)
+    assert restarted.restorers[0].stats.failures == {}
+    restarted.shutdown()
+
+
+def forge_same_crc(rig, hashes, keyed: bool) -> str:
+    """What someone who can write the folder can do: the payload of one chunk
+    replaced with bytes of its choosing whose CRC-32 is the one the header and
+    the manifest carry (four bytes fix any CRC), header and MAC kept."""
+    import crc_forge
+
+    path = chunk_path(rig, key_of(hashes, 0, 2))
+    data = open(path, "rb").read()
+    (hlen,) = struct.unpack_from("<I", data, 12)
+    if keyed:
+        forged = crc_forge.forged_sealed_chunk(data, hlen)
+    else:  # the same forgery of a plain chunk: no MAC to keep
+        forged = crc_forge.forged_sealed_chunk(data + bytes(32), hlen)[:-32]
+    assert zlib.crc32(
+        forged[hlen : hlen + len(data) - hlen - 32 * keyed]
+    ) == zlib.crc32(data[hlen : len(data) - 32 * keyed])
+    open(path, "wb").write(forged)
+    return path
+
+
+def plant_plain_chunk(rig, hashes, key: bytes) -> str:
+    """A plain chunk of this namespace (valid header CRC, payload CRC and
+    namespace hash: nothing secret) where a sealed one lies."""
+    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    path = chunk_path(rig, key_of(hashes, 3, 5))
+    plain = fmt.open_chunk(key, open(path, "rb").read())
+    fmt.verify_chunk(plain)
+    open(path, "wb").write(bytes(plain))
+    return path
+
+
+@pytest.mark.parametrize("forgery", ["same_crc", "plain"])
+def test_a_forged_chunk_is_refused_counted_and_recomputed_with_the_key(
+    ns, store, monkeypatch, tmp_path, forgery
+):
+    key = _key_file(monkeypatch, tmp_path).read_bytes()
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    if forgery == "same_crc":
+        forge_same_crc(rig, hashes, keyed=True)
+        reason = "mac_mismatch"
+    else:
+        plant_plain_chunk(rig, hashes, key)
+        reason = "mac_missing"
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == 0  # the request recomputes its whole prompt
+    assert restarted.workers[0].gpu.loads == []  # not a byte of it reached the GPU
+    restorer = restarted.restorers[0]
+    assert dict(restorer.stats.failures) == {reason: 1}
+    assert restorer.stats.manifests_marked_bad >= 1
+    assert restarted.tier.stats.promotions_failed == 1
+    # Handed to the writer like any refused file: the recompute writes it anew.
+    restarted.store_request("c", hashes, PROMPT_BLOCKS, 11)
+    assert restarted.workers[0]._kv_store.stats.keys_distrusted == 1
+    restarted.shutdown()
+
+
+def test_the_same_forgery_in_a_keyless_store_is_loaded(ns, store):
+    """Why the key exists: without it the CRC-preserving forgery restores."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    forge_same_crc(rig, hashes, keyed=False)
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == RESTORED and restarted.restorers[0].stats.failures == {}
+    restarted.shutdown()
+
+
+def test_another_key_is_another_namespace_never_a_load(
     ns, store, monkeypatch, tmp_path
 ):
-    # FORMAT.md 3.6: a keyed store's chunks carry a MAC this reader does not
-    # check yet, so it must not read them as if they were plain.
-    key = tmp_path / "key"
-    key.write_bytes(bytes(32))
-    key.chmod(0o600)
-    monkeypatch.setenv("GLM53_KV_OFFLOAD_KEY_FILE", str(key))
-    with pytest.raises(ValueError, match="restore does not verify MACs yet"):
-        Rig(ns, store)
+    _key_file(monkeypatch, tmp_path, "one.key")
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    _key_file(monkeypatch, tmp_path, "two.key")
+    restarted = Rig(ns, store)
+    hits, _ = restore_b(restarted, hashes)
+    assert hits == 0
+    restorer = restarted.restorers[0]
+    # The first key's manifests are not this namespace's: none is even read.
+    assert (
+        restorer.stats.manifests_loaded == 0 and restorer.stats.manifests_rejected == 0
+    )
+    assert restarted.tier.stats.promotions_failed == 0 and restorer.stats.failures == {}
+    assert base_dir(restarted) != base_dir(rig)
+    restarted.shutdown()
 
 
 @pytest.mark.parametrize("value", ["yes", "2", ""])

@@ -343,10 +343,10 @@ def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path, monkeypatc
     bad = store.writer.layout.chunk(sls.block_hash(1).hex(), 4)
     real = ksl.durable_io.write_chunk_file
 
-    def failing(path, header, payload):
+    def failing(path, header, payload, *trailer):
         if path == bad:
             raise OSError(errno.EIO, "injected I/O error")
-        return real(path, header, payload)
+        return real(path, header, payload, *trailer)
 
     monkeypatch.setattr(ksl.durable_io, "write_chunk_file", failing)
     write_boundary(store, maker, 1)
@@ -670,7 +670,7 @@ def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch)
     seen = []
     real = ksl.durable_io.write_chunk_file
 
-    def probe(path, header, payload):
+    def probe(path, header, payload, *trailer):
         fd = os.open(lock_path, os.O_RDWR)
         try:
             try:
@@ -682,7 +682,7 @@ def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch)
             seen.append("shared granted")
         finally:
             os.close(fd)
-        return real(path, header, payload)
+        return real(path, header, payload, *trailer)
 
     monkeypatch.setattr(ksl.durable_io, "write_chunk_file", probe)
     sls.run_job(store, maker.full_chunks(0, 1))

@@ -52,6 +52,7 @@ from .chunk import (
     read_header_bytes,
     verify_chunk,
     verify_chunk_file,
+    verify_sealed_chunk,
 )
 from .constants import (
     CHECKSUM_CRC32,
@@ -98,13 +99,17 @@ from .header import (
 )
 from .layout import StoreLayout
 from .mac import (
+    MAC_SIZE,
     KeyFileError,
     fence_key,
+    is_sealed,
     key_id,
     load_key,
     open_chunk,
     open_manifest,
+    plain_header_bytes,
     seal_chunk,
+    seal_header,
     seal_manifest,
 )
 from .names import (
@@ -152,6 +157,11 @@ from .segment import (
 from .store_file import open_regular, read_regular
 
 __all__ = [
+    "seal_header",
+    "plain_header_bytes",
+    "is_sealed",
+    "MAC_SIZE",
+    "verify_sealed_chunk",
     "KeyFileError",
     "fence_key",
     "key_id",

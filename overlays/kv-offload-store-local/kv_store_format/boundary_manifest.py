@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical_json import canonical_json
+from .canonical_json import canonical_json, parse_json
 from .checksum import crc32
 from .constants import (
     CHECKSUM_CRC32,
@@ -24,6 +24,7 @@ from .constants import (
 )
 from .format_error import FormatError, Reason
 from .json_fields import int_field, list_field, parse_versioned
+from .mac import open_manifest, seal_manifest
 from .names import is_key_hex, manifest_file_name
 
 MANIFEST_KIND = "boundary_manifest"
@@ -97,16 +98,30 @@ def _manifest_body(m: BoundaryManifest) -> dict[str, Any]:
     }
 
 
-def encode_manifest(m: BoundaryManifest) -> bytes:
+def encode_manifest(m: BoundaryManifest, key: bytes | None = None) -> bytes:
+    """The canonical bytes; with a keyed store's ``key`` sealed (``mac``
+    over the rest, checksum included: FORMAT.md 3.6)."""
     if m.format not in READABLE_VERSIONS:
         raise FormatError(Reason.UNSUPPORTED_VERSION, f"format version {m.format}")
     body = _manifest_body(m)
     _check_manifest_body(body)
     body["checksum"] = f"{crc32(canonical_json(body)):08x}"
+    if key is not None:
+        body = seal_manifest(key, body)
     return canonical_json(body)
 
 
-def decode_manifest(data: bytes | bytearray | memoryview) -> BoundaryManifest:
+def decode_manifest(
+    data: bytes | bytearray | memoryview, key: bytes | None = None
+) -> BoundaryManifest:
+    """The manifest, every check of FORMAT.md 5 made; with ``key`` its MAC
+    is checked first, on the strictly parsed object (mac_missing,
+    mac_mismatch), and the rest judged as a plain manifest's."""
+    if key is not None:
+        value = parse_json(data, MAX_MANIFEST_BYTES)
+        if not isinstance(value, dict):
+            raise FormatError(Reason.BAD_FIELD, "manifest is not an object")
+        data = canonical_json(open_manifest(key, value))
     value, version = parse_versioned(
         data, MAX_MANIFEST_BYTES, "manifest", READABLE_VERSIONS
     )

@@ -9,6 +9,7 @@ from .checksum import crc32
 from .constants import MAX_HEADER_LENGTH
 from .format_error import FormatError, Reason
 from .header import ChunkHeader, declared_header_length, decode_header, encode_header
+from .mac import MAC_SIZE, open_chunk, plain_header_bytes
 from .store_file import open_regular
 
 
@@ -67,17 +68,40 @@ def read_header_bytes(fd: int, size: int) -> bytes:
     return head
 
 
-def read_chunk_header(path: str) -> ChunkHeader:
-    """Parse the header of a chunk file and check its size (not the payload)."""
+def read_chunk_header(path: str, key: bytes | None = None) -> ChunkHeader:
+    """Parse the header of a chunk file and check its size (not the payload).
+
+    With a keyed store's ``key``: the file must carry the MAC flag and room
+    for its MAC, and its header is parsed as the plain file it seals. The
+    MAC itself is not checked (that needs the payload): a reader of the
+    payload does that (``verify_sealed_chunk``, the restore's native read)."""
     with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        header = decode_header(read_header_bytes(f.fileno(), size))
+        head = read_header_bytes(f.fileno(), size)
+    if key is not None:
+        head = plain_header_bytes(head, size)
+        size -= MAC_SIZE
+    header = decode_header(head)
     check_file_size(header, size)
     return header
 
 
-def verify_chunk_file(path: str, block_size: int = 8 << 20) -> ChunkHeader:
-    """Header, size and payload checksum of a chunk file, read in blocks."""
+def verify_sealed_chunk(
+    key: bytes, data: bytes | bytearray | memoryview
+) -> ChunkHeader:
+    """Full check of a keyed chunk file held in memory: the MAC first, then
+    every check of ``verify_chunk`` on the plain chunk it seals."""
+    return verify_chunk(open_chunk(key, data))
+
+
+def verify_chunk_file(
+    path: str, block_size: int = 8 << 20, key: bytes | None = None
+) -> ChunkHeader:
+    """Header, size and payload checksum of a chunk file, read in blocks
+    (a keyed one whole, its MAC checked first)."""
+    if key is not None:
+        with os.fdopen(open_regular(path), "rb") as f:
+            return verify_sealed_chunk(key, f.read())
     with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(min(size, MAX_HEADER_LENGTH))

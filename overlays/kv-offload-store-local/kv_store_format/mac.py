@@ -20,6 +20,7 @@ from typing import Any
 
 from .checksum import crc32
 from .format_error import FormatError, Reason
+from .header import decode_header
 
 FLAG_MAC = 0x0001
 MAC_SIZE = 32
@@ -136,6 +137,36 @@ def open_chunk(key: bytes, data: bytes | bytearray | memoryview) -> bytearray:
     out = bytearray(body)  # the one copy: the flag is cleared in it
     _set_flags(out, 0)
     return out
+
+
+def plain_header_bytes(head: bytes | bytearray, file_size: int) -> bytearray:
+    """A keyed file's first bytes as the plain header they seal (flag
+    cleared, header checksum redone), the MAC unchecked: what a reader that
+    does not read the payload (the writer's dedup) can know. ``mac_missing``
+    without the flag, ``truncated`` when there is no room for a MAC."""
+    if not is_sealed(head):
+        raise FormatError(Reason.MAC_MISSING, "chunk has no MAC; the store is keyed")
+    if file_size < _MIN_CHUNK + MAC_SIZE:
+        raise FormatError(Reason.TRUNCATED, f"{file_size} bytes, too short for a MAC")
+    out = bytearray(head[: file_size - MAC_SIZE])
+    # The header's own checksum (over the flag as set) is what catches rot
+    # without the key: one that fails it gets the plain reader's verdict.
+    (header_length,) = struct.unpack_from("<I", out, _HEADER_LENGTH_AT)
+    if _MIN_CHUNK <= header_length <= len(out):
+        (stored,) = struct.unpack_from("<I", out, header_length - 4)
+        if crc32(out[: header_length - 4]) != stored:
+            decode_header(out)  # raises: steps 1-7 on the bytes as they are
+    _set_flags(out, 0)
+    return out
+
+
+def seal_header(key: bytes, header: bytes | bytearray) -> tuple[bytes, Any]:
+    """A plain encoded header as a sealed file's, and the running HMAC over
+    it: the writer feeds it the payload (``update``) and appends ``digest()``."""
+    out = bytearray(header)
+    _set_flags(out, FLAG_MAC)
+    running = hmac.new(key, out, "sha256")
+    return bytes(out), running
 
 
 def _manifest_body(manifest: Mapping[str, Any]) -> bytes:

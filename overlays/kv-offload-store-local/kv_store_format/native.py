@@ -33,7 +33,7 @@ from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
 LIBRARY_NAME = "libkvtier_store.so"
-ABI_VERSION = 1  # KVTIER_STORE_ABI_VERSION
+ABI_VERSION = 2  # KVTIER_STORE_ABI_VERSION (2: keyed stores, mac_key)
 LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
 
 # Status classes (KVTIER_OK, KVTIER_E_*): the reason string is the finer name.
@@ -103,6 +103,8 @@ class _ReadItem(ctypes.Structure):
         ("num_runs", ctypes.c_uint32),
         ("segments", ctypes.POINTER(_Segment)),
         ("runs", ctypes.POINTER(_Run)),
+        ("mac_key", ctypes.c_char_p),
+        ("mac_key_length", ctypes.c_uint32),
         ("status", ctypes.c_int32),
         ("sys_errno", ctypes.c_int32),
         ("bytes_read", ctypes.c_uint64),
@@ -124,6 +126,8 @@ class _WriteItem(ctypes.Structure):
         ("num_runs", ctypes.c_uint32),
         ("segments", ctypes.POINTER(_Segment)),
         ("runs", ctypes.POINTER(_Run)),
+        ("mac_key", ctypes.c_char_p),
+        ("mac_key_length", ctypes.c_uint32),
         ("status", ctypes.c_int32),
         ("sys_errno", ctypes.c_int32),
         ("payload_checksum", ctypes.c_uint32),
@@ -300,10 +304,13 @@ class Library:
         threads: int,
         stop_on_failure: bool = False,
         willneed: bool = False,
+        key: bytes | None = None,
     ) -> list[Result]:
         """Read and verify every request (one call, ``threads`` threads);
         one Result per request, in order. A failed item's memory is garbage.
-        ``willneed``: fadvise each payload before reading it (a disk hint)."""
+        ``willneed``: fadvise each payload before reading it (a disk hint).
+        ``key``: a keyed store's secret; every file's MAC is checked
+        (mac_missing, mac_mismatch) before the item is OK."""
         items = (_ReadItem * max(1, len(requests)))()
         keep: list[object] = []  # the arrays the items point into
         for item, r in zip(items, requests, strict=False):
@@ -323,6 +330,8 @@ class Library:
             item.num_runs = len(r.runs)
             item.segments = segments
             item.runs = runs
+            item.mac_key = key
+            item.mac_key_length = len(key or b"")
         flags = (READ_STOP_ON_FAILURE if stop_on_failure else 0) | (
             READ_WILLNEED if willneed else 0
         )
@@ -341,11 +350,16 @@ class Library:
         ]
 
     def write_chunks(
-        self, requests: Sequence[WriteRequest], threads: int, group_read: bool = False
+        self,
+        requests: Sequence[WriteRequest],
+        threads: int,
+        group_read: bool = False,
+        key: bytes | None = None,
     ) -> list[Result]:
         """Write every request durably (temp, fdatasync, rename, folder
         fsync); one Result per request, in order. Files are 0600, or 0640
-        with group_read (store_perms.Modes.group_read)."""
+        with group_read (store_perms.Modes.group_read). ``key``: sealed
+        for a keyed store (FORMAT.md 3.6; ``bytes`` counts the MAC)."""
         items = (_WriteItem * max(1, len(requests)))()
         keep: list[object] = []
         for item, r in zip(items, requests, strict=False):
@@ -363,6 +377,8 @@ class Library:
             item.num_runs = len(r.runs)
             item.segments = segments
             item.runs = runs
+            item.mac_key = key
+            item.mac_key_length = len(key or b"")
         flags = WRITE_GROUP_READ if group_read else 0
         n = self._lib.kvtier_write_chunks(items, len(requests), threads, flags)
         if n < 0:
@@ -379,6 +395,14 @@ class Library:
             )
             for item in items[: len(requests)]
         ]
+
+    def supports_mac(self) -> bool:
+        """Whether this build seals and checks MACs (it links libcrypto):
+        a keyed item is refused as bad_argument before any file is opened
+        when it does not."""
+        probe = ReadRequest(0, bytes(32), b"", 0, 0, 0, (), (), path="/")
+        (result,) = self.read_chunks([probe], 1, key=b"\0" * 32)
+        return "OpenSSL" not in result.message
 
     def test_fault(self, op: int, err: int = 0, skip: int = 0, count: int = 0) -> None:
         """Tests only: the next ``count`` ops of kind ``op`` after ``skip``

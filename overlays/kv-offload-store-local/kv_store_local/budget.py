@@ -62,10 +62,13 @@ def _entries(directory: str) -> Iterator[tuple[str, int, bool]]:
         return
 
 
-def scan(layout: fmt.StoreLayout, cache: Parsed | None = None) -> StoreView:
+def scan(
+    layout: fmt.StoreLayout, cache: Parsed | None = None, key: bytes | None = None
+) -> StoreView:
     """The rank base as the budget sees it (the C++ planner counts the same).
     ``cache`` keeps the manifests parsed by an earlier scan: a scan at budget
-    then decodes only the new ones."""
+    then decodes only the new ones. ``key``: a keyed store's (its manifests
+    are sealed; one that does not open is not the writer's)."""
     cache = {} if cache is None else cache
     used = 0
     sizes: dict[str, int] = {}
@@ -91,7 +94,7 @@ def scan(layout: fmt.StoreLayout, cache: Parsed | None = None) -> StoreView:
             known = cache.get(name)
             if known is None or known[0] != ident:
                 manifest = fmt.decode_manifest(
-                    fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
+                    fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES), key
                 )
                 named = {
                     layout.chunk(e.key, g.group): (bytes.fromhex(e.key), g.group)
@@ -147,7 +150,10 @@ def low_water(limit: int) -> int:
 
 
 class DiskBudget:
-    def __init__(self, layout: fmt.StoreLayout, limit: int, stats):
+    def __init__(
+        self, layout: fmt.StoreLayout, limit: int, stats, key: bytes | None = None
+    ):
+        self.key = key
         self.layout = layout
         self.limit = limit
         self.low = low_water(limit)
@@ -202,7 +208,7 @@ class DiskBudget:
         chunk an unreadable manifest names are never retired."""
         if self._used is not None and self._used + incoming <= self.limit:
             return True, []
-        view = scan(self.layout, self._parsed)
+        view = scan(self.layout, self._parsed, self.key)
         self._used = view.used
         if view.used + incoming <= self.limit:
             return True, []

@@ -70,8 +70,11 @@ def write_file_durably(
         fsync_dir(os.path.dirname(path))
 
 
-def write_chunk_file(path: str, header: bytes, payload: memoryview) -> tuple[int, str]:
+def write_chunk_file(
+    path: str, header: bytes, payload: memoryview, trailer: bytes = b""
+) -> tuple[int, str]:
     """Write a chunk's temp file and start its writeback; return (fd, temp).
+    ``trailer``: a keyed store's MAC, after the payload.
 
     The caller fsyncs, closes and renames it (``sync_and_rename``). On error
     the temp file is removed and the error raised: no partial file is left.
@@ -81,6 +84,8 @@ def write_chunk_file(path: str, header: bytes, payload: memoryview) -> tuple[int
     try:
         write_all(fd, header)
         write_all(fd, payload)
+        if trailer:
+            write_all(fd, trailer)
         _start_writeback(fd)
     except BaseException:
         os.close(fd)

@@ -23,11 +23,17 @@ Ident = tuple[bytes, int]  # (chunk key hash, group)
 
 
 def verified_header(
-    layout: fmt.StoreLayout, namespace: bytes, hash_: bytes, group: int
+    layout: fmt.StoreLayout,
+    namespace: bytes,
+    hash_: bytes,
+    group: int,
+    key: bytes | None = None,
 ) -> fmt.ChunkHeader | None:
-    """The chunk's header if the file is there and names this key, else None."""
+    """The chunk's header if the file is there and names this key, else None.
+    In a keyed store the file must be sealed (its MAC is the reader's to
+    check: a forgery dedup'd onto here is refused at restore and rewritten)."""
     try:
-        header = fmt.read_chunk_header(layout.chunk(hash_.hex(), group))
+        header = fmt.read_chunk_header(layout.chunk(hash_.hex(), group), key)
     except (OSError, fmt.FormatError):
         return None
     if (
@@ -56,8 +62,10 @@ class ManifestBook:
         *,
         dirty_dirs: set[str],
         on_enospc: Callable[[], None],
+        key: bytes | None = None,
     ):
         self.layout = layout
+        self.key = key  # a keyed store's: manifests sealed and opened with it
         self.namespace = namespace
         self.rank = rank
         self.keep = keep_boundaries
@@ -88,14 +96,15 @@ class ManifestBook:
                     fmt.read_regular(
                         os.path.join(self.layout.manifest_dir, name),
                         fmt.MAX_MANIFEST_BYTES,
-                    )
+                    ),
+                    self.key,
                 )
             except (OSError, fmt.FormatError):
                 continue  # temps and damaged files are kvstore gc's business
             self.published[name] = manifest.chain
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
-        return verified_header(self.layout, self.namespace, *ident)
+        return verified_header(self.layout, self.namespace, *ident, self.key)
 
     # -- tracking ------------------------------------------------------------
 
@@ -244,7 +253,7 @@ class ManifestBook:
         try:
             durable_io.write_file_durably(
                 os.path.join(self.layout.manifest_dir, name),
-                [fmt.encode_manifest(manifest)],
+                [fmt.encode_manifest(manifest, self.key)],
             )
         except (OSError, fmt.FormatError) as e:
             self.stats.manifests_dropped += 1
@@ -300,7 +309,8 @@ class ManifestBook:
                     fmt.read_regular(
                         os.path.join(self.layout.manifest_dir, n),
                         fmt.MAX_MANIFEST_BYTES,
-                    )
+                    ),
+                    self.key,
                 )
             except (OSError, fmt.FormatError):
                 old_manifests[n] = None

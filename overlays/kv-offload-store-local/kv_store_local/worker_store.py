@@ -187,17 +187,19 @@ class WorkerStore:
             store_perms.check_store(self.knobs.root)
         except store_perms.UnsafeStore as e:
             raise WriterDisabled(str(e)) from e
+        key = None
         if self.knobs.key_file:
             try:
-                fmt.load_key(self.knobs.key_file)
+                key = fmt.load_key(self.knobs.key_file)
             except fmt.KeyFileError as e:
                 raise WriterDisabled(str(e)) from e
-            # The codec can seal (kv_store_format.mac), the native write path
-            # cannot yet: refuse rather than write a store the operator
-            # believes authenticated.
-            raise WriterDisabled(
-                f"{knobs.KEY_FILE} is refused: this writer does not write MACs yet"
-            )
+            supports_mac = getattr(self._store_lib, "supports_mac", None)
+            if supports_mac is not None and not supports_mac():
+                # Never write a store the operator believes authenticated.
+                raise WriterDisabled(
+                    f"{knobs.KEY_FILE} is refused: {self._store_lib.path} was "
+                    "built without OpenSSL and cannot seal chunks"
+                )
         rank, provenance = resolve_rank(s.config_rank, s.tp_size, self._tp)
         fenced = fmt.make_fenced(
             model=s.model,
@@ -220,6 +222,9 @@ class WorkerStore:
             # must never be restored: they fork the namespace too.
             model_identity=s.model_identity or None,
         )
+        # A keyed store fences the key's id (never the key): another key is
+        # another namespace hash, other folders, never a load (FORMAT.md 3.6).
+        fenced = fmt.fence_key(fenced, key)
         info = {
             "keep_boundaries": self.knobs.keep_boundaries,
             "rank_source": provenance,
@@ -244,6 +249,7 @@ class WorkerStore:
                 on_job_done=self._recapture_idle,
                 store_lib=self._store_lib,
                 disk_bytes=self.knobs.disk_bytes,
+                key=key,
             )
         except OSError as e:
             raise WriterDisabled(

@@ -57,8 +57,12 @@ class StoreWriter(JobQueue):
         store_lib: Any = None,
         write_threads: int = 4,
         disk_bytes: int | None = None,
+        key: bytes | None = None,
     ):
         self.layout = layout
+        # A keyed store's secret (FORMAT.md 3.6): every chunk and manifest is
+        # sealed with it, every header taken from disk must carry its flag.
+        self.key = key
         self.namespace = namespace
         self.rank = rank
         self.pool = pool
@@ -90,6 +94,7 @@ class StoreWriter(JobQueue):
             self.stats,
             dirty_dirs=self._dirty_dirs,
             on_enospc=self._pause,
+            key=key,
         )
         self._made_dirs: set[str] = set()
         self.paused_until: float | None = None
@@ -110,7 +115,9 @@ class StoreWriter(JobQueue):
         self._prepare()
         # GLM53_KV_OFFLOAD_DISK_GB: None leaves the store unbounded.
         self.budget = (
-            None if disk_bytes is None else DiskBudget(layout, disk_bytes, self.stats)
+            None
+            if disk_bytes is None
+            else DiskBudget(layout, disk_bytes, self.stats, key)
         )
 
     def distrust(self, ident: Ident) -> None:
@@ -350,7 +357,9 @@ class StoreWriter(JobQueue):
             return ready
         start = time.perf_counter()
         try:
-            results = self.store_lib.write_chunks(requests, self.write_threads)
+            results = self.store_lib.write_chunks(
+                requests, self.write_threads, key=self.key
+            )
         finally:
             for item in writing:
                 self._staged.discard((item.hash, item.group))
@@ -409,9 +418,12 @@ class StoreWriter(JobQueue):
                 payload_length=len(payload),
                 payload_checksum=item.checksum.result(),
             )
-            fd, tmp = durable_io.write_chunk_file(
-                path, fmt.encode_header(header), payload
-            )
+            head, trailer = fmt.encode_header(header), b""
+            if self.key is not None:
+                head, running = fmt.seal_header(self.key, head)
+                running.update(payload)
+                trailer = running.digest()
+            fd, tmp = durable_io.write_chunk_file(path, head, payload, trailer)
         except OSError as e:
             self._failed_write(ident, path, e, item.origin)
             return None

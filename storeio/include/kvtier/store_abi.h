@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_STORE_ABI_VERSION 1u
+#define KVTIER_STORE_ABI_VERSION 2u /* 2: mac_key in both items (keyed stores) */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -105,6 +105,9 @@ typedef struct kvtier_read_item {
   const kvtier_segment* segments; /* the table this boot's layout expects */
   const kvtier_run* runs; /* where the payload goes, in payload order; the
                              lengths add up to payload_length */
+  const uint8_t* mac_key; /* a keyed store's secret (FORMAT.md 3.6), or NULL:
+                             the file must then be plain */
+  uint32_t mac_key_length;
   /* out */
   int32_t status;    /* KVTIER_OK or KVTIER_E_* */
   int32_t sys_errno; /* errno of an I/O failure, else 0 */
@@ -128,7 +131,12 @@ typedef struct kvtier_read_item {
  * header parse and checks, then namespace, group, key, boundary, payload
  * length and checksum, segment table, file size; then preadv of the payload
  * straight into the runs and its CRC-32 (ISA-L), computed over the bytes as
- * read. Returns the number of items not KVTIER_OK, or -1 when the arguments
+ * read. With mac_key: the file must carry the MAC flag (else mac_missing) and
+ * its HMAC-SHA256, computed over the header and the payload as they lie in
+ * the runs, must match (else mac_mismatch, judged before any other verdict
+ * of the file, as FORMAT.md 3.6 orders); an item is OK only after that.
+ * A library built without OpenSSL fails keyed items with bad_argument.
+ * Returns the number of items not KVTIER_OK, or -1 when the arguments
  * themselves are unusable (items NULL with count > 0: nothing was done). */
 KVTIER_STORE_API int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count,
                                             uint32_t threads, uint32_t flags);
@@ -153,16 +161,22 @@ typedef struct kvtier_write_item {
   uint32_t num_runs;
   const kvtier_segment* segments;
   const kvtier_run* runs; /* the payload, in payload order */
+  const uint8_t* mac_key; /* a keyed store's secret: the file is sealed
+                             (FORMAT.md 3.6: flag bit 0, HMAC-SHA256 after the
+                             payload); NULL: a plain file */
+  uint32_t mac_key_length;
   /* out */
   int32_t status;    /* KVTIER_OK, KVTIER_E_NO_SPACE, KVTIER_E_IO, KVTIER_E_ARGUMENT */
   int32_t sys_errno;
   uint32_t payload_checksum; /* the CRC-32 written into the header */
   uint32_t header_length;
-  uint64_t file_size; /* header_length + payload_length */
+  uint64_t file_size; /* header_length + payload_length (+ 32 when sealed) */
   char reason[KVTIER_REASON_BYTES];
   char message[KVTIER_MESSAGE_BYTES];
 } kvtier_write_item;
 
+/* With mac_key the header carries flag bit 0 and the file ends with the
+ * HMAC-SHA256 of header and payload (FORMAT.md 3.6). */
 /* Chunk files group-readable (0640) instead of private to the writing user
  * (0600); the group is the folder's (the writer makes folders setgid). */
 #define KVTIER_WRITE_GROUP_READ 1u

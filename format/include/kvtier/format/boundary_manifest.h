@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,5 +59,16 @@ Result<BoundaryManifest> parse_manifest(std::string_view bytes);
 // The general path alone: a JSON parser, then the checks in reader order.
 // Tests hold parse_manifest to the same verdicts.
 Result<BoundaryManifest> parse_manifest_json(std::string_view bytes);
+
+// A keyed store's manifest (FORMAT.md 3.6): its "mac" (64 hex, unchecked)
+// and the canonical JSON of the rest, which is what the MAC covers and what
+// parse_manifest then judges. nullopt for a manifest without "mac" (the
+// bytes are parsed as they are); bad_json / bad_field when "mac" is there
+// but the file is not a JSON object or the field not 64 lowercase hex.
+struct SealedManifest {
+  std::string body;
+  std::string mac;
+};
+Result<std::optional<SealedManifest>> split_manifest_mac(std::string_view bytes);
 
 }  // namespace kvformat

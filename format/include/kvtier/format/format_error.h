@@ -31,6 +31,8 @@ enum class Reason {
   ManifestChecksumMismatch,
   ManifestInconsistent,
   BadName,
+  MacMissing,   // keyed store (FORMAT.md 3.6): a file without its MAC
+  MacMismatch,  // keyed store: the MAC differs (forged, another key, or rot)
   IoError,  // C++ only: reading the file failed (Python raises OSError)
 };
 

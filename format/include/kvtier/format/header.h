@@ -118,6 +118,23 @@ Result<void> check_payload_checksum(const ChunkHeader& header, std::uint32_t com
 // All checks on a whole chunk file held in memory.
 Result<ChunkHeader> verify_chunk(std::span<const std::uint8_t> file);
 
+// Keyed stores (FORMAT.md 3.6): flags bit 0 says a 32-byte MAC follows the
+// payload (checked in kvformat_mac, mac.h; the key is not needed to parse).
+inline constexpr std::uint16_t kFlagMac = 0x0001;
+inline constexpr std::size_t kMacSize = 32;
+// Whether a file's first bytes carry the MAC flag (no other check).
+bool is_sealed(std::span<const std::uint8_t> prefix);
+// The header's flags field set to `flags` and its header checksum redone in
+// place: how a sealed header is made from a plain one and read back as the
+// plain header it seals. False if `header` is shorter than its header_length.
+bool set_chunk_flags(std::span<std::uint8_t> header, std::uint16_t flags);
+// A sealed file's prefix (flag set) as the plain header it seals, parsed,
+// and checked against the file's size less its MAC: what a reader without
+// the key (gc, stat) knows of it. `truncated` if there is no room for a MAC,
+// bad_header_length if the bytes cannot hold their header.
+Result<ChunkHeader> parse_sealed_header(std::span<const std::uint8_t> prefix,
+                                        std::uint64_t file_size);
+
 // Segments laid out back to back from offset 0, lengths from shape and dtype.
 struct SegmentSpec {
   std::uint32_t layer;

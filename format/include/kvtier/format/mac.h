@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/format/header.h"  // kFlagMac, kMacSize, set_chunk_flags
+
 namespace kvformat {
 
-inline constexpr std::uint16_t kFlagMac = 0x0001;
-inline constexpr std::size_t kMacSize = 32;
 
 using Mac = std::array<std::uint8_t, kMacSize>;
 
@@ -26,6 +26,24 @@ std::string mac_key_id(std::span<const std::uint8_t> key);
 // MAC appended. Empty if the bytes are too short for a header.
 std::vector<std::uint8_t> seal_chunk(std::span<const std::uint8_t> key,
                                      std::span<const std::uint8_t> chunk);
+
+// HMAC-SHA256 over bytes given in pieces (a reader MACs the header and the
+// payload as they lie in memory; a writer the header after the payload).
+class MacStream {
+ public:
+  explicit MacStream(std::span<const std::uint8_t> key);
+  ~MacStream();
+  MacStream(const MacStream&) = delete;
+  MacStream& operator=(const MacStream&) = delete;
+  void update(std::span<const std::uint8_t> data);
+  Mac finish();  // once
+
+ private:
+  void* ctx_;  // EVP_MAC_CTX, kept out of this header
+};
+
+// Constant time: how much of a forged MAC matched must not show.
+bool mac_equal(const std::uint8_t* a, const std::uint8_t* b);
 
 enum class MacVerdict { Ok, Missing, Mismatch, Truncated };
 

@@ -55,6 +55,7 @@ struct ChunkRec {
   bool payload_ok = false;   // payload checksum verified (verify only)
   bool damaged = false;      // any damage finding on this file
   bool state_group = false;  // header says this group carries state payloads
+  bool sealed = false;       // a keyed store's file: flag bit 0, 32-byte MAC after the payload
   uint64_t payload_len = 0;
   uint32_t checksum = 0;
   uint64_t boundary = 0;

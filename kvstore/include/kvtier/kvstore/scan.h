@@ -27,6 +27,9 @@ struct ScanOptions {
   int64_t now_ns = 0;
   int64_t grace_ns = 600LL * 1000000000;
   Progress* progress = nullptr;
+  // verify --key: a keyed store's secret; every chunk's and manifest's MAC
+  // is checked (FORMAT.md 3.6). Empty: sealed files are parsed, MACs unchecked.
+  std::vector<std::uint8_t> mac_key;
 };
 
 // A chunk FileStat's mtime_ns when ScanOptions::stat_chunks spared its fstat.

@@ -18,4 +18,9 @@ struct ScanOptions;
 void verify_payloads(int rank_fd, size_t rank_prefix, RankInventory& inv, const ScanOptions& opt,
                      uint64_t* bytes_read);
 
+// verify --key (FORMAT.md 3.6): every chunk of a keyed store must be sealed
+// and its MAC hold (a `corrupt` finding with mac_missing / mac_mismatch).
+// Reads each file once more, after the payload pass.
+void verify_macs(int rank_fd, size_t rank_prefix, RankInventory& inv, const ScanOptions& opt);
+
 }  // namespace kvstore

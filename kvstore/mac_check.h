@@ -1,0 +1,33 @@
+// verify --key (docs/FORMAT.md 3.6): a keyed store's MACs, checked with the
+// operator's key. Compiled against libcrypto when CMake finds OpenSSL; else
+// available() is false and kvstore refuses --key.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvstore::mac_check {
+
+bool available();
+
+// The key file's checks (as the overlays' kv_store_format.mac.load_key, as
+// ssh's of a private key): a regular file, not a symlink, owned by this user,
+// no group or other permission bit, 32..4096 bytes. "" and `key` filled, or
+// the problem naming the file (never the key's bytes).
+std::string load_key(const std::string& path, std::vector<std::uint8_t>& key);
+
+// What the namespace record fences for this key (never the key).
+std::string key_id(std::span<const std::uint8_t> key);
+
+// The manifest's "mac" (hex) over `body` (split_manifest_mac), in constant time.
+bool manifest_ok(std::span<const std::uint8_t> key, std::string_view body, std::string_view mac_hex);
+
+// A sealed chunk file's MAC: its bytes [0, size - 32) read and MAC'd, then
+// compared with its last 32. "" when it holds, else the verdict text
+// ("mac_mismatch: ..."); `io` tells a read failure from a bad MAC.
+std::string chunk_problem(int fd, std::uint64_t size, std::span<const std::uint8_t> key, bool* io);
+
+}  // namespace kvstore::mac_check

@@ -1,0 +1,133 @@
+"""Keyed stores at the writer (issue 38, FORMAT.md 3.6): with
+GLM53_KV_OFFLOAD_KEY_FILE set, the Python and the native write paths seal
+every chunk and manifest, the key's id is fenced in the namespace (another
+key: another folder, never a load), and a key file others may read is
+refused at boot before anything is created."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import store_local_support as sls
+from kv_store_format import native
+from overlay_modules import fmt
+
+
+def _key(tmp_path: Path, mode: int = 0o600, name: str = "kvtier.key") -> Path:
+    path = tmp_path / name
+    path.write_bytes(os.urandom(32))
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture(params=["python", "native"])
+def store_lib(request):
+    if request.param == "python":
+        yield None
+        return
+    path = native.library_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    yield native.load(path)
+
+
+def _write(root: Path, key: Path | None, store_lib) -> tuple:
+    knobs = sls.knobs(root, key_file=str(key) if key else "")
+    store, staging = sls.make_store(root, knobs=knobs, store_lib=store_lib)
+    assert store.active, store.disabled_reason
+    maker = sls.JobMaker(staging)
+    jobs = [maker.full_chunks(0, 2)]
+    jobs += [maker.state(1, g) for g in sls.STATE_GROUPS]
+    for job in jobs:
+        sls.run_job(store, job)
+    store.shutdown()
+    return store, jobs
+
+
+def test_a_key_file_others_may_read_is_refused_at_boot(tmp_path):
+    key = _key(tmp_path, 0o644)
+    root = tmp_path / "kv"
+    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(key)))
+    assert not store.active
+    assert store.disabled_reason == (
+        f"key file {key} has mode 0644: group/other may access it (chmod 600)"
+    )
+    assert not root.exists()  # refused before anything was made
+
+
+def test_keyed_writer_seals_every_chunk_and_manifest(tmp_path, store_lib):
+    key_file = _key(tmp_path)
+    key = key_file.read_bytes()
+    root = tmp_path / "kv"
+    store, jobs = _write(root, key_file, store_lib)
+    assert store.stats.keys_written == 6
+    (base,) = sls.rank_bases(root)
+    layout = fmt.StoreLayout(str(root), base.name)
+    for job in jobs:
+        for (hash_, group), payload in job.expected.items():
+            data = Path(layout.chunk(hash_.hex(), group)).read_bytes()
+            # Sealed: a keyless reader refuses it, the key opens it.
+            with pytest.raises(fmt.FormatError) as err:
+                fmt.verify_chunk(data)
+            assert err.value.reason is fmt.Reason.RESERVED_NONZERO
+            header = fmt.verify_sealed_chunk(key, data)
+            assert data[header.header_length : -fmt.MAC_SIZE] == payload
+    (manifest,) = sls.manifests(base, key).values()
+    assert manifest.boundary == 32
+    with pytest.raises(fmt.FormatError):
+        sls.manifests(base)  # no keyless reader takes it
+    assert sls.verify_store(root, key) == []
+    record = fmt.decode_namespace_record(Path(layout.namespace_record).read_bytes())
+    assert record.fenced["mac_key_id"] == fmt.key_id(key)
+    for path in [
+        *sls.chunk_files(root),
+        *base.rglob("*.json"),
+        Path(layout.namespace_record),
+    ]:
+        assert key.hex() not in path.read_bytes().decode("latin-1")
+        assert key not in path.read_bytes()[:-32]  # never the key itself
+
+
+def test_keyed_writer_dedups_onto_its_own_sealed_chunks(tmp_path, store_lib):
+    key_file = _key(tmp_path)
+    root = tmp_path / "kv"
+    _write(root, key_file, store_lib)
+    again, _ = _write(root, key_file, store_lib)  # a restart, the same key
+    assert again.stats.keys_written == 0 and again.stats.keys_deduplicated == 6
+    assert sls.verify_store(root, key_file.read_bytes()) == []
+
+
+def test_another_key_is_another_namespace_never_a_load(tmp_path, store_lib):
+    root = tmp_path / "kv"
+    first = _key(tmp_path, name="one.key")
+    second = _key(tmp_path, name="two.key")
+    _write(root, first, store_lib)
+    other, _ = _write(root, second, store_lib)
+    plain, _ = _write(root, None, store_lib)
+    bases = sls.rank_bases(root)
+    assert len(bases) == 3  # three namespaces side by side
+    # Nothing of the first key's store was taken: every key written anew.
+    assert other.stats.keys_deduplicated == 0 and other.stats.keys_written == 6
+    assert plain.stats.keys_deduplicated == 0 and plain.stats.keys_written == 6
+    assert other.writer.layout.base != plain.writer.layout.base
+
+
+def test_a_plain_chunk_planted_in_a_keyed_store_is_not_dedup_d(tmp_path, store_lib):
+    """Someone who can write the folder plants a plain chunk (valid CRC and
+    namespace hash) before the writer writes that key: the keyed writer never
+    takes it for its own, it writes the key anew."""
+    key_file = _key(tmp_path)
+    root = tmp_path / "kv"
+    store, jobs = _write(root, key_file, store_lib)
+    layout = store.writer.layout
+    (hash_, group), payload = next(iter(jobs[0].expected.items()))
+    path = layout.chunk(hash_.hex(), group)
+    sealed = Path(path).read_bytes()
+    plain = fmt.open_chunk(key_file.read_bytes(), sealed)
+    fmt.verify_chunk(plain)  # CRC and namespace hash are right
+    Path(path).write_bytes(bytes(plain))
+    again, _ = _write(root, key_file, store_lib)
+    assert again.stats.keys_written == 1 and again.stats.keys_deduplicated == 5
+    assert Path(path).read_bytes() == sealed
