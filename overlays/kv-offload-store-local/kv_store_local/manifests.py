@@ -78,6 +78,9 @@ class ManifestBook:
         # them (a job of full-attention chunks only carries no candidate).
         self._unpublished: OrderedDict[Ident, None] = OrderedDict()
         self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
+        # The disk budget (budget.DiskBudget), told of every manifest
+        # published and every file keep-K unlinks; None: no budget.
+        self.budget = None
 
     def load_existing(self) -> None:
         """Read the manifests an earlier boot left (for keep-K)."""
@@ -241,18 +244,20 @@ class ManifestBook:
                 ident[0].hex(), header.payload_length, header.payload_checksum
             )
         manifest = self._manifest(candidate, entries)
+        path = os.path.join(self.layout.manifest_dir, name)
         try:
-            durable_io.write_file_durably(
-                os.path.join(self.layout.manifest_dir, name),
-                [fmt.encode_manifest(manifest)],
-            )
+            durable_io.write_file_durably(path, [fmt.encode_manifest(manifest)])
         except (OSError, fmt.FormatError) as e:
+            if self.budget is not None:
+                self.budget.stale = True  # renamed before its sync failed?
             self.stats.manifests_dropped += 1
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                 self._on_enospc()
             logger.warning("KV store: publishing manifest %s failed: %s", name, e)
             return
         self.stats.manifests_published += 1
+        if self.budget is not None:
+            self.budget.published(path, manifest)
         self.published[name] = manifest.chain
         for ident in entries:
             self._unpublished.pop(ident, None)
@@ -308,6 +313,8 @@ class ManifestBook:
                 os.unlink(os.path.join(self.layout.manifest_dir, n))
             except FileNotFoundError:
                 pass
+            if self.budget is not None:
+                self.budget.removed(os.path.join(self.layout.manifest_dir, n))
         # FORMAT.md 7.6: the unlinks are durable before any payload they name
         # goes, so a power loss cannot bring back a manifest naming a deleted file.
         durable_io.fsync_dir(self.layout.manifest_dir)
@@ -324,6 +331,8 @@ class ManifestBook:
                 if group.kind != fmt.GROUP_KIND_STATE:
                     continue
                 chunk = self.layout.chunk(old.tip, group.group)
+                if self.budget is not None:
+                    self.budget.removed(chunk)
                 try:
                     os.unlink(chunk)
                 except FileNotFoundError:

@@ -1,0 +1,118 @@
+"""The writer at its disk budget (issue 33), on the real scheduler.
+
+The real Scheduler and OffloadingConnector (scheduler role, with the CPU offloading
+manager) build the store jobs of eight distinct conversations, one after the other; the
+real, patched OffloadingConnectorWorker hands them to the real writer, whose store may
+hold about three of them (GLM53_KV_OFFLOAD_DISK_GB). Only the DMA is played
+(test_store_tail_real_scheduler.FakeTransfers). After each conversation the store is
+under its budget; at the end the newest trees hold every boundary the scheduler named,
+the oldest are gone whole, the writer's index is what a fresh scan sees (one scan, at
+its first job), and `kvstore verify` exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import realsched
+from test_store_tail_real_scheduler import boot_engine, step
+
+OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+PROMPT = 700  # tokens: 43 full blocks of 16, prefilled in three 256-token steps
+CONVERSATIONS = 8
+# One conversation: 43 chunks of two 8 KiB attention pages and two manifests
+# (three boundaries, keep-2): about 720 kB. The budget holds three and a half.
+DISK_GB = "0.0025"
+BUDGET = 2_500_000
+
+
+def prompt(r: int) -> list[int]:
+    """Conversation r: its first block differs from every other's (its own tree)."""
+    return [(r * 131 + i * 7) % 500 + 3 for i in range(PROMPT)]
+
+
+def held(base: Path) -> int:
+    return sum(f.stat().st_size for f in base.rglob("*") if f.is_file())
+
+
+def manifests(base: Path) -> list[dict]:
+    return [json.loads(p.read_bytes()) for p in (base / "manifests").glob("*.json")]
+
+
+def test_the_writer_keeps_its_disk_budget_under_the_real_scheduler(knobs, tmp_path):
+    import importlib
+
+    tier = tmp_path / "tier"
+    knobs(**{"": "1", "DIR": str(tier), "CPU_GB": "1", "DISK_GB": DISK_GB})
+    booted, worker, transfers = boot_engine(tmp_path)
+    store = worker._kv_store
+    assert store.writer.budget is not None and store.writer.budget.limit == BUDGET
+    engine = realsched.Engine(booted)  # its block hasher; it does not step here
+    s = booted.scheduler
+    named: set[str] = set()  # the manifests the scheduler's store jobs name
+    fmt = importlib.import_module(f"{OFFLOADING}.kv_store_format")
+    schedule = s.schedule
+
+    def schedule_and_watch():
+        out = schedule()
+        jobs = getattr(out.kv_connector_metadata, "store_jobs", None) or {}
+        for job in jobs.values():
+            for c in (job.kv_store_meta or {}).get("candidates") or []:
+                named.add(fmt.manifest_file_name(c["boundary"], c["chain"][-1].hex()))
+        return out
+
+    s.schedule = schedule_and_watch
+    chains: list[list[str]] = []
+    for r in range(CONVERSATIONS):
+        rid = f"c{r}"
+        engine.add(rid, prompt(r), max_tokens=1)
+        chains.append([bytes(h).hex() for h in s.requests[rid].block_hashes])
+        finished: set[str] = set()
+        for _ in range(50):
+            if not s.has_requests():  # the busy loop (vllm serve)
+                break
+            step(booted, worker, finished)
+        else:
+            raise AssertionError(f"conversation {r} did not end")
+        assert store.writer.wait_idle()
+        (base,) = [p for p in tier.iterdir() if p.is_dir()]
+        assert held(base) <= BUDGET, (r, held(base), store.stats)
+    stats = store.stats
+    budget = store.writer.budget
+    try:
+        assert stats.chain_trees_evicted >= 3, stats
+        assert stats.writes_refused_disk_budget == 0, stats
+        assert stats.keys_lost == 0 and stats.manifests_dropped == 0, stats
+        assert budget.scans == 1  # seeded once; the rest from its own writes
+        index = budget.index.snapshot()
+        layout = store.writer.layout
+        scanned = importlib.import_module(f"{OFFLOADING}.kv_store_local.budget")
+        assert index == scanned.scan(layout).snapshot()
+    finally:
+        worker.shutdown()
+    roots = {m["chain"][0] for m in manifests(base)}
+    full = PROMPT // realsched.BLOCK
+    stored = {p.stem for p in base.rglob("*.bin") if ".tmp." not in p.name}
+    newest = range(CONVERSATIONS - 2, CONVERSATIONS)
+    for r in newest:  # the recent trees: every chunk, the last boundary
+        assert chains[r][0] in roots, r
+        assert set(chains[r][:full]) <= stored, r
+        tips = {
+            m["chain"][-1] for m in manifests(base) if m["chain"][0] == chains[r][0]
+        }
+        assert chains[r][full - 1] in tips, r
+    for r in range(CONVERSATIONS - len(roots)):  # the oldest: gone whole
+        assert chains[r][0] not in roots, r
+        assert not set(chains[r]) & stored, r
+    assert len(roots) < CONVERSATIONS
+    assert stats.manifests_published == len(named), (stats, len(named))
+    build = Path(os.environ.get("KVTIER_BUILD_DIR", realsched.REPO / "build"))
+    done = subprocess.run(
+        [str(build / "kvstore" / "kvstore"), "verify", str(tier)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
