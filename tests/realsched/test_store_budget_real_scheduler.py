@@ -34,8 +34,18 @@ def prompt(r: int) -> list[int]:
     return [(r * 131 + i * 7) % 500 + 3 for i in range(PROMPT)]
 
 
-def held(base: Path) -> int:
-    return sum(f.stat().st_size for f in base.rglob("*") if f.is_file())
+def held(tier: Path) -> int:
+    """Bytes under the rank base now; the writer renames and unlinks while this
+    walks, so a file gone before its stat is not counted."""
+    total = 0
+    for base in (p for p in tier.iterdir() if p.is_dir()):
+        for folder, _, files in os.walk(base):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    pass
+    return total
 
 
 def manifests(base: Path) -> list[dict]:
@@ -75,11 +85,14 @@ def test_the_writer_keeps_its_disk_budget_under_the_real_scheduler(knobs, tmp_pa
             if not s.has_requests():  # the busy loop (vllm serve)
                 break
             step(booted, worker, finished)
+            # Under the budget at every step, the writer still busy: its files
+            # in flight are counted through their jobs' bounds.
+            assert held(tier) <= BUDGET, (r, held(tier), store.stats)
         else:
             raise AssertionError(f"conversation {r} did not end")
         assert store.writer.wait_idle()
-        (base,) = [p for p in tier.iterdir() if p.is_dir()]
-        assert held(base) <= BUDGET, (r, held(base), store.stats)
+        assert held(tier) <= BUDGET, (r, held(tier), store.stats)
+    (base,) = [p for p in tier.iterdir() if p.is_dir()]
     stats = store.stats
     budget = store.writer.budget
     try:
@@ -96,18 +109,18 @@ def test_the_writer_keeps_its_disk_budget_under_the_real_scheduler(knobs, tmp_pa
     roots = {m["chain"][0] for m in manifests(base)}
     full = PROMPT // realsched.BLOCK
     stored = {p.stem for p in base.rglob("*.bin") if ".tmp." not in p.name}
-    newest = range(CONVERSATIONS - 2, CONVERSATIONS)
-    for r in newest:  # the recent trees: every chunk, the last boundary
-        assert chains[r][0] in roots, r
+    oldest = CONVERSATIONS - len(roots)
+    assert oldest >= 3 and len(roots) >= 2, roots
+    # Least recently used first: the newest conversations are what is left.
+    assert roots == {chains[r][0] for r in range(oldest, CONVERSATIONS)}
+    for r in range(oldest, CONVERSATIONS):  # every chunk, the last boundary
         assert set(chains[r][:full]) <= stored, r
         tips = {
             m["chain"][-1] for m in manifests(base) if m["chain"][0] == chains[r][0]
         }
         assert chains[r][full - 1] in tips, r
-    for r in range(CONVERSATIONS - len(roots)):  # the oldest: gone whole
-        assert chains[r][0] not in roots, r
+    for r in range(oldest):  # retired whole: no manifest, no chunk
         assert not set(chains[r]) & stored, r
-    assert len(roots) < CONVERSATIONS
     assert stats.manifests_published == len(named), (stats, len(named))
     build = Path(os.environ.get("KVTIER_BUILD_DIR", realsched.REPO / "build"))
     done = subprocess.run(
