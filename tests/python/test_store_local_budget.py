@@ -265,13 +265,26 @@ def snapshot(layout) -> tuple:
     return ksl.budget.scan(layout).snapshot()
 
 
-def at_budget_with_events(root: Path):
+@pytest.fixture(params=["python", "native"])
+def store_lib(request):
+    """The writer's two paths: None (Python files) or the native library."""
+    if request.param == "python":
+        return None
+    from kv_store_format import native
+
+    path = native.library_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    return native.load(path)
+
+
+def at_budget_with_events(root: Path, store_lib=None):
     """Three trees, then a writer at a budget writing three more (evicting),
     a restore touching the oldest tree left, keep-2 superseding: every event
     the index follows. Returns the open store."""
     full = three_trees(root)
     store, staging = sls.make_store(
-        root, knobs=sls.knobs(root, disk_bytes=full + full // 3)
+        root, knobs=sls.knobs(root, disk_bytes=full + full // 3), store_lib=store_lib
     )
     maker = sls.JobMaker(staging)
     maker.next_job = 1 << 20
@@ -288,11 +301,11 @@ def at_budget_with_events(root: Path):
     return store, oldest
 
 
-def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path):
+def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path, store_lib):
     """Issue 33: the writer scans once (its first job) and then follows its
     own writes, publishes, keep-K's unlinks, its evictions and a restore's
     touch; the index equals a fresh scan's, and the touched tree stayed."""
-    store, touched = at_budget_with_events(tmp_path)
+    store, touched = at_budget_with_events(tmp_path, store_lib)
     budget = store.writer.budget
     try:
         assert budget.scans == 1
