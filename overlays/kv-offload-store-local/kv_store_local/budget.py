@@ -134,7 +134,9 @@ class DiskBudget:
         # Job id -> its upper bound, while its files may be in flight.
         self._reserved: dict[int, int] = {}
         self._held: dict[str, int] = {}  # chunk path -> promotions reading it
-        self._touched: list[str] = []  # manifest paths, under self._lock
+        # Manifest paths a restore touched since the last eviction (a set:
+        # a budget far from full may not evict for hours), under self._lock.
+        self._touched: set[str] = set()
         self._lock = threading.Lock()
 
     # -- the promotion thread ------------------------------------------------
@@ -162,16 +164,16 @@ class DiskBudget:
         (FORMAT.md 8.1), so it outlives this process. A manifest gone
         meanwhile was retired: nothing to mark. The index learns the new
         mtimes on the writer thread, before its next eviction."""
-        touched = []
+        touched = set()
         for name in names:
             path = os.path.join(self.layout.manifest_dir, name)
             try:
                 os.utime(path)
             except OSError:
                 continue
-            touched.append(path)
+            touched.add(path)
         with self._lock:
-            self._touched += touched
+            self._touched |= touched
 
     # -- the writer's events (writer thread) ---------------------------------
 
@@ -250,7 +252,7 @@ class DiskBudget:
             if index.used + reserved + incoming <= self.limit:
                 return True, []
         with self._lock:
-            touched, self._touched = self._touched, []
+            touched, self._touched = self._touched, set()
         for path in touched:
             index.touched(path)
         pinned = {
