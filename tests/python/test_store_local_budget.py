@@ -7,6 +7,7 @@ least recently used trees, whole, and leave a store `kvstore verify` passes.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -376,7 +377,7 @@ def seeded(root: Path):
     maker.next_job = 1 << 20
     write_tree(store, maker, 3, chunks=1)
     assert store.writer.budget.scans == 1
-    return store
+    return store, maker
 
 
 def test_a_sweep_that_deleted_files_makes_the_writer_rescan(tmp_path, build_dir):
@@ -384,7 +385,7 @@ def test_a_sweep_that_deleted_files_makes_the_writer_rescan(tmp_path, build_dir)
     (FORMAT.md 8): the writer's next eviction rescans, and decides on what
     the sweep left. A dry run, or a sweep that deleted nothing, leaves the
     generation alone: no rescan."""
-    store = seeded(tmp_path)
+    store, maker = seeded(tmp_path)
     budget = store.writer.budget
     kvstore = build_dir / "kvstore" / "kvstore"
     gc = [str(kvstore), "gc", str(tmp_path), "--grace", "0"]
@@ -416,7 +417,7 @@ def test_a_sweep_that_deleted_files_makes_the_writer_rescan(tmp_path, build_dir)
 
 def test_the_index_is_rebuilt_at_least_every_rescan_seconds(tmp_path):
     """What no generation reports (an operator's rm): the bound catches it."""
-    store = seeded(tmp_path)
+    store, maker = seeded(tmp_path)
     budget = store.writer.budget
     now = [budget._clock()]
     budget._clock = lambda: now[0]
@@ -439,7 +440,7 @@ def test_the_index_is_rebuilt_at_least_every_rescan_seconds(tmp_path):
 def test_another_live_writer_on_the_base_makes_every_eviction_rescan(tmp_path):
     """Its files are not in this writer's index: while its pending record is
     locked each eviction rescans; once it exited (a stale record), none."""
-    store = seeded(tmp_path)
+    store, maker = seeded(tmp_path)
     budget = store.writer.budget
     pending = Path(store.writer.layout.pending_dir)
     other = subprocess.Popen(
@@ -513,3 +514,28 @@ def test_the_index_counts_nothing_that_vanished_before_its_stat(tmp_path):
     assert path not in index.sizes
     index.reused(str(base / "never-there.bin"))
     assert index.snapshot() == ksl.budget.scan(layout).snapshot()
+
+
+def test_a_failed_write_makes_the_next_eviction_rescan(tmp_path, monkeypatch):
+    """A write that failed may leave a file the index cannot account for: the
+    writer says so (stale) and its next eviction decides on a fresh scan."""
+    store, maker = seeded(tmp_path)
+    budget = store.writer.budget
+    real = ksl.durable_io.write_chunk_file
+
+    def failing(path, header, payload):
+        raise OSError(errno.EIO, "injected I/O error")
+
+    try:
+        budget.make_room(over_by_one(budget), [])
+        assert (budget.scans, budget.stale) == (1, False)
+        monkeypatch.setattr(ksl.durable_io, "write_chunk_file", failing)
+        sls._INDEX.setdefault(sls.block_hash(0, 6), 0)
+        sls.run_job(store, maker.full_chunks(0, 1, 6))  # a new key: written
+        monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
+        assert store.stats.keys_failed >= 1 and budget.stale
+        budget.make_room(over_by_one(budget), [])
+        assert (budget.scans, budget.stale) == (2, False)
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+    finally:
+        store.shutdown()
