@@ -539,3 +539,27 @@ def test_a_failed_write_makes_the_next_eviction_rescan(tmp_path, monkeypatch):
         assert budget.index.snapshot() == snapshot(store.writer.layout)
     finally:
         store.shutdown()
+
+
+def test_the_seed_scan_decodes_no_manifest_the_boot_read_decoded(tmp_path, monkeypatch):
+    """The book reads every manifest at boot (keep-K); the budget's first scan
+    takes what it decoded instead of decoding them all again."""
+    full = three_trees(tmp_path)
+    store, _ = sls.make_store(tmp_path, knobs=sls.knobs(tmp_path, disk_bytes=full))
+    budget = store.writer.budget
+    decoded = []
+    real = fmt.decode_manifest
+
+    def counting(data):
+        decoded.append(len(data))
+        return real(data)
+
+    try:
+        assert set(budget.parsed) == set(sls.manifests(only_base(tmp_path)))
+        monkeypatch.setattr(fmt, "decode_manifest", counting)
+        budget.make_room(0, [])
+        monkeypatch.undo()
+        assert budget.scans == 1 and decoded == []
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+    finally:
+        store.shutdown()

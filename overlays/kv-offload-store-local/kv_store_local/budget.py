@@ -130,7 +130,8 @@ class DiskBudget:
         self._generation: tuple[int, int] | None = None
         # Set when the writer cannot say what a failure left on disk.
         self.stale = False
-        self._parsed: Parsed = {}
+        # Manifests decoded, by name: the book's boot read fills it first.
+        self.parsed: Parsed = {}
         # Job id -> its upper bound, while its files may be in flight.
         self._reserved: dict[int, int] = {}
         self._held: dict[str, int] = {}  # chunk path -> promotions reading it
@@ -216,7 +217,7 @@ class DiskBudget:
         start = time.perf_counter()
         self._generation = _lock_generation(self.layout)  # before: a sweep
         # during the scan shows at the next check
-        self.index = scan(self.layout, self._parsed, own_pid=os.getpid())
+        self.index = scan(self.layout, self.parsed, own_pid=os.getpid())
         self.scans += 1
         self.scan_seconds += time.perf_counter() - start
         self._scanned_at = self._clock()

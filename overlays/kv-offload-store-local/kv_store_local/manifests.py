@@ -16,6 +16,7 @@ from . import durable_io
 from .captured import Candidate
 from .deps import fmt, init_logger
 from .stats import StoreStats
+from .store_index import Parsed, named_chunks
 
 logger = init_logger(__name__)
 
@@ -37,6 +38,11 @@ def verified_header(
     ):
         return None
     return header
+
+
+def _file_ident(path: str) -> tuple[int, int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_size, st.st_ino, st.st_dev
 
 
 class ManifestBook:
@@ -82,20 +88,26 @@ class ManifestBook:
         # published and every file keep-K unlinks; None: no budget.
         self.budget = None
 
-    def load_existing(self) -> None:
-        """Read the manifests an earlier boot left (for keep-K)."""
+    def load_existing(self, parsed: Parsed | None = None) -> None:
+        """Read the manifests an earlier boot left (for keep-K). ``parsed``
+        (the disk budget's) keeps each one as decoded here, so the budget's
+        first scan does not decode them again."""
         for name in sorted(os.listdir(self.layout.manifest_dir)):
+            path = os.path.join(self.layout.manifest_dir, name)
             try:
                 fmt.parse_manifest_file_name(name)
+                before = None if parsed is None else _file_ident(path)
                 manifest = fmt.decode_manifest(
-                    fmt.read_regular(
-                        os.path.join(self.layout.manifest_dir, name),
-                        fmt.MAX_MANIFEST_BYTES,
-                    )
+                    fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
                 )
+                # The same file before and after the read: what it names.
+                same = before is not None and _file_ident(path) == before
             except (OSError, fmt.FormatError):
                 continue  # temps and damaged files are kvstore gc's business
             self.published[name] = manifest.chain
+            if parsed is not None and same:
+                named = named_chunks(self.layout, manifest)
+                parsed[name] = (before, manifest.chain[0], named)
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
         return verified_header(self.layout, self.namespace, *ident)

@@ -108,11 +108,11 @@ class StoreWriter(JobQueue):
             if checksum_threads is not None
             else default_checksum_threads()
         )
-        self._prepare()
         # GLM53_KV_OFFLOAD_DISK_GB: None leaves the store unbounded.
         self.budget = (
             None if disk_bytes is None else DiskBudget(layout, disk_bytes, self.stats)
         )
+        self._prepare()
         self.manifests.budget = self.budget  # told of publishes and keep-K
 
     def distrust(self, ident: Ident) -> None:
@@ -138,7 +138,10 @@ class StoreWriter(JobQueue):
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = store_perms.open_or_create(self.layout.lock, os.O_RDWR)
         self._pending_file = PendingFile(self.layout)
-        self.manifests.load_existing()
+        # The budget's first scan reuses what this decodes.
+        self.manifests.load_existing(
+            None if self.budget is None else self.budget.parsed
+        )
 
     # -- JobQueue hooks ------------------------------------------------------
 
