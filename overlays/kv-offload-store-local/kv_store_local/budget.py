@@ -348,7 +348,7 @@ def make_room_for_job(writer, job) -> bool:
     book = writer.manifests
     for tree in retired:
         for path in tree.manifests:
-            book.published.pop(os.path.basename(path), None)
+            book.forget(os.path.basename(path))
     for tree in retired:
         for ident in tree.chunks.values():
             book.durable.pop(ident, None)

@@ -83,7 +83,12 @@ class ManifestBook:
         # so a sweep keeps a job's chunks even before any candidate names
         # them (a job of full-attention chunks only carries no candidate).
         self._unpublished: OrderedDict[Ident, None] = OrderedDict()
-        self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
+        # Name -> chain (hex); changed only through _set_published/forget,
+        # which keep the two lookups below (a job's work stays independent
+        # of how many manifests the store holds).
+        self.published: dict[str, tuple[str, ...]] = {}
+        self._chains: dict[tuple[str, ...], int] = {}  # chain -> names
+        self._by_root: dict[str, dict[str, None]] = {}  # root -> names
         # The disk budget (budget.DiskBudget), told of every manifest
         # published and every file keep-K unlinks; None: no budget.
         self.budget = None
@@ -104,10 +109,31 @@ class ManifestBook:
                 same = before is not None and _file_ident(path) == before
             except (OSError, fmt.FormatError):
                 continue  # temps and damaged files are kvstore gc's business
-            self.published[name] = manifest.chain
+            self._set_published(name, manifest.chain)
             if parsed is not None and same:
                 named = named_chunks(self.layout, manifest)
                 parsed[name] = (before, manifest.chain[0], named)
+
+    def _set_published(self, name: str, chain: tuple[str, ...]) -> None:
+        self.forget(name)
+        self.published[name] = chain
+        self._chains[chain] = self._chains.get(chain, 0) + 1
+        self._by_root.setdefault(chain[0], {})[name] = None
+
+    def forget(self, name: str) -> None:
+        """No longer published (keep-K, distrust, the budget retired it)."""
+        chain = self.published.pop(name, None)
+        if chain is None:
+            return
+        n = self._chains[chain] - 1
+        if n:
+            self._chains[chain] = n
+        else:
+            del self._chains[chain]
+        names = self._by_root[chain[0]]
+        del names[name]
+        if not names:
+            del self._by_root[chain[0]]
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
         return verified_header(self.layout, self.namespace, *ident)
@@ -198,7 +224,7 @@ class ManifestBook:
         this boot that no published manifest names yet, and what waiting
         candidates need beyond their longest published prefix. What gc must
         not take for orphans (FORMAT.md 9.1)."""
-        published = set(self.published.values())
+        published = self._chains
         out = {(g, h.hex()) for h, g in self._unpublished}
         for candidate, _ in self._pending.values():
             chain = tuple(h.hex() for h in candidate.chain)
@@ -223,7 +249,7 @@ class ManifestBook:
         self.mark_failed(ident)
         key = ident[0].hex()
         for name in [n for n, chain in self.published.items() if key in chain]:
-            del self.published[name]
+            self.forget(name)
 
     # -- publishing ----------------------------------------------------------
 
@@ -270,7 +296,7 @@ class ManifestBook:
         self.stats.manifests_published += 1
         if self.budget is not None:
             self.budget.published(path, manifest)
-        self.published[name] = manifest.chain
+        self._set_published(name, manifest.chain)
         for ident in entries:
             self._unpublished.pop(ident, None)
         self.retain(manifest)
@@ -303,7 +329,7 @@ class ManifestBook:
         if self.keep == 0:
             return
         root = manifest.chain[0]
-        tree = {n: c for n, c in self.published.items() if c[0] == root}
+        tree = {n: self.published[n] for n in self._by_root.get(root, ())}
         kept = fmt.kept_manifests(tree, self.keep)
         superseded = [n for n in tree if n not in kept]
         if not superseded:
@@ -333,7 +359,7 @@ class ManifestBook:
         for n in superseded:
             manifest_chain = tree[n]
             old = old_manifests[n]
-            del self.published[n]
+            self.forget(n)
             self.stats.manifests_superseded += 1
             if old is None or manifest_chain[-1] in kept_state:
                 continue
