@@ -314,6 +314,15 @@ def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path, store
         assert store.stats.manifests_superseded > 0
         assert budget.index.snapshot() == snapshot(store.writer.layout)
         assert touched in budget.index.trees
+        # The book's lookups follow its published names through keep-K and
+        # the budget's retirements alike.
+        book = store.writer.manifests
+        assert set(book.published) == set(sls.manifests(only_base(tmp_path)))
+        by_root: dict[str, set[str]] = {}
+        for name, chain in book.published.items():
+            by_root.setdefault(chain[0], set()).add(name)
+        assert {r: set(n) for r, n in book._by_root.items()} == by_root
+        assert set(book._chains) == set(book.published.values())
     finally:
         store.shutdown()
     assert used(tmp_path) <= budget.limit
