@@ -8,7 +8,9 @@
    what it holds, and MORE new chains are written: every write retires the
    least recently used chains. Printed: write rate with and without the
    budget, evictions, and the eviction cost per written GB (the extra
-   seconds the budget spent, over the bytes written);
+   seconds the budget spent, over the bytes written), with and without the
+   writer's scans of the store (one, its first job's, unless something
+   forced a rescan: docs/FORMAT.md 8.1);
 3. `kvstore verify` on the result (with --kvstore).
 
 usage: bench/budget_bench.py [--dir D] [--chains N] [--more M] [--kvstore BIN]
@@ -73,6 +75,7 @@ def main() -> int:
         maker.next_job = 1 << 20
         t_budget = write_chains(store, maker, range(a.chains, a.chains + a.more))
         s = store.stats
+        budget = store.writer.budget
         store.shutdown()
         after = ksl.budget.scan(store.writer.layout)
         print(f"at budget ({used} bytes): {a.more} more chains, {t_budget:.2f} s")
@@ -93,6 +96,12 @@ def main() -> int:
             f"  eviction cost: {extra:.2f} s over {a.more} chains "
             f"= {extra / gb:.1f} s per written GB "
             f"({extra / max(s.chain_trees_evicted, 1) * 1e3:.2f} ms per evicted chain)"
+        )
+        rest = extra - budget.scan_seconds
+        print(
+            f"  writer's scans: {budget.scans} ({budget.scan_seconds:.2f} s); "
+            f"without them: {rest / gb:.1f} s per written GB "
+            f"({rest / max(s.chain_trees_evicted, 1) * 1e3:.2f} ms per evicted chain)"
         )
         if a.kvstore:
             done = subprocess.run(

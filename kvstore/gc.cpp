@@ -125,6 +125,10 @@ Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOp
       report.io_failed = true;
     } else {
       if (!res->errors.empty()) report.io_failed = true;
+      // Still under LOCK_EX: a writer takes its next LOCK_SH after this and
+      // sees the new generation. Best effort: a writer rescans on its own
+      // bound too (FORMAT.md 8.1).
+      if (res->deleted > 0) (void)lock->mark_swept();
       r.swept = std::move(*res);
     }
     report.ranks.push_back(std::move(r));

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <ctime>
 #include <string>
 #include <thread>
 
@@ -69,6 +71,19 @@ Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) 
 }
 
 }  // namespace
+
+bool StoreLock::mark_swept() const {
+  struct stat st;
+  if (!held() || ::fstat(fd_.get(), &st) != 0) return false;
+  struct timespec now;
+  if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
+  constexpr int64_t kNs = 1000000000;
+  const int64_t old_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * kNs + st.st_mtim.tv_nsec;
+  int64_t ns = static_cast<int64_t>(now.tv_sec) * kNs + now.tv_nsec;
+  if (ns <= old_ns) ns = old_ns + 1;
+  const struct timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(ns / kNs), static_cast<long>(ns % kNs)}};
+  return ::futimens(fd_.get(), times) == 0;
+}
 
 Outcome<StoreLock> lock_exclusive(int rank_fd, std::chrono::milliseconds timeout) {
   return take(rank_fd, LOCK_EX, timeout);

@@ -1,5 +1,6 @@
 #include "kvtier/kvstore/lock.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,35 @@ TEST(StoreLock, ALockThatIsNotARegularFileIsRefused) {
     EXPECT_NE(gc.error().message.find("not a regular file"), std::string::npos) << gc.error().line();
     EXPECT_FALSE(t.exists("nowhere")) << kind;  // nothing created through a link
   }
+}
+
+// Issue 33: the sweep generation a live writer's budget index compares. Each
+// mark moves .lock's mtime strictly forward, even twice within one tick of a
+// coarse clock, and even when the old mtime lies in the future.
+TEST(StoreLock, MarkSweptMovesTheLockMtimeStrictlyForward) {
+  testing::TmpDir t;
+  auto root = open_root(t.path());
+  ASSERT_TRUE(root);
+  const std::string lock = t / ".lock";
+  auto mtime_ns = [&] {
+    struct stat st;
+    EXPECT_EQ(::stat(lock.c_str(), &st), 0);
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  };
+  auto gc = lock_exclusive(root->get(), milliseconds(100));
+  ASSERT_TRUE(gc);
+  int64_t last = mtime_ns();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(gc->mark_swept());
+    const int64_t now = mtime_ns();
+    EXPECT_GT(now, last) << i;
+    last = now;
+  }
+  const struct timespec future[2] = {{0, UTIME_OMIT}, {4000000000, 5}};  // year 2096
+  ASSERT_EQ(::utimensat(AT_FDCWD, lock.c_str(), future, 0), 0);
+  ASSERT_TRUE(gc->mark_swept());
+  EXPECT_EQ(mtime_ns(), int64_t{4000000000} * 1000000000 + 6);
+  EXPECT_FALSE(StoreLock().mark_swept());  // no lock held: nothing to mark
 }
 
 }  // namespace

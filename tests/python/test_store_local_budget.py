@@ -7,9 +7,11 @@ least recently used trees, whole, and leave a store `kvstore verify` passes.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ def only_base(root: Path) -> Path:
 def write_tree(store, maker, branch: int, chunks: int = 3) -> None:
     """Boundaries 0..chunks-1 of one branch (keep-2 retires the oldest)."""
     for b in range(chunks):
+        sls._INDEX.setdefault(sls.block_hash(b, branch), b)  # past branch 3
         jobs = [maker.full_chunks(b, 1, branch)]
         jobs += [maker.state(b, g, branch) for g in sls.STATE_GROUPS]
         for job in jobs:
@@ -252,3 +255,320 @@ def test_a_scan_skips_what_vanishes_while_it_lists(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert str(temp) not in view.sizes
     assert view.used == ksl.budget.scan(layout).used
+
+
+# --------------------------------------------------------------------------
+# The index the writer keeps (store_index.py): one scan, then its own events
+# --------------------------------------------------------------------------
+
+
+def snapshot(layout) -> tuple:
+    return ksl.budget.scan(layout).snapshot()
+
+
+@pytest.fixture(params=["python", "native"])
+def store_lib(request):
+    """The writer's two paths: None (Python files) or the native library."""
+    if request.param == "python":
+        return None
+    from kv_store_format import native
+
+    path = native.library_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    return native.load(path)
+
+
+def at_budget_with_events(root: Path, store_lib=None):
+    """Three trees, then a writer at a budget writing three more (evicting),
+    a restore touching the oldest tree left, keep-2 superseding: every event
+    the index follows. Returns the open store."""
+    full = three_trees(root)
+    store, staging = sls.make_store(
+        root, knobs=sls.knobs(root, disk_bytes=full + full // 3), store_lib=store_lib
+    )
+    maker = sls.JobMaker(staging)
+    maker.next_job = 1 << 20
+    for branch in (3, 4):
+        write_tree(store, maker, branch)
+    base = only_base(root)
+    oldest = min(
+        store.writer.budget.index.trees.values(), key=lambda t: t.recency_ns
+    ).root
+    store.writer.budget.touch(
+        n for n, m in sls.manifests(base).items() if m.chain[0] == oldest
+    )
+    write_tree(store, maker, 5)
+    return store, oldest
+
+
+def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path, store_lib):
+    """Issue 33: the writer scans once (its first job) and then follows its
+    own writes, publishes, keep-K's unlinks, its evictions and a restore's
+    touch; the index equals a fresh scan's, and the touched tree stayed."""
+    store, touched = at_budget_with_events(tmp_path, store_lib)
+    budget = store.writer.budget
+    try:
+        assert budget.scans == 1
+        assert store.stats.chain_trees_evicted >= 2
+        assert store.stats.manifests_superseded > 0
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+        assert touched in budget.index.trees
+        # The book's lookups follow its published names through keep-K and
+        # the budget's retirements alike.
+        book = store.writer.manifests
+        assert set(book.published) == set(sls.manifests(only_base(tmp_path)))
+        by_root: dict[str, set[str]] = {}
+        for name, chain in book.published.items():
+            by_root.setdefault(chain[0], set()).add(name)
+        assert {r: set(n) for r, n in book._by_root.items()} == by_root
+        assert set(book._chains) == set(book.published.values())
+    finally:
+        store.shutdown()
+    assert used(tmp_path) <= budget.limit
+    assert sls.verify_store(tmp_path) == []
+
+
+@pytest.mark.parametrize("over", [1, 12_000])  # one tree, then two
+def test_kvstore_gc_max_bytes_retires_what_the_kept_index_retires(
+    tmp_path, build_dir, over
+):
+    """The same comparison as above, the writer's index built from its own
+    events this time, not from a scan: copy the store as it stands, tighten
+    the budget, and the writer and `kvstore gc --max-bytes` agree."""
+    writer_root = tmp_path / "writer"
+    writer_root.mkdir(mode=0o700)
+    store, _ = at_budget_with_events(writer_root)
+    gc_root = tmp_path / "gc"
+    budget = store.writer.budget
+    try:
+        # The writer's live pending record is not copied (a copy's would be
+        # stale, and gc plans a stale record's removal first): its bytes are
+        # taken off gc's target instead.
+        shutil.copytree(writer_root, gc_root, ignore=shutil.ignore_patterns("pending"))
+        index = budget.index
+        own = sum(
+            size
+            for path, size in index.sizes.items()
+            if path.startswith(store.writer.layout.pending_dir + os.sep)
+        )
+        limit = index.used - over
+        budget.limit, budget.low = limit, ksl.budget.low_water(limit)
+        before = set(index.trees)
+        ok, retired = budget.make_room(0, [])
+        assert budget.scans == 1  # decided on the kept index
+    finally:
+        store.shutdown()
+    assert ok and retired
+    kvstore = build_dir / "kvstore" / "kvstore"
+    target = str(budget.low - own)
+    gc = [str(kvstore), "gc", str(gc_root), "--max-bytes", target, "--sweep"]
+    done = subprocess.run(gc, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    left = {p.relative_to(writer_root) for p in writer_root.rglob("*.bin")}
+    assert left == {p.relative_to(gc_root) for p in gc_root.rglob("*.bin")}
+    kept = set(sls.manifests(only_base(writer_root)))
+    assert kept == set(sls.manifests(only_base(gc_root)))
+    assert roots(only_base(gc_root)) == before - {t.root for t in retired}
+    kvstore_verify(build_dir, gc_root)
+
+
+def over_by_one(budget) -> int:
+    """An incoming size that takes the estimate just past the budget."""
+    return budget.limit - budget.estimate + 1
+
+
+def seeded(root: Path):
+    """Three trees, then a writer at a budget whose first job seeded its index."""
+    full = three_trees(root)
+    store, staging = sls.make_store(root, knobs=sls.knobs(root, disk_bytes=full))
+    maker = sls.JobMaker(staging)
+    maker.next_job = 1 << 20
+    write_tree(store, maker, 3, chunks=1)
+    assert store.writer.budget.scans == 1
+    return store, maker
+
+
+def test_a_sweep_that_deleted_files_makes_the_writer_rescan(tmp_path, build_dir):
+    """`kvstore gc --sweep` moves .lock's mtime when it deleted something
+    (FORMAT.md 8): the writer's next eviction rescans, and decides on what
+    the sweep left. A dry run, or a sweep that deleted nothing, leaves the
+    generation alone: no rescan."""
+    store, maker = seeded(tmp_path)
+    budget = store.writer.budget
+    kvstore = build_dir / "kvstore" / "kvstore"
+    gc = [str(kvstore), "gc", str(tmp_path), "--grace", "0"]
+    try:
+        lock = Path(store.writer.layout.lock)
+        mtime = lock.stat().st_mtime_ns
+        for args in ([], ["--sweep"]):  # nothing to delete at keep-2
+            done = subprocess.run([*gc, *args], capture_output=True, text=True)
+            assert done.returncode == 0, done.stdout + done.stderr
+        assert lock.stat().st_mtime_ns == mtime
+        budget.make_room(over_by_one(budget), [])
+        assert budget.scans == 1
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+        # keep 1: the sweep deletes superseded manifests the index counts.
+        done = subprocess.run(
+            [*gc, "--sweep", "--keep", "1"], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert lock.stat().st_mtime_ns > mtime
+        stale = budget.index.snapshot()
+        assert stale != snapshot(store.writer.layout)
+        budget.make_room(over_by_one(budget), [])
+        assert budget.scans == 2
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+    finally:
+        store.shutdown()
+    kvstore_verify(build_dir, tmp_path)
+
+
+def test_the_index_is_rebuilt_at_least_every_rescan_seconds(tmp_path):
+    """What no generation reports (an operator's rm): the bound catches it."""
+    store, maker = seeded(tmp_path)
+    budget = store.writer.budget
+    now = [budget._clock()]
+    budget._clock = lambda: now[0]
+    budget._scanned_at = now[0]
+    try:
+        victim = max(budget.index.trees.values(), key=lambda t: t.recency_ns)
+        for path in victim.manifests:
+            os.unlink(path)  # behind the writer's back
+        now[0] += ksl.budget.RESCAN_SECONDS - 1
+        budget.make_room(over_by_one(budget), [])
+        assert budget.scans == 1
+        now[0] += 1
+        budget.make_room(over_by_one(budget), [])
+        assert budget.scans == 2
+        assert victim.root not in budget.index.trees
+    finally:
+        store.shutdown()
+
+
+def test_another_live_writer_on_the_base_makes_every_eviction_rescan(tmp_path):
+    """Its files are not in this writer's index: while its pending record is
+    locked each eviction rescans; once it exited (a stale record), none."""
+    store, maker = seeded(tmp_path)
+    budget = store.writer.budget
+    pending = Path(store.writer.layout.pending_dir)
+    other = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, threading\n"
+            "d = sys.argv[1]\n"
+            "name = f'{os.getpid()}.{threading.get_native_id()}.json'\n"
+            "fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_SH)\n"
+            "print(name, flush=True)\n"
+            "sys.stdin.read()\n",
+            str(pending),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert (pending / other.stdout.readline().strip()).exists()
+        for scans in (2, 3):
+            budget.make_room(over_by_one(budget), [])
+            assert budget.scans == scans
+    finally:
+        other.communicate("", timeout=30)
+    try:
+        budget.make_room(over_by_one(budget), [])
+        assert budget.scans == 3  # its record is stale now: not a writer
+    finally:
+        store.shutdown()
+
+
+def test_a_rescan_leaves_out_this_process_temps_and_counts_others(tmp_path):
+    """Temps in flight are counted through their jobs' bounds, not twice."""
+    three_trees(tmp_path)
+    base = only_base(tmp_path)
+    layout = fmt.StoreLayout(str(tmp_path), base.name)
+    chunk = next(base.rglob("*.bin"))
+    mine = chunk.with_name(fmt.temp_name(chunk.name, os.getpid(), 7))
+    theirs = chunk.with_name(fmt.temp_name(chunk.name, os.getpid() + 1, 7))
+    mine.write_bytes(b"x" * 1000)
+    theirs.write_bytes(b"y" * 300)
+    everything = ksl.budget.scan(layout)
+    own = ksl.budget.scan(layout, own_pid=os.getpid())
+    assert str(mine) in everything.sizes and str(mine) not in own.sizes
+    assert str(theirs) in own.sizes
+    assert everything.used - own.used == 1000
+
+
+def test_the_index_counts_nothing_that_vanished_before_its_stat(tmp_path):
+    """As the scan (issue 33's CI race): a chunk a sweep took between its
+    rename and the writer's stat, a manifest gone before it was told, a
+    touched manifest retired meanwhile: none is counted, nothing raises."""
+    three_trees(tmp_path)
+    base = only_base(tmp_path)
+    layout = fmt.StoreLayout(str(tmp_path), base.name)
+    index = ksl.budget.scan(layout)
+    name, manifest = next(iter(sls.manifests(base).items()))
+    path = os.path.join(layout.manifest_dir, name)
+    chunk = next(iter(ksl.store_index.named_chunks(layout, manifest)))
+    os.unlink(chunk)
+    index.wrote(chunk)  # landed, then gone before the stat
+    assert chunk not in index.sizes
+    os.unlink(path)
+    index.touched(path)
+    assert path not in index.sizes and all(
+        path not in t.manifests for t in index.trees.values()
+    )
+    index.published(path, manifest)  # republished, and gone again
+    assert path not in index.sizes
+    index.reused(str(base / "never-there.bin"))
+    assert index.snapshot() == ksl.budget.scan(layout).snapshot()
+
+
+def test_a_failed_write_makes_the_next_eviction_rescan(tmp_path, monkeypatch):
+    """A write that failed may leave a file the index cannot account for: the
+    writer says so (stale) and its next eviction decides on a fresh scan."""
+    store, maker = seeded(tmp_path)
+    budget = store.writer.budget
+    real = ksl.durable_io.write_chunk_file
+
+    def failing(path, header, payload):
+        raise OSError(errno.EIO, "injected I/O error")
+
+    try:
+        budget.make_room(over_by_one(budget), [])
+        assert (budget.scans, budget.stale) == (1, False)
+        monkeypatch.setattr(ksl.durable_io, "write_chunk_file", failing)
+        sls._INDEX.setdefault(sls.block_hash(0, 6), 0)
+        sls.run_job(store, maker.full_chunks(0, 1, 6))  # a new key: written
+        monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
+        assert store.stats.keys_failed >= 1 and budget.stale
+        budget.make_room(over_by_one(budget), [])
+        assert (budget.scans, budget.stale) == (2, False)
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+    finally:
+        store.shutdown()
+
+
+def test_the_seed_scan_decodes_no_manifest_the_boot_read_decoded(tmp_path, monkeypatch):
+    """The book reads every manifest at boot (keep-K); the budget's first scan
+    takes what it decoded instead of decoding them all again."""
+    full = three_trees(tmp_path)
+    store, _ = sls.make_store(tmp_path, knobs=sls.knobs(tmp_path, disk_bytes=full))
+    budget = store.writer.budget
+    decoded = []
+    real = fmt.decode_manifest
+
+    def counting(data):
+        decoded.append(len(data))
+        return real(data)
+
+    try:
+        assert set(budget.parsed) == set(sls.manifests(only_base(tmp_path)))
+        monkeypatch.setattr(fmt, "decode_manifest", counting)
+        budget.make_room(0, [])
+        monkeypatch.undo()
+        assert budget.scans == 1 and decoded == []
+        assert budget.index.snapshot() == snapshot(store.writer.layout)
+    finally:
+        store.shutdown()

@@ -5,118 +5,38 @@ chain trees so the rank's store stays under it (docs/FORMAT.md section 8.1).
 A chain tree is every manifest whose chain starts with the same key (one
 conversation and its forks, the unit keep-K already works in). Its recency
 is the newest manifest mtime: publishing sets it, a restore sets it again
-(``touch``), so it survives a restart. Runs on the writer thread; ``hold``
-is taken by the promotion thread around the reads of a job.
+(``touch``), so it survives a restart. The writer keeps an index of the base
+(store_index.py) current from its own writes; this module decides when to
+evict and what, and when only a rescan will do. Runs on the writer thread;
+``hold`` and ``touch`` come from the promotion thread.
 """
 
+import fcntl
 import os
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from . import durable_io
 from .deps import fmt
+from .store_index import Parsed, StoreIndex, Tree, scan
 
-
-@dataclass
-class Tree:
-    root: str  # the chain's first key (hex)
-    recency_ns: int = 0
-    manifests: dict[str, int] = field(default_factory=dict)  # path -> size
-    # Paths its manifests name -> (key hash, group), the writer's ident.
-    chunks: dict[str, tuple[bytes, int]] = field(default_factory=dict)
-
-
-@dataclass
-class StoreView:
-    used: int  # bytes of every regular file under the rank base
-    trees: dict[str, Tree]
-    sizes: dict[str, int]  # chunk path -> size
-    # Chunk path -> the roots naming it; a chunk named by an unreadable
-    # manifest is pinned (root "").
-    named_by: dict[str, set[str]]
-
-
-# A parsed manifest by name, valid while (size, mtime, inode) still match:
-# its root and what it names (a manifest is never rewritten in place).
-Parsed = dict[str, tuple[tuple[int, int, int], str, dict[str, tuple[bytes, int]]]]
-
-
-def _entries(directory: str) -> Iterator[tuple[str, int, bool]]:
-    """(path, size, is a directory) of each entry that still exists: another
-    writer renames its temps and a sweep deletes files while this lists, so an
-    entry gone before its stat (or a directory gone before its listing) is
-    simply not there."""
-    try:
-        with os.scandir(directory) as it:
-            for e in it:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        yield e.path, 0, True
-                    elif e.is_file(follow_symlinks=False):
-                        yield e.path, e.stat(follow_symlinks=False).st_size, False
-                except FileNotFoundError:
-                    continue
-    except FileNotFoundError:
-        return
-
-
-def scan(
-    layout: fmt.StoreLayout, cache: Parsed | None = None, key: bytes | None = None
-) -> StoreView:
-    """The rank base as the budget sees it (the C++ planner counts the same).
-    ``cache`` keeps the manifests parsed by an earlier scan: a scan at budget
-    then decodes only the new ones. ``key``: a keyed store's (its manifests
-    are sealed; one that does not open is not the writer's)."""
-    cache = {} if cache is None else cache
-    used = 0
-    sizes: dict[str, int] = {}
-    stack = [layout.base]
-    while stack:
-        for path, size, is_dir in _entries(stack.pop()):
-            if is_dir:
-                stack.append(path)
-            else:
-                used += size
-                sizes[path] = size
-    trees: dict[str, Tree] = {}
-    named_by: dict[str, set[str]] = {}
-    names = sorted(os.listdir(layout.manifest_dir))
-    for name in set(cache) - set(names):
-        del cache[name]
-    for name in names:
-        path = os.path.join(layout.manifest_dir, name)
-        try:
-            fmt.parse_manifest_file_name(name)
-            st = os.stat(path, follow_symlinks=False)
-            ident = (st.st_size, st.st_ino, st.st_dev)
-            known = cache.get(name)
-            if known is None or known[0] != ident:
-                manifest = fmt.decode_manifest(
-                    fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES), key
-                )
-                named = {
-                    layout.chunk(e.key, g.group): (bytes.fromhex(e.key), g.group)
-                    for g in manifest.groups
-                    for e in g.entries
-                }
-                known = cache[name] = (ident, manifest.chain[0], named)
-        except (OSError, fmt.FormatError):
-            cache.pop(name, None)
-            continue  # temps, damaged files: never retired here (kvstore gc's)
-        root = known[1]
-        tree = trees.setdefault(root, Tree(root))
-        tree.recency_ns = max(tree.recency_ns, st.st_mtime_ns)
-        tree.manifests[path] = st.st_size
-        tree.chunks.update(known[2])
-        for chunk in known[2]:
-            named_by.setdefault(chunk, set()).add(root)
-    return StoreView(used, trees, sizes, named_by)
+# Tree and scan are the index's, named here too (the bench, the demo and the
+# tests call budget.scan).
+__all__ = [
+    "DiskBudget",
+    "Tree",
+    "job_bytes",
+    "low_water",
+    "make_room_for_job",
+    "plan",
+    "scan",
+]
 
 
 def plan(
-    view: StoreView, limit: int, incoming: int, protected: set[str]
+    view: StoreIndex, limit: int, incoming: int, protected: set[str]
 ) -> tuple[list[Tree], int]:
     """The trees to retire, oldest first (ties by root), until ``used +
     incoming <= limit``; and the bytes that frees. Protected roots are skipped.
@@ -139,29 +59,99 @@ def plan(
 
 
 # When a write would cross the budget the writer frees down to this fraction
-# below it (its low-water mark), so it scans the store once per 1/64 of the
-# budget written, not once per job. `kvstore gc --max-bytes LOW` plans what
-# the writer retires (LOW = budget - budget // 64).
+# below it (its low-water mark), so it evicts once per 1/64 of the budget
+# written, not once per job. `kvstore gc --max-bytes LOW` plans what the
+# writer retires (LOW = budget - budget // 64).
 LOW_WATER_DIVISOR = 64
+
+# The index is rebuilt by a scan at least this often (seconds, checked only
+# when the budget must evict): it catches what no generation reports (an
+# operator's rm, a restore in another process touching manifests).
+RESCAN_SECONDS = 600.0
 
 
 def low_water(limit: int) -> int:
     return limit - limit // LOW_WATER_DIVISOR
 
 
+def _lock_generation(layout: fmt.StoreLayout) -> tuple[int, int] | None:
+    """``kvstore gc --sweep`` moves .lock's mtime forward after deleting
+    (FORMAT.md 8): (inode, mtime) changes when a sweep ran."""
+    try:
+        st = os.stat(layout.lock, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _other_live_writer(layout: fmt.StoreLayout) -> bool:
+    """Another process writes this base (its pending record is locked): its
+    files are not in this index, so each eviction rescans."""
+    try:
+        names = os.listdir(layout.pending_dir)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            pid, _ = fmt.parse_pending_file_name(name)
+        except fmt.FormatError:
+            continue
+        if pid == os.getpid():
+            continue  # ours: flock would conflict with our own fd
+        try:
+            fd = os.open(
+                os.path.join(layout.pending_dir, name),
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            )
+        except OSError:
+            continue  # gone: that writer exited and a sweep took its record
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            continue
+        finally:
+            os.close(fd)  # releases the probe's lock too
+    return False
+
+
 class DiskBudget:
     def __init__(
-        self, layout: fmt.StoreLayout, limit: int, stats, key: bytes | None = None
+        self,
+        layout: fmt.StoreLayout,
+        limit: int,
+        stats,
+        key: bytes | None = None,
+        *,
+        rescan_seconds: float = RESCAN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ):
-        self.key = key
+        self.key = key  # a keyed store's: its manifests open with it
         self.layout = layout
         self.limit = limit
         self.low = low_water(limit)
         self.stats = stats
-        self._used: int | None = None  # an upper bound between scans
-        self._parsed: Parsed = {}
+        self.rescan_seconds = rescan_seconds
+        self._clock = clock
+        self.index: StoreIndex | None = None  # seeded by the first job's scan
+        self.scans = 0
+        self.scan_seconds = 0.0  # spent in them (bench/budget_bench.py prints it)
+        self._scanned_at = 0.0
+        self._generation: tuple[int, int] | None = None
+        # Set when the writer cannot say what a failure left on disk.
+        self.stale = False
+        # Manifests decoded, by name: the book's boot read fills it first.
+        self.parsed: Parsed = {}
+        # Job id -> its upper bound, while its files may be in flight.
+        self._reserved: dict[int, int] = {}
         self._held: dict[str, int] = {}  # chunk path -> promotions reading it
+        # Manifest paths a restore touched since the last eviction (a set:
+        # a budget far from full may not evict for hours), under self._lock.
+        self._touched: set[str] = set()
         self._lock = threading.Lock()
+
+    # -- the promotion thread ------------------------------------------------
 
     @contextmanager
     def hold(self, paths: Iterable[str]) -> Iterator[None]:
@@ -184,61 +174,123 @@ class DiskBudget:
     def touch(self, names: Iterable[str]) -> None:
         """A restore used these manifests: their mtime is their recency
         (FORMAT.md 8.1), so it outlives this process. A manifest gone
-        meanwhile was retired: nothing to mark."""
+        meanwhile was retired: nothing to mark. The index learns the new
+        mtimes on the writer thread, before its next eviction."""
+        touched = set()
         for name in names:
+            path = os.path.join(self.layout.manifest_dir, name)
             try:
-                os.utime(os.path.join(self.layout.manifest_dir, name))
+                os.utime(path)
             except OSError:
-                pass
+                continue
+            touched.add(path)
+        with self._lock:
+            self._touched |= touched
 
-    def wrote(self, nbytes: int) -> None:
-        if self._used is not None:
-            self._used += nbytes
+    # -- the writer's events (writer thread) ---------------------------------
+
+    def landed(self, path: str) -> None:
+        if self.index is not None:
+            self.index.wrote(path)
+
+    def reused(self, path: str) -> None:
+        if self.index is not None:
+            self.index.reused(path)
+
+    def published(self, path: str, manifest: fmt.BoundaryManifest) -> None:
+        if self.index is not None:
+            self.index.published(path, manifest)
+
+    def removed(self, path: str) -> None:
+        if self.index is not None:
+            self.index.gone(path)
+
+    def reserve(self, job_id: int, nbytes: int) -> None:
+        """A job admitted: its bound counts until ``settle`` (its files may
+        be temps, or renamed but not yet told to the index)."""
+        self._reserved[job_id] = self._reserved.get(job_id, 0) + nbytes
+
+    def settle(self, in_flight: int | None = None) -> None:
+        """Every job but ``in_flight`` has its files in the index."""
+        kept = self._reserved.get(in_flight) if in_flight is not None else None
+        self._reserved = {} if kept is None else {in_flight: kept}
+
+    @property
+    def estimate(self) -> int | None:
+        """An upper bound of the bytes under the base now (None: no scan yet)."""
+        if self.index is None:
+            return None
+        return self.index.used + sum(self._reserved.values())
+
+    # -- evicting ------------------------------------------------------------
+
+    def rescan(self) -> StoreIndex:
+        start = time.perf_counter()
+        self._generation = _lock_generation(self.layout)  # before: a sweep
+        # during the scan shows at the next check
+        self.index = scan(self.layout, self.parsed, own_pid=os.getpid(), key=self.key)
+        self.scans += 1
+        self.scan_seconds += time.perf_counter() - start
+        self._scanned_at = self._clock()
+        self.stale = False
+        return self.index
+
+    def _must_rescan(self) -> bool:
+        return (
+            self.stale
+            or self._clock() - self._scanned_at >= self.rescan_seconds
+            or _lock_generation(self.layout) != self._generation
+            or _other_live_writer(self.layout)
+        )
 
     def make_room(
         self,
         incoming: int,
-        pending: Iterable[tuple[int, str]],
+        pending: Iterable[tuple[int, str]] | Callable[[], Iterable[tuple[int, str]]],
         roots: Iterable[str] = (),
     ) -> tuple[bool, list[Tree]]:
         """When ``incoming`` more bytes would cross the budget, retire LRU
         trees until they fit under the low-water mark: (whether they fit
-        under the budget, the trees retired). They may not fit when everything left is
-        protected: trees naming a pending-record chunk, a held file or a
-        chunk an unreadable manifest names are never retired."""
-        if self._used is not None and self._used + incoming <= self.limit:
+        under the budget, the trees retired). They may not fit when everything
+        left is protected: trees naming a pending-record chunk (``pending``,
+        or a callable giving them, asked only when evicting) or a held file
+        are never retired."""
+        index = self.index if self.index is not None else self.rescan()
+        reserved = sum(self._reserved.values())
+        if index.used + reserved + incoming <= self.limit:
             return True, []
-        view = scan(self.layout, self._parsed, self.key)
-        self._used = view.used
-        if view.used + incoming <= self.limit:
-            return True, []
-        pinned = {self.layout.chunk(key, group) for group, key in pending}
+        if self._must_rescan():
+            index = self.rescan()
+            if index.used + reserved + incoming <= self.limit:
+                return True, []
+        with self._lock:
+            touched, self._touched = self._touched, set()
+        for path in touched:
+            index.touched(path)
+        pinned = {
+            self.layout.chunk(key, group)
+            for group, key in (pending() if callable(pending) else pending)
+        }
         with self._lock:
             pinned |= set(self._held)
-            protected = (
-                set(roots)
-                | {
-                    t.root
-                    for t in view.trees.values()
-                    if not pinned.isdisjoint(t.chunks)
-                }
-                | {
-                    r
-                    for c, roots in view.named_by.items()
-                    if "" in roots
-                    for r in roots
-                }
-            )
-            retired, freed = plan(view, self.low, incoming, protected)
-            self._retire(view, retired)
-        self._used = view.used - freed
-        return self._used + incoming <= self.limit, retired
+            protected = set(roots)
+            for chunk in pinned:
+                protected |= index.named_by.get(chunk, set())
+            retired, _ = plan(index, self.low, incoming + reserved, protected)
+            self._retire(index, retired)
+        return index.used + reserved + incoming <= self.limit, retired
 
-    def _retire(self, view: StoreView, retired: list[Tree]) -> None:
+    def _retire(self, index: StoreIndex, retired: list[Tree]) -> None:
         """FORMAT.md 8: every manifest first, their folder synced, then the
         chunks only they named, each folder synced."""
         if not retired:
             return
+        gone = {t.root for t in retired}
+        doomed = {
+            t.root: [c for c in sorted(t.chunks) if index.named_by[c] <= gone]
+            for t in retired
+        }
+        self.stale = True  # until the index says what the unlinks left
         for tree in retired:
             for path in tree.manifests:
                 try:
@@ -246,22 +298,21 @@ class DiskBudget:
                 except FileNotFoundError:
                     pass
         durable_io.fsync_dir(self.layout.manifest_dir)
-        gone = {t.root for t in retired}
         dirs: set[str] = set()
-        freed = 0
+        freed = sum(sum(t.manifests.values()) for t in retired)
         for tree in retired:
-            freed += sum(tree.manifests.values())
-            for chunk in sorted(tree.chunks):
-                if not view.named_by[chunk] <= gone:
-                    continue
+            for chunk in doomed[tree.root]:
                 try:
                     os.unlink(chunk)
                 except FileNotFoundError:
                     continue  # named by two retired trees: already gone
-                freed += view.sizes.get(chunk, 0)
+                freed += index.sizes.get(chunk, 0)
                 dirs.add(os.path.dirname(chunk))
         for d in dirs:
             durable_io.fsync_dir(d)
+        for tree in retired:
+            index.drop_tree(tree.root, doomed[tree.root])
+        self.stale = False
         self.stats.chain_trees_evicted += len(retired)
         self.stats.manifests_evicted += sum(len(t.manifests) for t in retired)
         self.stats.bytes_evicted += freed
@@ -304,11 +355,11 @@ def make_room_for_job(writer, job) -> bool:
     budget = writer.budget
     incoming = job_bytes(job, writer.manifests.keep)
     roots = {c.chain[0].hex() for c in job.candidates if c.chain}
-    ok, retired = budget.make_room(incoming, writer.manifests.pending_chunks(), roots)
+    ok, retired = budget.make_room(incoming, writer.manifests.pending_chunks, roots)
     book = writer.manifests
     for tree in retired:
         for path in tree.manifests:
-            book.published.pop(os.path.basename(path), None)
+            book.forget(os.path.basename(path))
     for tree in retired:
         for ident in tree.chunks.values():
             book.durable.pop(ident, None)
@@ -319,5 +370,5 @@ def make_room_for_job(writer, job) -> bool:
             writer._free(item)
             writer._lost(item.origin, "disk_budget")
         return False
-    budget.wrote(incoming)
+    budget.reserve(job.job_id, incoming)
     return True

@@ -16,6 +16,7 @@ from . import durable_io
 from .captured import Candidate
 from .deps import fmt, init_logger
 from .stats import StoreStats
+from .store_index import Parsed, named_chunks
 
 logger = init_logger(__name__)
 
@@ -43,6 +44,11 @@ def verified_header(
     ):
         return None
     return header
+
+
+def _file_ident(path: str) -> tuple[int, int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_size, st.st_ino, st.st_dev
 
 
 class ManifestBook:
@@ -85,23 +91,57 @@ class ManifestBook:
         # so a sweep keeps a job's chunks even before any candidate names
         # them (a job of full-attention chunks only carries no candidate).
         self._unpublished: OrderedDict[Ident, None] = OrderedDict()
-        self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
+        # Name -> chain (hex); changed only through _set_published/forget,
+        # which keep the two lookups below (a job's work stays independent
+        # of how many manifests the store holds).
+        self.published: dict[str, tuple[str, ...]] = {}
+        self._chains: dict[tuple[str, ...], int] = {}  # chain -> names
+        self._by_root: dict[str, dict[str, None]] = {}  # root -> names
+        # The disk budget (budget.DiskBudget), told of every manifest
+        # published and every file keep-K unlinks; None: no budget.
+        self.budget = None
 
-    def load_existing(self) -> None:
-        """Read the manifests an earlier boot left (for keep-K)."""
+    def load_existing(self, parsed: Parsed | None = None) -> None:
+        """Read the manifests an earlier boot left (for keep-K). ``parsed``
+        (the disk budget's) keeps each one as decoded here, so the budget's
+        first scan does not decode them again."""
         for name in sorted(os.listdir(self.layout.manifest_dir)):
+            path = os.path.join(self.layout.manifest_dir, name)
             try:
                 fmt.parse_manifest_file_name(name)
+                before = None if parsed is None else _file_ident(path)
                 manifest = fmt.decode_manifest(
-                    fmt.read_regular(
-                        os.path.join(self.layout.manifest_dir, name),
-                        fmt.MAX_MANIFEST_BYTES,
-                    ),
-                    self.key,
+                    fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES), self.key
                 )
+                # The same file before and after the read: what it names.
+                same = before is not None and _file_ident(path) == before
             except (OSError, fmt.FormatError):
                 continue  # temps and damaged files are kvstore gc's business
-            self.published[name] = manifest.chain
+            self._set_published(name, manifest.chain)
+            if parsed is not None and same:
+                named = named_chunks(self.layout, manifest)
+                parsed[name] = (before, manifest.chain[0], named)
+
+    def _set_published(self, name: str, chain: tuple[str, ...]) -> None:
+        self.forget(name)
+        self.published[name] = chain
+        self._chains[chain] = self._chains.get(chain, 0) + 1
+        self._by_root.setdefault(chain[0], {})[name] = None
+
+    def forget(self, name: str) -> None:
+        """No longer published (keep-K, distrust, the budget retired it)."""
+        chain = self.published.pop(name, None)
+        if chain is None:
+            return
+        n = self._chains[chain] - 1
+        if n:
+            self._chains[chain] = n
+        else:
+            del self._chains[chain]
+        names = self._by_root[chain[0]]
+        del names[name]
+        if not names:
+            del self._by_root[chain[0]]
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
         return verified_header(self.layout, self.namespace, *ident, self.key)
@@ -192,7 +232,7 @@ class ManifestBook:
         this boot that no published manifest names yet, and what waiting
         candidates need beyond their longest published prefix. What gc must
         not take for orphans (FORMAT.md 9.1)."""
-        published = set(self.published.values())
+        published = self._chains
         out = {(g, h.hex()) for h, g in self._unpublished}
         for candidate, _ in self._pending.values():
             chain = tuple(h.hex() for h in candidate.chain)
@@ -217,7 +257,7 @@ class ManifestBook:
         self.mark_failed(ident)
         key = ident[0].hex()
         for name in [n for n, chain in self.published.items() if key in chain]:
-            del self.published[name]
+            self.forget(name)
 
     # -- publishing ----------------------------------------------------------
 
@@ -250,19 +290,23 @@ class ManifestBook:
                 ident[0].hex(), header.payload_length, header.payload_checksum
             )
         manifest = self._manifest(candidate, entries)
+        path = os.path.join(self.layout.manifest_dir, name)
         try:
             durable_io.write_file_durably(
-                os.path.join(self.layout.manifest_dir, name),
-                [fmt.encode_manifest(manifest, self.key)],
+                path, [fmt.encode_manifest(manifest, self.key)]
             )
         except (OSError, fmt.FormatError) as e:
+            if self.budget is not None:
+                self.budget.stale = True  # renamed before its sync failed?
             self.stats.manifests_dropped += 1
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                 self._on_enospc()
             logger.warning("KV store: publishing manifest %s failed: %s", name, e)
             return
         self.stats.manifests_published += 1
-        self.published[name] = manifest.chain
+        if self.budget is not None:
+            self.budget.published(path, manifest)
+        self._set_published(name, manifest.chain)
         for ident in entries:
             self._unpublished.pop(ident, None)
         self.retain(manifest)
@@ -295,7 +339,7 @@ class ManifestBook:
         if self.keep == 0:
             return
         root = manifest.chain[0]
-        tree = {n: c for n, c in self.published.items() if c[0] == root}
+        tree = {n: self.published[n] for n in self._by_root.get(root, ())}
         kept = fmt.kept_manifests(tree, self.keep)
         superseded = [n for n in tree if n not in kept]
         if not superseded:
@@ -318,13 +362,15 @@ class ManifestBook:
                 os.unlink(os.path.join(self.layout.manifest_dir, n))
             except FileNotFoundError:
                 pass
+            if self.budget is not None:
+                self.budget.removed(os.path.join(self.layout.manifest_dir, n))
         # FORMAT.md 7.6: the unlinks are durable before any payload they name
         # goes, so a power loss cannot bring back a manifest naming a deleted file.
         durable_io.fsync_dir(self.layout.manifest_dir)
         for n in superseded:
             manifest_chain = tree[n]
             old = old_manifests[n]
-            del self.published[n]
+            self.forget(n)
             self.stats.manifests_superseded += 1
             if old is None or manifest_chain[-1] in kept_state:
                 continue
@@ -334,6 +380,8 @@ class ManifestBook:
                 if group.kind != fmt.GROUP_KIND_STATE:
                     continue
                 chunk = self.layout.chunk(old.tip, group.group)
+                if self.budget is not None:
+                    self.budget.removed(chunk)
                 try:
                     os.unlink(chunk)
                 except FileNotFoundError:

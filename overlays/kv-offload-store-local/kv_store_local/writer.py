@@ -104,6 +104,7 @@ class StoreWriter(JobQueue):
         # Files written but not yet synced, and the I/O thread syncing them.
         self._io: ThreadPoolExecutor | None = None
         self._io_batch: tuple[list[StagedFile], Future] | None = None
+        self._io_job: int | None = None  # the job of that batch
         self._staged: set[Ident] = set()
         # Keys whose files a reader refused (``distrust``), under self._cv.
         self._distrusted: list[Ident] = []
@@ -112,13 +113,14 @@ class StoreWriter(JobQueue):
             if checksum_threads is not None
             else default_checksum_threads()
         )
-        self._prepare()
         # GLM53_KV_OFFLOAD_DISK_GB: None leaves the store unbounded.
         self.budget = (
             None
             if disk_bytes is None
             else DiskBudget(layout, disk_bytes, self.stats, key)
         )
+        self._prepare()
+        self.manifests.budget = self.budget  # told of publishes and keep-K
 
     def distrust(self, ident: Ident) -> None:
         """A reader refused this key's file (bad payload CRC, truncated, ...).
@@ -143,7 +145,10 @@ class StoreWriter(JobQueue):
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = store_perms.open_or_create(self.layout.lock, os.O_RDWR)
         self._pending_file = PendingFile(self.layout)
-        self.manifests.load_existing()
+        # The budget's first scan reuses what this decodes.
+        self.manifests.load_existing(
+            None if self.budget is None else self.budget.parsed
+        )
 
     # -- JobQueue hooks ------------------------------------------------------
 
@@ -168,6 +173,8 @@ class StoreWriter(JobQueue):
 
     def _failed_job(self, job: CapturedJob) -> None:
         logger.exception("KV store: writer failed on job %d", job.job_id)
+        if self.budget is not None:
+            self.budget.stale = True  # what it left on disk: a rescan says
         for item in job.keys:
             if not item.freed:
                 self.stats.keys_lost_writer_error += 1
@@ -190,6 +197,18 @@ class StoreWriter(JobQueue):
         N's checksums are computed and its bytes copied into the page cache;
         ``flush`` commits the rest once the queue is empty.
         """
+        try:
+            self._process(job)
+        finally:
+            self._settle_budget()
+
+    def _settle_budget(self) -> None:
+        # The disk budget counts a job's bound until its files are in its
+        # index: all but the batch still on the I/O thread.
+        if self.budget is not None:
+            self.budget.settle(self._io_job if self._io_batch is not None else None)
+
+    def _process(self, job: CapturedJob) -> None:
         self._lock_shared()
         with self._cv:
             distrusted, self._distrusted = self._distrusted, []
@@ -238,6 +257,7 @@ class StoreWriter(JobQueue):
         # this job's are synced on the I/O thread while the next one stages.
         ready += self._join_commit()
         self._start_commit(staged)
+        self._io_job = job.job_id
         self._publish_ready(ready)
         self._job_done()
 
@@ -262,7 +282,10 @@ class StoreWriter(JobQueue):
             self._publish_ready(ready)
             if self._locked:
                 self._pending_file.update(self.manifests.pending_chunks())
+                if self.budget is not None and self._pending_file.path:
+                    self.budget.landed(self._pending_file.path)
         finally:
+            self._settle_budget()
             self._unlock()
 
     def _publish_ready(self, ready: list[str]) -> None:
@@ -330,6 +353,8 @@ class StoreWriter(JobQueue):
                 if header is not None:
                     self.stats.keys_deduplicated += 1
                     self._dirty_dirs.add(os.path.dirname(path))
+                    if self.budget is not None:
+                        self.budget.reused(path)
                     entry = (header.payload_length, header.payload_checksum)
                     ready += self.manifests.mark_durable(ident, entry)
                 self._free(item)
@@ -378,6 +403,8 @@ class StoreWriter(JobQueue):
                 )
                 continue
             self.failed.discard(ident)  # written anew in full this boot
+            if self.budget is not None:
+                self.budget.landed(request.path)
             self.stats.keys_written += 1
             self.stats.bytes_written += item.size
             entry = (item.size, result.payload_checksum)
@@ -402,6 +429,8 @@ class StoreWriter(JobQueue):
             # Dedup only on a header that verifies; anything else is rewritten.
             self.stats.keys_deduplicated += 1
             self._dirty_dirs.add(os.path.dirname(path))
+            if self.budget is not None:
+                self.budget.reused(path)
             return header.payload_length, header.payload_checksum
         start = time.perf_counter()
         try:
@@ -454,6 +483,8 @@ class StoreWriter(JobQueue):
                 self._failed_write(f.ident, f.path, f.error, f.origin)
                 continue
             self.failed.discard(f.ident)  # rewritten in full this boot
+            if self.budget is not None:
+                self.budget.landed(f.path)
             self.stats.keys_written += 1
             self.stats.bytes_written += f.size
             entry = (f.header.payload_length, f.header.payload_checksum)
@@ -465,6 +496,8 @@ class StoreWriter(JobQueue):
     ) -> None:
         self.manifests.mark_failed(ident)
         self.stats.keys_failed += 1
+        if self.budget is not None:
+            self.budget.stale = True  # a temp or a file it could not remove
         if e.errno == errno.ENOSPC:
             self._pause()
         logger.warning(

@@ -19,6 +19,11 @@ class StoreLock {
   StoreLock() = default;
   explicit StoreLock(Fd fd) : fd_(std::move(fd)) {}
   bool held() const { return fd_.valid(); }
+  // The sweep generation (FORMAT.md 8): a sweep that deleted files moves the
+  // lock file's mtime forward, at least 1 ns past its old value (a coarse
+  // clock could repeat it), so a live writer's budget index learns with one
+  // stat that files went behind its back. False when it could not.
+  bool mark_swept() const;
   // Dropping the fd releases the flock.
  private:
   Fd fd_;
