@@ -532,7 +532,7 @@ def test_a_failed_write_makes_the_next_eviction_rescan(tmp_path, monkeypatch):
     budget = store.writer.budget
     real = ksl.durable_io.write_chunk_file
 
-    def failing(path, header, payload):
+    def failing(*_args):  # (path, header, payload[, key])
         raise OSError(errno.EIO, "injected I/O error")
 
     try:

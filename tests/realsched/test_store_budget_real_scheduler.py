@@ -4,7 +4,7 @@ The real Scheduler and OffloadingConnector (scheduler role, with the CPU offload
 manager) build the store jobs of eight distinct conversations, one after the other; the
 real, patched OffloadingConnectorWorker hands them to the real writer, whose store may
 hold about three of them (GLM53_KV_OFFLOAD_DISK_GB). Only the DMA is played
-(test_store_tail_real_scheduler.FakeTransfers). Two layouts: plain attention (three
+(realsched.FakeTransfers). Two layouts: plain attention (three
 boundaries a conversation, keep-2 supersedes one) and the hybrid (mamba state groups:
 a state payload per boundary). At every step the store is under its budget; at the end
 the newest trees hold every chunk and their last boundary, the oldest are gone whole,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import realsched
-from test_store_tail_real_scheduler import FakeTransfers, boot_engine, step
+from test_store_tail_real_scheduler import boot_engine
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 PROMPT = 700  # tokens: 43 full blocks of 16, prefilled in three 256-token steps
@@ -110,7 +110,7 @@ def boot_hybrid(tmp_path):
             for g in groups
         ],
     )
-    transfers = FakeTransfers(canonical, rows=(8 << 20) // page)
+    transfers = realsched.FakeTransfers(canonical, rows=(8 << 20) // page)
     worker.spec.get_worker = lambda kv_caches: transfers
     worker._init_worker(canonical)
     return booted, worker, transfers
@@ -154,7 +154,7 @@ def test_the_writer_keeps_its_disk_budget_under_the_real_scheduler(
         for _ in range(50):
             if not s.has_requests():  # the busy loop (vllm serve)
                 break
-            step(booted, worker, finished)
+            realsched.step_worker(booted, worker, finished)
             # Under the budget at every step, the writer still busy: its files
             # in flight are counted through their jobs' bounds.
             assert held(tier) <= BUDGET, (r, held(tier), store.stats)
