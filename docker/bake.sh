@@ -131,16 +131,18 @@ run_overlay() {
 run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" ${apply_args[@]+"${apply_args[@]}"}
 run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
 
-# 4. The store library where kv_store_format/native.py looks by default
-# (beside it), with the bundled ISA-L its $ORIGIN RPATH needs (a portable
+# 4. The store library where kv_store_format/native.py looks first
+# (beside it), with the bundled ISA-L and libcrypto its $ORIGIN RPATH needs (a portable
 # install bundles it; a plain one links the system's, and has none to copy;
 # the wheel's is auditwheel's renamed copy in site-packages/kvtier.libs, which
 # the library's other RPATH entry no longer reaches from beside native.py).
 if [[ -f $prefix/$KVTIER_STORE_LIB_REL ]]; then
   lib=$prefix/$KVTIER_STORE_LIB_REL
   mapfile -t libs < <(
-    compgen -G "$(dirname "$lib")/libisal.so*" || true
-    compgen -G "$(dirname "$lib")/../../../kvtier.libs/libisal-*.so*" || true
+    for dep in libisal libcrypto; do  # ISA-L's CRC, libcrypto's HMAC (keyed stores)
+      compgen -G "$(dirname "$lib")/$dep.so*" || true
+      compgen -G "$(dirname "$lib")/../../../kvtier.libs/$dep-*.so*" || true
+    done
   )
   mapfile -t natives < <(find "$root" -path '*/kv_store_format/native.py' -type f)
   for native in "${natives[@]}"; do

@@ -20,6 +20,7 @@ Standard library only: it runs inside vLLM.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import itertools
 import os
 import threading
@@ -411,11 +412,28 @@ class Library:
 
 
 def library_path(environ: Mapping[str, str] | None = None) -> str:
+    """KVTIER_STORE_LIB; else the library beside this file (a bake or the
+    image put it there); else the installed kvtier wheel's (`pip install
+    kvtier && overlay apply`: the apply copies no binary). The wheel is found
+    without importing it."""
     env = os.environ if environ is None else environ
     chosen = env.get(ENV_LIBRARY)
     if chosen:
         return chosen
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
+    if os.path.exists(beside):
+        return beside
+    try:
+        spec = importlib.util.find_spec("kvtier")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        wheel = os.path.join(
+            os.path.dirname(spec.origin), "lib", "kvtier", LIBRARY_NAME
+        )
+        if os.path.exists(wheel):
+            return wheel
+    return beside  # missing: load() names the file it looked for
 
 
 _LOADED: dict[str, Library] = {}
