@@ -23,11 +23,15 @@ Ident = tuple[bytes, int]  # (chunk key hash, group)
 
 
 def verified_header(
-    layout: fmt.StoreLayout, namespace: bytes, hash_: bytes, group: int
+    layout: fmt.StoreLayout,
+    namespace: bytes,
+    hash_: bytes,
+    group: int,
+    path: str | None = None,
 ) -> fmt.ChunkHeader | None:
     """The chunk's header if the file is there and names this key, else None."""
     try:
-        header = fmt.read_chunk_header(layout.chunk(hash_.hex(), group))
+        header = fmt.read_chunk_header(path or layout.chunk(hash_.hex(), group))
     except (OSError, fmt.FormatError):
         return None
     if (
@@ -45,6 +49,8 @@ class ManifestBook:
     # Chunks counted on but named by no published manifest: at ~70 bytes a
     # pending-record entry, 64k of them is a 4.5 MB record.
     MAX_UNPUBLISHED = 1 << 16
+    # Chunk paths asked for again and again (dedup, register, publish): kept.
+    MAX_PATHS = 1 << 16
 
     def __init__(
         self,
@@ -78,6 +84,24 @@ class ManifestBook:
         # them (a job of full-attention chunks only carries no candidate).
         self._unpublished: OrderedDict[Ident, None] = OrderedDict()
         self.published: dict[str, tuple[str, ...]] = {}  # name -> chain (hex)
+        # Bumped whenever what pending_chunks() returns may change, so the
+        # writer rewrites its pending record only then.
+        self.changes = 0
+        self._paths: dict[Ident, str] = {}
+
+    @property
+    def pending_version(self) -> tuple[int, int]:
+        """Changes when pending_chunks() may: the book's own changes, and the
+        published names the disk budget (budget.py) retires from outside."""
+        return self.changes, len(self.published)
+
+    def chunk_path(self, ident: Ident) -> str:
+        path = self._paths.get(ident)
+        if path is None:
+            if len(self._paths) >= self.MAX_PATHS:
+                self._paths.clear()
+            path = self._paths[ident] = self.layout.chunk(ident[0].hex(), ident[1])
+        return path
 
     def load_existing(self) -> None:
         """Read the manifests an earlier boot left (for keep-K)."""
@@ -93,9 +117,12 @@ class ManifestBook:
             except (OSError, fmt.FormatError):
                 continue  # temps and damaged files are kvstore gc's business
             self.published[name] = manifest.chain
+        self.changes += 1
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
-        return verified_header(self.layout, self.namespace, *ident)
+        return verified_header(
+            self.layout, self.namespace, *ident, self.chunk_path(ident)
+        )
 
     # -- tracking ------------------------------------------------------------
 
@@ -108,6 +135,7 @@ class ManifestBook:
         name = candidate.name
         if name in self.published or name in self._pending:
             return []
+        self.changes += 1
         missing: set[Ident] = set()
         for ident in candidate.needed():
             if ident in self.failed:
@@ -145,12 +173,11 @@ class ManifestBook:
         the I/O thread a moment ago): its data was fsynced before its rename,
         but its directory entry may not be durable yet, so sync that too
         before any manifest names it."""
-        self.dirty_dirs.add(
-            os.path.dirname(self.layout.chunk(ident[0].hex(), ident[1]))
-        )
+        self.dirty_dirs.add(os.path.dirname(self.chunk_path(ident)))
         self._remember(ident, (header.payload_length, header.payload_checksum))
 
     def _remember(self, ident: Ident, entry: tuple[int, int]) -> None:
+        self.changes += 1
         self.durable[ident] = entry
         self.durable.move_to_end(ident)
         while len(self.durable) > self.MAX_KNOWN_DURABLE:
@@ -196,6 +223,7 @@ class ManifestBook:
 
     def mark_failed(self, ident: Ident) -> None:
         """Not taken from disk or manifested until written anew in full."""
+        self.changes += 1
         self.failed.add(ident)
         self.durable.pop(ident, None)
         self._unpublished.pop(ident, None)
@@ -216,6 +244,7 @@ class ManifestBook:
         pending = self._pending.pop(name, None)
         if pending is None:
             return
+        self.changes += 1
         candidate = pending[0]
         entries: dict[Ident, fmt.ManifestEntry] = {}
         # Re-verify every named file now, under the shared lock: the manifest
@@ -285,6 +314,7 @@ class ManifestBook:
         """Keep-K inline, within the tree of chains the new manifest joins."""
         if self.keep == 0:
             return
+        self.changes += 1
         root = manifest.chain[0]
         tree = {n: c for n, c in self.published.items() if c[0] == root}
         kept = fmt.kept_manifests(tree, self.keep)

@@ -346,7 +346,7 @@ class WorkerStore:
                 keys = self._recapture(owed, limit=self.last_chance_bytes)
                 taken = sum(k.size for k in keys)
                 for entry in owed:
-                    size = entry.layout.block_bytes * entry.count
+                    size = entry.size
                     if (
                         entry.ident in self._owed
                         and self._owed.valid(entry)
@@ -513,36 +513,49 @@ class WorkerStore:
         self, entries: Sequence[Owed], reason: str | None
     ) -> list[tuple[Owed, CapturedKey]]:
         """Pool room for what fits; owe the rest (counted as ``reason``, or
-        as "paused" while the writer is paused; None: not counted again)."""
+        as "paused" while the writer is paused; None: not counted again).
+
+        The pool is a FIFO ring: once a key does not fit, the job's later
+        keys are owed without asking it again (the writer frees its room a
+        job at a time, so a later key of the same job would rarely fit)."""
         assert self.writer is not None
         pool = self.writer.pool
         out = []
-        for entry in entries:
-            layout = entry.layout
-            size = layout.block_bytes * entry.count
-            offset = pool.alloc(size) if self.writer.accepting else None
+        accepting = self.writer.accepting
+        segments_by = self._segments
+        taken = 0
+        for entry in entries if accepting else ():
+            size = entry.size
+            offset = pool.alloc(size)
             if offset is None:
-                paused = not self.writer.accepting
-                self._owed.owe(entry, "paused" if paused else reason)
-                if not paused and reason is not None:
-                    self._log_drop()
-                continue
-            segments = self._segments.get((layout.group, entry.count))
+                break
+            layout = entry.layout
+            segments = segments_by.get((layout.group, entry.count))
             if segments is None:
                 segments = layout.segments(entry.count)
-                self._segments[(layout.group, entry.count)] = segments
-            key = CapturedKey(
-                entry.hash,
-                layout.group,
-                entry.token,
-                offset,
-                size,
-                segments,
-                origin=entry,
+                segments_by[(layout.group, entry.count)] = segments
+            out.append(
+                (
+                    entry,
+                    CapturedKey(
+                        entry.hash,
+                        layout.group,
+                        entry.token,
+                        offset,
+                        size,
+                        segments,
+                        origin=entry,
+                    ),
+                )
             )
-            out.append((entry, key))
+            taken += size
+        if len(out) < len(entries):
+            left = entries[len(out) :]
+            self._owed.owe_many(left, reason if accepting else "paused")
+            if accepting and reason is not None:
+                self._log_drop(len(left))
         self.stats.keys_captured += len(out)
-        self.stats.bytes_captured += sum(k.size for _, k in out)
+        self.stats.bytes_captured += taken
         return out
 
     def _alloc_moves(self, entries: Sequence[Owed]) -> tuple[list[CapturedKey], Moves]:
@@ -551,12 +564,12 @@ class WorkerStore:
         order a chunk's payload holds them (and the store copy reads)."""
         assert self.writer is not None
         for entry in entries:
-            if (
-                len(entry.blocks) != entry.count
-                or min(entry.blocks) < 0
-                or max(entry.blocks) >= self._min_blocks
-            ):
+            if len(entry.blocks) != entry.count:
                 raise ValueError(f"GPU blocks {entry.blocks} out of range")
+        if entries:
+            blocks = [b for entry in entries for b in entry.blocks]
+            if min(blocks) < 0 or max(blocks) >= self._min_blocks:
+                raise ValueError(f"GPU blocks {blocks} out of range")
         with self._lock:
             taken = self._alloc(entries, "budget")
         base = self.writer.pool.address
@@ -631,7 +644,7 @@ class WorkerStore:
         if limit is not None:
             free = min(free, limit)
         for entry in owed:
-            size = entry.layout.block_bytes * entry.count
+            size = entry.size
             if size > free:
                 break
             if self._owed.valid(entry):
@@ -657,7 +670,7 @@ class WorkerStore:
         while self.active:
             with self._lock:
                 self._take_returned()
-                entry = next(self._owed.pending(), None)
+                entry = self._owed.next_due()
                 got = self._recapture([entry]) if entry is not None else []
             if not got:
                 break  # nothing owed, or no room yet
@@ -678,9 +691,10 @@ class WorkerStore:
             else:
                 self._owed.owe(origin, None)
 
-    def _log_drop(self) -> None:
+    def _log_drop(self, count: int = 1) -> None:
         dropped = self.stats.keys_dropped_budget
-        if _power_of_two(dropped):  # 1, 2, 4, 8, ...: loud but bounded
+        # Each time the count passes 1, 2, 4, 8, ...: loud but bounded.
+        if dropped.bit_length() != (dropped - count).bit_length():
             logger.warning(
                 "KV store: capture budget (%d MiB) full; %d stores dropped so far",
                 self._budget >> 20,
@@ -713,9 +727,11 @@ class WorkerStore:
 
 
 def _ints(values: Any) -> list[int]:
-    """A spec's ids as Python ints (numpy arrays in vLLM: tolist is fast)."""
-    tolist = getattr(values, "tolist", None)
-    return [int(v) for v in (tolist() if tolist is not None else values)]
+    """A spec's ids as Python ints (numpy integer arrays in vLLM, whose
+    tolist already gives Python ints: no second pass)."""
+    if getattr(getattr(values, "dtype", None), "kind", None) in ("i", "u"):
+        return values.tolist()
+    return [int(v) for v in values]
 
 
 def _power_of_two(n: int) -> bool:

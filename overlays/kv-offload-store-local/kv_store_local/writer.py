@@ -136,6 +136,8 @@ class StoreWriter(JobQueue):
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = store_perms.open_or_create(self.layout.lock, os.O_RDWR)
         self._pending_file = PendingFile(self.layout)
+        # manifests.pending_version the pending record was last built at
+        self._pending_version: tuple[int, int] | None = None
         self.manifests.load_existing()
 
     # -- JobQueue hooks ------------------------------------------------------
@@ -253,8 +255,10 @@ class StoreWriter(JobQueue):
             ready = self._join_commit()
             self._sync_dirs()
             self._publish_ready(ready)
-            if self._locked:
+            version = self.manifests.pending_version
+            if self._locked and self._pending_version != version:
                 self._pending_file.update(self.manifests.pending_chunks())
+                self._pending_version = version
         finally:
             self._unlock()
 
@@ -317,7 +321,7 @@ class StoreWriter(JobQueue):
         writing: list[CapturedKey] = []
         for item in job.keys:
             ident = (item.hash, item.group)
-            path = self.layout.chunk(item.hash.hex(), item.group)
+            path = self.manifests.chunk_path(ident)
             header = None if ident in self.failed else self.manifests.header(ident)
             if header is not None or ident in self._staged:
                 if header is not None:
@@ -384,7 +388,7 @@ class StoreWriter(JobQueue):
         ident = (item.hash, item.group)
         if ident in self._staged:
             return None  # already on its way to disk
-        path = self.layout.chunk(item.hash.hex(), item.group)
+        path = self.manifests.chunk_path(ident)
         # A key whose write failed, or whose file a reader refused, this boot
         # is never taken from disk: only a complete new write (temp, fsync,
         # rename, dir fsync) clears it.
