@@ -27,7 +27,8 @@ reason), and with ``--profile`` the engine thread's cProfile of the
 connector calls (knob 1).
 
 usage: bench/engine_thread_bench.py [--jobs 580] [--keys 40] [--jobs-per-step 13]
-    [--model-ms 20] [--rows 1024] [--pool-mib 512] [--dir D] [--profile N] [--json F]
+    [--model-ms 20] [--rows 1024] [--pool-mib 512] [--repeat 1] [--dir D]
+    [--profile N] [--json F]
 Needs the built `overlay` and store library (KVTIER_BUILD_DIR, default build/).
 """
 
@@ -43,6 +44,7 @@ import os
 import pstats
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -196,6 +198,25 @@ class Bench:
         self.calls: dict[str, float] = {}
         self.model_wall = 0.0
         self.profile = cProfile.Profile() if args.profile and knob != "0" else None
+        # Our hooks alone (knob 1): their CPU on this thread, by hook.
+        self.ours: dict[str, float] = {}
+        if self.store is not None:
+            for name in ("remember", "submitted", "capture"):
+                self._wrap(self.store, name)
+            self._wrap(self.scheduler._kv_store_meta, "attach")
+
+    def _wrap(self, obj, name: str) -> None:
+        real = getattr(obj, name)
+        ours = self.ours
+
+        def timed(*a, **kw):
+            c = time.thread_time()
+            try:
+                return real(*a, **kw)
+            finally:
+                ours[name] = ours.get(name, 0.0) + time.thread_time() - c
+
+        setattr(obj, name, timed)
 
     def _timed(self, name: str, fn, *a):
         c, w = time.thread_time(), time.perf_counter()
@@ -299,6 +320,7 @@ def run(ns, args, root: Path, knob: str) -> dict:
         if n == warm:  # the first steps fault in pages and build tables
             bench.cpu = 0.0
             bench.calls.clear()
+            bench.ours.clear()
             bench.model_wall = bench.wall = 0.0
             if bench.profile is not None:
                 bench.profile = cProfile.Profile()
@@ -331,6 +353,11 @@ def run(ns, args, root: Path, knob: str) -> dict:
         "engine_us_per_job": round(1e6 * bench.cpu / jobs, 1),
         "engine_us_per_key": round(1e6 * bench.cpu / keys, 2),
         "engine_cpu_by_call_s": {k: round(v, 4) for k, v in bench.calls.items()},
+        # Inside those calls, our hooks (the scheduler's side channel, the
+        # worker's remember / submitted / capture), timed on their own.
+        "hooks_cpu_s": {k: round(v, 4) for k, v in bench.ours.items()},
+        "hooks_us_per_job": round(1e6 * sum(bench.ours.values()) / jobs, 1),
+        "hooks_us_per_key": round(1e6 * sum(bench.ours.values()) / keys, 2),
         "calls_wall_s": round(bench.wall, 3),
         "model_wall_s": round(bench.model_wall, 3),
         # What the engine's step would take without the DMA: our calls and
@@ -387,6 +414,9 @@ def main() -> int:
     ap.add_argument("--gpu-blocks", type=int, default=600)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--knobs", default="0,1")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="alternating rounds; medians printed"
+    )
     ap.add_argument("--profile", type=int, default=0, help="top N functions")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -404,29 +434,42 @@ def main() -> int:
             "kv-offload-scope,kv-offload-store-local",
         )
     results = []
+    knobs = args.knobs.split(",")
     with harness.engine(tree / "site-packages", package="vllm") as ns:
-        for knob in args.knobs.split(","):
-            root = work / f"store-{knob}"
-            shutil.rmtree(root, ignore_errors=True)
-            root.mkdir()
-            r = run(ns, args, root, knob)
-            profile = r.pop("profile", None)
-            print(json.dumps(r), flush=True)
-            if profile:
-                print(profile, flush=True)
-            results.append(r)
-    by = {r["knob"]: r for r in results}
-    if "0" in by and "1" in by:
-        off, on = by["0"], by["1"]
-        extra = on["engine_cpu_s"] - off["engine_cpu_s"]
+        for n in range(args.repeat):
+            # Alternate the order (off on, on off, ...): a drift cancels.
+            for knob in knobs if n % 2 == 0 else knobs[::-1]:
+                root = work / f"store-{knob}"
+                shutil.rmtree(root, ignore_errors=True)
+                root.mkdir()
+                r = run(ns, args, root, knob)
+                profile = r.pop("profile", None)
+                print(json.dumps(r), flush=True)
+                if profile:
+                    print(profile, flush=True)
+                results.append(r)
+    runs = {k: [r for r in results if r["knob"] == k] for k in knobs}
+    if runs.get("0") and runs.get("1"):
+        off, on = runs["0"], runs["1"]
+
+        def med(rs, key):
+            return statistics.median(r[key] for r in rs)
+
+        jobs = on[0]["jobs"]
+        extra = med(on, "engine_cpu_s") - med(off, "engine_cpu_s")
         print(
-            f"engine thread in the connector calls, {on['jobs']} jobs of "
-            f"{on['keys_per_job']} keys: off {off['engine_us_per_job']} us/job, on "
-            f"{on['engine_us_per_job']} us/job; the tier adds "
-            f"{1e6 * extra / on['jobs']:.0f} us a job, {1e6 * extra / on['keys']:.1f} "
-            f"us a key; step wall on/off {on['step_wall_s'] / off['step_wall_s']:.3f}; "
-            f"other Python threads {on['other_python_threads_cpu_s']} s CPU, "
-            f"process {on['process_cpu_s']} s (off {off['process_cpu_s']} s)"
+            f"medians of {len(on)}: engine thread in the connector calls, {jobs} "
+            f"jobs of {on[0]['keys_per_job']} keys: off "
+            f"{med(off, 'engine_us_per_job')} us/job, on "
+            f"{med(on, 'engine_us_per_job')} us/job (the tier adds "
+            f"{1e6 * extra / jobs:.0f} us a job); our hooks alone "
+            f"{med(on, 'hooks_us_per_job')} us a job, "
+            f"{med(on, 'hooks_us_per_key')} us a key; step wall on/off "
+            f"{med(on, 'step_wall_s') / med(off, 'step_wall_s'):.3f}; other Python "
+            f"threads {med(on, 'other_python_threads_cpu_s')} s CPU for "
+            f"{statistics.median(r['stats']['keys_written'] for r in on)} keys "
+            f"written; process {med(on, 'process_cpu_s')} s (off "
+            f"{med(off, 'process_cpu_s')} s)"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -169,11 +169,21 @@ class OwedKeys:
         return [self._owed[i] for _, i in found]
 
     def rows_reused(self, chunk_ids: Iterable[int]) -> None:
-        """A new store job names these rows: their old bytes are going."""
+        """A new store job names these rows: their old bytes are going, so
+        the keys still owed from them are lost (counted) and forgotten now,
+        not left for a later walk to find stale."""
         generation = self._generation
         get = generation.get
+        by_row, owed_keys = self._by_row, self._owed
+        lost = 0
         for chunk_id in chunk_ids:
             generation[chunk_id] = get(chunk_id, 0) + 1
+            on_row = by_row.pop(chunk_id, None)
+            if on_row:
+                for ident in on_row:
+                    del owed_keys[ident]
+                lost += len(on_row)
+        self.stats.keys_lost += lost
 
     def valid(self, owed: Owed) -> bool:
         return self._generation.get(owed.chunk_id, 0) == owed.generation

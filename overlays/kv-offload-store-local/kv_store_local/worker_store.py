@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import store_perms
 from .capture_device import BlockTensor, CaptureDevice, Fence, Moves
 from .capture_pool import CapturePool
@@ -120,6 +122,8 @@ class WorkerStore:
         self._blocks: list[BlockTensor] = []
         self._min_blocks = 0
         self._layer_sources: dict[int, tuple[list, list[int], array]] = {}
+        # The same per layer, as int64 arrays (_one_block_moves).
+        self._layer_arrays: dict[int, tuple[Any, Any, Any, Any]] = {}
         # Segment tables by (group, sub-blocks): the same for every key.
         self._segments: dict[tuple[int, int], tuple[fmt.Segment, ...]] = {}
         self._slots: dict[int, GroupLayout] = {}
@@ -575,21 +579,57 @@ class WorkerStore:
         base = self.writer.pool.address
         moves = Moves()
         keys = []
+        run: list[tuple[Owed, CapturedKey]] = []  # one-sub-block keys, one layout
         for entry, key in taken:
+            if entry.count == 1:  # one sub-block: one run a layer
+                if run and run[-1][0].layout.group != entry.layout.group:
+                    self._one_block_moves(run, base, moves)
+                    run = []
+                run.append((entry, key))
+                keys.append(key)
+                continue
+            if run:
+                self._one_block_moves(run, base, moves)
+                run = []
             pairs, starts, sizes = self._sources(entry.layout)
             dst = base + key.offset
-            if entry.count == 1:  # one sub-block: one run a layer
-                block = entry.blocks[0]
-                moves.extend(
-                    [a + block * s for a, s in pairs], [dst + c for c in starts], sizes
-                )
-            else:  # per layer, its sub-blocks back to back
-                for (address, stride), size in zip(pairs, sizes, strict=True):
-                    for block in entry.blocks:
-                        moves.add(address + block * stride, dst, size)
-                        dst += size
+            # Per layer, its sub-blocks back to back.
+            for (address, stride), size in zip(pairs, sizes, strict=True):
+                for block in entry.blocks:
+                    moves.add(address + block * stride, dst, size)
+                    dst += size
             keys.append(key)
+        if run:
+            self._one_block_moves(run, base, moves)
         return keys, moves
+
+    def _one_block_moves(
+        self, run: Sequence[tuple[Owed, CapturedKey]], base: int, moves: Moves
+    ) -> None:
+        """The moves of keys of one sub-block of one layout, key by key and
+        layer by layer, as whole-job array arithmetic (16 moves a key on
+        the deployed shape: per key in Python they cost more than the rest
+        of the job's planning)."""
+        layout = run[0][0].layout
+        tables = self._layer_arrays.get(layout.group)
+        if tables is None:
+            pairs, starts, sizes = self._sources(layout)
+            tables = (
+                np.array([a for a, _ in pairs], dtype=np.int64),
+                np.array([s for _, s in pairs], dtype=np.int64),
+                np.array(starts, dtype=np.int64),
+                np.array(sizes, dtype=np.int64),
+            )
+            self._layer_arrays[layout.group] = tables
+        addresses, strides, starts, sizes = tables
+        n = len(run)
+        blocks = np.fromiter((e.blocks[0] for e, _ in run), dtype=np.int64, count=n)
+        dsts = np.fromiter((base + k.offset for _, k in run), dtype=np.int64, count=n)
+        moves.extend_int64(
+            blocks[:, None] * strides + addresses,
+            dsts[:, None] + starts,
+            np.broadcast_to(sizes, (n, len(sizes))),
+        )
 
     def _sources(self, layout: GroupLayout) -> tuple[list, list[int], array]:
         """Per layer of the group: (tensor address, block stride), the
