@@ -720,6 +720,17 @@ def test_pending_record_names_chunks_no_candidate_names_yet(tmp_path):
     assert pending_record(store) == sorted((0, sls.block_hash(i).hex()) for i in (1, 2))
 
 
+def test_pending_record_encoded_without_rechecks_is_the_codecs():
+    """The writer encodes its pending record without checking every entry
+    again (pending.encode_listed, issue 29): the codec's bytes, for none, one
+    and many chunks in groups of one and two digits (sorted as numbers)."""
+    chunks = sorted(
+        (g, sls.block_hash(i).hex()) for g in (0, 2, 10, 11) for i in range(3)
+    )
+    for listed in ([], chunks[:1], chunks):
+        assert ksl.pending.encode_listed(listed) == fmt.encode_pending_record(listed)
+
+
 def test_background_thread_writes_and_shuts_down(tmp_path):
     store, staging = sls.make_store(tmp_path, background=True)
     maker = sls.JobMaker(staging)
