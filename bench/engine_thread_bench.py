@@ -425,14 +425,16 @@ def main() -> int:
     )
     work = Path(args.dir or tempfile.mkdtemp(prefix="kvengine-"))
     tree = work / "tree"
-    if not (tree / "site-packages").is_dir():
-        patched_copy(
-            build_dir() / "patcher" / "overlay",
-            engine_tree(),
-            tree,
-            REPO / "anchors" / "vllm-0.33.0",
-            "kv-offload-scope,kv-offload-store-local",
-        )
+    # Applied afresh each time: a tree left by an earlier call would hold
+    # that call's overlay files.
+    shutil.rmtree(tree, ignore_errors=True)
+    patched_copy(
+        build_dir() / "patcher" / "overlay",
+        engine_tree(),
+        tree,
+        REPO / "anchors" / "vllm-0.33.0",
+        "kv-offload-scope,kv-offload-store-local",
+    )
     results = []
     knobs = args.knobs.split(",")
     with harness.engine(tree / "site-packages", package="vllm") as ns:

@@ -144,6 +144,14 @@ class ManifestBook:
             if ident in self.durable:
                 self.durable.move_to_end(ident)
                 continue
+            if ident in self._waiting:
+                # A candidate registered earlier found it missing and it has
+                # not become durable since (mark_durable tells both): not
+                # looked for on disk again. Each job's candidate names the
+                # whole chain, so a burst asked for its missing keys again
+                # and again.
+                missing.add(ident)
+                continue
             header = self.header(ident)
             if header is not None:
                 self.found_on_disk(ident, header)
