@@ -192,11 +192,17 @@ class StoreWriter(JobQueue):
             self.stats.keys_distrusted += 1
             self.manifests.distrust(ident)
         ready: list[str] = []
-        # Candidates are tracked even while paused: the keys they wait for
-        # may be captured again once space is back.
-        for candidate in job.candidates:
-            ready += self.manifests.register(candidate)
+        # With the native library and no disk budget, the job's candidates
+        # are registered after its keys are written: they then find those in
+        # the book instead of looking for each on disk (a job's candidate
+        # names its whole chain). The budget weighs the pending candidates,
+        # so with it they come first, as on the Python path.
+        late = self.store_lib is not None and self.budget is None
+        if not late:
+            ready += self._register(job)
         if self.paused_until is not None and not self.maybe_resume():
+            if late:
+                ready += self._register(job)
             self._drop_paused(job.keys)
             self._publish_ready(ready)
             return
@@ -205,6 +211,8 @@ class StoreWriter(JobQueue):
             return
         if self.store_lib is not None:
             ready += self._write_native(job)
+            if late:
+                ready += self._register(job)
             self._publish_ready(ready)
             self._job_done()
             return
@@ -235,6 +243,14 @@ class StoreWriter(JobQueue):
         self._start_commit(staged)
         self._publish_ready(ready)
         self._job_done()
+
+    def _register(self, job: CapturedJob) -> list[str]:
+        # Candidates are tracked even while paused: the keys they wait for
+        # may be captured again once space is back.
+        ready: list[str] = []
+        for candidate in job.candidates:
+            ready += self.manifests.register(candidate)
+        return ready
 
     def _job_done(self) -> None:
         # Not from inside itself: without a thread (tests) the job it submits
