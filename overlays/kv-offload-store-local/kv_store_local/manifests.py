@@ -88,6 +88,8 @@ class ManifestBook:
         # writer rewrites its pending record only then.
         self.changes = 0
         self._paths: dict[Ident, str] = {}
+        self._path_shapes: set[tuple[int, int]] = set()
+        self._base = layout.base
 
     @property
     def pending_version(self) -> tuple[int, int]:
@@ -96,11 +98,29 @@ class ManifestBook:
         return self.changes, len(self.published)
 
     def chunk_path(self, ident: Ident) -> str:
+        """``layout.chunk`` of the key, kept. The codec checks the name (hex
+        of an allowed length, group in range) and joins; once it accepted a
+        (hex length, group) and built the same string, keys of that shape
+        are joined here directly (bytes.hex is always lowercase hex)."""
         path = self._paths.get(ident)
         if path is None:
             if len(self._paths) >= self.MAX_PATHS:
                 self._paths.clear()
-            path = self._paths[ident] = self.layout.chunk(ident[0].hex(), ident[1])
+            key_hex, group = ident[0].hex(), ident[1]
+            shape = (len(key_hex), group)
+            if shape in self._path_shapes:
+                path = (
+                    f"{self._base}/{key_hex[:3]}/{key_hex[3:5]}_g{group}/{key_hex}.bin"
+                )
+            else:
+                path = self.layout.chunk(key_hex, group)
+                self._base = self.layout.base
+                joined = (
+                    f"{self._base}/{key_hex[:3]}/{key_hex[3:5]}_g{group}/{key_hex}.bin"
+                )
+                if joined == path:
+                    self._path_shapes.add(shape)
+            self._paths[ident] = path
         return path
 
     def load_existing(self) -> None:
