@@ -292,7 +292,13 @@ def run(mode: str, root: Path, jobs: int, keys: int, write: bool) -> dict:
     rig = Rig(root, mode, blocks=blocks, rows=2 * keys, budget=(2 * keys + 8) << 20)
     store = rig.store
     if not write:
-        rig.writer.process = rig.writer._release  # capture only
+        writer = rig.writer
+
+        def release(job) -> None:  # capture only: free each key unwritten
+            for item in job.keys:
+                writer._free(item)
+
+        writer.process = release
     hook_cpu: list[float] = []
     hook_wall: list[float] = []
     stand_ins: list[float] = []

@@ -720,6 +720,33 @@ def test_pending_record_names_chunks_no_candidate_names_yet(tmp_path):
     assert pending_record(store) == sorted((0, sls.block_hash(i).hex()) for i in (1, 2))
 
 
+def test_pending_record_encoded_without_rechecks_is_the_codecs():
+    """The writer encodes its pending record without checking every entry
+    again (pending.encode_listed, issue 29): the codec's bytes, for none, one
+    and many chunks in groups of one and two digits (sorted as numbers)."""
+    chunks = sorted(
+        (g, sls.block_hash(i).hex()) for g in (0, 2, 10, 11) for i in range(3)
+    )
+    for listed in ([], chunks[:1], chunks):
+        assert ksl.pending.encode_listed(listed) == fmt.encode_pending_record(listed)
+
+
+def test_kept_chunk_paths_are_the_codecs(tmp_path):
+    """The writer joins chunk paths itself once the codec accepted a key
+    shape (issue 29): the same paths, and a name the codec refuses is still
+    refused."""
+    store, _ = sls.make_store(tmp_path)
+    book, layout = store.writer.manifests, store.writer.layout
+    for n in range(3):
+        for group in (0, 3, 12):
+            for digest in (sls.block_hash(n), sls.block_hash(n)[:8]):
+                path = book.chunk_path((digest, group))
+                assert path == layout.chunk(digest.hex(), group)
+    with pytest.raises(fmt.FormatError):
+        book.chunk_path((sls.block_hash(0), fmt.MAX_GROUP_INDEX + 1))
+    store.shutdown()
+
+
 def test_background_thread_writes_and_shuts_down(tmp_path):
     store, staging = sls.make_store(tmp_path, background=True)
     maker = sls.JobMaker(staging)

@@ -30,6 +30,10 @@ sys.path.insert(0, str(HERE))
 # Block hashes (and so offload keys) must not depend on the process: the pristine engine
 # runs in a subprocess and its keys are compared with this one's.
 os.environ["PYTHONHASHSEED"] = "0"
+# The venv is installed with --no-compile (scripts/real-venv.sh): the first import must write
+# the bytecode, or every model_layout.py process compiles vLLM and torch again (17 s of 31).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # The overlays' native store library (kv_store_format/native.py): this build's.
 os.environ.setdefault(
     "KVTIER_STORE_LIB",

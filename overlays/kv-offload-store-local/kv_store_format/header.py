@@ -121,6 +121,12 @@ def declared_header_length(data: bytes | bytearray | memoryview) -> int | None:
     return length
 
 
+# Segment tables decode_header checked: (table bytes, version, payload length)
+# -> segments (immutable, so shared); bounded, cleared when full.
+_DECODED_TABLES: dict[tuple[bytes, int, int], tuple[Segment, ...]] = {}
+_MAX_DECODED_TABLES = 256
+
+
 def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
     """Parse and check a header from the start of a chunk file.
 
@@ -198,11 +204,23 @@ def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
             Reason.BAD_SEGMENT_TABLE,
             f"{nseg} segments do not fill header length {header_length}",
         )
-    segments = tuple(
-        decode_segment(buf, FIXED_HEADER_SIZE + i * SEGMENT_ENTRY_SIZE, i, version)
-        for i in range(nseg)
+    # The header checksum matched: the table's bytes are the writer's, and a
+    # store's chunks share a few tables, so each is decoded and checked once.
+    table = (
+        bytes(buf[FIXED_HEADER_SIZE : FIXED_HEADER_SIZE + nseg * SEGMENT_ENTRY_SIZE]),
+        version,
+        payload_length,
     )
-    check_segment_table(segments, payload_length)
+    segments = _DECODED_TABLES.get(table)
+    if segments is None:
+        segments = tuple(
+            decode_segment(buf, FIXED_HEADER_SIZE + i * SEGMENT_ENTRY_SIZE, i, version)
+            for i in range(nseg)
+        )
+        check_segment_table(segments, payload_length)
+        if len(_DECODED_TABLES) >= _MAX_DECODED_TABLES:
+            _DECODED_TABLES.clear()
+        _DECODED_TABLES[table] = segments
     return ChunkHeader(
         namespace_hash=bytes(ns_hash),
         group=group,

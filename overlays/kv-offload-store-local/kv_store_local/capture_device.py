@@ -46,6 +46,13 @@ class Moves:
         self.size.extend(size)
         self._src_end = self._dst_end = -1
 
+    def extend_int64(self, src: Any, dst: Any, size: Any) -> None:
+        """Runs as they are, from int64 numpy arrays of one shape (C order)."""
+        self.src.frombytes(src.astype("<i8", copy=False).tobytes())
+        self.dst.frombytes(dst.astype("<i8", copy=False).tobytes())
+        self.size.frombytes(size.astype("<i8", copy=False).tobytes())
+        self._src_end = self._dst_end = -1
+
     def __len__(self) -> int:
         return len(self.size)
 
@@ -88,14 +95,22 @@ class DoneFence:
 
 
 class ThreadFence:
+    """Set once by the copy thread. A lock held until then, not an Event
+    (whose Condition costs the queueing thread more than the queueing)."""
+
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
 
     def done(self) -> bool:
-        return self._event.is_set()
+        return not self._lock.locked()
 
     def wait(self) -> None:
-        self._event.wait()
+        with self._lock:
+            return
 
 
 class HostCopy:
@@ -135,7 +150,7 @@ class HostCopy:
                     return
                 moves, fence = self._jobs.pop(0)
             copy_moves(moves)
-            fence._event.set()
+            fence.set()
 
     def close(self) -> None:
         """Finish what is queued, then stop the thread."""

@@ -36,13 +36,15 @@ class CapturePool:
         ctypes.memset(self.address, 0, capacity)
         self._memory = memoryview(self.buffer).cast("B")
         self._live: deque[list[int]] = deque()  # [start, size, freed]
+        # Bytes in live ranges (freed ones ahead of the oldest included):
+        # asked per recapture on both threads, so kept, not summed.
+        self._used = 0
         self._lock = threading.Lock()
         self._torch_view: Any = None
 
     @property
     def used(self) -> int:
-        with self._lock:
-            return sum(size for _, size, _ in self._live)
+        return self._used
 
     def alloc(self, size: int) -> int | None:
         with self._lock:
@@ -66,6 +68,7 @@ class CapturePool:
                 else:
                     return None
             self._live.append([start, size, 0])
+            self._used += size
             return start
 
     def free(self, start: int) -> None:
@@ -75,7 +78,7 @@ class CapturePool:
                     entry[2] = 1
                     break
             while self._live and self._live[0][2]:
-                self._live.popleft()
+                self._used -= self._live.popleft()[1]
 
     def view(self, start: int, size: int) -> memoryview:
         return self._memory[start : start + size]

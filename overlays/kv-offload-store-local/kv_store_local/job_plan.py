@@ -49,7 +49,8 @@ def plan_keys(
     gpu = rec.gpu_blocks
     if gpu and len(gpu) != sum(rec.group_sizes):
         raise ValueError("the GPU spec's block count does not match its groups")
-    plan = []
+    chunk_ids = rec.chunk_ids
+    plan: list[Owed] = []
     index = 0
     gpu_offset = 0  # the slot's first GPU block in the spec (one per block)
     for slot, (blocks, block_idx) in enumerate(
@@ -60,6 +61,37 @@ def plan_keys(
         slot_first = gpu_offset
         gpu_offset += blocks
         layout = slots.get(slot)
+        if bpc == 1 and layout is not None and layout.kind != "window":
+            # One block a chunk (the deployed plan): every chunk is complete
+            # and key i is block i, so the keys are taken slot by slot.
+            end = index + blocks
+            if end > len(keys):
+                raise ValueError("side channel names fewer keys than the spec")
+            for i in range(index, end):
+                if groups[i] != layout.group:
+                    raise ValueError(f"key {i} is group {groups[i]}, spec slot {slot}")
+            rows = chunk_ids[index:end]
+            for key, token, chunk_id, block in zip(
+                keys[index:end],
+                tokens[index:end],
+                rows,
+                gpu[slot_first : slot_first + blocks] if gpu else rows,
+                strict=True,
+            ):
+                plan.append(
+                    Owed(
+                        key_hash(key),
+                        layout,
+                        token,
+                        chunk_id,
+                        0,
+                        1,
+                        generation(chunk_id),
+                        blocks=(block,) if gpu else (),
+                    )
+                )
+            index = end
+            continue
         skip = block_idx % bpc
         chunks = -(-(blocks + skip) // bpc)
         for c in range(chunks):
@@ -73,7 +105,7 @@ def plan_keys(
             last = min(bpc, skip + blocks - c * bpc)
             count = last - first
             complete = count == bpc or (layout.kind == "state" and count == 1)
-            chunk_id = rec.chunk_ids[index]
+            chunk_id = chunk_ids[index]
             if layout.kind == "window":
                 # No manifest kind names a sliding-window group, so
                 # `kvstore gc` would delete its chunks as orphans.

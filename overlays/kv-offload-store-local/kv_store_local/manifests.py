@@ -29,12 +29,13 @@ def verified_header(
     hash_: bytes,
     group: int,
     key: bytes | None = None,
+    path: str | None = None,
 ) -> fmt.ChunkHeader | None:
     """The chunk's header if the file is there and names this key, else None.
     In a keyed store the file must be sealed (its MAC is the reader's to
     check: a forgery dedup'd onto here is refused at restore and rewritten)."""
     try:
-        header = fmt.read_chunk_header(layout.chunk(hash_.hex(), group), key)
+        header = fmt.read_chunk_header(path or layout.chunk(hash_.hex(), group), key)
     except (OSError, fmt.FormatError):
         return None
     if (
@@ -57,6 +58,8 @@ class ManifestBook:
     # Chunks counted on but named by no published manifest: at ~70 bytes a
     # pending-record entry, 64k of them is a 4.5 MB record.
     MAX_UNPUBLISHED = 1 << 16
+    # Chunk paths asked for again and again (dedup, register, publish): kept.
+    MAX_PATHS = 1 << 16
 
     def __init__(
         self,
@@ -100,6 +103,44 @@ class ManifestBook:
         # The disk budget (budget.DiskBudget), told of every manifest
         # published and every file keep-K unlinks; None: no budget.
         self.budget = None
+        # Bumped whenever what pending_chunks() returns may change, so the
+        # writer rewrites its pending record only then.
+        self.changes = 0
+        self._paths: dict[Ident, str] = {}
+        self._path_shapes: set[tuple[int, int]] = set()
+        self._base = layout.base
+
+    @property
+    def pending_version(self) -> tuple[int, int]:
+        """Changes when pending_chunks() may: the book's own changes, and the
+        published names the disk budget (budget.py) retires from outside."""
+        return self.changes, len(self.published)
+
+    def chunk_path(self, ident: Ident) -> str:
+        """``layout.chunk`` of the key, kept. The codec checks the name (hex
+        of an allowed length, group in range) and joins; once it accepted a
+        (hex length, group) and built the same string, keys of that shape
+        are joined here directly (bytes.hex is always lowercase hex)."""
+        path = self._paths.get(ident)
+        if path is None:
+            if len(self._paths) >= self.MAX_PATHS:
+                self._paths.clear()
+            key_hex, group = ident[0].hex(), ident[1]
+            shape = (len(key_hex), group)
+            if shape in self._path_shapes:
+                path = (
+                    f"{self._base}/{key_hex[:3]}/{key_hex[3:5]}_g{group}/{key_hex}.bin"
+                )
+            else:
+                path = self.layout.chunk(key_hex, group)
+                self._base = self.layout.base
+                joined = (
+                    f"{self._base}/{key_hex[:3]}/{key_hex[3:5]}_g{group}/{key_hex}.bin"
+                )
+                if joined == path:
+                    self._path_shapes.add(shape)
+            self._paths[ident] = path
+        return path
 
     def load_existing(self, parsed: Parsed | None = None) -> None:
         """Read the manifests an earlier boot left (for keep-K). ``parsed``
@@ -124,6 +165,7 @@ class ManifestBook:
 
     def _set_published(self, name: str, chain: tuple[str, ...]) -> None:
         self.forget(name)
+        self.changes += 1
         self.published[name] = chain
         self._chains[chain] = self._chains.get(chain, 0) + 1
         self._by_root.setdefault(chain[0], {})[name] = None
@@ -133,6 +175,7 @@ class ManifestBook:
         chain = self.published.pop(name, None)
         if chain is None:
             return
+        self.changes += 1
         n = self._chains[chain] - 1
         if n:
             self._chains[chain] = n
@@ -144,7 +187,9 @@ class ManifestBook:
             del self._by_root[chain[0]]
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
-        return verified_header(self.layout, self.namespace, *ident, self.key)
+        return verified_header(
+            self.layout, self.namespace, *ident, self.key, self.chunk_path(ident)
+        )
 
     # -- tracking ------------------------------------------------------------
 
@@ -157,6 +202,7 @@ class ManifestBook:
         name = candidate.name
         if name in self.published or name in self._pending:
             return []
+        self.changes += 1
         missing: set[Ident] = set()
         for ident in candidate.needed():
             if ident in self.failed:
@@ -164,6 +210,14 @@ class ManifestBook:
                 continue
             if ident in self.durable:
                 self.durable.move_to_end(ident)
+                continue
+            if ident in self._waiting:
+                # A candidate registered earlier found it missing and it has
+                # not become durable since (mark_durable tells both): not
+                # looked for on disk again. Each job's candidate names the
+                # whole chain, so a burst asked for its missing keys again
+                # and again.
+                missing.add(ident)
                 continue
             header = self.header(ident)
             if header is not None:
@@ -194,12 +248,11 @@ class ManifestBook:
         the I/O thread a moment ago): its data was fsynced before its rename,
         but its directory entry may not be durable yet, so sync that too
         before any manifest names it."""
-        self.dirty_dirs.add(
-            os.path.dirname(self.layout.chunk(ident[0].hex(), ident[1]))
-        )
+        self.dirty_dirs.add(os.path.dirname(self.chunk_path(ident)))
         self._remember(ident, (header.payload_length, header.payload_checksum))
 
     def _remember(self, ident: Ident, entry: tuple[int, int]) -> None:
+        self.changes += 1
         self.durable[ident] = entry
         self.durable.move_to_end(ident)
         while len(self.durable) > self.MAX_KNOWN_DURABLE:
@@ -245,6 +298,7 @@ class ManifestBook:
 
     def mark_failed(self, ident: Ident) -> None:
         """Not taken from disk or manifested until written anew in full."""
+        self.changes += 1
         self.failed.add(ident)
         self.durable.pop(ident, None)
         self._unpublished.pop(ident, None)
@@ -265,6 +319,7 @@ class ManifestBook:
         pending = self._pending.pop(name, None)
         if pending is None:
             return
+        self.changes += 1
         candidate = pending[0]
         entries: dict[Ident, fmt.ManifestEntry] = {}
         # Re-verify every named file now, under the shared lock: the manifest
@@ -338,6 +393,7 @@ class ManifestBook:
         """Keep-K inline, within the tree of chains the new manifest joins."""
         if self.keep == 0:
             return
+        self.changes += 1
         root = manifest.chain[0]
         tree = {n: self.published[n] for n in self._by_root.get(root, ())}
         kept = fmt.kept_manifests(tree, self.keep)

@@ -13,7 +13,7 @@ store's shared lock, so gc (under the exclusive lock) never reads it torn.
 import fcntl
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from . import store_perms
 from .deps import fmt
@@ -26,9 +26,11 @@ class PendingFile:
         self._fd: int | None = None
         self._written: bytes | None = None
 
-    def update(self, chunks: Iterable[tuple[int, str]]) -> None:
-        """Record (group, key hex) pairs; call with the store lock held."""
-        data = fmt.encode_pending_record(chunks)
+    def update(self, chunks: Sequence[tuple[int, str]]) -> None:
+        """Record (group, key hex) pairs, sorted and each once, as
+        ``ManifestBook.pending_chunks`` lists them; call with the store lock
+        held."""
+        data = encode_listed(chunks)
         if data == self._written:
             return
         if self._fd is None:
@@ -52,3 +54,18 @@ class PendingFile:
             pass
         os.close(self._fd)
         self._fd = None
+
+
+def encode_listed(chunks: Sequence[tuple[int, str]]) -> bytes:
+    """``fmt.encode_pending_record``'s bytes (canonical JSON: keys sorted, no
+    whitespace) for chunks this writer listed itself: sorted, each once, every
+    key the hex of a hash already named in a chunk path. The codec checks
+    every entry again; the writer rewrites the record before each unlock,
+    naming every unpublished chunk (thousands under a burst), on the thread
+    that holds the GIL beside the engine's, so it is spared that here (a test
+    compares the two)."""
+    body = ",".join([f'[{g},"{k}"]' for g, k in chunks])
+    return (
+        f'{{"chunks":[{body}],"format":{fmt.PENDING_FORMAT_VERSION},'
+        f'"kind":"{fmt.PENDING_KIND}"}}'
+    ).encode("ascii")

@@ -85,8 +85,9 @@ class SchedulerStoreMeta:
                 # Unknown position: the job cannot be named; write nothing.
                 return {"version": META_VERSION, "keys": None}
             positioned.append((slot, token, bytes(key), group))
-        # The scheduler builds each job slot by slot, chunk by chunk.
-        positioned.sort(key=lambda item: (item[0], item[1]))
+        # The scheduler builds each job slot by slot, chunk by chunk. (A
+        # plain tuple sort: no two keys of one slot share an end token.)
+        positioned.sort()
         return {
             "version": META_VERSION,
             "keys": [item[2] for item in positioned],

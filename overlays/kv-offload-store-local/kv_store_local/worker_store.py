@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import store_perms
 from .capture_device import BlockTensor, CaptureDevice, Fence, Moves
 from .capture_pool import CapturePool
@@ -120,6 +122,8 @@ class WorkerStore:
         self._blocks: list[BlockTensor] = []
         self._min_blocks = 0
         self._layer_sources: dict[int, tuple[list, list[int], array]] = {}
+        # The same per layer, as int64 arrays (_one_block_moves).
+        self._layer_arrays: dict[int, tuple[Any, Any, Any, Any]] = {}
         # Segment tables by (group, sub-blocks): the same for every key.
         self._segments: dict[tuple[int, int], tuple[fmt.Segment, ...]] = {}
         self._slots: dict[int, GroupLayout] = {}
@@ -353,7 +357,7 @@ class WorkerStore:
                 keys = self._recapture(owed, limit=self.last_chance_bytes)
                 taken = sum(k.size for k in keys)
                 for entry in owed:
-                    size = entry.layout.block_bytes * entry.count
+                    size = entry.size
                     if (
                         entry.ident in self._owed
                         and self._owed.valid(entry)
@@ -520,36 +524,49 @@ class WorkerStore:
         self, entries: Sequence[Owed], reason: str | None
     ) -> list[tuple[Owed, CapturedKey]]:
         """Pool room for what fits; owe the rest (counted as ``reason``, or
-        as "paused" while the writer is paused; None: not counted again)."""
+        as "paused" while the writer is paused; None: not counted again).
+
+        The pool is a FIFO ring: once a key does not fit, the job's later
+        keys are owed without asking it again (the writer frees its room a
+        job at a time, so a later key of the same job would rarely fit)."""
         assert self.writer is not None
         pool = self.writer.pool
         out = []
-        for entry in entries:
-            layout = entry.layout
-            size = layout.block_bytes * entry.count
-            offset = pool.alloc(size) if self.writer.accepting else None
+        accepting = self.writer.accepting
+        segments_by = self._segments
+        taken = 0
+        for entry in entries if accepting else ():
+            size = entry.size
+            offset = pool.alloc(size)
             if offset is None:
-                paused = not self.writer.accepting
-                self._owed.owe(entry, "paused" if paused else reason)
-                if not paused and reason is not None:
-                    self._log_drop()
-                continue
-            segments = self._segments.get((layout.group, entry.count))
+                break
+            layout = entry.layout
+            segments = segments_by.get((layout.group, entry.count))
             if segments is None:
                 segments = layout.segments(entry.count)
-                self._segments[(layout.group, entry.count)] = segments
-            key = CapturedKey(
-                entry.hash,
-                layout.group,
-                entry.token,
-                offset,
-                size,
-                segments,
-                origin=entry,
+                segments_by[(layout.group, entry.count)] = segments
+            out.append(
+                (
+                    entry,
+                    CapturedKey(
+                        entry.hash,
+                        layout.group,
+                        entry.token,
+                        offset,
+                        size,
+                        segments,
+                        origin=entry,
+                    ),
+                )
             )
-            out.append((entry, key))
+            taken += size
+        if len(out) < len(entries):
+            left = entries[len(out) :]
+            self._owed.owe_many(left, reason if accepting else "paused")
+            if accepting and reason is not None:
+                self._log_drop(len(left))
         self.stats.keys_captured += len(out)
-        self.stats.bytes_captured += sum(k.size for _, k in out)
+        self.stats.bytes_captured += taken
         return out
 
     def _alloc_moves(self, entries: Sequence[Owed]) -> tuple[list[CapturedKey], Moves]:
@@ -558,32 +575,68 @@ class WorkerStore:
         order a chunk's payload holds them (and the store copy reads)."""
         assert self.writer is not None
         for entry in entries:
-            if (
-                len(entry.blocks) != entry.count
-                or min(entry.blocks) < 0
-                or max(entry.blocks) >= self._min_blocks
-            ):
+            if len(entry.blocks) != entry.count:
                 raise ValueError(f"GPU blocks {entry.blocks} out of range")
+        if entries:
+            blocks = [b for entry in entries for b in entry.blocks]
+            if min(blocks) < 0 or max(blocks) >= self._min_blocks:
+                raise ValueError(f"GPU blocks {blocks} out of range")
         with self._lock:
             taken = self._alloc(entries, "budget")
         base = self.writer.pool.address
         moves = Moves()
         keys = []
+        run: list[tuple[Owed, CapturedKey]] = []  # one-sub-block keys, one layout
         for entry, key in taken:
+            if entry.count == 1:  # one sub-block: one run a layer
+                if run and run[-1][0].layout.group != entry.layout.group:
+                    self._one_block_moves(run, base, moves)
+                    run = []
+                run.append((entry, key))
+                keys.append(key)
+                continue
+            if run:
+                self._one_block_moves(run, base, moves)
+                run = []
             pairs, starts, sizes = self._sources(entry.layout)
             dst = base + key.offset
-            if entry.count == 1:  # one sub-block: one run a layer
-                block = entry.blocks[0]
-                moves.extend(
-                    [a + block * s for a, s in pairs], [dst + c for c in starts], sizes
-                )
-            else:  # per layer, its sub-blocks back to back
-                for (address, stride), size in zip(pairs, sizes, strict=True):
-                    for block in entry.blocks:
-                        moves.add(address + block * stride, dst, size)
-                        dst += size
+            # Per layer, its sub-blocks back to back.
+            for (address, stride), size in zip(pairs, sizes, strict=True):
+                for block in entry.blocks:
+                    moves.add(address + block * stride, dst, size)
+                    dst += size
             keys.append(key)
+        if run:
+            self._one_block_moves(run, base, moves)
         return keys, moves
+
+    def _one_block_moves(
+        self, run: Sequence[tuple[Owed, CapturedKey]], base: int, moves: Moves
+    ) -> None:
+        """The moves of keys of one sub-block of one layout, key by key and
+        layer by layer, as whole-job array arithmetic (16 moves a key on
+        the deployed shape: per key in Python they cost more than the rest
+        of the job's planning)."""
+        layout = run[0][0].layout
+        tables = self._layer_arrays.get(layout.group)
+        if tables is None:
+            pairs, starts, sizes = self._sources(layout)
+            tables = (
+                np.array([a for a, _ in pairs], dtype=np.int64),
+                np.array([s for _, s in pairs], dtype=np.int64),
+                np.array(starts, dtype=np.int64),
+                np.array(sizes, dtype=np.int64),
+            )
+            self._layer_arrays[layout.group] = tables
+        addresses, strides, starts, sizes = tables
+        n = len(run)
+        blocks = np.fromiter((e.blocks[0] for e, _ in run), dtype=np.int64, count=n)
+        dsts = np.fromiter((base + k.offset for _, k in run), dtype=np.int64, count=n)
+        moves.extend_int64(
+            blocks[:, None] * strides + addresses,
+            dsts[:, None] + starts,
+            np.broadcast_to(sizes, (n, len(sizes))),
+        )
 
     def _sources(self, layout: GroupLayout) -> tuple[list, list[int], array]:
         """Per layer of the group: (tensor address, block stride), the
@@ -641,7 +694,7 @@ class WorkerStore:
         if limit is not None:
             free = min(free, limit)
         for entry in owed:
-            size = entry.layout.block_bytes * entry.count
+            size = entry.size
             if size > free:
                 break
             if self._owed.valid(entry):
@@ -667,7 +720,7 @@ class WorkerStore:
         while self.active:
             with self._lock:
                 self._take_returned()
-                entry = next(self._owed.pending(), None)
+                entry = self._owed.next_due()
                 got = self._recapture([entry]) if entry is not None else []
             if not got:
                 break  # nothing owed, or no room yet
@@ -688,9 +741,10 @@ class WorkerStore:
             else:
                 self._owed.owe(origin, None)
 
-    def _log_drop(self) -> None:
+    def _log_drop(self, count: int = 1) -> None:
         dropped = self.stats.keys_dropped_budget
-        if _power_of_two(dropped):  # 1, 2, 4, 8, ...: loud but bounded
+        # Each time the count passes 1, 2, 4, 8, ...: loud but bounded.
+        if dropped.bit_length() != (dropped - count).bit_length():
             logger.warning(
                 "KV store: capture budget (%d MiB) full; %d stores dropped so far",
                 self._budget >> 20,
@@ -723,9 +777,11 @@ class WorkerStore:
 
 
 def _ints(values: Any) -> list[int]:
-    """A spec's ids as Python ints (numpy arrays in vLLM: tolist is fast)."""
-    tolist = getattr(values, "tolist", None)
-    return [int(v) for v in (tolist() if tolist is not None else values)]
+    """A spec's ids as Python ints (numpy integer arrays in vLLM, whose
+    tolist already gives Python ints: no second pass)."""
+    if getattr(getattr(values, "dtype", None), "kind", None) in ("i", "u"):
+        return values.tolist()
+    return [int(v) for v in values]
 
 
 def _power_of_two(n: int) -> bool:

@@ -145,6 +145,8 @@ class StoreWriter(JobQueue):
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = store_perms.open_or_create(self.layout.lock, os.O_RDWR)
         self._pending_file = PendingFile(self.layout)
+        # manifests.pending_version the pending record was last built at
+        self._pending_version: tuple[int, int] | None = None
         # The budget's first scan reuses what this decodes.
         self.manifests.load_existing(
             None if self.budget is None else self.budget.parsed
@@ -216,11 +218,17 @@ class StoreWriter(JobQueue):
             self.stats.keys_distrusted += 1
             self.manifests.distrust(ident)
         ready: list[str] = []
-        # Candidates are tracked even while paused: the keys they wait for
-        # may be captured again once space is back.
-        for candidate in job.candidates:
-            ready += self.manifests.register(candidate)
+        # With the native library and no disk budget, the job's candidates
+        # are registered after its keys are written: they then find those in
+        # the book instead of looking for each on disk (a job's candidate
+        # names its whole chain). The budget weighs the pending candidates,
+        # so with it they come first, as on the Python path.
+        late = self.store_lib is not None and self.budget is None
+        if not late:
+            ready += self._register(job)
         if self.paused_until is not None and not self.maybe_resume():
+            if late:
+                ready += self._register(job)
             self._drop_paused(job.keys)
             self._publish_ready(ready)
             return
@@ -229,6 +237,8 @@ class StoreWriter(JobQueue):
             return
         if self.store_lib is not None:
             ready += self._write_native(job)
+            if late:
+                ready += self._register(job)
             self._publish_ready(ready)
             self._job_done()
             return
@@ -261,6 +271,14 @@ class StoreWriter(JobQueue):
         self._publish_ready(ready)
         self._job_done()
 
+    def _register(self, job: CapturedJob) -> list[str]:
+        # Candidates are tracked even while paused: the keys they wait for
+        # may be captured again once space is back.
+        ready: list[str] = []
+        for candidate in job.candidates:
+            ready += self.manifests.register(candidate)
+        return ready
+
     def _job_done(self) -> None:
         # Not from inside itself: without a thread (tests) the job it submits
         # is processed in place, within this call.
@@ -280,10 +298,12 @@ class StoreWriter(JobQueue):
             ready = self._join_commit()
             self._sync_dirs()
             self._publish_ready(ready)
-            if self._locked:
+            version = self.manifests.pending_version
+            if self._locked and self._pending_version != version:
                 self._pending_file.update(self.manifests.pending_chunks())
                 if self.budget is not None and self._pending_file.path:
                     self.budget.landed(self._pending_file.path)
+                self._pending_version = version
         finally:
             self._settle_budget()
             self._unlock()
@@ -347,7 +367,7 @@ class StoreWriter(JobQueue):
         writing: list[CapturedKey] = []
         for item in job.keys:
             ident = (item.hash, item.group)
-            path = self.layout.chunk(item.hash.hex(), item.group)
+            path = self.manifests.chunk_path(ident)
             header = None if ident in self.failed else self.manifests.header(ident)
             if header is not None or ident in self._staged:
                 if header is not None:
@@ -420,7 +440,7 @@ class StoreWriter(JobQueue):
         ident = (item.hash, item.group)
         if ident in self._staged:
             return None  # already on its way to disk
-        path = self.layout.chunk(item.hash.hex(), item.group)
+        path = self.manifests.chunk_path(ident)
         # A key whose write failed, or whose file a reader refused, this boot
         # is never taken from disk: only a complete new write (temp, fsync,
         # rename, dir fsync) clears it.
