@@ -2,6 +2,7 @@
 what the offloading connector on the path makes of it, on CPU.
 
     python tests/realsched/model_layout.py glm5next [--block-size 64] [--prompt 700]
+        [--store TOKENS | --restore TOKENS [--corrupt]]
 
 The model is vLLM's own class built on the meta device (no weights, no kernels run): every
 attention, indexer, tail and linear-attention layer reports the KV spec it would on the GPU,
@@ -24,6 +25,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(
@@ -33,6 +35,11 @@ sys.path.insert(
 import realsched  # noqa: E402
 
 SPARSE_MLA = "vllm.v1.attention.backends.mla.flashmla_sparse.FlashMLASparseBackend"
+RESTORE_TIER = {
+    "type": "LocalStoreTier",
+    "module_path": "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
+    ".kv_restore_tier",
+}
 # What engine/suite_models.py gives each model's stages beyond the common arguments.
 ADDITIONAL = {"glm5next": {"kda_prefill_backend": "triton"}}
 
@@ -62,9 +69,14 @@ def cpu_platform_for_layouts() -> None:
     CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
 
 
-def engine_config(model: str, block_size: int | None, cpu_bytes: int):
+def engine_config(
+    model: str, block_size: int | None, cpu_bytes: int, restore: bool = False
+):
     from vllm.engine.arg_utils import EngineArgs
 
+    connector = realsched.connector_config(cpu_bytes)
+    if restore:  # the tier docs/DEPLOY.md's restore recipe adds
+        connector["kv_connector_extra_config"]["secondary_tiers"] = [RESTORE_TIER]
     return EngineArgs(
         model=str(realsched.MODELS / model),
         skip_tokenizer_init=True,
@@ -76,7 +88,7 @@ def engine_config(model: str, block_size: int | None, cpu_bytes: int):
         block_size=block_size,
         max_num_seqs=8,
         max_num_batched_tokens=256,
-        kv_transfer_config=realsched.connector_config(cpu_bytes),
+        kv_transfer_config=connector,
         additional_config=ADDITIONAL.get(model, {}),
     ).create_engine_config()
 
@@ -131,15 +143,14 @@ def layer_specs(vc) -> tuple[dict, list[str]]:
     return specs, [layout.name for layout in layouts]
 
 
-def store_and_compare(booted, prompt: int) -> dict:
-    """The worker side at knob 1: vLLM's own allocate_kv_cache (random bytes), the layers
-    bound to their views, the real worker-role OffloadingConnector registering them (the
-    store-local hooks attach the writer), the DMA played (realsched.FakeTransfers); then
-    the GPU suite's own check (engine/probe.py) of every stored chunk against its block."""
+def worker_side(booted, seed: int, loads: bool = False):
+    """vLLM's own allocate_kv_cache (random bytes from ``seed``), the layers bound to their
+    views, the real worker-role OffloadingConnector registering them (the store-local
+    hooks attach the writer, the restore hooks the restore), the DMA played
+    (realsched.FakeTransfers). Returns (connector worker, transfers, runner): the runner
+    is what engine/probe.py reads a worker's caches through."""
     from types import SimpleNamespace
-    from unittest import mock
 
-    import probe
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
@@ -157,7 +168,7 @@ def store_and_compare(booted, prompt: int) -> dict:
         KVCacheLayout[vc.cache_config.kv_cache_layout],
         [g.kv_cache_spec.block_size for g in config.kv_cache_groups],
     )
-    generator = torch.Generator().manual_seed(31)
+    generator = torch.Generator().manual_seed(seed)
     for t in {id(t.untyped_storage()): t for t in caches.values()}.values():
         raw = torch.empty(0, dtype=torch.uint8).set_(
             t.untyped_storage(), 0, (t.untyped_storage().nbytes(),), (1,)
@@ -166,30 +177,141 @@ def store_and_compare(booted, prompt: int) -> dict:
             torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator)
         )
     bind_kv_cache_to_layers(caches, ctx)
+    made = []
     with set_current_vllm_config(vc):  # as the GPU worker runs: the state views
         connector = OffloadingConnector(vc, KVConnectorRole.WORKER, config)
         worker = connector.connector_worker
-        worker.spec.get_worker = lambda canonical: realsched.FakeTransfers(
-            canonical, rows=64
-        )
+
+        def transfers(canonical):
+            # As many CPU rows as the tier has chunks (one block a chunk).
+            extra = vc.kv_transfer_config.kv_connector_extra_config
+            page = sum(t.page_size_bytes for t in canonical.tensors)
+            rows = extra["cpu_bytes_to_use"] // page
+            made.append(realsched.FakeTransfers(canonical, rows=rows, loads=loads))
+            return made[-1]
+
+        worker.spec.get_worker = transfers
         connector.register_kv_caches(caches)
-    store = worker._kv_store
     runner = SimpleNamespace(
         vllm_config=vc,
-        model_runner=SimpleNamespace(compilation_config=vc.compilation_config),
+        model_runner=SimpleNamespace(
+            compilation_config=vc.compilation_config, kv_cache_config=config
+        ),
     )
+    return worker, made[0], runner
+
+
+def serve(booted, worker, req_id: str, prompt: list[int]) -> tuple[list, int]:
+    """One request of one output token after the prompt through the real scheduler and
+    the worker side until nothing is left to do; (its block ids per group as last
+    scheduled, the prompt tokens the engine computed: what no load provided)."""
+    s = booted.scheduler
+    realsched.Engine(booted).add(req_id, prompt, 2)
+    finished: set[str] = set()
+    block_ids, scheduled = None, 0
+    for _ in range(2000):
+        if not s.has_requests():
+            break
+        out = realsched.step_worker(booted, worker, finished)
+        scheduled += out.num_scheduled_tokens.get(req_id, 0)
+        if req_id in s.requests:
+            block_ids = [list(g) for g in s.kv_cache_manager.get_block_ids(req_id)]
+        if not out.num_scheduled_tokens:
+            time.sleep(0.001)  # a promotion reads on its own thread
+    assert req_id in finished, f"{req_id} did not finish"
+    return block_ids, scheduled - 1  # the last step decoded the one output token
+
+
+def store_and_compare(booted, prompt: int) -> dict:
+    """The worker side at knob 1 (worker_side), one prompt served; then the GPU suite's
+    own check (engine/probe.py) of every stored chunk against its block."""
+    from unittest import mock
+
+    import probe
+
+    worker, _, runner = worker_side(booted, seed=31)
+    store = worker._kv_store
     with mock.patch.object(probe, "_store", lambda _: (worker, store)):
         out = {"writer": probe.install_recorder(runner)}
-        finished: set[str] = set()
-        realsched.Engine(booted).add(
-            "w", [(i * 11) % 900 + 3 for i in range(prompt)], 2
-        )
-        for _ in range(200):
-            if not booted.scheduler.has_requests():
-                break
-            realsched.step_worker(booted, worker, finished)
+        serve(booted, worker, "w", [(i * 11) % 900 + 3 for i in range(prompt)])
         out["compare"] = probe.inspect_worker(runner)
     worker.shutdown()
+    return out
+
+
+def restore_and_compare(boot, prompt: int, corrupt: bool) -> dict:
+    """Restore after a restart on the real layout: engine 1 serves the prompt and stores
+    it, engine 2 (new caches, other random bytes) serves it again and restores what the
+    store holds. The GPU suite's verdict (engine/probe.py block_digests): every block
+    engine 2 loaded holds the KV bytes engine 1 had at that position, per group.
+    ``corrupt``: one byte of the deepest boundary's first state chunk is flipped between
+    the two; the promotion must refuse it and the request recompute everything."""
+    import probe
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        kv_store_format as fmt,
+    )
+
+    tokens = [(i * 11) % 900 + 3 for i in range(prompt)]
+    first = boot()
+    worker, _, runner = worker_side(first, seed=31)
+    ids_a, computed_a = serve(first, worker, "a", tokens)
+    cold = probe.block_digests(runner, ids_a, prompt)
+    layout = worker._kv_store.writer.layout
+    worker.shutdown()
+    realsched.shut_down_booted()
+
+    out: dict = {"computed_a": computed_a}
+    if corrupt:
+        manifests = []
+        for name in os.listdir(layout.manifest_dir):
+            try:
+                fmt.parse_manifest_file_name(name)
+            except fmt.FormatError:
+                continue
+            path = os.path.join(layout.manifest_dir, name)
+            data = fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
+            manifests.append(fmt.decode_manifest(data))
+        deepest = max(manifests, key=lambda m: m.boundary)
+        state = next(g for g in deepest.groups if g.kind == fmt.GROUP_KIND_STATE)
+        group = state.group
+        path = layout.chunk(state.entries[0].key, group)
+        with open(path, "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([last[0] ^ 0xFF]))
+        out["corrupted"] = {"group": group, "path": path}
+
+    second = boot()
+    worker, transfers, runner = worker_side(second, seed=32, loads=True)
+    ids_b, computed_b = serve(second, worker, "b", tokens)
+    restored = probe.block_digests(runner, ids_b, prompt)
+    offload = second.offload.config
+    slot_group = [g.group_idx for g in offload.kv_group_configs]
+    loaded: dict[int, list[int]] = {}  # group -> positions of the request it loaded
+    for slot, block in transfers.loaded:
+        group = slot_group[slot]
+        loaded.setdefault(group, []).append(ids_b[group].index(block))
+    equal, differ = 0, []
+    for group, positions in loaded.items():
+        for i in positions:
+            if restored[group][i] == cold[group][i]:
+                equal += 1
+            else:
+                differ.append((group, i))
+    stats = worker._kv_restore.stats
+    worker.shutdown()
+    out.update(
+        {
+            "computed_b": computed_b,
+            "loaded": {str(g): sorted(p) for g, p in sorted(loaded.items())},
+            "equal": equal,
+            "differ": differ,
+            "keys_restored": stats.keys_restored,
+            "failures": {k: v for k, v in stats.failures.items() if v},
+            "root": layout.root,
+        }
+    )
     return out
 
 
@@ -223,10 +345,21 @@ def main() -> int:
         metavar="TOKENS",
         help="with the tier on: store a prompt of TOKENS and compare chunks with blocks",
     )
+    ap.add_argument(
+        "--restore",
+        type=int,
+        metavar="TOKENS",
+        help="with the tier and restore on: store a prompt of TOKENS, restart, restore it",
+    )
+    ap.add_argument(
+        "--corrupt",
+        action="store_true",
+        help="with --restore: flip a byte of a state chunk before the restart",
+    )
     ap.add_argument("--num-blocks", type=int, default=400)
     args = ap.parse_args()
     cpu_platform_for_layouts()
-    vc = engine_config(args.model, args.block_size, args.cpu_bytes)
+    vc = engine_config(args.model, args.block_size, args.cpu_bytes, bool(args.restore))
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 
     specs, layouts = layer_specs(vc)
@@ -250,20 +383,30 @@ def main() -> int:
         ]
         offload = booted.offload.config
         out["offloaded_groups"] = [g.group_idx for g in offload.kv_group_configs]
-        engine = realsched.Engine(booted)
-        engine.add("r", [(i * 7) % 900 + 3 for i in range(args.prompt)], 2)
-        engine.run()
-        keys: dict[int, int] = {}
-        for job in engine.all_jobs.values():
-            for slot, n in enumerate(job.src_spec.group_sizes):
-                group = offload.kv_group_configs[slot].group_idx
-                keys[group] = keys.get(group, 0) + n
-        out["store_keys_by_group"] = {str(g): n for g, n in sorted(keys.items())}
-        out["finished"] = sorted(engine.finished)
+        if not args.restore:  # the played workers report no restore: it would wait
+            engine = realsched.Engine(booted)
+            engine.add("r", [(i * 7) % 900 + 3 for i in range(args.prompt)], 2)
+            engine.run()
+            keys: dict[int, int] = {}
+            for job in engine.all_jobs.values():
+                for slot, n in enumerate(job.src_spec.group_sizes):
+                    group = offload.kv_group_configs[slot].group_idx
+                    keys[group] = keys.get(group, 0) + n
+            out["store_keys_by_group"] = {str(g): n for g, n in sorted(keys.items())}
+            out["finished"] = sorted(engine.finished)
         if args.store:
             out["store"] = store_and_compare(booted, args.store)
     finally:
         realsched.shut_down_booted()
+    if args.restore:
+        try:
+            out["restore"] = restore_and_compare(
+                lambda: realsched.boot_specs(vc, specs, args.num_blocks, layouts),
+                args.restore,
+                args.corrupt,
+            )
+        finally:
+            realsched.shut_down_booted()
     print(json.dumps(out))
     return 0
 

@@ -466,7 +466,7 @@ def canonical(trace: dict[str, Any]) -> dict[str, Any]:
 class FakeTransfers:
     """Plays the CPU offloading worker: staging rows, copies, completions."""
 
-    def __init__(self, canonical, rows: int) -> None:
+    def __init__(self, canonical, rows: int, loads: bool = False) -> None:
         import torch
 
         self.gpu = [t.tensor for t in canonical.tensors]
@@ -479,6 +479,9 @@ class FakeTransfers:
         )
         self.done: list[int] = []
         self.submitted: list[int] = []
+        # With loads: each (group slot, GPU block) a load wrote, in order.
+        self.loads = loads
+        self.loaded: list[tuple[int, int]] = []
 
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:
         src = [int(b) for b in src_spec.block_ids]
@@ -496,8 +499,23 @@ class FakeTransfers:
         self.done.append(job_id)
         return True
 
-    def submit_load(self, *args, **kwargs) -> bool:
-        raise AssertionError("restore is off: no load expected")
+    def submit_load(self, job_id, src_spec, dst_spec, expedited=False) -> bool:
+        if not self.loads:
+            raise AssertionError("restore is off: no load expected")
+        src = [int(c) for c in src_spec.block_ids]
+        dst = [int(b) for b in dst_spec.block_ids]
+        assert len(src) == len(dst)  # one block a chunk
+        i = 0
+        for slot, count in enumerate(dst_spec.group_sizes):
+            for _ in range(int(count)):
+                for ref in self.refs[slot]:
+                    page = ref.page_size_bytes
+                    rows = self._store_handler.dst_tensors[ref.tensor_idx]
+                    self.gpu[ref.tensor_idx][dst[i], :page] = rows[src[i], :page]
+                self.loaded.append((slot, dst[i]))
+                i += 1
+        self.done.append(job_id)
+        return True
 
     def get_finished(self):
         from vllm.v1.kv_offload.base import TransferResult
@@ -512,8 +530,9 @@ class FakeTransfers:
         pass
 
 
-def step_worker(booted: Booted, worker: Any, finished: set[str]) -> None:
-    """One engine step as the model runner drives the worker-side connector."""
+def step_worker(booted: Booted, worker: Any, finished: set[str]) -> Any:
+    """One engine step as the model runner drives the worker-side connector; returns
+    the step's SchedulerOutput."""
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
     s = booted.scheduler
@@ -522,7 +541,7 @@ def step_worker(booted: Booted, worker: Any, finished: set[str]) -> None:
     worker.handle_preemptions(meta)
     worker.start_kv_transfers(meta)
     worker.prepare_store_kv(meta)  # this step's store jobs wait for the next step
-    worker.get_finished(out.finished_req_ids)
+    _, received = worker.get_finished(out.finished_req_ids)
     req_ids = list(out.num_scheduled_tokens)
     sampled = []
     for rid in req_ids:
@@ -534,10 +553,12 @@ def step_worker(booted: Booted, worker: Any, finished: set[str]) -> None:
         req_id_to_index={r: i for i, r in enumerate(req_ids)},
         sampled_token_ids=sampled,
         kv_connector_output=KVConnectorOutput(
-            kv_connector_worker_meta=worker.build_connector_worker_meta()
+            finished_recving=received or None,
+            kv_connector_worker_meta=worker.build_connector_worker_meta(),
         ),
     )
     for eo in s.update_from_output(out, mro).values():
         for o in eo.outputs:
             if o.finish_reason is not None:
                 finished.add(o.request_id)
+    return out

@@ -1,6 +1,8 @@
 """Issue 31 on CPU: the KV-cache layouts vLLM 0.33.0 builds for the suite's GLM-5.3 (glm5next),
 Qwen3-Next and DeepSeek-V2-Lite configs (engine/models), from the models' own layers, and the
-store jobs the real Scheduler plans for them: pristine, and patched at knob 0 and knob 1.
+store jobs the real Scheduler plans for them: pristine, and patched at knob 0 and knob 1; then
+the worker side at knob 1 (every chunk equals its block) and with restore on (a restart
+restores blocks equal to the stored ones; a corrupted state chunk is refused and recomputed).
 
 Each boot runs model_layout.py in its own process (it sets up torch.distributed and builds the
 model on the meta device): pristine with no path added, patched with this session's patched
@@ -52,11 +54,12 @@ def layout(
     return _cache[key]
 
 
-def tier_on(tmp_path: Path) -> dict[str, str]:
+def tier_on(tmp_path: Path, restore: bool = False) -> dict[str, str]:
     return {
         "GLM53_KV_OFFLOAD": "1",
         "GLM53_KV_OFFLOAD_DIR": str(tmp_path / "tier"),
         "GLM53_KV_OFFLOAD_CPU_GB": "1",
+        **({"GLM53_KV_OFFLOAD_RESTORE": "1"} if restore else {}),
     }
 
 
@@ -174,3 +177,83 @@ def test_glm5next_every_stored_chunk_equals_its_block(patched_root, tmp_path):
     counts = compare["compare"]
     assert counts["keys"] > 0 and counts["equal"] == counts["keys"], compare
     assert set(compare["equal_per_group"]) == {"0", "1", "2", "3", "4"}
+
+
+def kvstore_verify(root: str) -> subprocess.CompletedProcess:
+    build = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build"))
+    return subprocess.run(
+        [str(build / "kvstore" / "kvstore"), "verify", root],
+        capture_output=True,
+        text=True,
+    )
+
+
+# A 2,100-token prompt in 512-token blocks: four full blocks a prefix hit can cover.
+RESTORE_ARGS = ("--restore", "2100", "--num-blocks", "24")
+
+
+def test_glm5next_restores_after_a_restart_the_blocks_it_stored(patched_root, tmp_path):
+    """Knob 1 with restore on, the real layout on both sides: engine 1 stores the prompt,
+    a restarted engine 2 (other bytes in its caches) restores it from disk through the
+    real scheduler, the restore tier's promotion into CPU rows and vLLM's load job; each
+    block it loaded holds engine 1's bytes at that position (the GPU suite's digests):
+    the MLA + indexer pages of four blocks and each KDA group's state at the boundary."""
+    out = layout("glm5next", patched_root, tier_on(tmp_path, True), RESTORE_ARGS)
+    assert "error" not in out, out.get("error")
+    r = out["restore"]
+    print(json.dumps(r, indent=1))
+    assert r["computed_a"] == 2100
+    assert r["loaded"] == {"0": [3], "1": [3], "2": [3], "3": [3], "4": [0, 1, 2, 3]}
+    assert_restored(out)
+
+
+def assert_restored(out: dict) -> None:
+    """Every offloaded group loaded: an attention group its first k blocks, a state group
+    its state at block k; each loaded block equal to engine 1's; only the tokens after the
+    boundary computed; the store clean."""
+    r = out["restore"]
+    assert r["failures"] == {} and r["computed_a"] == 2100
+    block = out["block_size"]
+    hit = max(len(p) for p in r["loaded"].values())
+    assert hit >= 1
+    for group in out["offloaded_groups"]:
+        state = out["groups"][group]["type"] == "MambaSpec"
+        want = [hit - 1] if state else list(range(hit))
+        assert r["loaded"].get(str(group)) == want, (group, r["loaded"])
+    assert r["differ"] == []
+    assert r["equal"] == sum(len(p) for p in r["loaded"].values())
+    assert r["computed_b"] == 2100 - hit * block  # only the tail after the boundary
+    done = kvstore_verify(r["root"])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "blocks"), [("qwen3next", "40"), ("dsv2lite", "400")]
+)
+def test_the_relatives_restore_after_a_restart_the_blocks_they_stored(
+    patched_root, tmp_path, model, blocks
+):
+    """The same restart and verdict on Qwen3-Next's layout (gated DeltaNet state beside
+    attention, not packed) and DeepSeek-V2-Lite's (MLA alone)."""
+    args = ("--restore", "2100", "--num-blocks", blocks)
+    out = layout(model, patched_root, tier_on(tmp_path, True), args)
+    assert "error" not in out, out.get("error")
+    print(json.dumps(out["restore"], indent=1))
+    assert_restored(out)
+
+
+def test_glm5next_refuses_a_corrupted_kda_chunk_and_recomputes(patched_root, tmp_path):
+    """One flipped byte in the KDA state chunk the restore needs: the promotion refuses
+    the job before any byte reaches a GPU block, the request recomputes the whole
+    prompt, and the writer stores the refused key again, so the store verifies clean."""
+    args = (*RESTORE_ARGS, "--corrupt")
+    out = layout("glm5next", patched_root, tier_on(tmp_path, True), args)
+    assert "error" not in out, out.get("error")
+    r = out["restore"]
+    print(json.dumps(r, indent=1))
+    assert r["corrupted"]["group"] in (0, 1, 2, 3)  # a KDA state group
+    assert r["loaded"] == {} and r["keys_restored"] == 0
+    assert r["computed_b"] == 2100
+    assert r["failures"] == {"payload_checksum_mismatch": 1}
+    done = kvstore_verify(r["root"])
+    assert done.returncode == 0, done.stdout + done.stderr
