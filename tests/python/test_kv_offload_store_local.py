@@ -96,6 +96,32 @@ def test_metadata_without_state_groups_names_the_job_end():
     assert built["candidates"][0]["chain"] == [sls.block_hash(i) for i in range(3)]
 
 
+def test_a_drafter_sharing_the_full_group_gets_the_next_chunk_proven():
+    """GLM-5.3 with its MTP layer in the MLA group: vLLM stores the state one chunk
+    before the full chunks' end, and its lookup asks for that next chunk before it
+    drops it. The job names the state boundary and a manifest of the full group alone
+    at the end; without drafter layers only the state boundary."""
+    state = sls.FakeReqState(0, 4)
+    keys = {sls.offload_key(sls.block_hash(i), 0) for i in range(4)}
+    keys.add(sls.offload_key(sls.block_hash(2), 1))  # the state at 48 tokens
+    for k in keys:
+        state.positions[k] = (sls.k_index(k) + 1) * 16
+
+    def candidates(eagle: bool) -> list[tuple[int, int, list[int]]]:
+        meta = ksl.side_channel.SchedulerStoreMeta(
+            [
+                ksl.side_channel.SchedulerGroup(0, 16, "full", eagle=eagle),
+                ksl.side_channel.SchedulerGroup(1, 16, "state"),
+            ],
+            16,
+        )
+        built = meta.build(keys, state)["candidates"]
+        return [(c["boundary"], len(c["chain"]), c["state"]) for c in built]
+
+    assert candidates(True) == [(48, 3, [1]), (64, 4, [])]
+    assert candidates(False) == [(48, 3, [1])]
+
+
 def test_metadata_with_an_unknown_position_names_nothing():
     maker = sls.JobMaker(sls.Staging())
     state = sls.FakeReqState(0, 1)

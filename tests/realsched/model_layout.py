@@ -21,10 +21,12 @@ executor computes it after loading the model.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,16 +71,34 @@ def cpu_platform_for_layouts() -> None:
     CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
 
 
+def mtp_model(model: str) -> str:
+    """The model folder with GLM-5.3's MTP drafter: vLLM's speculative config derives the
+    drafter (`Glm5NextMTPModel`) only from the checkpoint's outer config (model_type
+    `glm5_next`, the text config inside), so the suite's text config is wrapped."""
+    text = json.loads((realsched.MODELS / model / "config.json").read_text())
+    folder = tempfile.mkdtemp(prefix=f"{model}-mtp.")
+    outer = {"architectures": text["architectures"], "model_type": "glm5_next"}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({**outer, "text_config": text}, f)
+    return folder
+
+
 def engine_config(
-    model: str, block_size: int | None, cpu_bytes: int, restore: bool = False
+    model: str,
+    block_size: int | None,
+    cpu_bytes: int,
+    restore: bool = False,
+    mtp: bool = False,
 ):
     from vllm.engine.arg_utils import EngineArgs
 
     connector = realsched.connector_config(cpu_bytes)
     if restore:  # the tier docs/DEPLOY.md's restore recipe adds
         connector["kv_connector_extra_config"]["secondary_tiers"] = [RESTORE_TIER]
+    spec = {"method": "mtp", "num_speculative_tokens": 1} if mtp else None
     return EngineArgs(
-        model=str(realsched.MODELS / model),
+        model=mtp_model(model) if mtp else str(realsched.MODELS / model),
+        speculative_config=spec,
         skip_tokenizer_init=True,
         load_format="dummy",
         enforce_eager=True,
@@ -125,6 +145,19 @@ def layer_specs(vc) -> tuple[dict, list[str]]:
         init_workspace_manager(torch.device("cpu"))
         with torch.device("meta"):
             initialize_model(vllm_config=vc)
+            if vc.speculative_config is not None:  # as the proposer's load_model
+                from vllm.compilation.backends import set_model_tag
+                from vllm.config.vllm import get_layers_from_vllm_config
+
+                target = set(get_layers_from_vllm_config(vc, AttentionLayerBase))
+                with set_model_tag("eagle_head"):
+                    initialize_model(
+                        vllm_config=vc,
+                        model_config=vc.speculative_config.draft_model_config,
+                    )
+                drafted = get_layers_from_vllm_config(vc, AttentionLayerBase)
+                for name in set(drafted) - target:
+                    drafted[name].is_draft_layer = True
         # As the GPU executor does after load_model: the backends' kernel block sizes,
         # then the hybrid alignment of attention and state pages (Platform's own, not
         # the CPU platform's: a CUDA platform does not override it).
@@ -137,6 +170,8 @@ def layer_specs(vc) -> tuple[dict, list[str]]:
             spec = layer.get_kv_cache_spec(vc)
             if isinstance(spec, AttentionSpec):
                 spec = customize_attention_spec(layer.get_attn_backend(), spec)
+            if spec is not None and getattr(layer, "is_draft_layer", False):
+                spec = dataclasses.replace(spec, is_draft=True)
             if spec is not None:
                 specs[name] = spec
     layouts = get_supported_kv_cache_layouts(get_current_attn_backends(vc))
@@ -201,25 +236,41 @@ def worker_side(booted, seed: int, loads: bool = False):
     return worker, made[0], runner
 
 
-def serve(booted, worker, req_id: str, prompt: list[int]) -> tuple[list, int]:
+def serve(
+    booted, worker, req_id: str, prompt: list[int], transfers=None
+) -> tuple[list, int, list | None]:
     """One request of one output token after the prompt through the real scheduler and
-    the worker side until nothing is left to do; (its block ids per group as last
-    scheduled, the prompt tokens the engine computed: what no load provided)."""
+    the worker side until nothing is left to do. Returns its block ids per group (each
+    position's last block, null only if it never had one), the prompt tokens the engine
+    computed (what no load provided) and, with ``transfers``, its block ids at the step
+    its first load was submitted."""
     s = booted.scheduler
     realsched.Engine(booted).add(req_id, prompt, 2)
     finished: set[str] = set()
-    block_ids, scheduled = None, 0
+    block_ids, scheduled, at_load = None, 0, None
     for _ in range(2000):
         if not s.has_requests():
             break
         out = realsched.step_worker(booted, worker, finished)
         scheduled += out.num_scheduled_tokens.get(req_id, 0)
         if req_id in s.requests:
-            block_ids = [list(g) for g in s.kv_cache_manager.get_block_ids(req_id)]
+            now = s.kv_cache_manager.get_block_ids(req_id)
+            if block_ids is None:
+                block_ids = [[] for _ in now]
+            for kept, ids in zip(block_ids, now):
+                # A state group's table drops a boundary's block (null, 0) once
+                # the running state moved on: keep the block that held it.
+                kept.extend([0] * (len(ids) - len(kept)))
+                for i, block in enumerate(ids):
+                    if block:
+                        kept[i] = block
+            if at_load is None and transfers is not None and transfers.loaded:
+                at_load = [list(ids) for ids in now]
         if not out.num_scheduled_tokens:
             time.sleep(0.001)  # a promotion reads on its own thread
     assert req_id in finished, f"{req_id} did not finish"
-    return block_ids, scheduled - 1  # the last step decoded the one output token
+    # The last step decoded the one output token.
+    return block_ids, scheduled - 1, at_load
 
 
 def store_and_compare(booted, prompt: int) -> dict:
@@ -254,23 +305,30 @@ def restore_and_compare(boot, prompt: int, corrupt: bool) -> dict:
     tokens = [(i * 11) % 900 + 3 for i in range(prompt)]
     first = boot()
     worker, _, runner = worker_side(first, seed=31)
-    ids_a, computed_a = serve(first, worker, "a", tokens)
+    ids_a, computed_a, _ = serve(first, worker, "a", tokens)
     cold = probe.block_digests(runner, ids_a, prompt)
     layout = worker._kv_store.writer.layout
     worker.shutdown()
     realsched.shut_down_booted()
 
-    out: dict = {"computed_a": computed_a}
+    manifests = []
+    for name in os.listdir(layout.manifest_dir):
+        try:
+            fmt.parse_manifest_file_name(name)
+        except fmt.FormatError:
+            continue
+        path = os.path.join(layout.manifest_dir, name)
+        data = fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
+        manifests.append(fmt.decode_manifest(data))
+    out: dict = {
+        "computed_a": computed_a,
+        # What engine 1 published: each boundary, its state groups.
+        "manifests": sorted(
+            (m.boundary, [g.group for g in m.groups if g.kind == fmt.GROUP_KIND_STATE])
+            for m in manifests
+        ),
+    }
     if corrupt:
-        manifests = []
-        for name in os.listdir(layout.manifest_dir):
-            try:
-                fmt.parse_manifest_file_name(name)
-            except fmt.FormatError:
-                continue
-            path = os.path.join(layout.manifest_dir, name)
-            data = fmt.read_regular(path, fmt.MAX_MANIFEST_BYTES)
-            manifests.append(fmt.decode_manifest(data))
         deepest = max(manifests, key=lambda m: m.boundary)
         state = next(g for g in deepest.groups if g.kind == fmt.GROUP_KIND_STATE)
         group = state.group
@@ -284,8 +342,8 @@ def restore_and_compare(boot, prompt: int, corrupt: bool) -> dict:
 
     second = boot()
     worker, transfers, runner = worker_side(second, seed=32, loads=True)
-    ids_b, computed_b = serve(second, worker, "b", tokens)
-    restored = probe.block_digests(runner, ids_b, prompt)
+    _, computed_b, ids_b = serve(second, worker, "b", tokens, transfers)
+    restored = probe.block_digests(runner, ids_b, prompt) if ids_b else []
     offload = second.offload.config
     slot_group = [g.group_idx for g in offload.kv_group_configs]
     loaded: dict[int, list[int]] = {}  # group -> positions of the request it loaded
@@ -356,10 +414,15 @@ def main() -> int:
         action="store_true",
         help="with --restore: flip a byte of a state chunk before the restart",
     )
+    ap.add_argument(
+        "--mtp", action="store_true", help="glm5next with its MTP drafter (one token)"
+    )
     ap.add_argument("--num-blocks", type=int, default=400)
     args = ap.parse_args()
     cpu_platform_for_layouts()
-    vc = engine_config(args.model, args.block_size, args.cpu_bytes, bool(args.restore))
+    vc = engine_config(
+        args.model, args.block_size, args.cpu_bytes, bool(args.restore), args.mtp
+    )
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 
     specs, layouts = layer_specs(vc)

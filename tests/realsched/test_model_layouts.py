@@ -257,3 +257,47 @@ def test_glm5next_refuses_a_corrupted_kda_chunk_and_recomputes(patched_root, tmp
     assert r["failures"] == {"payload_checksum_mismatch": 1}
     done = kvstore_verify(r["root"])
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_glm5next_with_its_mtp_drafter_keeps_the_drafter_in_the_mla_group(
+    patched_root, tmp_path
+):
+    """GLM-5.3 as the seed deployment runs it, with the MTP drafter (one speculative
+    token; vLLM's Glm5NextMTPModel, built as the proposer loads it): the drafter layer's
+    MLA and indexer caches join the target's MLA group (an EAGLE group, no group of its
+    own), its tail ring joins the ring group, whose block grows to 32. The stock and the
+    patched connector offload the same groups and plan the same stores."""
+    pristine = layout("glm5next", None, {}, ("--mtp",))
+    assert "error" not in pristine, pristine.get("error")
+    assert kinds(pristine) == ["MambaSpec"] * 3 + [
+        "MLAAttentionSpec",
+        "CircularBufferSpec",
+    ]
+    mla, ring = pristine["groups"][3], pristine["groups"][4]
+    assert "model.layers.9.self_attn.attn" in mla["layers"]  # the MTP layer
+    assert "model.layers.9.self_attn.indexer.tail_cache" in ring["layers"]
+    assert ring["block_size"] == 32
+    assert pristine["offloaded_groups"] == [0, 1, 2, 3]
+    patched = layout("glm5next", patched_root, tier_on(tmp_path), ("--mtp",))
+    assert "error" not in patched, patched.get("error")
+    for field in ("block_size", "groups", "offloaded_groups", "store_keys_by_group"):
+        assert patched[field] == pristine[field], field
+    assert "KV offloading eligible groups: [0, 1, 2, 3] of 5" in patched["log"]
+
+
+def test_glm5next_with_its_mtp_drafter_restores_after_a_restart(patched_root, tmp_path):
+    """With the drafter in the MLA group vLLM stores the KDA state one chunk before the
+    prompt's last full chunk (1,536 of 2,048 tokens) and its lookup asks for the chunk
+    after a hit before it drops it. The writer publishes the state boundary and a
+    manifest of the MLA chunks alone at 2,048 that proves that chunk; without the second
+    one no restore ever hit (every request recomputed). The restart restores 1,536
+    tokens, each loaded block equal to engine 1's."""
+    out = layout(
+        "glm5next", patched_root, tier_on(tmp_path, True), ("--mtp", *RESTORE_ARGS)
+    )
+    assert "error" not in out, out.get("error")
+    r = out["restore"]
+    print(json.dumps(r, indent=1))
+    assert r["manifests"] == [[1536, [0, 1, 2]], [2048, []]]
+    assert r["loaded"] == {"0": [2], "1": [2], "2": [2], "3": [0, 1, 2]}
+    assert_restored(out)

@@ -33,6 +33,9 @@ class SchedulerGroup:
     group: int  # original KV cache group index
     tokens_per_chunk: int
     kind: str  # "full", "state" or "window"
+    # Drafter layers share this group (an MTP layer beside the target's MLA):
+    # vLLM's lookup then needs the chunk after a hit proven too, and drops it.
+    eagle: bool = False
 
 
 class SchedulerStoreMeta:
@@ -52,6 +55,7 @@ class SchedulerStoreMeta:
         self._slot_of = {g.group: slot for slot, g in enumerate(self.groups)}
         self._full = tuple(g.group for g in self.groups if g.kind == "full")
         self._state = tuple(g.group for g in self.groups if g.kind == "state")
+        self._eagle = any(g.eagle for g in self.groups if g.kind == "full")
         chunk_tokens = {g.tokens_per_chunk for g in self.groups if g.kind != "window"}
         # A manifest's chain has one chunk size; mixed sizes publish none.
         self.chunk_tokens = chunk_tokens.pop() if len(chunk_tokens) == 1 else None
@@ -102,13 +106,22 @@ class SchedulerStoreMeta:
         if self.chunk_tokens is None:
             return []
         state = set(self._state)
+        ends = [tok for _, tok, _, g in positioned if g in self._full]
+        # boundary -> the state groups its manifest names
+        boundaries: dict[int, list[int]] = {}
         if state:
-            boundaries = {tok for _, tok, _, g in positioned if g in state}
-        else:
-            ends = [tok for _, tok, _, g in positioned if g in self._full]
-            boundaries = {max(ends)} if ends else set()
+            for tok in sorted({tok for _, tok, _, g in positioned if g in state}):
+                boundaries[tok] = list(self._state)
+            if self._eagle and ends and max(ends) not in boundaries:
+                # vLLM stores a hybrid's state one chunk before the full
+                # chunks' end when drafter layers share a full group, and its
+                # lookup asks for that next chunk before it drops it: a
+                # manifest of the full groups alone proves it.
+                boundaries[max(ends)] = []
+        elif ends:
+            boundaries[max(ends)] = []
         out = []
-        for boundary in sorted(boundaries):
+        for boundary, state_groups in sorted(boundaries.items()):
             chain = self._chain(boundary, block_hashes)
             if chain is None:
                 continue
@@ -118,7 +131,7 @@ class SchedulerStoreMeta:
                     "chunk_tokens": self.chunk_tokens,
                     "chain": chain,
                     "full": list(self._full),
-                    "state": list(self._state),
+                    "state": state_groups,
                 }
             )
         return out

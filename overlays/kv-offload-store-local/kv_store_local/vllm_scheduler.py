@@ -58,6 +58,7 @@ def from_config(config: Any) -> SchedulerStoreMeta:
                 group=g.group_idx,
                 tokens_per_chunk=g.tokens_per_chunk,
                 kind=group_kind(g),
+                eagle=bool(getattr(g, "is_eagle_group", False)),
             )
             for g in config.kv_group_configs
         ],
