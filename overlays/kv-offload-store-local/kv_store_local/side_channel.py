@@ -55,7 +55,7 @@ class SchedulerStoreMeta:
         self._slot_of = {g.group: slot for slot, g in enumerate(self.groups)}
         self._full = tuple(g.group for g in self.groups if g.kind == "full")
         self._state = tuple(g.group for g in self.groups if g.kind == "state")
-        self._eagle = any(g.eagle for g in self.groups if g.kind == "full")
+        self.eagle = any(g.eagle for g in self.groups if g.kind == "full")
         chunk_tokens = {g.tokens_per_chunk for g in self.groups if g.kind != "window"}
         # A manifest's chain has one chunk size; mixed sizes publish none.
         self.chunk_tokens = chunk_tokens.pop() if len(chunk_tokens) == 1 else None
@@ -112,7 +112,7 @@ class SchedulerStoreMeta:
         if state:
             for tok in sorted({tok for _, tok, _, g in positioned if g in state}):
                 boundaries[tok] = list(self._state)
-            if self._eagle and ends and max(ends) not in boundaries:
+            if self.eagle and ends and max(ends) not in boundaries:
                 # vLLM stores a hybrid's state one chunk before the full
                 # chunks' end when drafter layers share a full group, and its
                 # lookup asks for that next chunk before it drops it: a

@@ -38,6 +38,15 @@ def store_meta(config: Any, manager: Any) -> SchedulerStoreMeta:
             "under %s",
             settings.root,
         )
+    if meta.eagle and settings.keep_boundaries == 1:
+        # The drafter's end manifest is the newest of its chain: kept alone,
+        # it supersedes the state boundary a restore needs.
+        logger.warning(
+            "KV store: drafter layers share an offloaded full group and "
+            "GLM53_KV_OFFLOAD_KEEP_BOUNDARIES=1: each chain keeps only the "
+            "manifest past its state boundary, so restores miss; keep 2 (the "
+            "default) or more."
+        )
     return meta
 
 
