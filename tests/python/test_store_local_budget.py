@@ -428,7 +428,9 @@ def test_the_index_is_rebuilt_at_least_every_rescan_seconds(tmp_path):
     """What no generation reports (an operator's rm): the bound catches it."""
     store, maker = seeded(tmp_path)
     budget = store.writer.budget
-    now = [budget._clock()]
+    # Whole seconds: with the machine's monotonic time as the start, start + 599 + 1
+    # minus start can round to 599.99999999994 (CI saw no rescan once).
+    now = [1000.0]
     budget._clock = lambda: now[0]
     budget._scanned_at = now[0]
     try:
