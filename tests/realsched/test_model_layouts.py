@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,41 +24,59 @@ import realsched
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-_cache: dict[tuple, dict] = {}
+# Every boot is a process that imports vLLM and builds a model (about 16 s here); the
+# module starts the boots its selected tests need two at a time (the CI machine has two
+# cores) and each test waits for its own. "{tier}" in a knob is the boot's own folder.
+TIER_DIR = "{tier}"
+Key = tuple[str, bool, tuple[tuple[str, str], ...], tuple[str, ...]]
+_pool = ThreadPoolExecutor(2, thread_name_prefix="model-layout")
+_boots: dict[Key, Future] = {}
+_state: dict[str, Path] = {}
+
+
+def _key(model: str, patched: bool, knobs: dict[str, str], args=()) -> Key:
+    return (model, patched, tuple(sorted(knobs.items())), tuple(args))
+
+
+def _boot(key: Key, number: int) -> dict:
+    model, patched, knobs, args = key
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
+    env.pop("PYTHONPATH", None)
+    if patched:
+        env["PYTHONPATH"] = str(_state["tree"])
+    tier = _state["base"] / f"boot{number}" / "tier"
+    env.update({k: v.replace(TIER_DIR, str(tier)) for k, v in knobs})
+    done = subprocess.run(
+        [sys.executable, str(HERE / "model_layout.py"), model, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"{model}: model_layout.py failed:\n{done.stderr[-4000:]}")
+    out = json.loads(done.stdout.splitlines()[-1])
+    out["log"] = done.stdout + done.stderr
+    return out
+
+
+def _start(key: Key) -> Future:
+    if key not in _boots:
+        _boots[key] = _pool.submit(_boot, key, len(_boots))
+    return _boots[key]
 
 
 def layout(
-    model: str, tree: Path | None, knobs: dict[str, str], args: tuple[str, ...] = ()
+    model: str, patched: bool, knobs: dict[str, str], args: tuple[str, ...] = ()
 ) -> dict:
-    key = (model, str(tree), tuple(sorted(knobs.items())), args)
-    if key not in _cache:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
-        env.pop("PYTHONPATH", None)
-        if tree is not None:
-            env["PYTHONPATH"] = str(tree)
-        env.update(knobs)
-        done = subprocess.run(
-            [sys.executable, str(HERE / "model_layout.py"), model, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=str(REPO),
-            timeout=600,
-        )
-        if done.returncode != 0:
-            raise AssertionError(
-                f"{model}: model_layout.py failed:\n{done.stderr[-4000:]}"
-            )
-        out = json.loads(done.stdout.splitlines()[-1])
-        out["log"] = done.stdout + done.stderr
-        _cache[key] = out
-    return _cache[key]
+    return _start(_key(model, patched, knobs, args)).result()
 
 
-def tier_on(tmp_path: Path, restore: bool = False) -> dict[str, str]:
+def tier_on(restore: bool = False) -> dict[str, str]:
     return {
         "GLM53_KV_OFFLOAD": "1",
-        "GLM53_KV_OFFLOAD_DIR": str(tmp_path / "tier"),
+        "GLM53_KV_OFFLOAD_DIR": TIER_DIR,
         "GLM53_KV_OFFLOAD_CPU_GB": "1",
         **({"GLM53_KV_OFFLOAD_RESTORE": "1"} if restore else {}),
     }
@@ -73,7 +92,7 @@ def test_glm5next_is_four_kda_groups_an_mla_indexer_group_and_the_tail_ring():
     groups, MLA and the kpool indexer's compressed keys (16 tokens a state) sharing one
     block table, and the kpool tail ring, a CircularBufferSpec of 16-token blocks. The
     stock OffloadingConnector boots and leaves the ring out."""
-    out = layout("glm5next", None, {})
+    out = layout("glm5next", False, {})
     assert "error" not in out, out.get("error")
     assert out["block_size"] == 512  # the MLA page aligned to the KDA state page
     assert out["layout"] == "BLHNC"  # block-outermost: the groups are packed
@@ -92,10 +111,10 @@ def test_glm5next_is_four_kda_groups_an_mla_indexer_group_and_the_tail_ring():
 
 
 @pytest.mark.parametrize("knob", ["0", "1"])
-def test_glm5next_patched_plans_the_stores_pristine_plans(patched_root, tmp_path, knob):
-    pristine = layout("glm5next", None, {})
-    env = tier_on(tmp_path) if knob == "1" else {"GLM53_KV_OFFLOAD": "0"}
-    patched = layout("glm5next", patched_root, env)
+def test_glm5next_patched_plans_the_stores_pristine_plans(knob):
+    pristine = layout("glm5next", False, {})
+    env = tier_on() if knob == "1" else {"GLM53_KV_OFFLOAD": "0"}
+    patched = layout("glm5next", True, env)
     assert "error" not in patched, patched.get("error")
     for field in ("block_size", "layout", "groups", "offloaded_groups"):
         assert patched[field] == pristine[field], field
@@ -114,13 +133,13 @@ def test_glm5next_patched_plans_the_stores_pristine_plans(patched_root, tmp_path
     ],
 )
 def test_the_relatives_patched_at_knob_1_plan_the_stores_pristine_plans(
-    patched_root, tmp_path, model, expected
+    model, expected
 ):
-    pristine = layout(model, None, {})
+    pristine = layout(model, False, {})
     assert "error" not in pristine, pristine.get("error")
     assert kinds(pristine) == expected
     assert pristine["offloaded_groups"] == list(range(len(expected)))
-    patched = layout(model, patched_root, tier_on(tmp_path))
+    patched = layout(model, True, tier_on())
     assert "error" not in patched, patched.get("error")
     for field in ("block_size", "groups", "offloaded_groups", "store_keys_by_group"):
         assert patched[field] == pristine[field], field
@@ -156,7 +175,7 @@ def test_the_glm5next_stage_asks_for_a_backend_that_serves_its_sparse_mla():
     assert args[args.index("--attention-backend") + 1] == "FLASHMLA_SPARSE"
 
 
-def test_glm5next_every_stored_chunk_equals_its_block(patched_root, tmp_path):
+def test_glm5next_every_stored_chunk_equals_its_block():
     """The worker side at knob 1 on the real layout: vLLM allocates the packed caches, the
     real worker-role connector registers them, the writer binds every eligible group, and
     each chunk on disk holds exactly its block's bytes (the GPU suite's own comparison,
@@ -164,8 +183,8 @@ def test_glm5next_every_stored_chunk_equals_its_block(patched_root, tmp_path):
     temporal state."""
     out = layout(
         "glm5next",
-        patched_root,
-        tier_on(tmp_path),
+        True,
+        tier_on(),
         ("--store", "2100", "--num-blocks", "24"),
     )
     assert "error" not in out, out.get("error")
@@ -192,13 +211,13 @@ def kvstore_verify(root: str) -> subprocess.CompletedProcess:
 RESTORE_ARGS = ("--restore", "2100", "--num-blocks", "24")
 
 
-def test_glm5next_restores_after_a_restart_the_blocks_it_stored(patched_root, tmp_path):
+def test_glm5next_restores_after_a_restart_the_blocks_it_stored():
     """Knob 1 with restore on, the real layout on both sides: engine 1 stores the prompt,
     a restarted engine 2 (other bytes in its caches) restores it from disk through the
     real scheduler, the restore tier's promotion into CPU rows and vLLM's load job; each
     block it loaded holds engine 1's bytes at that position (the GPU suite's digests):
     the MLA + indexer pages of four blocks and each KDA group's state at the boundary."""
-    out = layout("glm5next", patched_root, tier_on(tmp_path, True), RESTORE_ARGS)
+    out = layout("glm5next", True, tier_on(True), RESTORE_ARGS)
     assert "error" not in out, out.get("error")
     r = out["restore"]
     print(json.dumps(r, indent=1))
@@ -230,24 +249,22 @@ def assert_restored(out: dict) -> None:
 @pytest.mark.parametrize(
     ("model", "blocks"), [("qwen3next", "40"), ("dsv2lite", "400")]
 )
-def test_the_relatives_restore_after_a_restart_the_blocks_they_stored(
-    patched_root, tmp_path, model, blocks
-):
+def test_the_relatives_restore_after_a_restart_the_blocks_they_stored(model, blocks):
     """The same restart and verdict on Qwen3-Next's layout (gated DeltaNet state beside
     attention, not packed) and DeepSeek-V2-Lite's (MLA alone)."""
     args = ("--restore", "2100", "--num-blocks", blocks)
-    out = layout(model, patched_root, tier_on(tmp_path, True), args)
+    out = layout(model, True, tier_on(True), args)
     assert "error" not in out, out.get("error")
     print(json.dumps(out["restore"], indent=1))
     assert_restored(out)
 
 
-def test_glm5next_refuses_a_corrupted_kda_chunk_and_recomputes(patched_root, tmp_path):
+def test_glm5next_refuses_a_corrupted_kda_chunk_and_recomputes():
     """One flipped byte in the KDA state chunk the restore needs: the promotion refuses
     the job before any byte reaches a GPU block, the request recomputes the whole
     prompt, and the writer stores the refused key again, so the store verifies clean."""
     args = (*RESTORE_ARGS, "--corrupt")
-    out = layout("glm5next", patched_root, tier_on(tmp_path, True), args)
+    out = layout("glm5next", True, tier_on(True), args)
     assert "error" not in out, out.get("error")
     r = out["restore"]
     print(json.dumps(r, indent=1))
@@ -259,15 +276,13 @@ def test_glm5next_refuses_a_corrupted_kda_chunk_and_recomputes(patched_root, tmp
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_glm5next_with_its_mtp_drafter_keeps_the_drafter_in_the_mla_group(
-    patched_root, tmp_path
-):
+def test_glm5next_with_its_mtp_drafter_keeps_the_drafter_in_the_mla_group():
     """GLM-5.3 as the seed deployment runs it, with the MTP drafter (one speculative
     token; vLLM's Glm5NextMTPModel, built as the proposer loads it): the drafter layer's
     MLA and indexer caches join the target's MLA group (an EAGLE group, no group of its
     own), its tail ring joins the ring group, whose block grows to 32. The stock and the
     patched connector offload the same groups and plan the same stores."""
-    pristine = layout("glm5next", None, {}, ("--mtp",))
+    pristine = layout("glm5next", False, {}, ("--mtp",))
     assert "error" not in pristine, pristine.get("error")
     assert kinds(pristine) == ["MambaSpec"] * 3 + [
         "MLAAttentionSpec",
@@ -278,26 +293,92 @@ def test_glm5next_with_its_mtp_drafter_keeps_the_drafter_in_the_mla_group(
     assert "model.layers.9.self_attn.indexer.tail_cache" in ring["layers"]
     assert ring["block_size"] == 32
     assert pristine["offloaded_groups"] == [0, 1, 2, 3]
-    patched = layout("glm5next", patched_root, tier_on(tmp_path), ("--mtp",))
+    patched = layout("glm5next", True, tier_on(), ("--mtp",))
     assert "error" not in patched, patched.get("error")
     for field in ("block_size", "groups", "offloaded_groups", "store_keys_by_group"):
         assert patched[field] == pristine[field], field
     assert "KV offloading eligible groups: [0, 1, 2, 3] of 5" in patched["log"]
 
 
-def test_glm5next_with_its_mtp_drafter_restores_after_a_restart(patched_root, tmp_path):
+def test_glm5next_with_its_mtp_drafter_restores_after_a_restart():
     """With the drafter in the MLA group vLLM stores the KDA state one chunk before the
     prompt's last full chunk (1,536 of 2,048 tokens) and its lookup asks for the chunk
     after a hit before it drops it. The writer publishes the state boundary and a
     manifest of the MLA chunks alone at 2,048 that proves that chunk; without the second
     one no restore ever hit (every request recomputed). The restart restores 1,536
     tokens, each loaded block equal to engine 1's."""
-    out = layout(
-        "glm5next", patched_root, tier_on(tmp_path, True), ("--mtp", *RESTORE_ARGS)
-    )
+    out = layout("glm5next", True, tier_on(True), ("--mtp", *RESTORE_ARGS))
     assert "error" not in out, out.get("error")
     r = out["restore"]
     print(json.dumps(r, indent=1))
     assert r["manifests"] == [[1536, [0, 1, 2]], [2048, []]]
     assert r["loaded"] == {"0": [2], "1": [2], "2": [2], "3": [0, 1, 2]}
     assert_restored(out)
+
+
+def _plan() -> dict[str, list[Key]]:
+    """The boots each test asks for (every parametrization), by function name."""
+    mtp = ("--mtp",)
+    pristine = {m: _key(m, False, {}) for m in ("glm5next", "qwen3next", "dsv2lite")}
+    knob1 = {m: _key(m, True, tier_on()) for m in pristine}
+
+    def restore(model: str, args: tuple[str, ...]) -> Key:
+        return _key(model, True, tier_on(True), args)
+
+    return {
+        "test_glm5next_is_four_kda_groups_an_mla_indexer_group_and_the_tail_ring": [
+            pristine["glm5next"]
+        ],
+        "test_glm5next_patched_plans_the_stores_pristine_plans": [
+            pristine["glm5next"],
+            _key("glm5next", True, {"GLM53_KV_OFFLOAD": "0"}),
+            knob1["glm5next"],
+        ],
+        "test_the_relatives_patched_at_knob_1_plan_the_stores_pristine_plans": [
+            pristine["qwen3next"],
+            knob1["qwen3next"],
+            pristine["dsv2lite"],
+            knob1["dsv2lite"],
+        ],
+        "test_glm5next_every_stored_chunk_equals_its_block": [
+            _key("glm5next", True, tier_on(), ("--store", "2100", "--num-blocks", "24"))
+        ],
+        "test_glm5next_restores_after_a_restart_the_blocks_it_stored": [
+            restore("glm5next", RESTORE_ARGS)
+        ],
+        "test_the_relatives_restore_after_a_restart_the_blocks_they_stored": [
+            restore("qwen3next", ("--restore", "2100", "--num-blocks", "40")),
+            restore("dsv2lite", ("--restore", "2100", "--num-blocks", "400")),
+        ],
+        "test_glm5next_refuses_a_corrupted_kda_chunk_and_recomputes": [
+            restore("glm5next", (*RESTORE_ARGS, "--corrupt"))
+        ],
+        "test_glm5next_with_its_mtp_drafter_keeps_the_drafter_in_the_mla_group": [
+            _key("glm5next", False, {}, mtp),
+            _key("glm5next", True, tier_on(), mtp),
+        ],
+        "test_glm5next_with_its_mtp_drafter_restores_after_a_restart": [
+            restore("glm5next", (*mtp, *RESTORE_ARGS))
+        ],
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _boots_two_at_a_time(request, patched_root, tmp_path_factory):
+    """Starts every boot the selected tests of this module need, slowest first."""
+    _state["tree"] = patched_root
+    _state["base"] = tmp_path_factory.mktemp("model-layouts")
+    plan = _plan()
+    selected = {
+        item.originalname
+        for item in request.session.items
+        if item.module is request.module
+    }
+    wanted = [k for name in sorted(selected) for k in plan.get(name, [])]
+    for key in sorted(dict.fromkeys(wanted), key=lambda k: "--restore" not in k[3]):
+        _start(key)
+    yield
+    print(f"\nmodel-layout boots: {len(_boots)} started, {len(set(wanted))} planned")
+    for future in _boots.values():
+        future.cancel()
+    _pool.shutdown(wait=True)
