@@ -483,18 +483,29 @@ class FakeTransfers:
         self.loads = loads
         self.loaded: list[tuple[int, int]] = []
 
-    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
-        src = [int(b) for b in src_spec.block_ids]
-        dst = [int(c) for c in dst_spec.block_ids]
-        assert len(src) == len(dst)  # one block a chunk
-        i = 0
-        for slot, count in enumerate(src_spec.group_sizes):
+    def _copy(self, gpu_spec, cpu_spec, to_gpu: bool) -> list[tuple[int, int]]:
+        """Each block's page of every ref between its GPU block and its CPU row (one
+        block a chunk); the (group slot, GPU block) pairs copied."""
+        blocks = [int(b) for b in gpu_spec.block_ids]
+        rows_of = [int(c) for c in cpu_spec.block_ids]
+        assert len(blocks) == len(rows_of)
+        done, i = [], 0
+        for slot, count in enumerate(gpu_spec.group_sizes):
             for _ in range(int(count)):
                 for ref in self.refs[slot]:
                     page = ref.page_size_bytes
                     rows = self._store_handler.dst_tensors[ref.tensor_idx]
-                    rows[dst[i], :page] = self.gpu[ref.tensor_idx][src[i], :page]
+                    gpu = self.gpu[ref.tensor_idx]
+                    if to_gpu:
+                        gpu[blocks[i], :page] = rows[rows_of[i], :page]
+                    else:
+                        rows[rows_of[i], :page] = gpu[blocks[i], :page]
+                done.append((slot, blocks[i]))
                 i += 1
+        return done
+
+    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+        self._copy(src_spec, dst_spec, to_gpu=False)
         self.submitted.append(job_id)
         self.done.append(job_id)
         return True
@@ -502,18 +513,7 @@ class FakeTransfers:
     def submit_load(self, job_id, src_spec, dst_spec, expedited=False) -> bool:
         if not self.loads:
             raise AssertionError("restore is off: no load expected")
-        src = [int(c) for c in src_spec.block_ids]
-        dst = [int(b) for b in dst_spec.block_ids]
-        assert len(src) == len(dst)  # one block a chunk
-        i = 0
-        for slot, count in enumerate(dst_spec.group_sizes):
-            for _ in range(int(count)):
-                for ref in self.refs[slot]:
-                    page = ref.page_size_bytes
-                    rows = self._store_handler.dst_tensors[ref.tensor_idx]
-                    self.gpu[ref.tensor_idx][dst[i], :page] = rows[src[i], :page]
-                self.loaded.append((slot, dst[i]))
-                i += 1
+        self.loaded += self._copy(dst_spec, src_spec, to_gpu=True)
         self.done.append(job_id)
         return True
 
