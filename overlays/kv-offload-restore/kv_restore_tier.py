@@ -40,12 +40,11 @@ the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
 
 import logging
 import os
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.v1.kv_offload.base import (
     LookupResult,
@@ -66,6 +65,21 @@ from . import kv_store_format as fmt
 from .kv_restore_worker import RestoreRefused, restore_requested
 from .kv_store_local import exported, store_perms
 from .kv_store_local.vllm_scheduler import release_manager
+from .metrics import _ConnectorMetricName
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_offload.base import OffloadingManager
+    from vllm.v1.kv_offload.tiering.manager import TieringOffloadingManager
+    from vllm.v1.request import Request
+
+    from .common import OffloadingConnectorMetadata, OffloadingWorkerMetadata
+    from .scheduler import (
+        OffloadingConnectorScheduler,
+        RequestOffloadState,
+        SchedulerOffloadConfig,
+    )
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +320,7 @@ class LocalStoreTier(SecondaryTierManager):
         )
 
 
-def find_tier(manager: Any) -> LocalStoreTier | None:
+def find_tier(manager: "TieringOffloadingManager") -> LocalStoreTier | None:
     for tier in getattr(manager, "secondary_tiers", ()):
         if isinstance(tier, LocalStoreTier):
             return tier
@@ -328,7 +342,10 @@ class SchedulerRestore:
 
     @classmethod
     def from_vllm(
-        cls, manager: Any, config: Any, vllm_config: Any
+        cls,
+        manager: "OffloadingManager",
+        config: "SchedulerOffloadConfig",
+        vllm_config: "VllmConfig",
     ) -> "SchedulerRestore | None":
         """None unless restore is requested; a refused boot shuts the manager
         down first, so vLLM's CPU region does not stay behind in /dev/shm."""
@@ -340,7 +357,10 @@ class SchedulerRestore:
 
     @classmethod
     def _checked(
-        cls, manager: Any, config: Any, vllm_config: Any
+        cls,
+        manager: "OffloadingManager",
+        config: "SchedulerOffloadConfig",
+        vllm_config: "VllmConfig",
     ) -> "SchedulerRestore | None":
         if not restore_requested():
             return None
@@ -372,7 +392,7 @@ class SchedulerRestore:
                 "(the store's keys) are seeded per process unless PYTHONHASHSEED "
                 "is set, so they change at every restart."
             )
-        tier = find_tier(manager)
+        tier = find_tier(manager)  # type: ignore[arg-type]
         if tier is None:
             raise RestoreRefused(
                 "GLM53_KV_OFFLOAD_RESTORE=1 needs the secondary tier "
@@ -391,9 +411,9 @@ class SchedulerRestore:
 
     def matched_tokens(
         self,
-        sched: Any,
-        request: Any,
-        req_status: Any,
+        sched: "OffloadingConnectorScheduler",
+        request: "Request",
+        req_status: "RequestOffloadState",
         num_computed_tokens: int,
         max_num_new_tokens: int | None,
     ) -> tuple[int | None, bool]:
@@ -437,7 +457,11 @@ class SchedulerRestore:
         return num_hit_tokens, bool(num_hit_tokens) and not sync_load
 
     def _pays(
-        self, sched: Any, request: Any, req_status: Any, num_computed_tokens: int
+        self,
+        sched: "OffloadingConnectorScheduler",
+        request: "Request",
+        req_status: "RequestOffloadState",
+        num_computed_tokens: int,
     ) -> bool:
         """Weigh what the store would restore for this request (False: miss).
 
@@ -446,7 +470,8 @@ class SchedulerRestore:
         read are the tier's keys up to it that the CPU tier does not hold.
         """
         tier = self.tier
-        primary = getattr(sched.manager, "primary_tier", None)
+        manager: TieringOffloadingManager = sched.manager  # type: ignore[assignment]
+        primary = getattr(manager, "primary_tier", None)
         context = req_status.req_context
         found: list[tuple[int, Any]] = []
         for config, state in zip(
@@ -492,7 +517,10 @@ class SchedulerRestore:
         return estimate.restore
 
     def attach(
-        self, meta: Any, scheduler_output: Any = None, req_status: Any = None
+        self,
+        meta: "OffloadingConnectorMetadata",
+        scheduler_output: "SchedulerOutput | None" = None,
+        req_status: "Mapping[str, RequestOffloadState] | None" = None,
     ) -> None:
         if scheduler_output is not None and req_status is not None:
             try:
@@ -506,13 +534,16 @@ class SchedulerRestore:
         if requests:
             meta.kv_restore = requests
 
-    def on_worker_meta(self, meta: Any) -> None:
+    def on_worker_meta(self, meta: "OffloadingWorkerMetadata") -> None:
         items = reports.take(meta.completed_jobs)
         if items:
             self.tier.on_reports(items)
 
 
-def _scheduled(scheduler_output: Any, req_status: Any):
+def _scheduled(
+    scheduler_output: "SchedulerOutput",
+    req_status: "Mapping[str, RequestOffloadState]",
+) -> Iterator[tuple[str, int, int, int]]:
     """(request, tokens scheduled, tokens computed before, prompt tokens)."""
     for req_id, n in (scheduler_output.num_scheduled_tokens or {}).items():
         status = req_status.get(req_id)
@@ -521,6 +552,6 @@ def _scheduled(scheduler_output: Any, req_status: Any):
             yield req_id, n, req.num_computed_tokens, req.num_prompt_tokens
 
 
-def _lookup_sync_metric(sched: Any) -> Any:
+def _lookup_sync_metric(sched: "OffloadingConnectorScheduler") -> str:
     """The scheduler module's LOOKUP_SYNC_DELAY metric name."""
-    return sys.modules[type(sched).__module__]._ConnectorMetricName.LOOKUP_SYNC_DELAY
+    return _ConnectorMetricName.LOOKUP_SYNC_DELAY

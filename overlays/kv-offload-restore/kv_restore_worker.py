@@ -51,7 +51,7 @@ from collections import Counter, deque
 from collections.abc import Mapping, MutableMapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from . import kv_restore_read as chunk_read
@@ -67,6 +67,14 @@ except ImportError:  # loaded as a top-level module: tests, tools
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
     from kv_store_format import native  # type: ignore[no-redef]
     from kv_store_local import store_perms  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingConnectorMetadata,
+    )
+
+    from .kv_store_local.layout import GroupLayout
+    from .kv_store_local.worker_store import WorkerStore
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +167,8 @@ class WorkerRestore:
         self.inventory: Inventory | None = None
         self.disabled_reason: str | None = None
         self._bound = False
-        self._store: Any = None
-        self._groups: dict[int, Any] = {}
+        self._store: WorkerStore | None = None
+        self._groups: dict[int, GroupLayout] = {}
         self._reported: set[bytes] = set()
         self._pending: list[tuple[int, int]] = []
         self._ready_sent = False
@@ -191,7 +199,7 @@ class WorkerRestore:
 
     # -- binding to this rank's writer ---------------------------------------
 
-    def bind(self, store: Any) -> None:
+    def bind(self, store: "WorkerStore | None") -> None:
         """Use the store the writer opened (same rank base, same namespace)."""
         if self._bound:
             return
@@ -258,7 +266,9 @@ class WorkerRestore:
 
     # -- hooks -----------------------------------------------------------------
 
-    def report(self, completed: MutableMapping[int, int], store: Any) -> None:
+    def report(
+        self, completed: MutableMapping[int, int], store: "WorkerStore | None"
+    ) -> None:
         """Add this rank's reports to the worker metadata of this step."""
         try:
             self.bind(store)
@@ -288,7 +298,9 @@ class WorkerRestore:
         except Exception:
             logger.exception("KV restore: report failed")
 
-    def promote(self, metadata: Any, store: Any) -> None:
+    def promote(
+        self, metadata: "OffloadingConnectorMetadata", store: "WorkerStore | None"
+    ) -> None:
         """Start the promotions the scheduler attached to this step's metadata.
 
         Runs before the step submits any transfer. A fenced job (its rows were
@@ -458,7 +470,7 @@ class WorkerRestore:
             self._native, keys, requests, READERS, READ_WILLNEED, self._key
         )
 
-    def _geometry(self, proof: Proof) -> tuple[Any, int, int]:
+    def _geometry(self, proof: Proof) -> tuple["GroupLayout", int, int]:
         """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
         layout = self._groups[proof.group]
         bpc = self._store.settings.blocks_per_chunk
@@ -467,13 +479,13 @@ class WorkerRestore:
             return layout, (proof.boundary // block_tokens - 1) % bpc, 1
         return layout, 0, bpc
 
-    def _runs(self, layout: Any, chunk: int, first: int, count: int) -> list:
+    def _runs(self, layout: "GroupLayout", chunk: int, first: int, count: int) -> list:
         """Where the payload goes, in payload order: per layer, per sub-block,
         the unpadded page bytes (the inverse of the writer's capture)."""
         _, plan = self._plan(layout, first, count)
         return [(address + chunk * stride, n) for address, stride, n in plan]
 
-    def _plan(self, layout: Any, first: int, count: int) -> tuple[Any, list]:
+    def _plan(self, layout: "GroupLayout", first: int, count: int) -> tuple[Any, list]:
         """(segment table, runs of CPU row 0 as (address, row stride, length)),
         once per (group, first sub-block, sub-blocks): the per-file Python
         work of a promotion is then one list comprehension.

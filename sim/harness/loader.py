@@ -31,6 +31,8 @@ import types
 from collections.abc import Iterable
 from pathlib import Path
 
+from .pins import interface_only
+
 STUBS_DIR = Path(__file__).resolve().parent / "stubs"
 
 
@@ -105,6 +107,11 @@ class Engine:
         self.package = package
         self.stubs = Path(stubs).resolve()
         self.real = None if real is None else frozenset(real)
+        # Files fetched only for the interface pins (fixtures/*/INTERFACE):
+        # never run, a stub stands in (they import all of vLLM and torch).
+        self.skip = (
+            frozenset() if real is not None else interface_only(self.tree, package)
+        )
         self.managed_tops = frozenset(
             {package}
             | {p.stem for p in self.stubs.glob("*.py")}
@@ -131,9 +138,10 @@ class Engine:
                 (self.tree / f"{rel}.py", None),
                 (self.tree / rel / "__init__.py", self.tree / rel),
             ):
-                allowed = self.real is None or (
-                    file.relative_to(self.tree).as_posix() in self.real
-                )
+                rel_file = file.relative_to(self.tree).as_posix()
+                allowed = (
+                    self.real is None or rel_file in self.real
+                ) and rel_file not in self.skip
                 if allowed and file.is_file():
                     return "tree", file, pkg_dir
         for file, pkg_dir in (

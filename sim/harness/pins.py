@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 @dataclass(frozen=True)
@@ -42,3 +45,19 @@ def split_pin_dir(pin_dir: str | Path) -> tuple[str, str]:
     """fixtures/vllm-0.33.0 -> ("vllm", "0.33.0")."""
     engine, _, version = Path(pin_dir).name.rpartition("-")
     return engine, version
+
+
+def interface_only(tree: str | Path, package: str = "vllm") -> frozenset[str]:
+    """The files of ``tree`` its release's INTERFACE lists (fetched for the
+    interface pins, never run here), found by the tree's own version."""
+    try:
+        text = (Path(tree) / package / "_version.py").read_text(encoding="utf-8")
+    except OSError:
+        return frozenset()
+    m = re.search(r"^__version__\s*=.*?['\"]([^'\"]+)['\"]", text, re.M)
+    if m is None:
+        return frozenset()
+    listing = FIXTURES / f"{package}-{m.group(1)}" / "INTERFACE"
+    if not listing.is_file():
+        return frozenset()
+    return frozenset(p.path for p in read_pins(listing))

@@ -192,7 +192,7 @@ class Result:
 
 
 def _segments(segments: Sequence[Segment]) -> ctypes.Array:
-    out = (_Segment * max(1, len(segments)))()
+    out: ctypes.Array[_Segment] = (_Segment * max(1, len(segments)))()
     for dst, seg in zip(out, segments, strict=False):
         dst.layer = seg.layer
         dst.kind = int(seg.kind)
@@ -312,7 +312,7 @@ class Library:
         ``willneed``: fadvise each payload before reading it (a disk hint).
         ``key``: a keyed store's secret; every file's MAC is checked
         (mac_missing, mac_mismatch) before the item is OK."""
-        items = (_ReadItem * max(1, len(requests)))()
+        items: ctypes.Array[_ReadItem] = (_ReadItem * max(1, len(requests)))()
         keep: list[object] = []  # the arrays the items point into
         for item, r in zip(items, requests, strict=False):
             segments = self._segment_arrays.get(r.segments)
@@ -361,7 +361,7 @@ class Library:
         fsync); one Result per request, in order. Files are 0600, or 0640
         with group_read (store_perms.Modes.group_read). ``key``: sealed
         for a keyed store (FORMAT.md 3.6; ``bytes`` counts the MAC)."""
-        items = (_WriteItem * max(1, len(requests)))()
+        items: ctypes.Array[_WriteItem] = (_WriteItem * max(1, len(requests)))()
         keep: list[object] = []
         for item, r in zip(items, requests, strict=False):
             segments = self._segment_arrays.get(r.segments)

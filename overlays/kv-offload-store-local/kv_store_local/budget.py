@@ -17,10 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from . import durable_io
 from .deps import fmt
 from .store_index import Parsed, StoreIndex, Tree, scan
+
+if TYPE_CHECKING:
+    from .captured import CapturedJob
+    from .writer import StoreWriter
 
 # Tree and scan are the index's, named here too (the bench, the demo and the
 # tests call budget.scan).
@@ -325,7 +330,7 @@ _MANIFEST_PER_KEY = 72
 _MANIFEST_PER_ENTRY = 120
 
 
-def job_bytes(job, keep: int) -> int:
+def job_bytes(job: "CapturedJob", keep: int) -> int:
     """An upper bound of what a job adds: every key as a new chunk file (a
     deduplicated one adds nothing) and the manifests it may publish. With
     keep-K on, a tree holds at most K+1 new manifests at once (retain runs
@@ -349,7 +354,7 @@ def job_bytes(job, keep: int) -> int:
     return total
 
 
-def make_room_for_job(writer, job) -> bool:
+def make_room_for_job(writer: "StoreWriter", job: "CapturedJob") -> bool:
     """The writer's few lines: room for the job, or its keys refused. The
     retired manifests and chunks are forgotten by the writer's book."""
     budget = writer.budget

@@ -16,7 +16,15 @@ the three records to that.
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+        OffloadingConnectorStats,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+        OffloadingConnectorWorker,
+    )
 
 # Where a row's value lives: the worker's writer, the worker's restorer, or
 # the scheduler's tier.
@@ -154,7 +162,11 @@ class Exporter:
                     out.append((name, labels, step))
         return out
 
-    def take(self, records: Iterable[tuple[str, Any]], payload: Any = None) -> Any:
+    def take(
+        self,
+        records: Iterable[tuple[str, Any]],
+        payload: "OffloadingConnectorStats | None" = None,
+    ) -> "OffloadingConnectorStats | None":
         """An OffloadingConnectorStats of the increases (None: nothing new)."""
         steps = self.increases(records)
         if not steps:
@@ -170,7 +182,9 @@ class Exporter:
         return payload
 
 
-def worker_stats(connector_worker: Any) -> Any:
+def worker_stats(
+    connector_worker: "OffloadingConnectorWorker",
+) -> "OffloadingConnectorStats | None":
     """The hook in OffloadingConnector.get_kv_connector_stats (a worker)."""
     store = getattr(connector_worker, "_kv_store", None)
     restore = getattr(connector_worker, "_kv_restore", None)

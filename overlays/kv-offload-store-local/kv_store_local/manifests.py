@@ -11,12 +11,16 @@ import errno
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from . import durable_io
 from .captured import Candidate
 from .deps import fmt, init_logger
 from .stats import StoreStats
 from .store_index import Parsed, named_chunks
+
+if TYPE_CHECKING:
+    from .budget import DiskBudget
 
 logger = init_logger(__name__)
 
@@ -102,7 +106,7 @@ class ManifestBook:
         self._by_root: dict[str, dict[str, None]] = {}  # root -> names
         # The disk budget (budget.DiskBudget), told of every manifest
         # published and every file keep-K unlinks; None: no budget.
-        self.budget = None
+        self.budget: DiskBudget | None = None
         # Bumped whenever what pending_chunks() returns may change, so the
         # writer rewrites its pending record only then.
         self.changes = 0
@@ -402,7 +406,7 @@ class ManifestBook:
             return
         kept_state = {tree[n][-1] for n in kept}
         removed_dirs: set[str] = set()
-        old_manifests = {}
+        old_manifests: dict[str, fmt.BoundaryManifest | None] = {}
         for n in superseded:
             try:
                 old_manifests[n] = fmt.decode_manifest(

@@ -3,11 +3,14 @@
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import durable_io, store_perms
 from .deps import fmt, init_logger
 from .errors import WriterDisabled
+
+if TYPE_CHECKING:
+    from .worker_store import WorkerSettings
 
 logger = init_logger(__name__)
 
@@ -125,7 +128,7 @@ def resolve_rank(
     return tp_rank, "initialized TP group"
 
 
-def state_abi(s: Any) -> dict[str, Any]:
+def state_abi(s: "WorkerSettings") -> dict[str, Any]:
     groups = []
     for g in s.groups:
         if g.kind != "state":

@@ -8,9 +8,18 @@ to unpickle.
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .deps import init_logger
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        TransferJob,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+        RequestOffloadState,
+        TransferJobStatus,
+    )
 
 logger = init_logger(__name__)
 
@@ -67,9 +76,9 @@ class SchedulerStoreMeta:
 
     def attach(
         self,
-        store_jobs: Mapping[int, Any],
-        job_status: Mapping[int, Any],
-        req_states: Mapping[str, Any],
+        store_jobs: Mapping[int, "TransferJob"],
+        job_status: Mapping[int, "TransferJobStatus"],
+        req_states: Mapping[str, "RequestOffloadState"],
     ) -> None:
         for job_id, job in store_jobs.items():
             status = job_status.get(job_id)
@@ -78,7 +87,9 @@ class SchedulerStoreMeta:
                 continue
             job.kv_store_meta = self.build(status.keys, req_state)
 
-    def build(self, keys: Iterable[bytes], req_state: Any) -> dict[str, Any]:
+    def build(
+        self, keys: Iterable[bytes], req_state: "RequestOffloadState"
+    ) -> dict[str, Any]:
         ctx = req_state.req_context
         positioned = []
         for key in keys:

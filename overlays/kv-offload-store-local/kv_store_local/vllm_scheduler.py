@@ -5,15 +5,24 @@ The only scheduler-side module that reads vLLM objects; the hook in
 ``OffloadingConnectorScheduler.__init__`` calls ``store_meta``.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .deps import init_logger, knobs
 from .side_channel import SchedulerGroup, SchedulerStoreMeta
 
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+        GroupOffloadConfig,
+        SchedulerOffloadConfig,
+    )
+    from vllm.v1.kv_offload.base import OffloadingManager
+
 logger = init_logger(__name__)
 
 
-def store_meta(config: Any, manager: Any) -> SchedulerStoreMeta:
+def store_meta(
+    config: "SchedulerOffloadConfig", manager: "OffloadingManager"
+) -> SchedulerStoreMeta:
     """Validate the knobs (a bad one fails the boot), then build from
     vLLM's ``SchedulerOffloadConfig``. A failed boot shuts ``manager`` down
     first (``release_manager``)."""
@@ -50,7 +59,7 @@ def store_meta(config: Any, manager: Any) -> SchedulerStoreMeta:
     return meta
 
 
-def release_manager(manager: Any) -> None:
+def release_manager(manager: "OffloadingManager") -> None:
     """Before a boot we refuse: vLLM has already made the CPU tier's shared
     region in /dev/shm, a file that outlives the process (and holds its
     memory) unless the manager's shutdown unlinks it."""
@@ -60,7 +69,7 @@ def release_manager(manager: Any) -> None:
         logger.exception("KV store: the offloading manager did not shut down")
 
 
-def from_config(config: Any) -> SchedulerStoreMeta:
+def from_config(config: "SchedulerOffloadConfig") -> SchedulerStoreMeta:
     return SchedulerStoreMeta(
         [
             SchedulerGroup(
@@ -75,7 +84,7 @@ def from_config(config: Any) -> SchedulerStoreMeta:
     )
 
 
-def group_kind(group_config: Any) -> str:
+def group_kind(group_config: "GroupOffloadConfig") -> str:
     from vllm.v1.kv_cache_interface import MambaSpec
 
     if getattr(group_config, "requires_cow_source", False) or isinstance(

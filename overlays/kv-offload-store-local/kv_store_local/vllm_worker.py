@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .capture_device import BlockTensor, Moves
 from .deps import init_logger, knobs, native
@@ -28,6 +28,23 @@ from .layout import (
 )
 from .worker_store import WorkerSettings, WorkerStore
 
+if TYPE_CHECKING:
+    import torch
+    from vllm.config import VllmConfig
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
+    from vllm.v1.kv_offload.base import (
+        CanonicalKVCaches,
+        GPULoadStoreSpec,
+        LoadStoreSpec,
+        OffloadingSpec,
+    )
+    from vllm.v1.kv_offload.config import OffloadingGroupConfig
+    from vllm.v1.kv_offload.cpu.gpu_worker import (
+        CPUOffloadingWorker,
+        SingleDirectionOffloadingHandler,
+    )
+
 logger = init_logger(__name__)
 
 
@@ -36,7 +53,10 @@ class VllmWorkerStore(WorkerStore):
 
     @classmethod
     def from_vllm(
-        cls, spec: Any, vllm_config: Any, kv_cache_config: Any
+        cls,
+        spec: "OffloadingSpec",
+        vllm_config: "VllmConfig",
+        kv_cache_config: "KVCacheConfig",
     ) -> "VllmWorkerStore":
         """Validate the knobs (a bad one fails the boot), load the native
         store library (missing, or another ABI or version: the boot fails
@@ -76,7 +96,12 @@ class VllmWorkerStore(WorkerStore):
         except (KeyError, TypeError, AttributeError) as e:
             self.settings.unsupported = f"cannot read the state layers' views: {e!r}"
 
-    def attach_worker(self, worker: Any, kv_caches: Any, is_writer: bool) -> None:
+    def attach_worker(
+        self,
+        worker: "CPUOffloadingWorker",
+        kv_caches: "CanonicalKVCaches",
+        is_writer: bool,
+    ) -> None:
         """Called once the CPU offloading worker exists; starts the writer."""
         try:
             if not is_writer:
@@ -103,7 +128,11 @@ class VllmWorkerStore(WorkerStore):
             logger.warning("KV store: first capture from staging: %s", str(e))
         self.attach(staging, refs, blocks=blocks, device=device, allocate=allocate)
 
-    def drain(self, worker: Any, unsubmitted: list[tuple[Any, Any, Any]]) -> int:
+    def drain(
+        self,
+        worker: "CPUOffloadingWorker | None",
+        unsubmitted: list[tuple[int, "GPULoadStoreSpec", "LoadStoreSpec"]],
+    ) -> int:
         """Clean shutdown: capture the store jobs vLLM never reported.
 
         vLLM submits each step's store jobs at the start of the next step and
@@ -139,7 +168,7 @@ class VllmWorkerStore(WorkerStore):
 class EventFence:
     """vLLM's completion event of the job, recorded again after our moves."""
 
-    def __init__(self, event: Any, keep: tuple[Any, ...]):
+    def __init__(self, event: "torch.Event", keep: tuple[Any, ...]):
         self.event = event
         self._keep = keep  # the descriptors stay alive until the copy ran
 
@@ -159,7 +188,7 @@ class StoreStreamDevice:
     after it, the flush path's wait() waits for it, and the next store job's
     stream starts after it. The engine thread only queues."""
 
-    def __init__(self, handler: Any):
+    def __init__(self, handler: "SingleDirectionOffloadingHandler"):
         self.handler = handler
 
     def queue(self, job_id: int, moves: Moves) -> EventFence:
@@ -186,11 +215,15 @@ class StoreStreamDevice:
         return
 
 
-def store_stream_device(worker: Any) -> tuple[StoreStreamDevice, list[BlockTensor]]:
+def store_stream_device(
+    worker: "CPUOffloadingWorker",
+) -> tuple[StoreStreamDevice, list[BlockTensor]]:
     """The device and the GPU KV tensors vLLM's store copy reads (indexed
     like the staging tensors); WriterDisabled when this worker is not the
     CUDA CPU-offloading worker this was read from (vLLM 0.33.0)."""
-    handler = getattr(worker, "_store_handler", None)
+    handler: SingleDirectionOffloadingHandler | None = getattr(
+        worker, "_store_handler", None
+    )
     gpu = getattr(handler, "src_tensors", None)
     if (
         gpu is None
@@ -232,7 +265,8 @@ def state_cache(kv_caches: Mapping[str, Any], name: str) -> Any:
         raise WriterDisabled(
             f"{name}: a raw page view and no vLLM config to find its state views"
         )
-    return config.compilation_config.static_forward_context[name].kv_cache
+    layer: AttentionLayerBase = config.compilation_config.static_forward_context[name]
+    return layer.kv_cache
 
 
 def views_of(cache: Any) -> list[StateView]:
@@ -301,7 +335,7 @@ def _stable_str(value: Any) -> str:
     return type(value).__qualname__ if " at 0x" in text else text
 
 
-def model_identity(vllm_config: Any) -> dict[str, str]:
+def model_identity(vllm_config: "VllmConfig") -> dict[str, str]:
     """What decides the KV values a model computes, beside the fenced layout:
     the weights (revision, quantization, the local weight files) and the
     model config as vLLM resolved it (dtype, overrides such as rope scaling).
@@ -321,7 +355,7 @@ def model_identity(vllm_config: Any) -> dict[str, str]:
     }
 
 
-def served_name(vllm_config: Any) -> str:
+def served_name(vllm_config: "VllmConfig") -> str:
     """``--served-model-name`` (its first name), "" when unset: vLLM then serves
     under the model's own name."""
     mc = getattr(vllm_config, "model_config", None)
@@ -331,7 +365,9 @@ def served_name(vllm_config: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def group_window_kind(group_config: Any, group_spec: Any) -> str:
+def group_window_kind(
+    group_config: "OffloadingGroupConfig", group_spec: "KVCacheSpec"
+) -> str:
     """ "window" for a sliding-window or chunked-local group, else "full".
 
     vLLM 0.33.0's OffloadingGroupConfig carries sliding_window_size_in_chunks
@@ -354,7 +390,7 @@ def group_window_kind(group_config: Any, group_spec: Any) -> str:
 
 
 def settings_from_vllm(
-    spec: Any, vllm_config: Any, kv_cache_config: Any
+    spec: "OffloadingSpec", vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig"
 ) -> WorkerSettings:
     from vllm.v1.kv_cache_interface import (
         AttentionSpec,
@@ -453,7 +489,7 @@ def settings_from_vllm(
     return settings
 
 
-def packed_placement(kv_cache_config: Any) -> dict[str, tuple[int, int]]:
+def packed_placement(kv_cache_config: "KVCacheConfig") -> dict[str, tuple[int, int]]:
     """Layer name -> (byte offset in the block, bytes vLLM placed for it) when the
     layout is block-outermost: every group's layers then share one row a block
     (vLLM's packed groups); empty otherwise (one tensor a layer)."""
@@ -469,7 +505,9 @@ def packed_placement(kv_cache_config: Any) -> dict[str, tuple[int, int]]:
     }
 
 
-def staging_from_worker(worker: Any, kv_caches: Any) -> list[StagingTensor]:
+def staging_from_worker(
+    worker: "CPUOffloadingWorker", kv_caches: "CanonicalKVCaches"
+) -> list[StagingTensor]:
     """The CPU offloading worker's staging tensors, as flat byte views.
 
     Reads the worker's store handler; anything unexpected disables the
@@ -477,7 +515,9 @@ def staging_from_worker(worker: Any, kv_caches: Any) -> list[StagingTensor]:
     """
     import torch
 
-    handler = getattr(worker, "_store_handler", None)
+    handler: SingleDirectionOffloadingHandler | None = getattr(
+        worker, "_store_handler", None
+    )
     cpu_tensors = getattr(handler, "dst_tensors", None)
     if cpu_tensors is None or len(cpu_tensors) != len(kv_caches.tensors):
         raise WriterDisabled(

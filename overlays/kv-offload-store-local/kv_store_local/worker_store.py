@@ -20,7 +20,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,12 @@ from .recapture import Owed, OwedKeys
 from .side_channel import META_VERSION
 from .stats import StoreStats
 from .writer import StoreWriter
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        TransferJob,
+    )
+    from vllm.v1.kv_offload.base import BlockIDsLoadStoreSpec, GPULoadStoreSpec
 
 logger = init_logger(__name__)
 
@@ -312,10 +318,11 @@ class WorkerStore:
 
     # -- hooks ---------------------------------------------------------------
 
-    def remember(self, job_id: int, entry: Any) -> None:
+    def remember(self, job_id: int, entry: "TransferJob") -> None:
         if not self.active:
             return
-        src, dst = entry.src_spec, entry.dst_spec
+        src: GPULoadStoreSpec = entry.src_spec  # type: ignore[assignment]
+        dst: BlockIDsLoadStoreSpec = entry.dst_spec  # type: ignore[assignment]
         chunk_ids = _ints(dst.block_ids)
         try:
             # This job's DMA will overwrite these rows (it is submitted
@@ -776,7 +783,7 @@ class WorkerStore:
         self._returned.clear()
 
 
-def _ints(values: Any) -> list[int]:
+def _ints(values: "np.ndarray | Sequence[int]") -> list[int]:
     """A spec's ids as Python ints (numpy integer arrays in vLLM, whose
     tolist already gives Python ints: no second pass)."""
     if getattr(getattr(values, "dtype", None), "kind", None) in ("i", "u"):

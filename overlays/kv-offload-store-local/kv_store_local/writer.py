@@ -54,7 +54,7 @@ class StoreWriter(JobQueue):
         on_lost: Callable[[Any, str], None] | None = None,
         on_idle: Callable[[], None] | None = None,
         on_job_done: Callable[[], None] | None = None,
-        store_lib: Any = None,
+        store_lib: "native.Library | None" = None,
         write_threads: int = 4,
         disk_bytes: int | None = None,
         key: bytes | None = None,
