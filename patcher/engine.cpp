@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "api_check.h"
 #include "built.h"
 #include "engine_steps.h"
 #include "fmt/format.h"
@@ -74,6 +75,37 @@ Result<TreeState> read_state(const Session& s) {
   return analyze(s.tree, s.set, s.pristine_dir);
 }
 
+// The interface pins of the selected overlays (api_check.h) against the tree,
+// joined to what an apply found: one drift report names every anchor and
+// every engine name that moved, so a port starts from the whole list.
+Status with_interface(const Session& s, const std::vector<std::string>& selected, Status found) {
+  ApiReport all;
+  for (const auto& name : selected) {
+    const Manifest& m = s.set.get(name);
+    if (m.api.file.empty()) continue;
+    auto rep = check_api(s.tree, m.api);
+    if (!rep) return rep.error();
+    all.items.insert(all.items.end(), rep->items.begin(), rep->items.end());
+    all.lines.insert(all.lines.end(), rep->lines.begin(), rep->lines.end());
+  }
+  if (all.items.empty()) return found;
+  std::string what = fmt::format("{} engine name{} the overlays' code uses {} gone or changed (interface pins)",
+                                 all.items.size(), all.items.size() == 1 ? "" : "s",
+                                 all.items.size() == 1 ? "is" : "are");
+  if (!found) {
+    Error e = found.error();
+    if (e.kind != ErrorKind::Drift) return e;
+    e.message += "; and " + what;
+    e.details.insert(e.details.end(), all.lines.begin(), all.lines.end());
+    e.drift.insert(e.drift.end(), all.items.begin(), all.items.end());
+    return e;
+  }
+  Error e = make_error(ErrorKind::Drift, s.tree.root(), what);
+  e.details = std::move(all.lines);
+  e.drift = std::move(all.items);
+  return e;
+}
+
 using PrepareFn = Status (*)(const Session&, const Request&, engine_steps::Prepared&);
 
 // The changes `prepare` plans for the overlays the request selects.
@@ -83,7 +115,9 @@ Result<engine_steps::Prepared> prepare_changes(const Session& s, const Request& 
   auto sel = select_overlays(s.set, r.overlays);
   if (!sel) return sel.error();
   p.out.selected = std::move(*sel);
-  if (auto st = prepare(s, r, p); !st) return st.error();
+  Status st = prepare(s, r, p);
+  if (prepare == engine_steps::prepare_apply) st = with_interface(s, p.out.selected, std::move(st));
+  if (!st) return st.error();
   return p;
 }
 
@@ -141,6 +175,7 @@ Result<Outcome> check(const Session& s, const Request& r) {
   auto sel = select_overlays(s.set, r.overlays);
   if (!sel) return sel.error();
   if (auto st = require_consistent(*ts, *sel, s.set); !st) return st.error();
+  if (auto st = with_interface(s, *sel, ok_status()); !st) return st.error();
   Outcome o;
   o.selected = *sel;
   std::vector<std::string> wrong;

@@ -35,7 +35,7 @@ struct DriftItem {
     size_t region_line = 0;   // line 0: 1-based line in that region (its begin sentinel is 1)
   };
   std::string file, overlay, edit, manifest;
-  std::string kind;  // anchor | scope | scope-refused | pin
+  std::string kind;  // anchor | scope | scope-refused | pin | api
   std::string scope;
   int expected = 0, found = 0;
   std::vector<size_t> found_at;  // 1-based lines (0: inside an earlier overlay's injected text)
@@ -44,6 +44,10 @@ struct DriftItem {
   std::string superseded_by;      // the edit's superseded_by text, when that text is gone upstream
   std::vector<std::string> elsewhere;  // "line N (in class X/def f)": the anchor outside its scope
   std::string pin_line;           // kind pin: the manifest line to update
+  // kind api (api_check.h): the engine name, what is wrong with it, what the
+  // tree has now, and the overlay sources that use it.
+  std::string symbol, problem, now;
+  std::vector<std::string> used_by;
 };
 
 struct Error {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api_pins.h"
 #include "error.h"
 
 namespace patcher {
@@ -70,6 +71,7 @@ struct Manifest {
   std::vector<FileSpec> files;
   std::vector<NewFile> new_files;
   std::vector<BuiltFile> built_files;
+  ApiPins api;  // <manifests>/api/<overlay>.toml, when there is one (api_check.h)
 
   const FileSpec* find_file(const std::string& path) const;
   const BuiltFile* find_built(const std::string& path) const;

@@ -87,6 +87,15 @@ Result<ManifestSet> load_manifests(const std::string& dir, const std::string& fr
       return make_error(ErrorKind::Usage, path,
                         "line " + std::to_string(m->overlay_line) + ": overlay = \"" + m->overlay +
                             "\" does not match the file name \"" + n + "\"");
+    std::string api_path = dir + "/api/" + n;
+    struct stat api_st {};
+    if (::stat(api_path.c_str(), &api_st) == 0) {
+      auto api_text = read_small_file(api_path);
+      if (!api_text) return api_text.error();
+      auto api = parse_api_pins(*api_text, api_path, m->overlay);
+      if (!api) return api.error();
+      m->api = std::move(*api);
+    }
     loaded.push_back(std::move(*m));
   }
   std::map<std::string, const Manifest*> by_name;

@@ -86,6 +86,13 @@ nlohmann::json drift_json(const DriftItem& d) {
   if (!d.superseded_by.empty()) j["superseded_by"] = d.superseded_by;
   if (!d.elsewhere.empty()) j["anchor_elsewhere"] = d.elsewhere;
   if (!d.pin_line.empty()) j["pin_line"] = d.pin_line;
+  if (d.kind == "api") {
+    j["overlay"] = d.overlay;
+    j["symbol"] = d.symbol;
+    j["problem"] = d.problem;
+    j["now"] = d.now;
+    j["used_by"] = d.used_by;
+  }
   return j;
 }
 
