@@ -60,6 +60,8 @@ def render(
             out.append("present = false")
         if use.type:
             out.append(f"type = {_q(use.type)}")
+        if use.annotation:
+            out.append(f"annotation = {_q(use.annotation)}")
         if use.params:
             out.append(f"params = {_list(use.params)}")
         if use.keywords:

@@ -52,6 +52,7 @@ class Use:
     signature: list[str] | None = None  # an override: the exact parameters
     methods: list[str] = field(default_factory=list)  # abstract: the set
     type: str = ""  # a name the definition must mention (we use its type)
+    annotation: str = ""  # its declared type, or a callable's return type, as written
     sites: set[str] = field(default_factory=set)
 
     def key(self) -> tuple[str, ...]:
@@ -99,6 +100,16 @@ class Walker:
 
     def _use(self, use: Use, site: str) -> Use:
         have = self.uses.setdefault(use.key(), use)
+        if have is not use:  # one name reached from several sites: what each needs
+            if len(use.params) > len(have.params):
+                have.params = use.params
+            have.keywords = sorted(set(have.keywords) | set(use.keywords))
+            for f in ("is_", "defined_in", "type", "annotation"):
+                if not getattr(have, f):
+                    setattr(have, f, getattr(use, f))
+            if have.signature is None:
+                have.signature = use.signature
+            have.present = have.present or use.present
         have.sites.add(site)
         return have
 
@@ -655,6 +666,7 @@ class Walker:
                     "member", module=where.module, name=where.name, member=m.name,
                     is_=m.kind, defined_in=m.owner.dotted,
                     type=_type_name(t) if m.kind in ("attribute", "property") else "",
+                    annotation=_annotation(m),
                 ),
                 site,
             )  # fmt: skip
@@ -853,7 +865,8 @@ class Walker:
             names = params_of(node, False)
             self._use(
                 Use("name", module=sym.module, name=sym.name, is_="function",
-                    params=_positional(names, positional), keywords=keywords),
+                    params=_positional(names, positional), keywords=keywords,
+                    annotation="" if node.returns is None else ast.unparse(node.returns)),
                 site,
             )  # fmt: skip
         return self.ann.of(node.returns, sym.module)
@@ -930,6 +943,16 @@ def _what(node: ast.AST | None) -> str:
     if node is None:
         return ""
     return "value"
+
+
+def _annotation(m: Member) -> str:
+    """A member's declared type (a property's or method's: its return type)."""
+    node = m.annotation
+    if m.kind in ("method", "property") and isinstance(
+        m.node, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        node = m.node.returns
+    return "" if node is None else ast.unparse(node)
 
 
 def _type_name(t: T) -> str:

@@ -408,6 +408,12 @@ class Checker {
       std::string p = params_problem(u, d.params);
       if (!p.empty()) finding(u, (*mod)->path, p, at(*found->mod, d));
     }
+    if (d.kind == DefKind::Function && !u.annotation.empty() &&
+        py::normal_annotation(d.annotation) != py::normal_annotation(u.annotation))
+      finding(u, (*mod)->path,
+              fmt::format("its return type changed: was {}, now {}", u.annotation,
+                          d.annotation.empty() ? "(none)" : d.annotation),
+              at(*found->mod, d));
     return ok_status();
   }
 
@@ -456,6 +462,13 @@ class Checker {
     }
     if (!u.type.empty() && !py::has_word(d.text, u.type))
       finding(u, owner.mod->path, "its type changed: the definition no longer names " + u.type, at(*owner.mod, d));
+    else if (!u.annotation.empty() && py::normal_annotation(d.annotation) != py::normal_annotation(u.annotation))
+      finding(u, owner.mod->path,
+              fmt::format("its {} changed: was {}, now {}", d.kind == DefKind::Function && member_kind(d) == "method"
+                                                                ? "return type"
+                                                                : "type",
+                          u.annotation, d.annotation.empty() ? "(none)" : d.annotation),
+              at(*owner.mod, d));
     return ok_status();
   }
 

@@ -17,7 +17,7 @@ namespace {
 
 const std::set<std::string> kKinds = {"module", "name", "member", "local", "abstract"};
 const std::set<std::string> kKeys = {"kind",     "module",    "name",    "member",  "is",      "defined_in",
-                                     "file",     "scope",     "type",    "present", "params",  "keywords",
+                                     "file",     "scope",     "type",    "annotation", "present", "params",  "keywords",
                                      "signature", "methods",  "used_by"};
 
 Error bad(const std::string& file, const toml::node& n, const std::string& msg) {
@@ -77,6 +77,7 @@ Result<ApiPins> parse_api_pins(const std::string& toml_text, const std::string& 
     u.file = str("file");
     u.scope = str("scope");
     u.type = str("type");
+    u.annotation = str("annotation");
     u.present = (*t)["present"].value<bool>().value_or(true);
     for (auto [key, dest] : {std::pair{"params", &u.params}, std::pair{"keywords", &u.keywords},
                              std::pair{"methods", &u.methods}, std::pair{"used_by", &u.used_by}}) {

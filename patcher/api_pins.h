@@ -21,6 +21,7 @@ struct ApiUse {
   std::string file;     // local: the engine file (tree-relative)
   std::string scope;    // local: "class X/def f" ("" at module level)
   std::string type;     // member: a name its definition must still mention
+  std::string annotation;  // its declared type (a callable: its return type), as written
   bool present = true;  // false: we rely on the engine NOT defining it
   std::vector<std::string> params;    // positional parameters we pass, in order
   std::vector<std::string> keywords;  // keyword arguments we pass

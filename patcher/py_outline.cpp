@@ -223,6 +223,33 @@ std::vector<std::string> assigned_names(const std::string& text, bool* annotated
   return {};
 }
 
+// `T` of "<target>: T = value" (text starts at the ':'), up to a top-level '='.
+std::string annotation_after(std::string_view rest) {
+  rest.remove_prefix(1);  // the ':'
+  int depth = 0;
+  for (size_t k = 0; k < rest.size(); ++k) {
+    char c = rest[k];
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    else if (c == ')' || c == ']' || c == '}') --depth;
+    else if (c == '=' && depth == 0 && (k + 1 >= rest.size() || rest[k + 1] != '='))
+      return std::string(trim(rest.substr(0, k)));
+  }
+  return std::string(trim(rest));
+}
+
+// The return annotation of a def header ("def f(...) -> T:").
+std::string return_annotation(const std::string& header) {
+  size_t open = header.find('(');
+  if (open == std::string::npos) return "";
+  std::string inner = bracketed(header, open);
+  size_t after = header.find(inner, open) + inner.size() + 1;  // past the ')'
+  size_t arrow = header.find("->", after);
+  if (arrow == std::string::npos) return "";
+  size_t colon = header.rfind(':');
+  if (colon == std::string::npos || colon < arrow) return "";
+  return std::string(trim(std::string_view(header).substr(arrow + 2, colon - arrow - 2)));
+}
+
 const char* kKeywords[] = {"if",   "elif",   "else",   "try",    "except", "finally", "for",  "while", "with",
                            "return", "raise", "assert", "del", "pass", "break", "continue", "global",
                            "nonlocal", "yield", "await", "match", "case", "lambda", "async"};
@@ -270,6 +297,7 @@ void scan(const Outline& o, size_t begin, size_t end, const std::string& module,
       decorators.clear();
       if (d.kind == DefKind::Function) {
         d.params = parse_params(text);
+        d.annotation = return_annotation(text);
       } else {
         size_t open = text.find('(');
         size_t colon = text.find(':');
@@ -302,6 +330,7 @@ void scan(const Outline& o, size_t begin, size_t end, const std::string& module,
         d.end = stop;
         d.text = text;
         d.annotated = annotated;
+        if (annotated) d.annotation = annotation_after(std::string_view(text).substr(text.find(':')));
         out.push_back(std::move(d));
       }
     }
@@ -338,6 +367,13 @@ std::vector<std::pair<std::string, bool>> self_targets(const std::string& text) 
 }
 
 }  // namespace
+
+std::string normal_annotation(const std::string& a) {
+  std::string out;
+  for (char c : a)
+    if (!std::isspace(static_cast<unsigned char>(c)) && c != '"' && c != '\'') out += c;
+  return out;
+}
 
 bool has_word(const std::string& text, const std::string& word) {
   if (word.empty()) return false;
@@ -383,6 +419,7 @@ std::vector<Def> members(const Outline& o, const Def& cls) {
         d.end = next_start(o, i);
         d.text = text + "  # in " + m.text;  // the method's signature types its parameters
         d.annotated = annotated;
+        if (annotated) d.annotation = annotation_after(std::string_view(text).substr(text.find(':')));
         out.push_back(std::move(d));
       }
     }

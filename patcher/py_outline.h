@@ -25,7 +25,11 @@ struct Def {
   std::string imported;
   std::string text;  // the statement's text, lines joined (class/function: the header)
   bool annotated = false;  // Value: `name: T` (with or without a value)
+  std::string annotation;  // Value: T of `name: T`; Function: its return annotation ("" if none)
 };
+
+// An annotation as compared: no spaces, no quotes ("'X | None'" == "X|None").
+std::string normal_annotation(const std::string& a);
 
 struct Outline {
   std::vector<std::string> lines;
