@@ -82,7 +82,8 @@ def scan(engine: str, overlay_bin: Path):
             for mod in modules:
                 walker.scan(mod)
             files = sorted({_file_of(index, u) for u in walker.uses.values()} - {""})
-            unresolved = vllm_looking(index, walker.unresolved)
+            pinned = [_module(p) for p in _pinned_paths(pin_dir) if p.endswith(".py")]
+            unresolved = vllm_looking(index, walker.unresolved, pinned)
         finally:
             src.close()
     return (
@@ -116,6 +117,19 @@ def interface_text(engine: str, files: list[str]) -> str:
         for f in sorted(files):
             lines.append(f"{hashlib.sha256(z.read(f)).hexdigest()}  {f}")
     return "\n".join(lines) + "\n"
+
+
+def _pinned_paths(pin_dir: Path) -> list[str]:
+    out = []
+    for name in ("PINS", "INTERFACE"):
+        f = pin_dir / name
+        if f.is_file():
+            out += [
+                ln.split()[1]
+                for ln in f.read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")
+            ]
+    return out
 
 
 def _module(path: str) -> str:
