@@ -961,3 +961,42 @@ def _type_name(t: T) -> str:
     if isinstance(t, Inst):
         return t.cls.name.rsplit(".", 1)[-1]
     return ""
+
+
+_PYTHON_NAMES = frozenset(
+    n
+    for t in (str, bytes, list, dict, set, tuple, int, float, object, BaseException)
+    for n in dir(t)
+)
+
+
+def vllm_looking(
+    index: Index, unresolved: list[Unresolved], also: Iterable[str] = ()
+) -> list[Unresolved]:
+    """The unresolved accesses whose name a class of the scanned vLLM modules,
+    or of the modules ``also`` names (the pinned files), defines (minus the
+    members of Python's own types): where a scan may have missed a vLLM name
+    for want of a type."""
+    for name in also:
+        index.module(name)
+    names: set[str] = set()
+    for mod in list(index._modules.values()):
+        if mod is None or index.is_ours(mod.path, 1):
+            continue
+        for node in ast.walk(mod.tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(sub.name)
+                elif isinstance(sub, ast.AnnAssign) and isinstance(
+                    sub.target, ast.Name
+                ):
+                    names.add(sub.target.id)
+                elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.attr)
+    return [
+        u
+        for u in unresolved
+        if "(" in u.name or (u.name in names and u.name not in _PYTHON_NAMES)
+    ]
