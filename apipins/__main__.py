@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     except ScanError as e:
         print(f"apipins: {e}", file=sys.stderr)
         return 3
+    except load_fetch().FetchError as e:
+        print(f"apipins: {e}", file=sys.stderr)
+        return 3
     status = 0
     for u in unresolved:
         print(f"apipins: unresolved: {u.site}: .{u.name}", file=sys.stderr)

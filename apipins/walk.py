@@ -133,11 +133,24 @@ class Walker:
 
     # -- statements ------------------------------------------------------------
 
-    def _block(self, body, env, cls, func, scope) -> None:
+    def _block(self, body, env, cls, func, scope) -> bool:
+        """Walks the statements; True when the block ends the code path (a
+        return or raise), so what follows it in the enclosing block is dead."""
         for stmt in body:
-            self._stmt(stmt, env, cls, func, scope)
+            if self._stmt(stmt, env, cls, func, scope):
+                return True
+        return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
 
-    def _stmt(self, s: ast.stmt, env, cls, func, scope) -> None:
+    def _stmt(self, s: ast.stmt, env, cls, func, scope) -> bool:
+        """Walks one statement; True when the code after it cannot run in
+        this release (it returned inside the branch a release probe takes)."""
+        if isinstance(s, ast.If):
+            known = self._probe_value(s.test, env)
+            if known is not None:
+                # ``if hasattr(base, "DevicePointers"):`` and the like: a
+                # release runs one branch only, and only that one is scanned.
+                self._expr(s.test, env, cls, func, scope)
+                return self._block(s.body if known else s.orelse, env, cls, func, scope)
         site = self._site(s)
         if isinstance(s, (ast.Import, ast.ImportFrom)):
             self._import(s, env, site)
@@ -227,6 +240,30 @@ class Walker:
             for child in ast.iter_child_nodes(s):
                 if isinstance(child, ast.expr):
                     self._expr(child, env, cls, func, scope)
+
+    def _probe_value(self, test: ast.expr, env) -> bool | None:
+        """``hasattr(x, "name")`` (or ``not`` it) whose answer this release
+        decides: x a vLLM class, instance or module. None otherwise."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._probe_value(test.operand, env)
+            return None if inner is None else not inner
+        if not (
+            isinstance(test, ast.Call)
+            and isinstance(test.func, ast.Name)
+            and test.func.id == "hasattr"
+            and len(test.args) == 2
+            and isinstance(test.args[1], ast.Constant)
+            and isinstance(test.args[1].value, str)
+        ):
+            return None
+        head = self._type_silent(test.args[0], env)
+        name = test.args[1].value
+        if isinstance(head, (Inst, ClassObj)) and self._class_is_vllm(head.cls):
+            return self.index.member(head.cls, name) is not None
+        if isinstance(head, ModuleObj) and self._tree_module(head.name):
+            _, node = self.index.resolve(head.name, name)
+            return node is not None or self.index.exists(f"{head.name}.{name}")
+        return None
 
     def _narrow(self, test: ast.expr, env) -> dict[str, Binding]:
         """``if isinstance(x, C):`` -> x is a C in the body."""

@@ -50,7 +50,7 @@ APT_PACKAGES=(
 # (tests/python/test_kvstore_cli.py), the .deb tools.
 TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev)
 [[ $SETUP == demo ]] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
-PIP_PACKAGES=(pytest numpy typing_extensions)
+PIP_PACKAGES=(pytest numpy typing_extensions msgspec)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

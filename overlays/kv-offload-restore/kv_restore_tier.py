@@ -422,7 +422,14 @@ class SchedulerRestore:
         The store-only hook that follows it returns (0, False); with restore on
         this runs instead, exactly as the installed vLLM (0.33.0 or 0.32.0) would.
         """
-        if request.skip_reading_prefix_cache:
+        # vLLM 0.34.0 renamed the request's flag (now a property) and skips
+        # the offloaded cache for good once a load of the request failed;
+        # 0.33.0 and 0.32.0 read the attribute only.
+        if hasattr(request, "skip_reading_external_kv"):
+            skip = request.skip_reading_external_kv or req_status.load_failed
+        else:
+            skip = request.skip_reading_prefix_cache
+        if skip:
             num_hit_tokens: int | None = 0
         else:
             lookup_start = time.monotonic()

@@ -70,6 +70,11 @@ class BlockTensor:
     num_blocks: int
 
 
+class TransferFailed(RuntimeError):
+    """vLLM's own copy of this job failed (vLLM 0.34.0 reports it and moves
+    on): nothing is queued behind it; the job's failure report drops it."""
+
+
 class Fence(Protocol):
     def done(self) -> bool:
         """A cheap query: every move of the job has landed."""

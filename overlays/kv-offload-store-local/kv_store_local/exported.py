@@ -72,6 +72,8 @@ COUNTERS: tuple[Row, ...] = (
     _r(STORE, "capture_fence_waits", "store_capture_fence_waits", "Acks that waited for the capture copy."),
     _r(STORE, "jobs_without_meta", "store_jobs_invalid", "Store jobs the writer could not use, by reason.", ("reason", "without_meta")),
     _r(STORE, "jobs_mismatched", "store_jobs_invalid", "Store jobs the writer could not use, by reason.", ("reason", "mismatched")),
+    _r(STORE, "jobs_failed_transfer", "store_jobs_invalid", "Store jobs the writer could not use, by reason.", ("reason", "transfer_failed")),
+    _r(STORE, "keys_lost_transfer_failed", "store_keys_lost", _LOST + ", by reason.", ("reason", "transfer_failed")),
     _r(STORE, "keys_written", "store_keys_written", "KV offload keys written durably to the local store."),
     _r(STORE, "bytes_written", "store_written_bytes", "Bytes written durably to the local store."),
     _r(STORE, "keys_deduplicated", "store_keys_deduplicated", "Keys already in the local store (not written again)."),

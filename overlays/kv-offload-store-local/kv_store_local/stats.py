@@ -53,6 +53,10 @@ class StoreStats:
     keys_lost_writer_error: int = 0
     jobs_without_meta: int = 0
     jobs_mismatched: int = 0
+    # Store jobs vLLM reported failed (its failure channel, 0.34.0), and their
+    # keys: the copy to staging failed, so nothing of them is written.
+    jobs_failed_transfer: int = 0
+    keys_lost_transfer_failed: int = 0
     keys_written: int = 0
     bytes_written: int = 0
     keys_deduplicated: int = 0

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .capture_device import BlockTensor, Moves
+from .capture_device import BlockTensor, Moves, TransferFailed
 from .deps import init_logger, knobs, native
-from .errors import WriterDisabled
+from .errors import StoreRefused, WriterDisabled
 from .layout import (
     DTYPES,
     GroupLayout,
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
     from vllm.v1.kv_offload.base import (
         CanonicalKVCaches,
+        CanonicalKVCacheTensor,
         GPULoadStoreSpec,
         LoadStoreSpec,
         OffloadingSpec,
@@ -50,6 +51,8 @@ logger = init_logger(__name__)
 
 class VllmWorkerStore(WorkerStore):
     """A WorkerStore built from, and attached to, vLLM's worker objects."""
+
+    _kv_caches: "CanonicalKVCaches | None" = None  # from attach_worker
 
     @classmethod
     def from_vllm(
@@ -102,27 +105,29 @@ class VllmWorkerStore(WorkerStore):
         kv_caches: "CanonicalKVCaches",
         is_writer: bool,
     ) -> None:
-        """Called once the CPU offloading worker exists; starts the writer."""
+        """Called once the CPU offloading worker exists; starts the writer, or
+        refuses the boot (StoreRefused) when it cannot bind to the worker."""
+        if not is_writer:
+            self.stand_by(
+                "this rank does not store (replicated layout: rank 0 writes the "
+                "single copy)"
+            )
+            return
+        self._kv_caches = kv_caches
         try:
-            if not is_writer:
-                raise WriterDisabled(
-                    "this rank does not store (replicated layout: rank 0 writes "
-                    "the single copy)"
-                )
             staging = staging_from_worker(worker, kv_caches)
         except WriterDisabled as e:
-            self.disable(str(e))
-            return
+            raise StoreRefused(str(e)) from None
         refs = [
             [(ref.tensor_idx, ref.page_size_bytes) for ref in group_refs]
             for group_refs in kv_caches.group_data_refs
         ]
         device, blocks, allocate = None, [], None
         try:
-            device, blocks = store_stream_device(worker)
+            device, blocks = store_stream_device(worker, kv_caches)
             allocate = pinned_memory
         except WriterDisabled as e:
-            # Correct either way: the first capture then copies out of
+            # The tier is on either way: the first capture then copies out of
             # staging on the engine thread, before the ack (slower). The
             # text only: a kept record must not hold this frame's views.
             logger.warning("KV store: first capture from staging: %s", str(e))
@@ -149,16 +154,20 @@ class VllmWorkerStore(WorkerStore):
         try:
             for job_id, src_spec, dst_spec in unsubmitted:
                 if job_id in self._remembered:
-                    worker.submit_store(job_id, src_spec, dst_spec)
+                    submit_store(worker, job_id, src_spec, dst_spec, self._kv_caches)
             # A job submitted before the engine stopped stepping has its first
             # capture queued on the device (it left _remembered for _queued).
             waiting = set(self._remembered) | set(self._queued)
             if waiting:
                 worker.wait(waiting)
                 for result in worker.get_finished():
-                    if result.success and result.job_id in waiting:
-                        self.capture(result.job_id)
-                        captured += 1
+                    if result.job_id not in waiting:
+                        continue
+                    if not result.success:  # vLLM 0.34.0 reports failed copies
+                        self.transfer_failed(result.job_id)
+                        continue
+                    self.capture(result.job_id)
+                    captured += 1
         except Exception:
             logger.exception("KV store: draining the last store jobs failed")
         self.stats.jobs_drained += captured
@@ -198,6 +207,8 @@ class StoreStreamDevice:
         if not transfers or transfers[-1].job_id != job_id:
             raise RuntimeError(f"store job {job_id} is not vLLM's last transfer")
         transfer = transfers[-1]
+        if getattr(transfer, "failed", False):  # vLLM 0.34.0 marks a failed copy
+            raise TransferFailed(f"store job {job_id}: vLLM's copy failed")
         tensors: tuple[Any, ...] = ()
         with torch.cuda.stream(transfer.stream):
             if len(moves):
@@ -215,29 +226,57 @@ class StoreStreamDevice:
         return
 
 
-def store_stream_device(
+def submit_store(
     worker: "CPUOffloadingWorker",
+    job_id: int,
+    src_spec: "GPULoadStoreSpec",
+    dst_spec: "LoadStoreSpec",
+    kv_caches: "CanonicalKVCaches",
+) -> None:
+    """Submit a deferred store job as vLLM's own step would."""
+    from vllm.v1.kv_offload import base
+
+    # vLLM 0.34.0 hands the worker the job's GPU block addresses; 0.33.0 and
+    # 0.32.0 hand it the spec.
+    if hasattr(base, "DevicePointers"):
+        from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
+
+        pointers = resolve_device_pointers(src_spec, kv_caches)
+        worker.submit_store(job_id, pointers, dst_spec)
+    else:
+        worker.submit_store(job_id, src_spec, dst_spec)
+
+
+def store_stream_device(
+    worker: "CPUOffloadingWorker", kv_caches: "CanonicalKVCaches"
 ) -> tuple[StoreStreamDevice, list[BlockTensor]]:
     """The device and the GPU KV tensors vLLM's store copy reads (indexed
-    like the staging tensors); WriterDisabled when this worker is not the
-    CUDA CPU-offloading worker this was read from (vLLM 0.33.0)."""
+    like the staging tensors: the canonical caches, viewed as vLLM's CPU
+    worker views them); WriterDisabled when this is not CUDA or the worker
+    has no GPU -> CPU transfer handler with a stream per job."""
     handler: SingleDirectionOffloadingHandler | None = getattr(
         worker, "_store_handler", None
     )
-    gpu = getattr(handler, "src_tensors", None)
     if (
-        gpu is None
-        or not getattr(handler, "gpu_to_cpu", False)
+        handler is None
+        or not handler.gpu_to_cpu
         or not hasattr(handler, "_transfers")
         or not callable(getattr(handler, "_swap_blocks_batch", None))
     ):
-        raise WriterDisabled("not vLLM 0.33.0's GPU -> CPU transfer handler")
-    blocks = []
-    for t in gpu:
-        if not getattr(t, "is_cuda", False) or t.ndim != 2 or t.element_size() != 1:
-            raise WriterDisabled("the store copy's source is not a CUDA page tensor")
-        blocks.append(BlockTensor(t.data_ptr(), t.stride(0), t.shape[0]))
-    return StoreStreamDevice(handler), blocks
+        raise WriterDisabled("the CPU worker has no GPU -> CPU transfer handler")
+    return StoreStreamDevice(handler), [block_tensor(t) for t in kv_caches.tensors]
+
+
+def block_tensor(t: "CanonicalKVCacheTensor") -> BlockTensor:
+    """One KV tensor as rows of its page size: what vLLM's store copy reads
+    (0.33.0 views it so; 0.34.0 resolves the same rows' addresses per job)."""
+    x = t.tensor
+    if not getattr(x, "is_cuda", False):
+        raise WriterDisabled("the store copy's source is not a CUDA tensor")
+    nbytes = x.numel() * x.element_size()
+    if not x.is_contiguous() or nbytes % t.page_size_bytes:
+        raise WriterDisabled("a KV tensor is not contiguous rows of its page size")
+    return BlockTensor(x.data_ptr(), t.page_size_bytes, nbytes // t.page_size_bytes)
 
 
 def pinned_memory(capacity: int) -> tuple[int, Any]:
@@ -518,10 +557,21 @@ def staging_from_worker(
     handler: SingleDirectionOffloadingHandler | None = getattr(
         worker, "_store_handler", None
     )
-    cpu_tensors = getattr(handler, "dst_tensors", None)
-    if cpu_tensors is None or len(cpu_tensors) != len(kv_caches.tensors):
+    if handler is None:
         raise WriterDisabled(
-            "not a CPU offloading worker with one staging tensor per KV tensor"
+            f"{type(worker).__name__} has no store handler (not vLLM's CPU "
+            "offloading worker)"
+        )
+    # vLLM 0.34.0 keeps one list of CPU tensors a handler; 0.33.0 and 0.32.0
+    # name them by direction (the store handler's destination).
+    if hasattr(handler, "cpu_tensors"):
+        cpu_tensors = handler.cpu_tensors
+    else:
+        cpu_tensors = handler.dst_tensors
+    if len(cpu_tensors) != len(kv_caches.tensors):
+        raise WriterDisabled(
+            f"{len(cpu_tensors)} staging tensors for {len(kv_caches.tensors)} KV "
+            "tensors"
         )
     flats: dict[int, Any] = {}
     staging = []

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import store_perms
-from .capture_device import BlockTensor, CaptureDevice, Fence, Moves
+from .capture_device import BlockTensor, CaptureDevice, Fence, Moves, TransferFailed
 from .capture_pool import CapturePool
 from .captured import Candidate, CapturedJob, CapturedKey
 from .copier import Copier, coalesce
 from .deps import fmt, init_logger, knobs
-from .errors import WriterDisabled
+from .errors import StoreRefused, WriterDisabled
 from .job_plan import Remembered, plan_keys
 from .layout import GroupLayout, StagingTensor, bind_layers
 from .namespace import (
@@ -159,14 +159,16 @@ class WorkerStore:
         device: CaptureDevice | None = None,
         allocate: Any = None,
     ) -> None:
-        """Bind the layers to their staging tensors and start; or disable."""
+        """Bind the layers to their staging tensors and start. The knob asked
+        for the tier: anything that stops the writer refuses the boot."""
         try:
             self.settings.groups = bind_layers(self.settings.groups, refs)
             self.start(
                 staging, background, blocks=blocks, device=device, allocate=allocate
             )
         except WriterDisabled as e:
-            self.disable(str(e))
+            self._remembered.clear()
+            raise StoreRefused(str(e)) from None
 
     def start(
         self,
@@ -307,10 +309,30 @@ class WorkerStore:
             self.knobs.keep_boundaries,
         )
 
-    def disable(self, reason: str) -> None:
+    def stand_by(self, reason: str) -> None:
+        """This rank writes nothing by design (not a failure: the replicated
+        layout stores its one copy from rank 0)."""
         self.disabled_reason = reason
         self._remembered.clear()
-        logger.warning("KV store: writer disabled on this rank: %s", reason)
+        logger.info("KV store: %s", reason)
+
+    def transfer_failed(self, job_id: int) -> None:
+        """vLLM reported this store job's copy failed (its failure channel,
+        vLLM 0.34.0): the staging rows, and a capture queued behind the copy,
+        hold no valid KV, so nothing of the job is written. Its keys are
+        counted lost; the scheduler drops them from the CPU tier too."""
+        self.stats.jobs_failed_transfer += 1
+        queued = self._queued.pop(job_id, None)
+        rec = self._remembered.pop(job_id, None)
+        if queued is not None and self.writer is not None:
+            if not queued.fence.done():
+                queued.fence.wait()  # the pool's rows are ours again only after it
+            for key in queued.keys:
+                self.writer.pool.free(key.offset)
+            self.stats.keys_lost_transfer_failed += len(queued.keys)
+        elif rec is not None and isinstance(rec.meta, dict):
+            self.stats.keys_lost_transfer_failed += len(rec.meta.get("keys") or ())
+        logger.warning("KV store: store job %d failed in vLLM; not written", job_id)
 
     @property
     def active(self) -> bool:
@@ -416,6 +438,11 @@ class WorkerStore:
         keys, moves = self._alloc_moves(entries)
         try:
             fence = self._device.queue(job_id, moves)
+        except TransferFailed:
+            # vLLM's own copy failed; it reports the job failed next, and
+            # transfer_failed() forgets it. The device stays in use.
+            self._unalloc(keys)
+            return
         except Exception:
             # Correct without it: this job and every later one are copied
             # out of staging before their acks (capture()).
@@ -425,14 +452,19 @@ class WorkerStore:
                 job_id,
             )
             self._device = None
-            for key in keys:
-                self.writer.pool.free(key.offset)
-            self.stats.keys_captured -= len(keys)
-            self.stats.bytes_captured -= sum(k.size for k in keys)
+            self._unalloc(keys)
             return
         del self._remembered[job_id]
         self._queued[job_id] = QueuedCapture(keys, candidates, fence)
         self.stats.jobs_queued_on_device += 1
+
+    def _unalloc(self, keys: list[CapturedKey]) -> None:
+        """Give back a capture that was never queued."""
+        assert self.writer is not None
+        for key in keys:
+            self.writer.pool.free(key.offset)
+        self.stats.keys_captured -= len(keys)
+        self.stats.bytes_captured -= sum(k.size for k in keys)
 
     def capture(self, job_id: int) -> None:
         """The job's store copy completed and this rank has not acked: hand
