@@ -32,8 +32,10 @@ def test_the_committed_pins_are_what_a_scan_finds(pin_dir, build_dir):
     assert "unresolved" not in done.stderr
 
 
-# vLLM 0.34.0 moved these names that 0.33.0's overlay code uses (the two
-# worker.py anchors moved too): the report must name each, and nothing else.
+# vLLM 0.34.0 moved these names that 0.33.0's overlay code used before the
+# port (the two worker.py anchors moved too): the report must name each, and
+# nothing else. data/api-vllm-0.33.0-before-port/ holds the pins that code
+# had (our own scan of it, commit bbb9553).
 BREAKS_0_34 = {
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler.TransferJobStatus.keys",
     "vllm.v1.kv_offload.cpu.gpu_worker.CPUOffloadingWorker.submit_store",
@@ -41,33 +43,53 @@ BREAKS_0_34 = {
     "vllm.v1.kv_offload.cpu.gpu_worker.SingleDirectionOffloadingHandler.src_tensors",
     "vllm.v1.request.Request.skip_reading_prefix_cache",
 }
+# What the ported code branches on: absent in 0.33.0, present in 0.34.0.
+PROBES_0_34 = {
+    "vllm.v1.kv_offload.cpu.gpu_worker.SingleDirectionOffloadingHandler.cpu_tensors",
+    "vllm.v1.kv_offload.cpu.gpu_worker.Transfer.failed",
+    "vllm.v1.request.Request.skip_reading_external_kv",
+}
 
 
-@pytest.mark.skipif(
-    not (REPO_ROOT / "fixtures/vllm-0.34.0/PINS").is_file(), reason="no 0.34.0 pins"
-)
-def test_0_34_with_0_33_manifests_names_every_break(overlay_bin):
-    """What a user who upgrades vLLM sees: drift, nothing written, every
-    anchor and every engine name that moved, each with who uses it."""
+def plan_0_34(overlay_bin, manifests: Path) -> dict:
     import json
 
     tree = fetch_tree(REPO_ROOT / "fixtures/vllm-0.34.0")
     done = subprocess.run(
         [str(overlay_bin), "plan", "--json", "--root", str(tree), "--manifests",
-         str(REPO_ROOT / "anchors/vllm-0.33.0"), "--overlays",
+         str(manifests), "--fragments", str(REPO_ROOT / "overlays"), "--overlays",
          "kv-offload-scope,kv-offload-store-local,kv-offload-restore"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
-    err = json.loads(done.stdout)["error"]
-    api = {
-        e["symbol"]: e for f in err["files"] for e in f["edits"] if e["kind"] == "api"
+    return json.loads(done.stdout)["error"]
+
+
+def findings(err: dict, kind: str) -> dict:
+    return {
+        (e["symbol"] if kind == "api" else e["edit"]): e
+        for f in err["files"]
+        for e in f["edits"]
+        if e["kind"] == kind
     }
-    anchors = {
-        e["edit"] for f in err["files"] for e in f["edits"] if e["kind"] == "anchor"
-    }
+
+
+def test_0_34_with_0_33_manifests_names_every_break(overlay_bin, tmp_path):
+    """What a user who upgrades vLLM under the pre-port overlays sees: drift,
+    nothing written, every anchor and engine name that moved, each with who
+    uses it."""
+    import shutil
+
+    manifests = tmp_path / "vllm-0.33.0"
+    shutil.copytree(REPO_ROOT / "anchors/vllm-0.33.0", manifests)
+    shutil.rmtree(manifests / "api")
+    shutil.copytree(
+        Path(__file__).parent / "data/api-vllm-0.33.0-before-port", manifests / "api"
+    )
+    err = plan_0_34(overlay_bin, manifests)
+    api = findings(err, "api")
     assert set(api) == BREAKS_0_34
-    assert anchors == {"queue-capture", "queue-capture-flushed"}
+    assert set(findings(err, "anchor")) == {"queue-capture", "queue-capture-flushed"}
     assert api["vllm.v1.kv_offload.cpu.gpu_worker.CPUOffloadingWorker.submit_store"][
         "problem"
     ] == (
@@ -76,6 +98,22 @@ def test_0_34_with_0_33_manifests_names_every_break(overlay_bin):
     )
     for e in api.values():
         assert e["used_by"], e
+
+
+def test_the_ported_code_names_what_it_branches_on(overlay_bin):
+    """The ported code's 0.33.0 pins on 0.34.0: each release probe whose
+    answer differs, and the names only the branch 0.33.0 takes reads (the
+    0.34.0 pins are the ones that hold there)."""
+    err = plan_0_34(overlay_bin, REPO_ROOT / "anchors/vllm-0.33.0")
+    api = findings(err, "api")
+    only_0_33 = {
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler.TransferJobStatus.keys",
+        "vllm.v1.kv_offload.cpu.gpu_worker.SingleDirectionOffloadingHandler.dst_tensors",
+        "vllm.v1.request.Request.skip_reading_prefix_cache",
+    }
+    assert set(api) == PROBES_0_34 | only_0_33
+    for name in PROBES_0_34:
+        assert api[name]["problem"] == "now defined (our code relies on its absence)"
 
 
 # -- the scanner on small made-up trees --------------------------------------

@@ -31,13 +31,14 @@ from .worker_store import WorkerSettings, WorkerStore
 if TYPE_CHECKING:
     import torch
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+        OffloadingConnectorWorker,
+    )
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
     from vllm.v1.kv_offload.base import (
         CanonicalKVCaches,
         CanonicalKVCacheTensor,
-        GPULoadStoreSpec,
-        LoadStoreSpec,
         OffloadingSpec,
     )
     from vllm.v1.kv_offload.config import OffloadingGroupConfig
@@ -51,8 +52,6 @@ logger = init_logger(__name__)
 
 class VllmWorkerStore(WorkerStore):
     """A WorkerStore built from, and attached to, vLLM's worker objects."""
-
-    _kv_caches: "CanonicalKVCaches | None" = None  # from attach_worker
 
     @classmethod
     def from_vllm(
@@ -113,7 +112,6 @@ class VllmWorkerStore(WorkerStore):
                 "single copy)"
             )
             return
-        self._kv_caches = kv_caches
         try:
             staging = staging_from_worker(worker, kv_caches)
         except WriterDisabled as e:
@@ -133,28 +131,29 @@ class VllmWorkerStore(WorkerStore):
             logger.warning("KV store: first capture from staging: %s", str(e))
         self.attach(staging, refs, blocks=blocks, device=device, allocate=allocate)
 
-    def drain(
-        self,
-        worker: "CPUOffloadingWorker | None",
-        unsubmitted: list[tuple[int, "GPULoadStoreSpec", "LoadStoreSpec"]],
-    ) -> int:
+    def drain(self, connector: "OffloadingConnectorWorker") -> int:
         """Clean shutdown: capture the store jobs vLLM never reported.
 
         vLLM submits each step's store jobs at the start of the next step and
         reports them one or more steps later; an engine that stops stepping
         (the offline LLM does once no request is unfinished) leaves the last
-        ones in ``unsubmitted`` (vLLM's deferred list, cleared right after
-        this) or in flight. Submit those this rank remembered, wait for every
-        remembered job and every job whose capture is queued on the device
-        (submitted, never reported), and capture it. Returns the jobs captured
-        here."""
+        ones deferred or in flight. Submit the deferred ones with vLLM's own
+        start of a step (no transfer of its own), wait for every remembered
+        job and every job whose capture is queued on the device (submitted,
+        never reported), and capture it. Returns the jobs captured here."""
+        worker = connector.worker
         if not self.active or worker is None:
             return 0
         captured = 0
         try:
-            for job_id, src_spec, dst_spec in unsubmitted:
-                if job_id in self._remembered:
-                    submit_store(worker, job_id, src_spec, dst_spec, self._kv_caches)
+            if connector._unsubmitted_store_jobs:
+                from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: E501
+                    OffloadingConnectorMetadata,
+                )
+
+                connector.start_kv_transfers(
+                    OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
+                )
             # A job submitted before the engine stopped stepping has its first
             # capture queued on the device (it left _remembered for _queued).
             waiting = set(self._remembered) | set(self._queued)
@@ -224,27 +223,6 @@ class StoreStreamDevice:
 
     def close(self) -> None:
         return
-
-
-def submit_store(
-    worker: "CPUOffloadingWorker",
-    job_id: int,
-    src_spec: "GPULoadStoreSpec",
-    dst_spec: "LoadStoreSpec",
-    kv_caches: "CanonicalKVCaches",
-) -> None:
-    """Submit a deferred store job as vLLM's own step would."""
-    from vllm.v1.kv_offload import base
-
-    # vLLM 0.34.0 hands the worker the job's GPU block addresses; 0.33.0 and
-    # 0.32.0 hand it the spec.
-    if hasattr(base, "DevicePointers"):
-        from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
-
-        pointers = resolve_device_pointers(src_spec, kv_caches)
-        worker.submit_store(job_id, pointers, dst_spec)
-    else:
-        worker.submit_store(job_id, src_spec, dst_spec)
 
 
 def store_stream_device(
