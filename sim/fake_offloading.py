@@ -73,6 +73,37 @@ def make_spec(
     return RecordingSpec(offloading_config)
 
 
+class HostTensor:
+    """A KV cache tensor's rows in host memory, where a GPU tensor would be:
+    what vLLM reads of a canonical KV tensor (its address, row stride and
+    rows; vLLM 0.34.0 resolves a job's block addresses from them). Never
+    dereferenced by the fakes: they only count transfers."""
+
+    is_cuda = False
+
+    def __init__(self, buffer: bytearray, row_bytes: int) -> None:
+        import ctypes
+
+        self.buffer = buffer  # kept alive: the address is into it
+        self._address = (
+            ctypes.addressof(ctypes.c_char.from_buffer(buffer)) if buffer else 0
+        )
+        self.row_bytes = row_bytes
+        self.shape = (len(buffer) // row_bytes, row_bytes)
+
+    def data_ptr(self) -> int:
+        return self._address
+
+    def stride(self, dim: int = 0) -> int:
+        return self.row_bytes if dim == 0 else 1
+
+    def numel(self) -> int:
+        return len(self.buffer)
+
+    def element_size(self) -> int:
+        return 1
+
+
 class FakeTransferWorker:
     """The CPU offloading worker's surface: a transfer finishes when told.
 

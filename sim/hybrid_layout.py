@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from types import SimpleNamespace
 
+from harness import release
+
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 STATE_GROUPS = (2, 3, 4, 5)
 NUM_GROUPS = 7
@@ -215,8 +217,10 @@ class HybridVllm:
         pipeline_parallel_size: int = 1,
         prefix_match_unit: int | None = -1,
         layout=None,
+        lookahead: int = 0,
     ):
-        """One rank, prefix caching on, by default EAGLE with one token."""
+        """One rank, prefix caching on, by default EAGLE with one token.
+        ``lookahead``: vLLM 0.34.0's hash lookahead tokens (0: legacy hashes)."""
         if prefix_match_unit == -1:
             prefix_match_unit = self.hash_unit
         if layout is not None and len(layout.kv_cache_groups) == 1:
@@ -268,6 +272,7 @@ class HybridVllm:
             speculative_config=speculative_config,
             use_v2_model_runner=False,
             kv_events_config=None,
+            num_hash_lookahead_tokens=lookahead,
         )
 
     def offloading_config(self, vllm_config, kv_cache_config):
@@ -277,7 +282,7 @@ class HybridVllm:
 
     def request(self, req_id: str, block_hashes: list[bytes], num_tokens: int):
         """A running prompt of num_tokens tokens, nothing computed yet."""
-        return self.request_mod.Request(
+        attrs = dict(
             request_id=req_id,
             block_hashes=block_hashes,
             num_tokens=num_tokens,
@@ -287,8 +292,19 @@ class HybridVllm:
             kv_transfer_params=None,
             kv_hints=None,
             shared_prefix_boundary=None,
-            skip_reading_prefix_cache=False,
         )
+        # What the release's own Request has (the stub refuses anything else):
+        # vLLM 0.34.0 reads skip_reading_external_kv and resumable, 0.33.0
+        # skip_reading_prefix_cache.
+        real = release.members(self.ns.tree, "vllm.v1.request", "Request") or ()
+        for flag in (
+            "skip_reading_prefix_cache",
+            "skip_reading_external_kv",
+            "resumable",
+        ):
+            if flag in real:
+                attrs[flag] = False
+        return self.request_mod.Request(**attrs)
 
 
 def scheduler_output(request, block_ids, handoffs=None):

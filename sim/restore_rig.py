@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from fake_offloading import HostTensor
 from hybrid_layout import STATE_GROUPS, HybridVllm, scheduler_output
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,16 +98,27 @@ class Gpu:
         self.loads: list[tuple[int, list[int], object]] = []
         self.blocks: dict[int, bytes] = {}  # GPU block id -> bytes loaded
         self.done: list[int] = []
+        # Where the GPU blocks' addresses point: row b is block b (never read).
+        self.rows = bytearray(SLOT)
+        self.tensor = HostTensor(self.rows, SLOT)
 
-    def submit_store(self, job_id, src_spec, dst_spec):
+    def gpu_blocks(self, gpu) -> list[int]:
+        """The GPU block ids of a transfer: vLLM 0.34.0 passes their addresses
+        (DevicePointers, from the canonical tensor), 0.33.0 the spec."""
+        if hasattr(gpu, "block_ids"):
+            return [int(b) for b in gpu.block_ids]
+        base = self.tensor.data_ptr()
+        return [(int(p) - base) // SLOT for p in gpu.ptrs]
+
+    def submit_store(self, job_id, src, dst_spec):
         self.stores.append((job_id, dst_spec))
         return True
 
-    def submit_load(self, job_id, src_spec, dst_spec, expedited=False):
+    def submit_load(self, job_id, src_spec, dst, expedited=False):
         chunks = [int(c) for c in src_spec.block_ids]
-        self.loads.append((job_id, chunks, dst_spec))
-        for chunk, block in zip(chunks, dst_spec.block_ids, strict=False):
-            self.blocks[int(block)] = self.rig.region.slot(self.rank, chunk, SLOT)
+        self.loads.append((job_id, chunks, dst))
+        for chunk, block in zip(chunks, self.gpu_blocks(dst), strict=False):
+            self.blocks[block] = self.rig.region.slot(self.rank, chunk, SLOT)
         self.done.append(job_id)
         return True
 
@@ -242,7 +254,7 @@ class Rig(HybridVllm):
         refs = [[self.base.CanonicalKVCacheRef(0, p)] for p in pages]
         worker._init_worker(
             self.base.CanonicalKVCaches(
-                [self.base.CanonicalKVCacheTensor(None, SLOT)], refs
+                [self.base.CanonicalKVCacheTensor(gpu.tensor, SLOT)], refs
             )
         )
         assert store.active, store.disabled_reason

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from fake_offloading import FakeTransferWorker, make_spec
+from fake_offloading import FakeTransferWorker, HostTensor, make_spec
 from hybrid_layout import NUM_GROUPS, OFFLOADING, STATE_GROUPS, HybridVllm
 from hybrid_layout import scheduler_output as step_output
 
@@ -83,12 +83,17 @@ class StoreRig:
             kv = devices.BlockTensor(
                 devices.host_address(self.kv), row_bytes, gpu_blocks
             )
-            adapter.store_stream_device = lambda worker: (device, [kv])
+            adapter.store_stream_device = lambda worker, caches: (device, [kv])
             adapter.pinned_memory = None  # a private pool: nothing to pin here
         try:
             self.worker._init_worker(
                 vllm.base.CanonicalKVCaches(
-                    [vllm.base.CanonicalKVCacheTensor(None, row_bytes)], refs
+                    [
+                        vllm.base.CanonicalKVCacheTensor(
+                            HostTensor(self.kv, row_bytes), row_bytes
+                        )
+                    ],
+                    refs,
                 )
             )
         finally:

@@ -39,8 +39,9 @@ STUBS_DIR = Path(__file__).resolve().parent / "stubs"
 class _SourceLoader(importlib.abc.Loader):
     """Executes one source file; compiles in memory so nothing is written."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, tree: Path | None = None) -> None:
         self.path = path
+        self.tree = tree  # set for a stub: the tree whose release it imitates
 
     def create_module(self, spec):
         return None  # default module creation
@@ -51,6 +52,8 @@ class _SourceLoader(importlib.abc.Loader):
         code = compile(
             self.path.read_bytes(), str(self.path), "exec", dont_inherit=True
         )
+        if self.tree is not None:
+            module.__dict__["__harness_tree__"] = self.tree
         exec(code, module.__dict__)
 
 
@@ -70,7 +73,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             )
         spec = importlib.machinery.ModuleSpec(
             fullname,
-            _SourceLoader(file),
+            _SourceLoader(file, self.engine.tree if origin == "stub" else None),
             origin=str(file) if file else None,
             is_package=pkg_dir is not None,
         )

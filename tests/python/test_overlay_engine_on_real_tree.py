@@ -70,6 +70,10 @@ class Case:
         self.manifest = tomllib.loads(_manifest_path(pin_dir, overlay).read_text())
         self.engine = harness.split_pin_dir(pin_dir)[0]
         self.pins = {p.path: p.sha256 for p in harness.read_pins(pin_dir / "PINS")}
+        if (pin_dir / "INTERFACE").is_file():  # fetched into the tree too
+            self.pins |= {
+                p.path: p.sha256 for p in harness.read_pins(pin_dir / "INTERFACE")
+            }
         order = _order(pin_dir)
         # Apply what the order puts before it, then it: stacked overlays anchor
         # inside earlier overlays' regions.

@@ -4,11 +4,15 @@ RequestStatus keeps vLLM's member order, so "finished" means "after
 PREEMPTED" exactly as in vLLM. Request is an attribute bag: a test sets the
 fields the code under test reads (request_id, block_hashes, num_tokens,
 num_prompt_tokens, num_computed_tokens, status, ...); a missing one raises
-AttributeError. It does not track tokens or compute block hashes.
+AttributeError, and so does a field the release's own Request does not have
+(checked against the tree's vllm/v1/request.py: a stub never answers a name
+vLLM renamed). It does not track tokens or compute block hashes.
 """
 
 import enum
 from types import SimpleNamespace
+
+from harness.release import check_fields
 
 
 class RequestStatus(enum.IntEnum):
@@ -31,5 +35,11 @@ class RequestStatus(enum.IntEnum):
 
 
 class Request(SimpleNamespace):
+    def __init__(self, **fields) -> None:
+        tree = globals().get("__harness_tree__")
+        if tree is not None:
+            check_fields(tree, "vllm.v1.request.Request", fields)
+        super().__init__(**fields)
+
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)
