@@ -1,13 +1,15 @@
 """The real-scheduler tier: runs under the venv that scripts/real-venv.sh builds.
 
     $(scripts/real-venv.sh) -m pytest -q tests/realsched
+    KVTIER_RELEASE=vllm-0.33.0 $(scripts/real-venv.sh) -m pytest -q tests/realsched
 
-At import (before any test module imports vllm) this copies the venv's installed vllm package
-as hard links into a scratch folder on the same disk, applies kv-offload-scope then
-kv-offload-store-local with the real `overlay apply --check-injected` (KVTIER_BUILD_DIR, default
-build/, holds patcher/overlay), and puts the copy first on sys.path. `overlay apply` replaces
-each patched file by rename, so the venv's own files stay pristine (checked against the pins);
-the pristine engine runs in a subprocess with no path added (realsched_trace.py).
+At import (before any test module imports vllm) this copies the release's vllm package (the
+venv's installed one, or another pinned release's package tree: tests/real_release.py) as
+hard links into a scratch folder on the same disk, applies the overlays with the real
+`overlay apply --check-injected` (KVTIER_BUILD_DIR, default build/, holds patcher/overlay),
+and puts the copy first on sys.path. `overlay apply` replaces each patched file by rename, so
+the package's own files stay pristine (checked against the pins); the pristine engine runs in
+a subprocess with only the release's package tree on its path (realsched_trace.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import real_release  # noqa: E402
+
+RELEASE = real_release.release()
 # Block hashes (and so offload keys) must not depend on the process: the pristine engine
 # runs in a subprocess and its keys are compared with this one's.
 os.environ["PYTHONHASHSEED"] = "0"
@@ -59,9 +65,9 @@ def _build_patched_tree() -> tuple[Path, Path]:
             "scripts/real-venv.sh prints"
         )
     site = Path(sysconfig.get_paths()["purelib"])
-    installed = site / "vllm"
-    if Path(spec.origin).parent != installed:
+    if Path(spec.origin).parent != site / "vllm":
         _setup_error(f"vllm found at {spec.origin}, not in {site}")
+    installed = real_release.package_dir(RELEASE)
     if any(name == "vllm" or name.startswith("vllm.") for name in sys.modules):
         _setup_error("vllm was imported before the patched tree was put on sys.path")
     build = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build"))
@@ -89,7 +95,7 @@ def _build_patched_tree() -> tuple[Path, Path]:
             "--overlays",
             OVERLAYS,
             "--manifests",
-            str(src / "anchors" / "vllm-0.33.0"),
+            str(src / "anchors" / RELEASE),
             "--fragments",
             str(src / "overlays"),
             "--check-injected",
@@ -110,7 +116,7 @@ def _build_patched_tree() -> tuple[Path, Path]:
 def _pinned_files_intact(installed: Path) -> list[str]:
     """Pinned files of the installed tree whose bytes differ from the pins."""
     bad = []
-    for line in (REPO / "fixtures" / "vllm-0.33.0" / "PINS").read_text().splitlines():
+    for line in (REPO / "fixtures" / RELEASE / "PINS").read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         digest, name = line.split(maxsplit=1)
@@ -121,6 +127,11 @@ def _pinned_files_intact(installed: Path) -> list[str]:
 
 
 PATCHED_ROOT, INSTALLED = _build_patched_tree()
+# The release's own package tree (another release than the venv's) goes behind the patched
+# copy, for its dist-info and for the pristine engine's subprocess.
+RELEASE_ROOT = real_release.package_root(RELEASE)
+if RELEASE_ROOT is not None:
+    sys.path.insert(0, str(RELEASE_ROOT))
 sys.path.insert(0, str(PATCHED_ROOT))
 
 
@@ -171,6 +182,9 @@ def pristine_traces():
 
             env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
             env.pop("PYTHONPATH", None)
+            path = real_release.subprocess_path()
+            if path:
+                env["PYTHONPATH"] = path
             done = subprocess.run(
                 [sys.executable, str(HERE / "realsched_trace.py"), *missing],
                 capture_output=True,

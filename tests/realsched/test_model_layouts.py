@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import real_release
 import realsched
 
 HERE = Path(__file__).resolve().parent
@@ -42,8 +43,9 @@ def _boot(key: Key, number: int) -> dict:
     model, patched, knobs, args = key
     env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
     env.pop("PYTHONPATH", None)
-    if patched:
-        env["PYTHONPATH"] = str(_state["tree"])
+    path = real_release.subprocess_path(*([str(_state["tree"])] if patched else []))
+    if path:
+        env["PYTHONPATH"] = path
     tier = _state["base"] / f"boot{number}" / "tier"
     env.update({k: v.replace(TIER_DIR, str(tier)) for k, v in knobs})
     done = subprocess.run(

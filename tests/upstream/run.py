@@ -1,7 +1,12 @@
-"""vLLM 0.33.0's own KV-offloading tests on the pristine and the patched tree.
+"""vLLM's own KV-offloading tests on the pristine and the patched tree.
 
     $(scripts/real-venv.sh) tests/upstream/run.py [--knobs unset,0,1] [--all]
         [--jobs N] [--out DIR]
+    KVTIER_RELEASE=vllm-0.33.0 $(scripts/real-venv.sh) tests/upstream/run.py ...
+
+The release is the venv's, or KVTIER_RELEASE's (another pinned release runs in
+the same venv from its package tree: tests/real_release.py). Its tests, pins,
+anchors and explained differences (knob1-differences-<release>.txt) go with it.
 
 Runs in the real-vLLM venv (scripts/upstream-tests.sh calls it). The tests
 come from the pinned sdist (fixtures/fetch.py --tests, never committed). The
@@ -41,9 +46,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-PINS = REPO / "fixtures" / "vllm-0.33.0" / "PINS"
+sys.path.insert(0, str(HERE.parent))
+import real_release  # noqa: E402
+
+RELEASE = real_release.release()
+PINS = REPO / "fixtures" / RELEASE / "PINS"
 OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
-EXPLAINED = {"1": HERE / "knob1-differences.txt"}
+EXPLAINED = {"1": HERE / f"knob1-differences-{RELEASE}.txt"}
 SELECT = re.compile(r"kv_connector\.v1\.offloading|OffloadingConnector")
 # One shard may not run longer than this (a hung test fails the stage).
 SHARD_TIMEOUT_S = 900
@@ -78,7 +87,7 @@ def select_files(tree: Path, everything: bool) -> list[str]:
 
 def patched_copy(scratch: Path) -> Path:
     """The installed vllm package, hard-linked, with the overlays applied."""
-    installed = Path(sysconfig.get_paths()["purelib"]) / "vllm"
+    installed = real_release.package_dir(RELEASE)
     if not installed.is_dir():
         raise SetupError(f"{sys.executable} has no installed vllm (run it in the venv)")
     build = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build"))
@@ -99,7 +108,7 @@ def patched_copy(scratch: Path) -> Path:
     src = Path(os.environ.get("KVTIER_OVERLAY_SRC", REPO))
     done = subprocess.run(
         [str(overlay), "apply", "--root", str(root), "--overlays", OVERLAYS,
-         "--manifests", str(src / "anchors" / "vllm-0.33.0"),
+         "--manifests", str(src / "anchors" / RELEASE),
          "--fragments", str(src / "overlays"), "--check-injected",
          "--python", sys.executable],
         capture_output=True, text=True,
@@ -191,7 +200,7 @@ def run_all(
             out = scratch / f"{label}.{shard}.json"
             shard_env = dict(env)
             path = [str(prefix)] if prefix is not None else []
-            shard_env["PYTHONPATH"] = os.pathsep.join([*path, str(HERE)])
+            shard_env["PYTHONPATH"] = real_release.subprocess_path(*path, str(HERE))
             shard_env["UPSTREAM_OUTCOMES"] = str(out)
             shard_env["UPSTREAM_SHARD"] = f"{shard}/{shards}"
             cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
