@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import stat
 import struct
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ MANIFEST_MAC_FIELD = "mac"
 _FLAGS_AT = 10
 _HEADER_LENGTH_AT = 12
 _MIN_CHUNK = 148  # fixed header and header checksum: the least a seal touches
+_MAC_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class KeyFileError(ValueError):
@@ -190,7 +192,13 @@ def open_manifest(key: bytes, manifest: Mapping[str, Any]) -> dict[str, Any]:
     tag = manifest.get(MANIFEST_MAC_FIELD)
     if tag is None:
         raise FormatError(Reason.MAC_MISSING, "manifest has no mac; the store is keyed")
+    # Bytes against bytes: compare_digest refuses a str that is not ASCII
+    # (TypeError), and anything but 64 lowercase hex digits is no MAC of ours.
+    if not isinstance(tag, str) or not _MAC_HEX.fullmatch(tag):
+        raise FormatError(
+            Reason.MAC_MISMATCH, "manifest mac is not 64 lowercase hex digits"
+        )
     want = _mac(key, _manifest_body(manifest)).hex()
-    if not isinstance(tag, str) or not hmac.compare_digest(want, tag):
+    if not hmac.compare_digest(want.encode("ascii"), tag.encode("ascii")):
         raise FormatError(Reason.MAC_MISMATCH, "manifest mac differs")
     return {k: v for k, v in manifest.items() if k != MANIFEST_MAC_FIELD}

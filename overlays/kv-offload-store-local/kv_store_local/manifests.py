@@ -107,6 +107,9 @@ class ManifestBook:
         # writer rewrites its pending record only then.
         self.changes = 0
         self._paths: dict[Ident, str] = {}
+        # The writer's store_perms.Folders: a chunk folder found unsafe is
+        # never deduplicated onto (set by the writer; None: not checked).
+        self.folders = None
         self._path_shapes: set[tuple[int, int]] = set()
         self._base = layout.base
 
@@ -187,9 +190,10 @@ class ManifestBook:
             del self._by_root[chain[0]]
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
-        return verified_header(
-            self.layout, self.namespace, *ident, self.key, self.chunk_path(ident)
-        )
+        path = self.chunk_path(ident)
+        if self.folders is not None and self.folders.problem(os.path.dirname(path)):
+            return None  # an unsafe chunk folder: nothing in it is taken
+        return verified_header(self.layout, self.namespace, *ident, self.key, path)
 
     # -- tracking ------------------------------------------------------------
 
@@ -234,6 +238,15 @@ class ManifestBook:
             self._forget_waiting(old, old_missing)
             self.stats.manifests_dropped += 1
         return []
+
+    def waiting(self, candidates: Iterable[Candidate]) -> int:
+        """How many keys these candidates (registered) still wait for: each
+        is listed in the pending record until it is written and published."""
+        return sum(
+            len(pending[1])
+            for c in candidates
+            if (pending := self._pending.get(c.name)) is not None
+        )
 
     def _forget_waiting(self, name: str, missing: Iterable[Ident]) -> None:
         for ident in missing:

@@ -255,6 +255,8 @@ class WorkerStore:
                 disk_bytes=self.knobs.disk_bytes,
                 key=key,
             )
+        except store_perms.UnsafeStore as e:
+            raise WriterDisabled(str(e)) from e
         except OSError as e:
             raise WriterDisabled(
                 f"cannot open the store under {self.knobs.root}: {e}"
