@@ -7,10 +7,13 @@ conversation and its forks, the unit keep-K already works in). Its recency
 is the newest manifest mtime: publishing sets it, a restore sets it again
 (``touch``), so it survives a restart. The writer keeps an index of the base
 (store_index.py) current from its own writes; this module decides when to
-evict and what, and when only a rescan will do. Runs on the writer thread;
-``hold`` and ``touch`` come from the promotion thread.
+evict and what, and when only a rescan will do; and it removes what writers
+that exited left (temps, pending records: they count against the budget
+too). Runs on the writer thread; ``hold`` and ``touch`` come from the
+promotion thread.
 """
 
+import errno
 import fcntl
 import os
 import threading
@@ -18,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from . import durable_io, stale
+from . import durable_io
 from .deps import fmt, init_logger
 from .store_index import Parsed, StoreIndex, Tree, scan
 
@@ -155,7 +158,7 @@ class DiskBudget:
         # The pending record's growth the admitted jobs may cause: counted
         # until the writer rewrites the record (at its next flush).
         self._record_reserved = 0
-        # Look for what exited writers left (stale.py) before the first job,
+        # Look for what exited writers left (below) before the first job,
         # and again after a refusal no eviction could have avoided.
         self._stale_due = True
         self._stale_at: float | None = None
@@ -339,7 +342,7 @@ class DiskBudget:
     def remove_stale(self, lock_fd: int, own_record: str | None) -> None:
         """Between jobs (no lock held, nothing in flight): when due, take
         LOCK_EX without waiting, scan the base, and remove every temp and
-        every exited writer's pending record (stale.py), as a sweep would.
+        every exited writer's pending record (below), as a sweep would.
         A busy lock: tried again at a later job."""
         now = self._clock()
         if not self._stale_due or (
@@ -348,14 +351,14 @@ class DiskBudget:
             return
         self._stale_at = now
         index = self.rescan()  # the budget's scan: its first is at this job
-        records = stale.dead_pending_records(self.layout, own_record)
+        records = _dead_pending_records(self.layout, own_record)
         if not index.temps and not records:
             self._stale_due = False
             return
         # Unlinked under LOCK_EX only: then no writer has a temp in flight,
         # so every temp the scan saw (or a later one of the same name) is
         # stale (the sweep's rule, FORMAT.md 8 step 3).
-        removed = stale.remove_under_exclusive_lock(lock_fd, index.temps, records)
+        removed = _remove_under_exclusive_lock(lock_fd, index.temps, records)
         if removed is None:
             return  # a sweep, a restore or another writer: a later job
         self._stale_due = False
@@ -408,6 +411,85 @@ class DiskBudget:
         self.stats.chain_trees_evicted += len(retired)
         self.stats.manifests_evicted += sum(len(t.manifests) for t in retired)
         self.stats.bytes_evicted += freed
+
+
+# -- what writers that exited left (issue 45) ------------------------------
+# Their temps and pending records count against the budget, and only
+# `kvstore gc --sweep` removed them: a store whose dead files alone passed the
+# budget refused every write. The writer removes them by the sweep's own rule
+# (FORMAT.md 8, step 3): a temp only while LOCK_EX on .lock is held (every
+# writer holds LOCK_SH while it has one in flight), a pending record only
+# once nobody holds its flock. It takes LOCK_EX without waiting, between its
+# jobs (no lock held, nothing in flight): if a sweep, a restore or another
+# writer holds the lock, it tries again later.
+
+
+def _exited(path: str) -> bool:
+    """The writer of this pending record has exited: nobody holds its flock
+    (a crash releases it). Anything that cannot be opened is left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live writer holds it (or it cannot be locked)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _dead_pending_records(layout: fmt.StoreLayout, own: str | None) -> list[str]:
+    """Paths of the pending records whose writer exited (never ``own``)."""
+    try:
+        names = sorted(os.listdir(layout.pending_dir))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            fmt.parse_pending_file_name(name)
+        except fmt.FormatError:
+            continue  # a temp or a foreign file: not a record
+        path = os.path.join(layout.pending_dir, name)
+        if path != own and _exited(path):
+            out.append(path)
+    return out
+
+
+def _remove_under_exclusive_lock(
+    lock_fd: int, temps: list[str], records: list[str]
+) -> list[str] | None:
+    """Unlink ``temps`` (every temp under the base) and ``records`` (exited
+    writers' pending records) while holding ``LOCK_EX`` on ``lock_fd``, taken
+    without waiting; None when the lock is busy (nothing removed). Returns
+    the paths removed; the folders they were in are synced."""
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None
+    removed: list[str] = []
+    try:
+        for path in [*temps, *records]:
+            if path in records and not _exited(path):
+                continue  # a writer took its name again meanwhile
+            try:
+                os.unlink(path)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    logger.warning("KV store: cannot remove %s: %s", path, e)
+                continue
+            removed.append(path)
+        for folder in sorted({os.path.dirname(p) for p in removed}):
+            fd = fmt.open_nofollow(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    finally:
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+    return removed
 
 
 # A manifest's canonical JSON: its fixed fields, then per chain key (64 hex

@@ -58,7 +58,7 @@ class PendingFile:
 def _open_locked(path: str) -> int:
     """The record opened (or created) and flock(LOCK_SH)'d, still under its
     name: a writer that exited may have had this name (a pid reused), and
-    another writer removes such a record once its flock is free (stale.py,
+    another writer removes such a record once its flock is free (budget.py,
     a sweep); a record unlinked before our flock is made again."""
     for _ in range(8):
         fd = store_perms.open_or_create(path, os.O_RDWR)

@@ -79,7 +79,7 @@ class StoreStats:
     # would not have made room: nothing was evicted (issue 45).
     evictions_skipped: int = 0
     # Temps and exited writers' pending records the writer removed under
-    # LOCK_EX between its jobs (stale.py), as a sweep would.
+    # LOCK_EX between its jobs (budget.py), as a sweep would.
     stale_files_removed: int = 0
 
     def drops(self) -> dict[str, int]:

@@ -81,7 +81,7 @@ class StoreIndex:
         self.named_by: dict[str, set[str]] = {}
         self._root_of: dict[str, str] = {}  # manifest path -> root
         # Every temp the last scan saw (this process's too, which it does
-        # not count): what a writer removes under LOCK_EX (stale.py).
+        # not count): what a writer removes under LOCK_EX (budget.py).
         self.temps: list[str] = []
         self._named: dict[str, dict[str, tuple[bytes, int]]] = {}
 
