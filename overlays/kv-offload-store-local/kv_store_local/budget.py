@@ -228,9 +228,9 @@ class DiskBudget:
         self._reserved[job_id] = self._reserved.get(job_id, 0) + nbytes
 
     def reserve_record(self, nbytes: int) -> None:
-        """The entries a job may add to the pending record: counted until the
-        record is rewritten (``record_written``)."""
-        self._record_reserved += nbytes
+        """What the pending record may grow by until it is rewritten
+        (``record_written``): the newest bound replaces the one before."""
+        self._record_reserved = nbytes
 
     def record_written(self) -> None:
         """The writer rewrote its pending record (or had nothing to add): its
@@ -531,14 +531,16 @@ def job_bytes(job, keep: int, keyed: bool = False) -> int:
 _RECORD_PER_ENTRY = 10
 
 
-def record_bytes(job, waiting: int) -> int:
-    """What a job may add to the writer's pending record before its next
-    rewrite: an entry for each of its keys (written or reused, and not yet
-    named by a manifest) and for each key its candidates wait for
-    (``waiting``: registered, not on disk yet)."""
-    total = sum(len(item.hash) * 2 + _RECORD_PER_ENTRY for item in job.keys)
-    width = max((len(c.chain[-1]) for c in job.candidates if c.chain), default=0)
-    return total + waiting * (width * 2 + _RECORD_PER_ENTRY)
+def record_bytes(job, listed: int) -> int:
+    """What the writer's pending record may grow by before its next rewrite:
+    an entry for each key of the job (written or reused, not yet named by a
+    manifest) and for each one listed since the record was last written
+    (``ManifestBook.listed``: earlier jobs' keys, chunks a candidate found
+    on disk)."""
+    widths = [len(item.hash) for item in job.keys]
+    widths += [len(c.chain[-1]) for c in job.candidates if c.chain]
+    width = 2 * max(widths, default=32) + _RECORD_PER_ENTRY
+    return (len(job.keys) + listed) * width
 
 
 def make_room_for_job(writer, job) -> bool:
@@ -546,7 +548,7 @@ def make_room_for_job(writer, job) -> bool:
     retired manifests and chunks are forgotten by the writer's book."""
     budget = writer.budget
     book = writer.manifests
-    record = record_bytes(job, book.waiting(job.candidates))
+    record = record_bytes(job, book.listed)
     incoming = job_bytes(job, book.keep, writer.key is not None) + record
     roots = {c.chain[0].hex() for c in job.candidates if c.chain}
     ok, retired = budget.make_room(incoming, writer.manifests.pending_chunks, roots)

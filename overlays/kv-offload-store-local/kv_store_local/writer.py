@@ -318,6 +318,7 @@ class StoreWriter(JobQueue):
             self._settle_budget()
             if self.budget is not None:
                 self.budget.record_written()  # rewritten above, or unchanged
+            self.manifests.listed = 0
             self._unlock()
 
     def _publish_ready(self, ready: list[str]) -> None:
