@@ -5,6 +5,7 @@ gc --sweep refuses it (exit 4) without deleting anything."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from kvstore_support import FULL_GROUP, Store, age_tree, key_of, run
@@ -104,7 +105,9 @@ def test_an_inner_folder_others_can_write_is_a_finding_and_refuses_the_sweep(
     path.chmod(0o777)
     r = kv("verify", str(store.tier))
     assert r.code == 1, r.out + r.err
-    line = f"{rel}: unsafe-folder: {rel} (mode 0777, uid 0) is group- and world-writable"
+    line = (
+        f"{rel}: unsafe-folder: {rel} (mode 0777, uid 0) is group- and world-writable"
+    )
     assert line in r.out.splitlines(), r.out
     before = _snapshot(store)
     for force in ([], ["--force"]):
@@ -135,3 +138,22 @@ def test_an_inner_folder_made_a_symlink_is_a_finding_not_followed(
     r = kv("gc", "--sweep", str(store.tier))
     assert r.code in (1, 4), r.out + r.err
     assert _snapshot(store) == before
+
+
+def test_a_root_sweep_leaves_the_lock_to_the_store_owner(kv, store):
+    """Issue 45, 5: `kvstore gc --sweep` as root made a missing .lock
+    root:root 0600, and the serving user's writer could not open it at its
+    next boot (`Permission denied: .../.lock`). The lock kvstore makes is
+    the rank folder owner's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    serving = 65534
+    for path in [store.tier, *store.tier.rglob("*")]:
+        os.chown(path, serving, serving, follow_symlinks=False)
+    lock = store.base / ".lock"
+    lock.unlink(missing_ok=True)
+    r = kv("gc", "--sweep", str(store.tier))
+    assert r.code == 0, r.out + r.err
+    st = lock.stat()
+    # 0600 and the serving user's: its writer's O_RDWR open works again.
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (serving, serving, 0o600)
