@@ -238,6 +238,7 @@ int run_verify(const Common& c) {
   auto opts = scan_options(c, true, &progress);
   opts.stat_chunks = false;  // verify plans nothing: a chunk read whole needs no fstat
   opts.mac_key = std::move(key);
+  opts.judge_seals = true;
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
@@ -247,6 +248,7 @@ int run_verify(const Common& c) {
   if (auto unsafe = unsafe_store_folder(c.root, serving_uid_for(c.root)))
     findings.insert(findings.begin(), Finding{".", FindingKind::kUnsafeFolder, *unsafe});
   auto summary = summarize(*scan);
+  if (c.key_file.empty()) summary.macs_unchecked = summary.keyed_ranks;
   code = findings.empty() ? kExitClean : kExitProblems;
   code = write_metrics(c, code, render(&summary));
   if (c.json) {

@@ -55,6 +55,10 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
   std::copy(hash->begin(), hash->end(), cx.ns_bytes.begin());
   inv.namespace_ok = true;
   inv.namespace_hash = hex;
+  if (const auto id = rec->fenced.find("mac_key_id"); id != rec->fenced.end() && id->is_string()) {
+    inv.mac_key_id = id->get<std::string>();
+    cx.judge_seals = cx.opt.judge_seals;
+  }
   if (!cx.opt.mac_key.empty()) {
     // verify --key: the record says which key the store was written with (its
     // id, FORMAT.md 3.6); under another key every MAC would differ, so that
@@ -349,7 +353,7 @@ static kvformat::Result<kvformat::BoundaryManifest> parse_sealed_or_plain(const 
   auto sealed = kvformat::split_manifest_mac(bytes);
   if (!sealed) return sealed.error();
   if (!*sealed) {
-    if (cx.check_macs)
+    if (cx.check_macs || cx.judge_seals)
       return kvformat::make_error(kvformat::Reason::MacMissing, "manifest has no mac; the store is keyed");
     return kvformat::parse_manifest(bytes);
   }

@@ -181,8 +181,8 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
   p.rec.st = e.st;
   auto header = read_header(fd, e.st.size, buf, &have);
   judge(p, header, cx);
-  if (!header) return;
   p.rec.sealed = kvformat::is_sealed(std::span<const uint8_t>(buf.data(), have));
+  if (!header) return;
   if (!cx.opt.payloads) return;
   uint64_t hl = header->header_length();
   const uint64_t end = hl + header->payload_length;  // a sealed file's MAC follows
@@ -340,6 +340,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   // verify: the payload pass, before manifests judge the chunks they name.
   if (opt.payloads) verify_payloads(rank_fd, cut, inv, opt, bytes_read);
   if (cx.check_macs) verify_macs(rank_fd, cut, inv, opt);
+  else if (cx.judge_seals) judge_seals(inv);
 
   const ChunkIndex chunk_at(inv.chunks);
   std::set<std::pair<uint32_t, std::string>> pending;

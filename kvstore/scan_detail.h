@@ -85,6 +85,9 @@ struct RankContext {
   std::string ns_hex;  // full namespace hash from the record, "" if unknown
   std::array<uint8_t, 32> ns_bytes{};
   bool check_macs = false;  // verify --key and the record fences this key's id
+  // The record fences a mac_key_id: every file is sealed. verify judges the
+  // seal it can see without the key (a plain chunk or manifest: mac_missing).
+  bool judge_seals = false;
 };
 
 

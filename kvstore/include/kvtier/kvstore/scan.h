@@ -37,6 +37,9 @@ struct ScanOptions {
   // finding (docs/DEPLOY.md, Security). kSelf: the caller (geteuid).
   static constexpr uid_t kSelf = static_cast<uid_t>(-1);
   uid_t serving_uid = kSelf;
+  // verify: in a keyed store (its record fences a mac_key_id) a plain chunk
+  // or manifest is mac_missing even without the key, which it needs not.
+  bool judge_seals = false;
 };
 
 // A chunk FileStat's mtime_ns when ScanOptions::stat_chunks spared its fstat.
