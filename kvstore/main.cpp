@@ -229,7 +229,7 @@ int run_verify(const Common& c) {
     if (!mac_check::available())
       return write_metrics(c, fail(c, kExitUsage, "--key: this kvstore was built without OpenSSL (no MAC support)"),
                            render(nullptr));
-    if (auto problem = mac_check::load_key(c.key_file, key); !problem.empty())
+    if (auto problem = mac_check::load_key(c.key_file, key, c.root); !problem.empty())
       return write_metrics(c, fail(c, kExitUsage, problem), render(nullptr));
   }
   auto store = open_checked(c, &code);

@@ -189,3 +189,55 @@ def test_a_manifest_mac_that_is_no_hex_is_one_mac_mismatch(tmp_path, mac):
     loaded, rejected = inventory.scan()
     assert (loaded, rejected) == (0, 1)
     assert path.name in inventory.bad
+
+
+def test_a_key_inside_the_store_folder_or_all_zero_is_refused_at_boot(tmp_path):
+    """Issue 45: a key kept in the store folder (whoever can write the store
+    can read or swap it; kvstore called it `foreign`) and an all-zero key
+    were accepted. Both disable the writer, one line, nothing written."""
+    root = tmp_path / "kv"
+    root.mkdir(mode=0o700)
+    inside = _key(root, name="kvtier.key")
+    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(inside)))
+    assert not store.active
+    assert store.disabled_reason.startswith(
+        f"key file {inside} is inside the store folder {root}: refused"
+    )
+    assert sorted(root.iterdir()) == [inside]
+    zero = tmp_path / "zero.key"
+    zero.write_bytes(bytes(32))
+    zero.chmod(0o600)
+    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(zero)))
+    assert not store.active
+    assert store.disabled_reason.startswith(f"key file {zero} holds only zero bytes")
+    assert sorted(root.iterdir()) == [inside]
+
+
+def test_a_fifo_swapped_in_after_the_first_look_is_refused_not_waited_on(
+    tmp_path, monkeypatch
+):
+    """load_key looked (lstat), then opened blocking with no second look: a
+    FIFO swapped in between hung the boot. The open does not block and the
+    descriptor is judged again."""
+    import signal
+
+    real = _key(tmp_path)
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    looked = os.lstat(real)  # what the first look saw: a good key file
+    lstat = os.lstat
+    monkeypatch.setattr(
+        os, "lstat", lambda p, *a, **k: looked if str(p) == str(fifo) else lstat(p)
+    )
+
+    def hung(signum, frame):
+        raise TimeoutError("load_key blocked on the FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(fmt.KeyFileError, match="changed while opened: refused"):
+            fmt.load_key(str(fifo))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

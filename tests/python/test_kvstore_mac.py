@@ -223,3 +223,19 @@ def test_verify_key_judges_a_sealed_chunk_by_its_mac_first(kv, keyed, cut):
     rel = str(chunk.relative_to(root))
     mine = [line for line in _findings(r) if line.startswith(f"{rel}: ")]
     assert mine == [f"{rel}: corrupt: mac_mismatch: chunk MAC differs"], r.out
+
+
+def test_verify_refuses_a_key_inside_the_store_or_all_zero(kv, keyed, tmp_path):
+    root, key, _, _ = keyed
+    inside = root / "kvtier.key"
+    inside.write_bytes(key.read_bytes())
+    inside.chmod(0o600)
+    r = kv("verify", "--key", str(inside), str(root))
+    assert r.code == 2, r.out + r.err
+    assert f"key file {inside} is inside the store folder {root}: refused" in r.err
+    inside.unlink()
+    zero = _key(tmp_path, "zero.key")
+    zero.write_bytes(bytes(32))
+    r = kv("verify", "--key", str(zero), str(root))
+    assert r.code == 2, r.out + r.err
+    assert f"key file {zero} holds only zero bytes" in r.err

@@ -194,7 +194,7 @@ class WorkerStore:
         key = None
         if self.knobs.key_file:
             try:
-                key = fmt.load_key(self.knobs.key_file)
+                key = fmt.load_key(self.knobs.key_file, self.knobs.root)
             except fmt.KeyFileError as e:
                 raise WriterDisabled(str(e)) from e
             supports_mac = getattr(self._store_lib, "supports_mac", None)
