@@ -13,6 +13,7 @@ taken from it, the key's write fails and says why).
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -144,3 +145,41 @@ def test_a_chunk_taken_through_a_linked_folder_is_never_deduplicated(tmp_path, l
     store.shutdown()
     assert stats.keys_deduplicated == 0 and stats.keys_failed == 1
     assert kept.read_bytes() == before and sorted(elsewhere.iterdir()) == [kept]
+
+
+@pytest.mark.parametrize("walk", [False, True], ids=["openat2", "walk"])
+def test_a_store_open_never_follows_a_link_on_the_path(tmp_path, monkeypatch, walk):
+    """The codec's open (every Python read and create of a store file):
+    a symlink as the file or as any folder on the way is refused (ELOOP),
+    with openat2 and with the component walk kernels without it get."""
+    from kv_store_format import store_file
+
+    if walk:
+        monkeypatch.setattr(store_file, "_openat2", [None])
+    real = tmp_path / "real" / "leaf"
+    real.mkdir(parents=True)
+    (real / "f").write_bytes(b"bytes")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (real / "flink").symlink_to(real / "f")
+    fd = fmt.open_nofollow(str(real / "f"), os.O_RDONLY)
+    assert os.read(fd, 9) == b"bytes"
+    os.close(fd)
+    for path in ("link/leaf/f", "link/leaf", "link", "real/leaf/flink"):
+        with pytest.raises(OSError) as err:
+            fmt.open_nofollow(str(tmp_path / path), os.O_RDONLY)
+        assert err.value.errno == errno.ELOOP and "symlink" in str(err.value), path
+    with pytest.raises(FileNotFoundError):
+        fmt.open_nofollow(str(real / "missing"), os.O_RDONLY)
+    made = fmt.open_nofollow(
+        str(real / "new"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+    )
+    os.close(made)
+    assert (real / "new").is_file()
+    with pytest.raises(OSError) as err:
+        fmt.open_nofollow(
+            str(tmp_path / "link" / "leaf" / "new2"),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+            0o600,
+        )
+    assert err.value.errno == errno.ELOOP
+    assert not (real / "new2").exists()
