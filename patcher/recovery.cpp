@@ -42,7 +42,7 @@ namespace {
 
 constexpr const char* kWayOut =
     "`overlay recover --discard --root ROOT` rolls the interrupted transaction back (files it replaced get their "
-    "old bytes back; files someone edited are kept as they are)";
+    "old bytes back; a file edited before the transaction gave it its new bytes is kept as it is)";
 // A journal that cannot be read cannot be rolled back either.
 constexpr const char* kCorruptWayOut =
     "the journal cannot be read, so the transaction can be neither finished nor rolled back: restore the files it "

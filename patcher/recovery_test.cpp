@@ -171,7 +171,7 @@ TEST(Recovery, DiscardRefusesWhenAFileHoldingItsNewBytesWasEdited) {
     EXPECT_TRUE(exists(w.tree_file(saved))) << fault;
     auto r = w.run({"recover"});  // finishing is blocked by the same edit
     EXPECT_EQ(r.code, 4) << fault;
-    EXPECT_THAT(r.err, Not(HasSubstr("files someone edited are kept"))) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("give " + target + " the bytes the transaction wrote (undo the edit)")) << r.err;
     EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "") << fault;
     write_file(w.tree_file(target), applied);
     auto again = w.run({"recover", "--discard"});

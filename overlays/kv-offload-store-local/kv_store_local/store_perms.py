@@ -21,7 +21,12 @@ import os
 import stat
 from dataclasses import dataclass
 
-from .deps import fmt
+# The codec alone (not .deps, which needs the knob contract too): the
+# restore imports this module where only the codec is beside it.
+try:
+    from .. import kv_store_format as fmt
+except ImportError:  # loaded from the overlay folders
+    import kv_store_format as fmt  # type: ignore[no-redef]
 
 _DIR_PRIVATE = 0o700
 _FILE_PRIVATE = 0o600
