@@ -117,6 +117,24 @@ def open_or_create(path: str, flags: int, modes: Modes | None = None) -> int:
         return fmt.open_nofollow(path, flags)
 
 
+def open_lock(path: str) -> int:
+    """The store lock (created like every store file); a lock another user
+    owns (a root `kvstore gc --sweep` made it before issue 45) is named."""
+    try:
+        return open_or_create(path, os.O_RDWR)
+    except PermissionError as e:
+        try:
+            owner = f"owned by uid {os.lstat(path).st_uid}, "
+        except OSError:
+            owner = ""
+        raise OSError(
+            e.errno,
+            f"{e.strerror}: {owner}the serving user is uid {os.geteuid()} "
+            "(give it the lock: chown it to that user)",
+            path,
+        ) from None
+
+
 def make_dir(path: str, modes: Modes | None = None) -> bool:
     """mkdir with the store's mode, in a parent opened without following a
     link; False when it was there (left as is). A symlink there is refused

@@ -148,7 +148,7 @@ class StoreWriter(JobQueue):
         store_perms.make_dirs(self.layout.manifest_dir)
         durable_io.fsync_dir(self.layout.base)
         durable_io.fsync_dir(self.layout.root)
-        self._lock_fd = _open_lock(self.layout.lock)
+        self._lock_fd = store_perms.open_lock(self.layout.lock)
         self._pending_file = PendingFile(self.layout)
         # manifests.pending_version the pending record was last built at
         self._pending_version: tuple[int, int] | None = None
@@ -594,21 +594,3 @@ class StoreWriter(JobQueue):
             "KV store: space is back under %s; writer resumed", self.layout.base
         )
         return True
-
-
-def _open_lock(path: str) -> int:
-    """The store lock (created like every store file); a lock another user
-    owns (a root `kvstore gc --sweep` made it before issue 45) is named."""
-    try:
-        return store_perms.open_or_create(path, os.O_RDWR)
-    except PermissionError as e:
-        try:
-            owner = f"owned by uid {os.lstat(path).st_uid}, "
-        except OSError:
-            owner = ""
-        raise OSError(
-            e.errno,
-            f"{e.strerror}: {owner}the serving user is uid {os.geteuid()} "
-            "(give it the lock: chown it to that user)",
-            path,
-        ) from None
