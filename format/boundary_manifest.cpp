@@ -214,8 +214,11 @@ Result<void> check_manifest_structure(const BoundaryManifest& m) {
 
 Result<std::optional<SealedManifest>> split_manifest_mac(std::string_view bytes) {
   // A manifest's keys and hex never spell "mac" by accident: only a sealed
-  // one pays the second parse.
-  if (bytes.find("\"mac\"") == std::string_view::npos) return std::optional<SealedManifest>{};
+  // one pays the second parse. A key may also be spelled with escapes
+  // ("\u006dac"): any backslash takes the strict parse too, so this reader
+  // finds the "mac" the Python codec's json finds (issue 45).
+  if (bytes.find("\"mac\"") == std::string_view::npos && bytes.find('\\') == std::string_view::npos)
+    return std::optional<SealedManifest>{};
   auto parsed = parse_strict_json(bytes, kMaxManifestBytes);
   if (!parsed) return parsed.error();
   json& value = *parsed;

@@ -20,7 +20,7 @@ int64_t wall_now_ns() {
 
 ScanOptions scan_options(const GcOptions& g, int64_t now) {
   return {.payloads = g.verify_payloads, .threads = g.threads, .now_ns = now, .grace_ns = g.grace_ns,
-          .progress = g.progress, .mac_key = {}};
+          .progress = g.progress, .mac_key = {}, .serving_uid = g.serving_uid};
 }
 
 PlanOptions plan_options(const GcOptions& g, const RankInventory& inv, bool locked, int64_t now) {
@@ -111,7 +111,7 @@ Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOp
     }
     r.plan = make_plan(*inv, plan_options(opt, *inv, true, so.now_ns));
     report.scan.ranks.push_back(std::move(*inv));
-    if (!r.plan.refusals.empty() && !opt.force) {
+    if (!r.plan.refusals.empty() && (!opt.force || r.plan.unsafe)) {
       r.refusals = r.plan.refusals;
       r.refused = true;
       report.refused = true;

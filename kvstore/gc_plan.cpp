@@ -183,6 +183,10 @@ Plan make_plan(const RankInventory& inv, const PlanOptions& opt) {
       plan.refusals.push_back(fmt::format("{}: could not be read ({})", f.rel, f.detail));
     if (f.kind == FindingKind::kBadPending)
       plan.refusals.push_back(fmt::format("{}: a live writer's pending record is unreadable ({})", f.rel, f.detail));
+    if (f.kind == FindingKind::kUnsafeFolder) {
+      plan.refusals.push_back(fmt::format("{}: store folder not safe: {}", f.rel, f.detail));
+      plan.unsafe = true;
+    }
   }
   plan.chunks_withheld = !complete;
 
@@ -205,6 +209,7 @@ void merge_plan(Plan& into, Plan&& more) {
   into.manifests_planned += more.manifests_planned;
   for (auto& r : more.refusals) into.refusals.push_back(std::move(r));
   into.chunks_withheld = into.chunks_withheld || more.chunks_withheld;
+  into.unsafe = into.unsafe || more.unsafe;
   into.trees_retired += more.trees_retired;
 }
 

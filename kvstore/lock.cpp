@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -33,6 +34,23 @@ Error not_a_lock(mode_t m) {
   return e;
 }
 
+// The serving user's writer opens .lock O_RDWR at boot: a lock root made
+// (a `kvstore gc --sweep` run as root) would disable it (issue 45). So a
+// lock made here belongs to the rank folder's owner, and one an earlier
+// root run made (root's, in a folder root does not own) is given back.
+std::optional<Error> owned_like_the_rank(int rank_fd, int fd, const struct stat& lock, bool made) {
+  struct stat rank;
+  if (::fstat(rank_fd, &rank) != 0) return io_error(".", errno, "cannot stat the rank folder");
+  if (lock.st_uid == rank.st_uid) return std::nullopt;
+  if (::geteuid() != 0 || (!made && lock.st_uid != 0)) return std::nullopt;  // not ours to change
+  if (::fchown(fd, rank.st_uid, rank.st_gid) != 0 || ::fchmod(fd, 0600) != 0) {
+    const int err = errno;
+    if (made) ::unlinkat(rank_fd, kLockFileName, 0);
+    return io_error(kLockFileName, err, "cannot give the lock file to the rank folder's owner");
+  }
+  return std::nullopt;
+}
+
 Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) {
   // Only a regular file is a lock: flock on a FIFO works but no writer uses
   // it, and opening a device could act on it. Looked at before the open (so
@@ -41,7 +59,13 @@ Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) 
   if (::fstatat(rank_fd, kLockFileName, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
     return not_a_lock(st.st_mode);
   // Private like every store file (docs/DEPLOY.md, Security); never re-moded.
-  int fd = ::openat(rank_fd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
+  constexpr int kFlags = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  bool made = true;
+  int fd = ::openat(rank_fd, kLockFileName, kFlags | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    made = false;
+    fd = ::openat(rank_fd, kLockFileName, kFlags);
+  }
   if (fd < 0) {
     const int err = errno;
     if (::fstatat(rank_fd, kLockFileName, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
@@ -51,6 +75,7 @@ Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) 
   Fd guard(fd);
   if (::fstat(fd, &st) != 0) return io_error(kLockFileName, errno, "cannot stat lock file");
   if (!S_ISREG(st.st_mode)) return not_a_lock(st.st_mode);
+  if (auto owned = owned_like_the_rank(rank_fd, fd, st, made)) return *owned;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {

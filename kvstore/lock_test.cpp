@@ -95,5 +95,34 @@ TEST(StoreLock, MarkSweptMovesTheLockMtimeStrictlyForward) {
   EXPECT_FALSE(StoreLock().mark_swept());  // no lock held: nothing to mark
 }
 
+// Issue 45: a sweep run as root made .lock root:root 0600, and the serving
+// user's writer could not open it at its next boot. A lock kvstore makes
+// belongs to the rank folder's owner; one an earlier root run made is given
+// back. (Needs root: skipped otherwise.)
+TEST(StoreLock, ALockMadeByRootBelongsToTheRankFoldersOwner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  constexpr uid_t kServing = 65534;
+  for (const bool left_by_an_old_run : {false, true}) {
+    testing::TmpDir t;
+    ASSERT_EQ(::chown(t.path().c_str(), kServing, kServing), 0);
+    if (left_by_an_old_run) {
+      const int fd = ::open((t / ".lock").c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+      ASSERT_GE(fd, 0);
+      ::close(fd);
+    }
+    auto root = open_root(t.path());
+    ASSERT_TRUE(root);
+    {
+      auto gc = lock_exclusive(root->get(), milliseconds(100));
+      ASSERT_TRUE(gc) << gc.error().line();
+    }
+    struct stat st {};
+    ASSERT_EQ(::stat((t / ".lock").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, kServing) << left_by_an_old_run;
+    EXPECT_EQ(st.st_gid, kServing);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+  }
+}
+
 }  // namespace
 }  // namespace kvstore

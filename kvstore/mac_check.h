@@ -15,9 +15,11 @@ bool available();
 
 // The key file's checks (as the overlays' kv_store_format.mac.load_key, as
 // ssh's of a private key): a regular file, not a symlink, owned by this user,
-// no group or other permission bit, 32..4096 bytes. "" and `key` filled, or
-// the problem naming the file (never the key's bytes).
-std::string load_key(const std::string& path, std::vector<std::uint8_t>& key);
+// no group or other permission bit, 32..4096 bytes, not inside the store
+// folder `store`, not all zero bytes; opened without blocking and judged on
+// the descriptor (a FIFO or a file swapped in is refused, never waited on).
+// "" and `key` filled, or the problem naming the file (never the key's bytes).
+std::string load_key(const std::string& path, std::vector<std::uint8_t>& key, const std::string& store = "");
 
 // What the namespace record fences for this key (never the key).
 std::string key_id(std::span<const std::uint8_t> key);

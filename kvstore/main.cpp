@@ -131,8 +131,13 @@ std::string failure_words(int code) {
   }
 }
 
-// True when ROOT holds entries but no rank folder, and is not one itself.
-bool no_store_here(const StoreScan& scan) { return !scan.root_is_rank && scan.ranks.empty() && !scan.findings.empty(); }
+// True when ROOT holds entries but no rank folder, and is not one itself. A
+// rank folder that is a symlink is a finding of its own, not "no store".
+bool no_store_here(const StoreScan& scan) {
+  for (const auto& f : scan.findings)
+    if (f.kind == FindingKind::kUnsafeFolder) return false;
+  return !scan.root_is_rank && scan.ranks.empty() && !scan.findings.empty();
+}
 
 std::string no_store_message(const Common& c) {
   return fmt::format("{}: no store here (no rank folder <prefix>_<model>_<ns>_r<rank> in it, and it is not one)",
@@ -184,6 +189,7 @@ ScanOptions scan_options(const Common& c, bool payloads, Progress* progress) {
   o.now_ns = wall_now_ns();
   o.grace_ns = static_cast<int64_t>(c.grace_s * 1e9);
   o.progress = progress;
+  o.serving_uid = serving_uid_for(c.root);
   return o;
 }
 
@@ -223,7 +229,7 @@ int run_verify(const Common& c) {
     if (!mac_check::available())
       return write_metrics(c, fail(c, kExitUsage, "--key: this kvstore was built without OpenSSL (no MAC support)"),
                            render(nullptr));
-    if (auto problem = mac_check::load_key(c.key_file, key); !problem.empty())
+    if (auto problem = mac_check::load_key(c.key_file, key, c.root); !problem.empty())
       return write_metrics(c, fail(c, kExitUsage, problem), render(nullptr));
   }
   auto store = open_checked(c, &code);
@@ -232,6 +238,7 @@ int run_verify(const Common& c) {
   auto opts = scan_options(c, true, &progress);
   opts.stat_chunks = false;  // verify plans nothing: a chunk read whole needs no fstat
   opts.mac_key = std::move(key);
+  opts.judge_seals = true;
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
@@ -241,6 +248,7 @@ int run_verify(const Common& c) {
   if (auto unsafe = unsafe_store_folder(c.root, serving_uid_for(c.root)))
     findings.insert(findings.begin(), Finding{".", FindingKind::kUnsafeFolder, *unsafe});
   auto summary = summarize(*scan);
+  if (c.key_file.empty()) summary.macs_unchecked = summary.keyed_ranks;
   code = findings.empty() ? kExitClean : kExitProblems;
   code = write_metrics(c, code, render(&summary));
   if (c.json) {
@@ -290,6 +298,7 @@ int run_gc(const Common& c, const GcArgs& g) {
   o.progress = &progress;
   o.force = g.force;
   o.lock_timeout = std::chrono::milliseconds(static_cast<int64_t>(g.lock_timeout_s * 1000));
+  o.serving_uid = serving_uid_for(c.root);
   if (!g.max_bytes.empty()) o.max_bytes = parse_size(g.max_bytes);  // the validator checked it
   auto report = g.sweep ? sweep_gc(store->fd.get(), store->name, o) : plan_gc(store->fd.get(), store->name, o);
   progress.finish();

@@ -10,6 +10,7 @@
 #include "kvtier/format/boundary_manifest.h"
 #include "kvtier/format/namespace_record.h"
 #include "kvtier/format/pending_record.h"
+#include "kvtier/kvstore/store_perms.h"
 #include "parallel.h"
 #include "mac_check.h"
 #include "scan_detail.h"
@@ -54,6 +55,10 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
   std::copy(hash->begin(), hash->end(), cx.ns_bytes.begin());
   inv.namespace_ok = true;
   inv.namespace_hash = hex;
+  if (const auto id = rec->fenced.find("mac_key_id"); id != rec->fenced.end() && id->is_string()) {
+    inv.mac_key_id = id->get<std::string>();
+    cx.judge_seals = cx.opt.judge_seals;
+  }
   if (!cx.opt.mac_key.empty()) {
     // verify --key: the record says which key the store was written with (its
     // id, FORMAT.md 3.6); under another key every MAC would differ, so that
@@ -89,6 +94,16 @@ bool is_store_dir(std::string_view rel) {
          kvformat::parse_chunk_leaf_dir(parts[1]).has_value();
 }
 
+void check_folders(const WalkResult& w, const std::string& prefix, RankContext& cx) {
+  const uid_t serving = cx.opt.serving_uid == ScanOptions::kSelf ? ::geteuid() : cx.opt.serving_uid;
+  for (const auto& [rel, st] : w.dir_stats) {
+    if (rel.empty() ? prefix.empty() : !is_store_dir(rel)) continue;  // ROOT itself; a foreign folder
+    const std::string where = rel.empty() ? prefix : join(prefix, rel);
+    if (auto problem = unsafe_inner_folder(where, st.mode, st.uid, serving))
+      cx.inv.findings.push_back({where, FindingKind::kUnsafeFolder, *problem});
+  }
+}
+
 Classified classify(const WalkResult& w, const std::string& prefix, RankContext& cx) {
   auto& inv = cx.inv;
   Classified out;
@@ -115,7 +130,13 @@ Classified classify(const WalkResult& w, const std::string& prefix, RankContext&
   for (const auto& l : w.links) {
     if (under_foreign(l.rel)) continue;
     store_dir_broken(l.rel);
-    inv.findings.push_back({join(prefix, l.rel), FindingKind::kSymlink, "symlink, not followed"});
+    // Where a store folder belongs (issue 45): what the writer and restore
+    // refuse, and what makes a sweep refuse the rank.
+    if (is_store_dir(l.rel))
+      inv.findings.push_back({join(prefix, l.rel), FindingKind::kUnsafeFolder,
+                              join(prefix, l.rel) + " is a symlink where a store folder belongs; nothing follows it"});
+    else
+      inv.findings.push_back({join(prefix, l.rel), FindingKind::kSymlink, "symlink, not followed"});
   }
   for (const auto& o : w.others) {
     if (under_foreign(o.rel)) continue;
@@ -332,7 +353,7 @@ static kvformat::Result<kvformat::BoundaryManifest> parse_sealed_or_plain(const 
   auto sealed = kvformat::split_manifest_mac(bytes);
   if (!sealed) return sealed.error();
   if (!*sealed) {
-    if (cx.check_macs)
+    if (cx.check_macs || cx.judge_seals)
       return kvformat::make_error(kvformat::Reason::MacMissing, "manifest has no mac; the store is keyed");
     return kvformat::parse_manifest(bytes);
   }

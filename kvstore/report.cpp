@@ -18,6 +18,7 @@ ScanSummary summarize(const StoreScan& scan) {
     s.chunks += r.chunks.size();
     s.manifests += r.manifests.size();
     s.bytes += r.bytes_total;
+    s.keyed_ranks += !r.mac_key_id.empty();
   }
   for (const auto& f : all_findings(scan)) {
     (is_damage(f.kind) ? s.damage : s.garbage)++;
@@ -46,6 +47,9 @@ std::string summary_text(const char* verb, const ScanSummary& s, std::string_vie
                             ? std::string(failure.empty() ? "no problems" : "nothing found in what was scanned")
                             : fmt::format("{} finding(s): {}", s.damage + s.garbage, kinds);
   if (!failure.empty()) verdict += fmt::format("; {}", failure);
+  // Issue 45: "no problems" said nothing of MACs it never checked.
+  if (s.macs_unchecked)
+    verdict += fmt::format("; MACs not checked in {} keyed rank(s) (give --key FILE to check them)", s.macs_unchecked);
   return fmt::format("{}: {} rank(s), {} chunk(s), {} manifest(s), {} bytes; {}\n", verb, s.ranks, s.chunks,
                      s.manifests, s.bytes, verdict);
 }
@@ -53,7 +57,7 @@ std::string summary_text(const char* verb, const ScanSummary& s, std::string_vie
 nlohmann::json summary_json(const ScanSummary& s) {
   return {{"ranks", s.ranks},   {"chunks", s.chunks},   {"manifests", s.manifests},
           {"bytes", s.bytes},   {"damage", s.damage},   {"garbage", s.garbage},
-          {"by_kind", s.by_kind}};
+          {"by_kind", s.by_kind}, {"keyed_ranks", s.keyed_ranks}, {"macs_unchecked", s.macs_unchecked}};
 }
 
 std::string plan_text(const Plan& plan, bool dry_run) {

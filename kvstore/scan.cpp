@@ -181,8 +181,8 @@ void probe_chunk(int dfd, const char* name, WalkEntry& e, const RankContext& cx,
   p.rec.st = e.st;
   auto header = read_header(fd, e.st.size, buf, &have);
   judge(p, header, cx);
-  if (!header) return;
   p.rec.sealed = kvformat::is_sealed(std::span<const uint8_t>(buf.data(), have));
+  if (!header) return;
   if (!cx.opt.payloads) return;
   uint64_t hl = header->header_length();
   const uint64_t end = hl + header->payload_length;  // a sealed file's MAC follows
@@ -329,8 +329,10 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   };
   if (shown) wopt.on_dir = [&] { shown->add_dirs(1); };
   wopt.keep_dir = [](std::string_view rel) { return !is_store_dir(rel); };
+  wopt.stat_dirs = true;
   WalkResult w = walk(rank_fd, wopt);
   for (auto& g : gathered) hand_over(g);
+  check_folders(w, rank_rel, cx);
   Classified found = classify(w, rank_rel, cx);
   size_t cut = rank_rel.empty() ? 0 : rank_rel.size() + 1;
   sort_by_rel(inv.chunks, cut);
@@ -338,6 +340,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   // verify: the payload pass, before manifests judge the chunks they name.
   if (opt.payloads) verify_payloads(rank_fd, cut, inv, opt, bytes_read);
   if (cx.check_macs) verify_macs(rank_fd, cut, inv, opt);
+  else if (cx.judge_seals) judge_seals(inv);
 
   const ChunkIndex chunk_at(inv.chunks);
   std::set<std::pair<uint32_t, std::string>> pending;
@@ -390,7 +393,15 @@ Outcome<TierListing> list_tier(int root_fd, const std::string& root_name, const 
     }
     tier.findings.push_back({f.rel, FindingKind::kForeign, "not part of the store format"});
   }
-  for (const auto& l : w.links) tier.findings.push_back({l.rel, FindingKind::kSymlink, "symlink, not followed"});
+  for (const auto& l : w.links) {
+    // A rank folder made a link (issue 45): a finding about the link, not
+    // "no store here".
+    if (kvformat::parse_rank_base_name(l.rel))
+      tier.findings.push_back({l.rel, FindingKind::kUnsafeFolder,
+                               l.rel + " is a symlink where a rank folder belongs; nothing follows it"});
+    else
+      tier.findings.push_back({l.rel, FindingKind::kSymlink, "symlink, not followed"});
+  }
   for (const auto& o : w.others)
     if (!is_record_name(o.rel))  // a record that is no file: its rank reports it (bad-namespace)
       tier.findings.push_back({o.rel, FindingKind::kForeign, "not a regular file"});

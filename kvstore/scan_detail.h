@@ -85,6 +85,9 @@ struct RankContext {
   std::string ns_hex;  // full namespace hash from the record, "" if unknown
   std::array<uint8_t, 32> ns_bytes{};
   bool check_macs = false;  // verify --key and the record fences this key's id
+  // The record fences a mac_key_id: every file is sealed. verify judges the
+  // seal it can see without the key (a plain chunk or manifest: mac_missing).
+  bool judge_seals = false;
 };
 
 
@@ -102,6 +105,12 @@ void check_namespace(int tier_fd, const std::string& record_rel, RankContext& cx
 bool is_store_dir(std::string_view rel);
 
 Classified classify(const WalkResult& w, const std::string& prefix, RankContext& cx);
+// Every folder of the rank base as the store folder (docs/DEPLOY.md,
+// Security): the base itself (unless it is ROOT, which verify and the sweep
+// check as the store folder), manifests/, pending/ and each chunk folder
+// must be owned by root or the serving user and not group- or
+// world-writable; else an unsafe-folder finding (issue 45).
+void check_folders(const WalkResult& w, const std::string& prefix, RankContext& cx);
 void check_pendings(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,
                     RankContext& cx, std::set<std::pair<uint32_t, std::string>>& pending);
 void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileStat>>& files, const std::string& prefix,

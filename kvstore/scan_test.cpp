@@ -151,8 +151,52 @@ TEST(Scan, ManifestsFolderThatIsASymlinkMakesTheRankUnreadable) {
   std::filesystem::create_directory_symlink(tier / "elsewhere", tier / in_rank("manifests"));
   auto s = scan(tier);
   EXPECT_FALSE(s.inv.manifests_readable);
-  EXPECT_TRUE(s.has(FindingKind::kSymlink, in_rank("manifests")));
+  // Where a store folder belongs a link is an unsafe folder (issue 45).
+  EXPECT_TRUE(s.has(FindingKind::kUnsafeFolder, in_rank("manifests")));
   EXPECT_TRUE(s.has(FindingKind::kUnreadable, in_rank("manifests")));
+}
+
+// Issue 45: the unsafe-folder check stopped at ROOT. Every folder of a rank
+// base (the base, manifests/, pending/, each chunk folder) that others
+// could change, or that is a symlink, is an unsafe-folder finding.
+TEST(Scan, EveryFolderOfTheRankIsCheckedLikeTheStoreFolder) {
+  const auto k = key_hex(1);
+  const std::string leaf = chunk_rel(k, 0).substr(0, chunk_rel(k, 0).rfind('/'));
+  const std::string top = leaf.substr(0, leaf.find('/'));
+  for (const std::string& folder : {std::string(""), std::string("manifests"), std::string("pending"), top, leaf}) {
+    TmpDir tier;
+    tier.write(in_rank(chunk_rel(k, 0)), chunk_bytes(k, 0, 100));
+    tier.mkdir(in_rank("manifests"));
+    tier.mkdir(in_rank("pending"));
+    const std::string rel = folder.empty() ? std::string(kRank) : in_rank(folder);
+    ASSERT_EQ(::chmod((tier / rel).c_str(), 0777), 0) << rel;
+    auto s = scan(tier);
+    EXPECT_TRUE(s.has(FindingKind::kUnsafeFolder, rel)) << rel;
+    size_t unsafe = 0;
+    for (const auto& f : s.inv.findings)
+      if (f.kind == FindingKind::kUnsafeFolder) {
+        ++unsafe;
+        EXPECT_NE(f.detail.find("group- and world-writable"), std::string::npos) << f.detail;
+      }
+    EXPECT_EQ(unsafe, 1u) << rel;
+  }
+  {  // a chunk folder that is a link to a folder holding the chunk
+    TmpDir tier;
+    tier.write("elsewhere/" + chunk_rel(k, 0).substr(leaf.size() + 1), chunk_bytes(k, 0, 100));
+    tier.mkdir(in_rank(top));
+    std::filesystem::create_directory_symlink(tier / "elsewhere", tier / in_rank(leaf));
+    auto s = scan(tier);
+    EXPECT_TRUE(s.has(FindingKind::kUnsafeFolder, in_rank(leaf)));
+    EXPECT_TRUE(s.inv.chunks.empty()) << "nothing read through the link";
+  }
+  {  // modes the writer makes are fine
+    TmpDir tier;
+    tier.write(in_rank(chunk_rel(k, 0)), chunk_bytes(k, 0, 100));
+    for (const std::string& f : {std::string(""), top, leaf})
+      ::chmod((tier / (f.empty() ? std::string(kRank) : in_rank(f))).c_str(), f.empty() ? 0700 : 02750);
+    auto s = scan(tier);
+    for (const auto& f : s.inv.findings) EXPECT_NE(f.kind, FindingKind::kUnsafeFolder) << f.rel << ": " << f.detail;
+  }
 }
 
 // A live writer's pending records could be behind it: gc must not plan

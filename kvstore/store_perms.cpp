@@ -77,6 +77,14 @@ std::optional<std::string> unsafe_store_folder(const std::string& root, uid_t se
   return std::nullopt;
 }
 
+std::optional<std::string> unsafe_inner_folder(const std::string& shown, uint32_t mode, uid_t uid,
+                                               uid_t serving_uid) {
+  struct stat st {};
+  st.st_mode = static_cast<mode_t>(mode);
+  st.st_uid = uid;
+  return folder_problem(shown, st, /*is_store=*/true, serving_uid);
+}
+
 uid_t serving_uid_for(const std::string& root) {
   const uid_t me = ::geteuid();
   struct stat st;

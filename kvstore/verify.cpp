@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include "mac_check.h"
 #include "parallel.h"
 #include "read_buffer.h"
+
 
 namespace kvstore {
 
@@ -107,11 +109,20 @@ void verify_payloads(int rank_fd, size_t rank_prefix, RankInventory& inv, const 
     for (auto& x : f) inv.findings.push_back(std::move(x));
 }
 
+void judge_seals(RankInventory& inv) {
+  for (auto& c : inv.chunks) {
+    if (!c.header_ok || c.sealed) continue;
+    inv.findings.push_back({c.rel, FindingKind::kCorrupt, "mac_missing: chunk has no MAC; the store is keyed"});
+    c.damaged = true;
+  }
+}
+
 void verify_macs(int rank_fd, size_t rank_prefix, RankInventory& inv, const ScanOptions& opt) {
   std::vector<std::vector<Finding>> found(inv.chunks.size());
+  std::vector<char> replaces(inv.chunks.size(), 0);  // the MAC's verdict comes first (FORMAT.md 3.6)
   parallel_for(inv.chunks.size(), reader_threads(opt.threads), [&](size_t i) {
     auto& c = inv.chunks[i];
-    if (!c.header_ok) return;  // judged already
+    if (!c.header_ok && !c.sealed) return;  // judged already
     if (!c.sealed) {
       // A plain chunk in a keyed store: anyone can write one (CRC and namespace
       // hash are public), so restore refuses it; so does verify.
@@ -127,12 +138,23 @@ void verify_macs(int rank_fd, size_t rank_prefix, RankInventory& inv, const Scan
     struct stat st;
     // Replaced meanwhile (a chunk verify read whole has no inode recorded: 0).
     if (::fstat(fd->get(), &st) != 0 || (c.st.ino && static_cast<uint64_t>(st.st_ino) != c.st.ino)) return;
+    // Shorter than a fixed header, its checksum and a MAC: `truncated`, as judged.
+    if (!c.header_ok && st.st_size < 148 + 32) return;
     bool io = false;
     std::string problem = mac_check::chunk_problem(fd->get(), static_cast<uint64_t>(st.st_size), opt.mac_key, &io);
-    if (problem.empty()) return;
+    if (problem.empty()) return;  // a header that failed under a good MAC keeps its verdict
+    if (!c.header_ok && io) return;
     found[i].push_back({c.rel, io ? FindingKind::kUnreadable : FindingKind::kCorrupt, problem});
+    replaces[i] = !c.header_ok;
     c.damaged = !io;
   });
+  std::set<std::string> replaced;
+  for (size_t i = 0; i < replaces.size(); ++i)
+    if (replaces[i]) replaced.insert(inv.chunks[i].rel);
+  if (!replaced.empty())
+    std::erase_if(inv.findings, [&](const Finding& f) {
+      return replaced.count(f.rel) && (f.kind == FindingKind::kTruncated || f.kind == FindingKind::kCorrupt);
+    });
   for (auto& f : found)
     for (auto& x : f) inv.findings.push_back(std::move(x));
 }

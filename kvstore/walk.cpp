@@ -31,6 +31,7 @@ FileStat to_file_stat(const struct stat& st) {
   f.size = static_cast<uint64_t>(st.st_size);
   f.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   f.mode = st.st_mode;
+  f.uid = st.st_uid;
   return f;
 }
 
@@ -93,6 +94,10 @@ void walk_dir(unsigned worker, int dfd, const std::string& rel, int depth, const
               WalkResult& out, std::vector<char>& buf) {
   std::vector<std::pair<std::string, std::string>> subdirs;  // (name, rel)
   if (opt.on_dir) opt.on_dir();
+  if (opt.stat_dirs) {
+    struct stat st;
+    if (::fstat(dfd, &st) == 0) out.dir_stats.emplace_back(rel, to_file_stat(st));
+  }
   for (;;) {
     long n = ::syscall(SYS_getdents64, dfd, buf.data(), buf.size());
     if (n < 0) {
@@ -163,6 +168,7 @@ void merge_into(WalkResult& into, WalkResult&& part) {
   move_all(into.links, part.links);
   move_all(into.others, part.others);
   move_all(into.problems, part.problems);
+  move_all(into.dir_stats, part.dir_stats);
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       "recover", "finish an interrupted transaction (or roll it back with --discard); remove leftovers");
   recover_cmd->add_flag("--discard", a.discard,
                         "roll the interrupted transaction back: saved old bytes return, files it created go; "
-                        "files someone edited are kept");
+                        "a file edited before it got its new bytes is kept (one edited after: refused)");
   // ROOT the same way as kvstore: positional after the command, or --root.
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     sub->add_option("ROOT", a.root_pos, "engine tree to act on (the same as --root)");

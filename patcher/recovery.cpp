@@ -42,16 +42,23 @@ namespace {
 
 constexpr const char* kWayOut =
     "`overlay recover --discard --root ROOT` rolls the interrupted transaction back (files it replaced get their "
-    "old bytes back; files someone edited are kept as they are)";
+    "old bytes back; a file edited before the transaction gave it its new bytes is kept as it is)";
 // A journal that cannot be read cannot be rolled back either.
 constexpr const char* kCorruptWayOut =
     "the journal cannot be read, so the transaction can be neither finished nor rolled back: restore the files it "
     "touched by hand (reinstall the engine wheel), then remove the journal";
 
+// Why the transaction cannot be rolled back whole ("" when it can).
+std::string no_rollback(const Pending& p) {
+  if (!p.unsaved.empty()) return p.unsaved.front();
+  if (!p.edited.empty()) return p.edited.front();
+  return "";
+}
+
 // Neither finishable (the caller knows) nor discardable: the one way left.
 std::string stuck_way_out(const Pending& p) {
   std::string blocker = p.blockers().empty() ? "" : p.blockers().front();
-  return "it cannot be rolled back whole either (" + p.unsaved.front() + "): give " +
+  return "it cannot be rolled back whole either (" + no_rollback(p) + "): give " +
          blocker.substr(0, blocker.find(": ")) +
          " the bytes the transaction wrote (undo the edit) and run `overlay recover --root ROOT`, or reinstall the "
          "engine wheel";
@@ -59,7 +66,7 @@ std::string stuck_way_out(const Pending& p) {
 
 std::string way_out(const Pending& p) {
   if (!p.corrupt.empty()) return kCorruptWayOut;
-  return p.unsaved.empty() ? kWayOut : stuck_way_out(p);
+  return no_rollback(p).empty() ? kWayOut : stuck_way_out(p);
 }
 
 // sha256 of a regular file, "-" when absent, "?" for anything else.
@@ -220,6 +227,59 @@ Result<std::vector<std::string>> find_unsaved(const Tree& tree, const std::vecto
   return unsaved;
 }
 
+// Whether `a` and `b` name the same file (a hard link of it).
+Result<bool> same_file(const Tree& tree, const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  for (auto [rel, st] : {std::pair{&a, &sa}, std::pair{&b, &sb}}) {
+    auto parent = tree.open_parent(*rel);
+    if (!parent) return parent.error();
+    if (!parent->has_value()) return false;
+    if (::fstatat((*parent)->get(), base_name(*rel).c_str(), st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return false;
+      return io(*rel, "cannot stat it", errno);
+    }
+  }
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Pending::edited: a file that holds neither the old nor the new bytes and
+// that the transaction had put in place before someone edited it. A file
+// the transaction replaces is still its old file (the edit is to the old
+// bytes, which rolling back keeps) while its temp waits to be renamed, or
+// while it is the very file its saved old bytes link to; a file it creates
+// is someone else's while its temp (or its staging folder) still waits.
+Result<std::vector<std::string>> find_edited(const Tree& tree, const std::vector<JournalEntry>& entries) {
+  std::vector<std::string> edited;
+  for (const auto& e : entries) {
+    if (e.kind != "write" && e.kind != "create") continue;
+    auto cur = sha_at(tree, e.path);
+    if (!cur) return cur.error();
+    if (*cur == e.new_sha || *cur == "-" || (e.kind == "write" && *cur == e.old_sha)) continue;
+    const JournalEntry* mk = e.kind == "create" ? staging_of(entries, e.path) : nullptr;
+    bool ours = false;
+    if (mk) {  // inside a new folder: ours once the folder is in place
+      auto staging = tree.type(temp_name_for(mk->path));
+      if (!staging) return staging.error();
+      ours = *staging == 0;
+    } else {
+      auto tmp = tree.type(temp_name_for(e.path));
+      if (!tmp) return tmp.error();
+      ours = *tmp == 0;
+      if (ours && e.kind == "write") {
+        auto old_file = same_file(tree, e.path, saved_name_for(e.path));
+        if (!old_file) return old_file.error();
+        ours = !*old_file;
+      }
+    }
+    if (ours)
+      edited.push_back(e.path + ": edited after the interrupted transaction " +
+                       (e.kind == "write" ? "gave it its new bytes" : "created it") + " (sha256 " +
+                       short_sha(*cur) + "..., the transaction wrote " + short_sha(e.new_sha) +
+                       "...): rolling back would drop that edit, keeping it would leave the tree half-applied");
+  }
+  return edited;
+}
+
 void add_unique(std::vector<std::string>& v, const std::string& s) {
   for (const auto& x : v)
     if (x == s) return;
@@ -243,6 +303,9 @@ Result<Pending> inspect(const Tree& tree, const std::vector<std::string>& paths)
     auto unsaved = find_unsaved(tree, p.entries);
     if (!unsaved) return unsaved.error();
     p.unsaved = std::move(*unsaved);
+    auto edited = find_edited(tree, p.entries);
+    if (!edited) return edited.error();
+    p.edited = std::move(*edited);
     for (const auto& e : p.entries) {
       add_unique(all, e.path);
       if (e.state != JournalEntry::ToDo) continue;
@@ -407,20 +470,32 @@ Result<DiscardReport> discard(const Tree& tree, const std::vector<std::string>& 
   // still patched. So one such file refuses the whole discard, whether or not
   // the transaction can be finished instead (issue 37: with a hand-edited
   // file it could not, and discard went ahead partially).
-  const std::vector<std::string>& unsaved = p.unsaved;
+  // Issue 45: the same holds for a file the transaction had given its new
+  // bytes and someone edited since: kept, it would import what the rollback
+  // deletes; rolled back, the edit would be lost. Refused, nothing changed.
+  std::vector<std::string> unsaved = p.unsaved;
+  unsaved.insert(unsaved.end(), p.edited.begin(), p.edited.end());
   bool all_in_place = true;  // every line already Done: the transaction was cleaning up
   for (const auto& e : p.entries)
     if (e.state != JournalEntry::Done) all_in_place = false;
   if (!unsaved.empty()) {
     std::string where = all_in_place ? "the interrupted transaction had put every change in place and was cleaning up: "
                                      : "";
-    std::string way = p.finishable()
-                          ? "`overlay recover --root ROOT` finishes it (then `overlay revert` undoes it, if that is "
-                            "what you want)"
-                          : "It cannot be finished either (" + p.blockers().front() + "): give " +
-                                p.blockers().front().substr(0, p.blockers().front().find(": ")) +
-                                " the bytes the transaction wrote (undo the edit) and run `overlay recover --root "
-                                "ROOT`, or reinstall the engine wheel";
+    std::string way;
+    if (p.unsaved.empty()) {  // only edits stand in the way: undone, the rollback is whole again
+      std::string names;
+      for (const auto& x : p.edited) names += (names.empty() ? "" : ", ") + x.substr(0, x.find(": "));
+      way = "Give " + names +
+            " the bytes the transaction wrote (undo the edit), then run `overlay recover --discard --root ROOT` "
+            "again (the saved old bytes are kept for it), or reinstall the engine wheel";
+    } else if (p.finishable()) {
+      way = "`overlay recover --root ROOT` finishes it (then `overlay revert` undoes it, if that is what you want)";
+    } else {
+      way = "It cannot be finished either (" + p.blockers().front() + "): give " +
+            p.blockers().front().substr(0, p.blockers().front().find(": ")) +
+            " the bytes the transaction wrote (undo the edit) and run `overlay recover --root ROOT`, or reinstall "
+            "the engine wheel";
+    }
     Error e = make_error(ErrorKind::Tampered, unsaved.front().substr(0, unsaved.front().find(": ")),
                          where + std::to_string(unsaved.size()) +
                              " file(s) cannot be rolled back, so rolling back would leave the tree half-applied; "

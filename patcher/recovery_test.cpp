@@ -144,6 +144,42 @@ TEST(Recovery, DiscardThatCannotBeWholeRefusesEvenWhenAHandEditBlocksFinishing) 
   EXPECT_EQ(w.run({"check"}).code, 0);
 }
 
+// Issue 45: the twin of the case above. Killed after a target got its new
+// bytes (every rename done, the saved old bytes still there), then that
+// target edited: discard kept it, removed the new module it imports and the
+// only saved copy of its old bytes (exit 0). It must refuse, name the file,
+// change nothing and keep the saved old bytes; with the edit undone it rolls
+// the transaction back whole.
+TEST(Recovery, DiscardRefusesWhenAFileHoldingItsNewBytesWasEdited) {
+  for (const char* fault : {"unlink-saved:1", "rename:3"}) {
+    Workspace w;
+    Snapshot pristine = snapshot(w.tree);
+    ASSERT_EQ(w.run({"apply"}, {{"OVERLAY_FAULT", fault}}).code, kKilled) << fault;
+    const std::string target = "example/scheduler.py";
+    const std::string saved = "example/.scheduler.py.overlay-old";
+    ASSERT_NE(read_file(w.tree_file(target)), pristine[target].bytes) << fault << ": not renamed yet";
+    ASSERT_TRUE(exists(w.tree_file(saved))) << fault;
+    const std::string applied = read_file(w.tree_file(target));
+    write_file(w.tree_file(target), applied + "# hotfix\n");
+    auto before = snapshot(w.tree);
+    auto d = w.run({"recover", "--discard"});
+    EXPECT_EQ(d.code, 4) << fault << d.out << d.err;
+    EXPECT_THAT(d.err, HasSubstr(target + ": edited after the interrupted transaction gave it its new bytes"));
+    EXPECT_THAT(d.err, HasSubstr("nothing was changed"));
+    EXPECT_THAT(d.err, HasSubstr("overlay recover --discard"));
+    EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "") << fault;
+    EXPECT_TRUE(exists(w.tree_file(saved))) << fault;
+    auto r = w.run({"recover"});  // finishing is blocked by the same edit
+    EXPECT_EQ(r.code, 4) << fault;
+    EXPECT_THAT(r.err, HasSubstr("give " + target + " the bytes the transaction wrote (undo the edit)")) << r.err;
+    EXPECT_EQ(diff_snapshots(before, snapshot(w.tree)), "") << fault;
+    write_file(w.tree_file(target), applied);
+    auto again = w.run({"recover", "--discard"});
+    ASSERT_EQ(again.code, 0) << fault << again.err;
+    EXPECT_EQ(diff_bytes(pristine, snapshot(w.tree)), "") << fault;
+  }
+}
+
 // Issue 37: a damaged saved copy was reported as "already removed" with
 // "every change in place", though the transaction had stopped half-way.
 TEST(Recovery, DiscardWithADamagedSavedCopySaysSoAndNotThatEveryChangeIsInPlace) {

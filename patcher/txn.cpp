@@ -502,14 +502,31 @@ Status commit(const Tree& tree, const std::vector<Change>& changes) {
   // A target changed under us after the commit point: the changes already in
   // place are rolled back from the saved old bytes (all of them are still
   // there), the changed file is kept as it is, the journal removed.
+  // Every file edited meanwhile is named, not only the one that stopped it
+  // (issue 45). A file already given its new bytes and edited since makes
+  // the rollback refuse whole (discard): nothing is rolled back, no new
+  // module removed under a file that imports it, the journal kept.
   auto roll_back = [&](Error e) -> Status {
     auto d = discard(tree, {});
     if (!d) {
-      e.message += "; rolling the transaction back failed too (" + d.error().line() +
-                   "): the journal is kept, `overlay recover --discard` rolls it back";
-      return e;
+      if (d.error().kind != ErrorKind::Tampered) {
+        e.message += "; rolling the transaction back failed too (" + d.error().line() +
+                     "): the journal is kept, `overlay recover --discard` rolls it back";
+        return e;
+      }
+      Error r = d.error();
+      r.message = e.message + "; and the transaction was not rolled back: " + d.error().line();
+      r.file = e.file;
+      r.details.insert(r.details.begin(), e.line());
+      return r;
     }
-    e.message += "; the transaction was rolled back, that file kept as it is; try again";
+    std::string kept;
+    for (const auto& k : d->kept) {
+      e.details.push_back(k);
+      kept += (kept.empty() ? "" : ", ") + k.substr(0, k.find(": "));
+    }
+    e.message += "; the transaction was rolled back, " + (kept.empty() ? std::string("that file") : kept) +
+                 " kept as " + (d->kept.size() > 1 ? "they are" : "it is") + "; try again";
     return e;
   };
   for (size_t i = 0; i < changes.size(); ++i) {

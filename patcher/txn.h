@@ -88,6 +88,11 @@ struct Pending {
   // its new bytes but whose saved old bytes are gone or damaged: while there
   // is one, the transaction cannot be rolled back whole, so discard refuses.
   std::vector<std::string> unsaved;
+  // "path: why" of each file the transaction had already given its new
+  // bytes (renamed into place, or created) and that someone edited since:
+  // rolling back would drop that edit, keeping it would leave the tree
+  // half-applied (issue 45), so discard refuses while there is one.
+  std::vector<std::string> edited;
   bool finishable() const;
   std::vector<std::string> blockers() const;  // "path: why" of each Blocked entry
 };

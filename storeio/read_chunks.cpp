@@ -28,6 +28,7 @@
 #include "kvtier/format/mac.h"
 #endif
 #include "kvtier/store_abi.h"
+#include "no_links.h"
 #include "parallel.h"
 #include "segments.h"
 
@@ -353,10 +354,14 @@ std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, unsigned 
   kvtier::Fd owned;
   int fd = item.fd;
   if (item.path) {
-    owned = kvtier::Fd(::open(item.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    // No symlink as the file or as a folder on its path (FORMAT.md 2).
+    owned = kvtier::Fd(open_no_links(item.path, O_RDONLY | O_NONBLOCK));
     if (!owned.valid()) {
       const int err = errno;
       if (err == ENOENT) return Failure{KVTIER_E_MISSING, "missing_file", err, std::strerror(err)};
+      if (err == ELOOP)
+        return Failure{KVTIER_E_IO, "io_error", err,
+                       "open: the file or a folder on its path is a symlink (the store follows none)"};
       return io_failure(err, "open");
     }
     fd = owned.get();

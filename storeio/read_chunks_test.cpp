@@ -238,6 +238,29 @@ TEST(ReadChunks, MissingSymlinkAndFifoAreRefused) {
   }
 }
 
+// Issue 45: a folder on the path swapped for a link to a folder holding a
+// good chunk (a chunk folder, manifests/, the rank folder) was followed.
+TEST(ReadChunks, AFolderOnThePathThatIsASymlinkIsRefused) {
+  Fixture f;
+  const std::string real = f.dir.file("real");
+  ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
+  ASSERT_EQ(::rename(f.path.c_str(), (real + "/chunk.bin").c_str()), 0);
+  const std::string link = f.dir.file("leaf");
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  const std::string through = link + "/chunk.bin";
+  f.item.path = through.c_str();
+  EXPECT_EQ(f.read(), "io_error");
+  EXPECT_EQ(f.item.status, KVTIER_E_IO);
+  EXPECT_EQ(f.item.sys_errno, ELOOP);
+  EXPECT_NE(std::string(f.item.message).find("symlink"), std::string::npos) << f.item.message;
+  EXPECT_EQ(f.item.bytes_read, 0u);
+  EXPECT_EQ(f.landed(), std::vector<std::uint8_t>(f.payload.size(), 0)) << "nothing read";
+  // The same file by its real path reads fine.
+  const std::string direct = real + "/chunk.bin";
+  f.item.path = direct.c_str();
+  EXPECT_EQ(f.read(), "");
+}
+
 TEST(ReadChunks, RunsThatDoNotHoldThePayloadAreABadArgument) {
   Fixture f;
   f.runs[1].length += 1;

@@ -24,6 +24,7 @@
 #include "kvtier/format/mac.h"
 #endif
 #include "kvtier/store_abi.h"
+#include "no_links.h"
 #include "parallel.h"
 #include "segments.h"
 
@@ -145,9 +146,9 @@ std::optional<Failure> check_arguments(const kvtier_write_item& item) {
   return std::nullopt;
 }
 
-std::string temp_path(const char* path) {
+std::string temp_name(const std::string& name) {
   // fmt.temp_name: <final>.tmp.<pid>.<tid>, tid the writing thread's.
-  return std::string(path) + ".tmp." + std::to_string(::getpid()) + "." +
+  return name + ".tmp." + std::to_string(::getpid()) + "." +
          std::to_string(static_cast<long>(::syscall(SYS_gettid)));
 }
 
@@ -156,6 +157,23 @@ std::string folder_of(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+std::string name_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The item's folder, opened without following a symlink anywhere on its
+// path (FORMAT.md 2): the temp, the rename and the folder's fsync all act
+// in it, never through a link someone put in the way.
+int open_folder(const std::string& folder) { return open_no_links(folder.c_str(), O_RDONLY | O_DIRECTORY); }
+
+Failure folder_failure(int err, const std::string& folder) {
+  if (err == ELOOP)
+    return {KVTIER_E_IO, "io_error", err,
+            "open " + folder + ": the folder or one above it is a symlink (the store follows none)"};
+  return sys_failure(err, "open " + folder);
 }
 
 // Private to the serving user, or group-readable (the group from the
@@ -181,13 +199,16 @@ std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
     return bad_argument(std::string(kvformat::reason_name(probe.error().reason)) + ": " +
                         probe.error().message);
 
-  const std::string tmp = temp_path(item.path);
+  const std::string folder = folder_of(item.path), name = name_of(item.path);
+  kvtier::Fd dir(open_folder(folder));
+  if (!dir.valid()) return folder_failure(errno, folder);
+  const std::string tmp = temp_name(name);
   const mode_t mode = file_mode(flags);
-  kvtier::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-  if (!fd.valid()) return sys_failure(errno, "create " + tmp);
+  kvtier::Fd fd(::openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd.valid()) return sys_failure(errno, "create " + folder + "/" + tmp);
   auto fail = [&](Failure f) {
     fd = kvtier::Fd();
-    ::unlink(tmp.c_str());
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
     return f;
   };
   if (::fchmod(fd.get(), mode) != 0) return fail(sys_failure(errno, "fchmod " + tmp));
@@ -220,7 +241,8 @@ std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
   if (faultable(KVTIER_FAULT_SYNC, [&] { return ::fdatasync(fd.get()); }) != 0)
     return fail(sys_failure(errno, "fdatasync"));
   if (::close(fd.release()) != 0) return fail(sys_failure(errno, "close"));
-  if (faultable(KVTIER_FAULT_RENAME, [&] { return ::rename(tmp.c_str(), item.path); }) != 0)
+  if (faultable(KVTIER_FAULT_RENAME,
+                [&] { return ::renameat(dir.get(), tmp.c_str(), dir.get(), name.c_str()); }) != 0)
     return fail(sys_failure(errno, "rename"));
   item.payload_checksum = crc;
   item.header_length = header_length;
@@ -229,7 +251,7 @@ std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
 }
 
 int sync_folder(const std::string& folder) {
-  kvtier::Fd fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  kvtier::Fd fd(open_folder(folder));
   if (!fd.valid()) return errno;
   if (faultable(KVTIER_FAULT_DIR_SYNC, [&] { return ::fsync(fd.get()); }) != 0) return errno;
   return 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,24 @@ TEST(WriteChunks, AMissingFolderIsAnIoError) {
   EXPECT_EQ(kvtier_write_chunks(&it, 1, 1, 0), 1);
   EXPECT_STREQ(it.reason, "io_error");
   EXPECT_EQ(it.sys_errno, ENOENT);
+}
+
+// Issue 45: a chunk folder swapped for a link to elsewhere got the chunk
+// (and a manifest then named it). Nothing is written through a link.
+TEST(WriteChunks, AFolderOnThePathThatIsASymlinkIsRefused) {
+  Fixture f;
+  const std::string elsewhere = f.dir.file("elsewhere");
+  ASSERT_EQ(::mkdir(elsewhere.c_str(), 0700), 0);
+  const std::string link = f.dir.file("leaf");
+  ASSERT_EQ(::symlink(elsewhere.c_str(), link.c_str()), 0);
+  const std::string p = link + "/chunk.bin";
+  auto it = f.item(p);
+  EXPECT_EQ(kvtier_write_chunks(&it, 1, 1, 0), 1);
+  EXPECT_EQ(it.status, KVTIER_E_IO);
+  EXPECT_STREQ(it.reason, "io_error");
+  EXPECT_EQ(it.sys_errno, ELOOP);
+  EXPECT_NE(std::string(it.message).find("symlink"), std::string::npos) << it.message;
+  EXPECT_TRUE(std::filesystem::is_empty(elsewhere)) << "nothing written through the link";
 }
 
 TEST(WriteChunks, BadFieldsAreRefusedBeforeAnyFile) {

@@ -11,6 +11,7 @@ file stays as the independent oracle of the tests (sim/restore_read_py.py).
 """
 
 import ctypes
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,6 +69,7 @@ def read_job(
     threads: int,
     willneed: bool = False,
     key: bytes | None = None,
+    folders: Any = None,
 ) -> int:
     """Read and verify every file of one promotion; the payload bytes read.
 
@@ -76,7 +78,21 @@ def read_job(
     after it). On failure no byte of the job's memory may be used.
     ``key``: a keyed store's; a file whose MAC is missing or wrong fails
     the job (mac_missing, mac_mismatch) like any other refused file.
+    ``folders``: the rank base's ``store_perms.Folders``: a file in a chunk
+    folder that is a symlink or others could change fails the job
+    (``unsafe_folder``) before anything is read. The library itself opens
+    no path through a symlink (openat2 RESOLVE_NO_SYMLINKS).
     """
+    for k, r in zip(keys, requests, strict=True):
+        problem = (
+            None
+            if folders is None or r.path is None
+            else folders.problem(os.path.dirname(r.path))
+        )
+        if problem is not None:
+            raise PromotionFailed(
+                "unsafe_folder", f"store folder not safe: {problem}", k
+            )
     results = lib.read_chunks(
         requests, threads, stop_on_failure=True, willneed=willneed, key=key
     )

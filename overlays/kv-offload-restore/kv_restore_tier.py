@@ -380,7 +380,7 @@ class SchedulerRestore:
             # The workers read with the writer's key; a key file they would
             # refuse (others may read it, wrong owner, size) fails the boot here.
             try:
-                fmt.load_key(key_file)
+                fmt.load_key(key_file, root)
             except fmt.KeyFileError as e:
                 raise RestoreRefused(
                     f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {e}"

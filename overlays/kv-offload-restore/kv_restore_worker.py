@@ -211,8 +211,10 @@ class WorkerRestore:
             self._disable(f"this rank's store is not open ({reason})")
             return
         layout = writer.layout
-        # Chunks are inputs: never read a store others can change.
-        unsafe = store_perms.store_problem(layout.root)
+        # Chunks are inputs: never read a store others can change (the store
+        # folder and above, the rank base, manifests/, pending/; each chunk
+        # folder at its first read: kv_restore_read.read_job).
+        unsafe = store_perms.rank_problem(layout)
         if unsafe is not None:
             self._disable(f"store folder not safe: {unsafe}")
             return
@@ -235,6 +237,7 @@ class WorkerRestore:
         # the writer's key, its MAC checked before a byte of it is used.
         self._key = getattr(writer, "key", None)
         self._lock_path = layout.lock
+        self._folders = store_perms.Folders(layout.base)
         self._groups = {g.group: g for g in store.settings.groups}
         self.inventory = Inventory(
             layout.manifest_dir, writer.namespace, writer.rank, self._key
@@ -404,7 +407,7 @@ class WorkerRestore:
         if self.inventory is None or len(keys) != len(chunks):
             self.stats.failures["restore_off"] += 1
             return False
-        lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock_fd = store_perms.open_or_create(self._lock_path, os.O_RDWR)
         located: list[tuple[bytes, int, Proof, str]] = []
         try:
             try:
@@ -467,7 +470,13 @@ class WorkerRestore:
             )
         keys = [key for key, _, _, _ in located]
         self.stats.bytes_restored += chunk_read.read_job(
-            self._native, keys, requests, READERS, READ_WILLNEED, self._key
+            self._native,
+            keys,
+            requests,
+            READERS,
+            READ_WILLNEED,
+            self._key,
+            self._folders,
         )
 
     def _geometry(self, proof: Proof) -> tuple["GroupLayout", int, int]:

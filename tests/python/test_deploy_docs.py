@@ -90,6 +90,14 @@ def test_systemd_units_verify(kvstore_bin, tmp_path):
     assert res.returncode == 0 and res.stderr == "", res.stderr
 
 
+def test_the_sweep_runs_as_the_serving_user_not_root():
+    """Issue 45, 5: run as root, a sweep made .lock root's and the engine's
+    writer could not open it at its next boot. The unit names its user."""
+    unit = (DEPLOY / "systemd" / "kvtier-gc.service").read_text()
+    users = re.findall(r"^User=(\S+)$", unit, re.M)
+    assert users and users[0] not in ("root", "0"), users
+
+
 def _run_unit_commands(unit: Path, env: dict[str, str]) -> None:
     for line in unit.read_text().splitlines():
         if not line.startswith("ExecStart="):

@@ -6,13 +6,19 @@ refused at boot before anything is created."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import store_local_support as sls
 from kv_store_format import native
 from overlay_modules import fmt
+
+_RESTORE = Path(__file__).resolve().parents[2] / "overlays" / "kv-offload-restore"
+if str(_RESTORE) not in sys.path:
+    sys.path.insert(0, str(_RESTORE))
 
 
 def _key(tmp_path: Path, mode: int = 0o600, name: str = "kvtier.key") -> Path:
@@ -131,3 +137,107 @@ def test_a_plain_chunk_planted_in_a_keyed_store_is_not_dedup_d(tmp_path, store_l
     again, _ = _write(root, key_file, store_lib)
     assert again.stats.keys_written == 1 and again.stats.keys_deduplicated == 5
     assert Path(path).read_bytes() == sealed
+
+
+def _set_manifest_mac(base: Path, mac: str) -> Path:
+    """A kept manifest's ``"mac"`` value replaced (the file's JSON stays
+    valid; its checksum does not cover the MAC)."""
+    (path,) = (base / fmt.MANIFEST_DIR).glob("*.json")
+    manifest = json.loads(path.read_bytes())
+    manifest["mac"] = mac
+    path.write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("mac", ["\u00e9" * 64, "\U0001f511" * 64, "A" * 64])
+def test_a_manifest_mac_that_is_no_hex_is_one_mac_mismatch(tmp_path, mac):
+    """Issue 45, 1: a kept manifest whose "mac" is not ASCII made
+    hmac.compare_digest raise TypeError out of the writer's boot (and out of
+    every restore scan and budget rescan). It is that manifest's
+    mac_mismatch, nothing else is affected."""
+    lib = native.load(native.library_path())
+    key_file = _key(tmp_path)
+    key = key_file.read_bytes()
+    root = tmp_path / "kv"
+    _write(root, key_file, lib)
+    (base,) = sls.rank_bases(root)
+    path = _set_manifest_mac(base, mac)
+    with pytest.raises(fmt.FormatError) as err:
+        fmt.decode_manifest(path.read_bytes(), key)
+    assert err.value.reason is fmt.Reason.MAC_MISMATCH
+    # The writer boots (with its disk budget, whose scan reads the manifests
+    # too), does not take the manifest for its own, and writes on.
+    knobs = sls.knobs(root, key_file=str(key_file), disk_bytes=1 << 30)
+    store, staging = sls.make_store(root, knobs=knobs, store_lib=lib)
+    assert store.active, store.disabled_reason
+    assert path.name not in store.writer.manifests.published
+    index = store.writer.budget.rescan()
+    assert str(path) not in index._root_of
+    maker = sls.JobMaker(staging)
+    sls.run_job(store, maker.full_chunks(0, 3, branch=1))
+    assert store.stats.keys_written == 3
+    store.shutdown()
+    # The restore's inventory rejects that manifest and loads the others.
+    import kv_restore_inventory
+
+    record = fmt.decode_namespace_record(
+        Path(store.writer.layout.namespace_record).read_bytes()
+    )
+    inventory = kv_restore_inventory.Inventory(
+        str(base / fmt.MANIFEST_DIR), record.namespace_hash, sls.RANK, key
+    )
+    loaded, rejected = inventory.scan()
+    assert (loaded, rejected) == (0, 1)
+    assert path.name in inventory.bad
+
+
+def test_a_key_inside_the_store_folder_or_all_zero_is_refused_at_boot(tmp_path):
+    """Issue 45: a key kept in the store folder (whoever can write the store
+    can read or swap it; kvstore called it `foreign`) and an all-zero key
+    were accepted. Both disable the writer, one line, nothing written."""
+    root = tmp_path / "kv"
+    root.mkdir(mode=0o700)
+    inside = _key(root, name="kvtier.key")
+    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(inside)))
+    assert not store.active
+    assert store.disabled_reason.startswith(
+        f"key file {inside} is inside the store folder {root}: refused"
+    )
+    assert sorted(root.iterdir()) == [inside]
+    zero = tmp_path / "zero.key"
+    zero.write_bytes(bytes(32))
+    zero.chmod(0o600)
+    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(zero)))
+    assert not store.active
+    assert store.disabled_reason.startswith(f"key file {zero} holds only zero bytes")
+    assert sorted(root.iterdir()) == [inside]
+
+
+def test_a_fifo_swapped_in_after_the_first_look_is_refused_not_waited_on(
+    tmp_path, monkeypatch
+):
+    """load_key looked (lstat), then opened blocking with no second look: a
+    FIFO swapped in between hung the boot. The open does not block and the
+    descriptor is judged again."""
+    import signal
+
+    real = _key(tmp_path)
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    looked = os.lstat(real)  # what the first look saw: a good key file
+    lstat = os.lstat
+    monkeypatch.setattr(
+        os, "lstat", lambda p, *a, **k: looked if str(p) == str(fifo) else lstat(p)
+    )
+
+    def hung(signum, frame):
+        raise TimeoutError("load_key blocked on the FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(fmt.KeyFileError, match="changed while opened: refused"):
+            fmt.load_key(str(fifo))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

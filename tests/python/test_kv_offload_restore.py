@@ -236,6 +236,24 @@ def fifo_at_chunk(rig, hashes):
     return "io_error"
 
 
+def linked_chunk_folder(rig, hashes):
+    """Issue 45, 2: a chunk folder replaced by a link to a copy of it
+    elsewhere (every chunk genuine): the restore loaded through it."""
+    leaf = os.path.dirname(chunk_path(rig, key_of(hashes, 0, 2)))
+    elsewhere = os.path.join(os.path.dirname(base_dir(rig)), "elsewhere")
+    shutil.copytree(leaf, elsewhere)
+    shutil.rmtree(leaf)
+    os.symlink(elsewhere, leaf)
+    return "unsafe_folder"
+
+
+def open_chunk_folder(rig, hashes):
+    """Issue 45, 3: a chunk folder others may write (a plant could land in
+    it): it passed because the check stopped at the store folder."""
+    os.chmod(os.path.dirname(chunk_path(rig, key_of(hashes, 0, 2))), 0o777)
+    return "unsafe_folder"
+
+
 @pytest.fixture
 def hang_guard():
     """Fails the test rather than hanging the run when an open blocks."""
@@ -259,6 +277,8 @@ def hang_guard():
         (missing_file, 1),
         (rank_one_missing, 2),
         (fifo_at_chunk, 1),
+        (linked_chunk_folder, 1),
+        (open_chunk_folder, 1),
     ],
 )
 def test_damage_is_a_miss_and_a_recompute(ns, store, damage, tp, hang_guard):
@@ -684,6 +704,31 @@ def test_a_store_others_can_change_fails_the_boot(ns, store):
     with pytest.raises(
         ValueError, match=rf"store folder not safe: {re.escape(str(store))} \(mode 0777"
     ):
+        Rig(ns, store)
+
+
+@pytest.mark.parametrize("folder", ["rank", "manifests"])
+@pytest.mark.parametrize("how", ["link", "0777"])
+def test_a_rank_folder_others_can_change_is_never_read(ns, store, folder, how):
+    """Issue 45, 2 and 3: the rank folder or manifests/ made a link to a copy
+    of it, or writable by others: the rank's writer is disabled at boot (one
+    line naming the folder; the rig asserts every writer is up, so its
+    assertion carries that line), and with it the rank's restore."""
+    rig, hashes = write_a(ns, store)
+    rig.shutdown()
+    path = base_dir(rig)
+    if folder == "manifests":
+        path = os.path.join(path, "manifests")
+    if how == "link":
+        copy = os.path.join(str(store), "copy-of-" + os.path.basename(path))
+        shutil.copytree(path, copy, symlinks=True)
+        shutil.rmtree(path)
+        os.symlink(copy, path)
+        want = f"store folder not safe: {path} is a symlink"
+    else:
+        os.chmod(path, 0o777)
+        want = f"store folder not safe: {path} (mode 0777, uid {os.geteuid()})"
+    with pytest.raises(AssertionError, match=re.escape(want)):
         Rig(ns, store)
 
 

@@ -157,3 +157,85 @@ def test_inspect_reads_a_sealed_chunk_and_says_its_mac_is_not_checked(kv, keyed)
     assert (
         bad.code == 1 and json.loads(bad.out)["payload"] == "payload_checksum_mismatch"
     )
+
+
+# -- issue 45, the smaller findings ---------------------------------------
+
+
+def test_verify_without_the_key_says_the_macs_went_unchecked(kv, keyed):
+    root, key, _, _ = keyed
+    plain = kv("verify", str(root))
+    assert plain.code == 0, plain.out + plain.err
+    assert "MACs not checked in 1 keyed rank(s) (give --key FILE" in plain.out
+    doc = json.loads(kv("verify", "--json", str(root)).out)
+    assert doc["summary"]["macs_unchecked"] == 1 == doc["summary"]["keyed_ranks"]
+    checked = kv("verify", "--key", str(key), str(root))
+    assert checked.code == 0 and "MACs not checked" not in checked.out
+
+
+def test_verify_without_the_key_finds_unsealed_files_in_a_keyed_store(kv, keyed):
+    """The record fences a mac_key_id, which verify reads without the key:
+    a plain chunk or a manifest without "mac" is mac_missing there too."""
+    root, key, base, chunk = keyed
+    chunk.write_bytes(bytes(fmt.open_chunk(key.read_bytes(), chunk.read_bytes())))
+    (path,) = (base / fmt.MANIFEST_DIR).glob("*.json")
+    manifest = fmt.decode_manifest(path.read_bytes(), key.read_bytes())
+    path.write_bytes(fmt.encode_manifest(manifest))  # no "mac"
+    r = kv("verify", str(root))
+    assert r.code == 1, r.out + r.err
+    lines = _findings(r)
+    rel = str(chunk.relative_to(root))
+    assert f"{rel}: corrupt: mac_missing: chunk has no MAC; the store is keyed" in lines
+    mrel = str(path.relative_to(root))
+    assert any(line.startswith(f"{mrel}: bad-manifest: mac_missing") for line in lines)
+    # gc (no key, nothing to judge a seal with) plans no deletion of them.
+    plan = json.loads(kv("gc", "--json", str(root)).out)
+    assert plan["plan"]["items"] == [], plan
+
+
+def test_a_manifest_key_spelled_with_escapes_is_read_alike(kv, keyed):
+    """`"\\u006dac"` is the key "mac" to JSON: the restore's Python codec used
+    such a manifest, while the C++ reader (looking for the bytes "mac")
+    called it mac_missing under --key and gc refused the sweep."""
+    root, key, base, _ = keyed
+    (path,) = (base / fmt.MANIFEST_DIR).glob("*.json")
+    data = path.read_bytes()
+    assert data.count(b'"mac":') == 1
+    path.write_bytes(data.replace(b'"mac":', b'"\\u006dac":'))
+    assert fmt.decode_manifest(path.read_bytes(), key.read_bytes()) is not None
+    r = kv("verify", "--key", str(key), str(root))
+    assert r.code == 0, r.out + r.err
+    done = kv("gc", "--sweep", str(root))
+    assert done.code == 0, done.out + done.err
+    assert path.exists()
+
+
+@pytest.mark.parametrize("cut", [-32, -1, 1, 32])
+def test_verify_key_judges_a_sealed_chunk_by_its_mac_first(kv, keyed, cut):
+    """FORMAT.md 3.6 and the restore: a keyed file's MAC is judged before
+    anything else, so a chunk with its MAC cut, or bytes appended, is
+    mac_mismatch; verify --key called them truncated / trailing_bytes."""
+    root, key, _, chunk = keyed
+    data = chunk.read_bytes()
+    chunk.write_bytes(data[:cut] if cut < 0 else data + b"\0" * cut)
+    r = kv("verify", "--key", str(key), str(root))
+    assert r.code == 1, r.out + r.err
+    rel = str(chunk.relative_to(root))
+    mine = [line for line in _findings(r) if line.startswith(f"{rel}: ")]
+    assert mine == [f"{rel}: corrupt: mac_mismatch: chunk MAC differs"], r.out
+
+
+def test_verify_refuses_a_key_inside_the_store_or_all_zero(kv, keyed, tmp_path):
+    root, key, _, _ = keyed
+    inside = root / "kvtier.key"
+    inside.write_bytes(key.read_bytes())
+    inside.chmod(0o600)
+    r = kv("verify", "--key", str(inside), str(root))
+    assert r.code == 2, r.out + r.err
+    assert f"key file {inside} is inside the store folder {root}: refused" in r.err
+    inside.unlink()
+    zero = _key(tmp_path, "zero.key")
+    zero.write_bytes(bytes(32))
+    r = kv("verify", "--key", str(zero), str(root))
+    assert r.code == 2, r.out + r.err
+    assert f"key file {zero} holds only zero bytes" in r.err

@@ -336,3 +336,112 @@ def test_an_edit_by_another_process_during_apply_is_kept(
     assert (t.root / WORKER).read_bytes().endswith(b"# appended by another process\n")
     want = {**pristine, WORKER: edited}
     assert t.hashes() == want, "rolled back to anything but pristine plus the edit"
+
+
+SCHEDULER = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+BUDGET = (
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading/kv_store_local/budget.py"
+)
+
+
+def _saved(rel: str) -> str:
+    folder, name = rel.rsplit("/", 1)
+    return f"{folder}/.{name}.overlay-old"
+
+
+def _pause(t: Faults, command: str, step: str) -> subprocess.Popen:
+    """`overlay <command>` stopped (SIGSTOP) at ``step``, after its commit."""
+    env = {**os.environ, "OVERLAY_FAULT": f"pause@{step}"}
+    proc = subprocess.Popen(
+        t.args(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    stat = Path(f"/proc/{proc.pid}/stat")
+    deadline = time.monotonic() + 120
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{command} never reached {step}"
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize(
+    "fault, target",
+    [
+        ("unlink-saved:1", SCHEDULER),
+        ("unlink-saved:1", CONFIG),
+        ("unlink-saved:1", BUDGET),  # a module the transaction created
+        ("rename:3", CONFIG),
+    ],
+)
+def test_discard_after_an_edit_to_a_file_holding_its_new_bytes_refuses(
+    build_dir, tmp_path, pin_dir, fault, target
+):
+    """Issue 45, 7: interrupted after ``target`` got its new bytes, then
+    ``target`` edited: recover --discard said "kept", deleted the new
+    modules under a file still importing them and removed the only saved
+    copy of the old bytes. It refuses (exit 4) naming the file, changes
+    nothing, keeps the saved old bytes; once the edit is undone it rolls
+    the transaction back whole."""
+    t = Faults(build_dir, tmp_path, pin_dir)
+    pristine = t.hashes()
+    done = t.run("apply", fault=fault)
+    assert done.returncode == EXIT_KILLED, done.stderr
+    applied = t.hashes()
+    assert applied[target] != pristine.get(target), "not holding its new bytes"
+    text = (t.root / target).read_bytes()
+    (t.root / target).write_bytes(text + b"# appended by hand\n")
+    before = t.hashes()
+
+    done = t.run("recover", "--discard")
+
+    assert done.returncode == EXIT_TAMPERED, done.stdout + done.stderr
+    assert f"{target}: edited after the interrupted transaction" in done.stderr
+    assert "nothing was changed" in done.stderr, done.stderr
+    assert t.hashes() == before, "a refused discard changed the tree"
+    if target != BUDGET:
+        assert _saved(target) in before, "the saved old bytes are gone"
+    for command in ("apply", "revert"):
+        assert t.run(command).returncode == EXIT_TAMPERED
+        assert t.hashes() == before
+    # The way out the message gives: undo the edit, discard again.
+    (t.root / target).write_bytes(text)
+    done = t.run("recover", "--discard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert t.hashes() == pristine
+
+
+def test_an_apply_rolling_back_after_edits_names_every_edited_file(
+    build_dir, tmp_path, pin_dir
+):
+    """Issue 45, 8: paused at the third rename (config.py and scheduler.py
+    already patched), config.py and worker.py edited by another process: apply
+    named worker.py only (exit 7), and its rollback left config.py, kept as
+    edited, importing modules it deleted. The rollback refuses instead: every
+    edited file named, nothing rolled back, no module deleted, the journal
+    kept; undoing the edit to config.py lets `recover --discard` finish it."""
+    t = Faults(build_dir, tmp_path, pin_dir)
+    pristine = t.hashes()
+    proc = _pause(t, "apply", "rename:3")
+    try:
+        assert t.hashes()[CONFIG] != pristine[CONFIG]
+        config = (t.root / CONFIG).read_bytes()
+        for rel in (CONFIG, WORKER):
+            with (t.root / rel).open("a") as f:
+                f.write("# appended by another process\n")
+        edited = t.hashes()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=300)
+    err = err.decode()
+
+    assert proc.returncode == EXIT_TAMPERED, out.decode() + err
+    assert f"{WORKER}: changed by another process" in err, err
+    assert f"{CONFIG}: edited after the interrupted transaction" in err, err
+    assert t.hashes() == edited, "the refused rollback changed the tree"
+    assert (t.root / JOURNAL).is_file()
+    (t.root / CONFIG).write_bytes(config)
+    done = t.run("recover", "--discard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"kept {WORKER}" in done.stdout, done.stdout
+    want = {**pristine, WORKER: edited[WORKER]}
+    assert t.hashes() == want

@@ -154,7 +154,7 @@ from .segment import (
     SegmentKind,
     make_segments,
 )
-from .store_file import open_regular, read_regular
+from .store_file import open_nofollow, open_regular, read_regular
 
 __all__ = [
     "seal_header",
@@ -247,6 +247,7 @@ __all__ = [
     "manifest_file_name",
     "namespace_hash",
     "namespace_record_name",
+    "open_nofollow",
     "open_regular",
     "parse_chunk_rel_path",
     "parse_json",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import stat
 import struct
 from collections.abc import Mapping
@@ -32,23 +33,59 @@ MANIFEST_MAC_FIELD = "mac"
 _FLAGS_AT = 10
 _HEADER_LENGTH_AT = 12
 _MIN_CHUNK = 148  # fixed header and header checksum: the least a seal touches
+_MAC_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class KeyFileError(ValueError):
     """A key file the tier refuses: names the file and the problem."""
 
 
-def load_key(path: str) -> bytes:
+def load_key(path: str, store: str | None = None) -> bytes:
     """The secret key in ``path``, after the checks ssh makes of a private
     key: a regular file (not a symlink), owned by this user, no group or
-    other permission bit, 32..4096 bytes."""
+    other permission bit, 32..4096 bytes; not inside the store folder
+    ``store`` (whoever can write the store could read or swap it there),
+    not all zero bytes. The file is opened without blocking and judged on
+    the open descriptor, so a FIFO or anything swapped in after the first
+    look is refused, never waited on (issue 45)."""
     try:
         st = os.lstat(path)
     except OSError as e:
         raise KeyFileError(f"key file {path}: {e.strerror}") from None
-    mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode):
         raise KeyFileError(f"key file {path} is a symlink: refused")
+    _check_key_stat(path, st)
+    if store:
+        real, root = os.path.realpath(path), os.path.realpath(store)
+        if real == root or real.startswith(root.rstrip("/") + "/"):
+            raise KeyFileError(
+                f"key file {path} is inside the store folder {store}: refused "
+                "(keep it outside, where only the serving user can read it)"
+            )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise KeyFileError(f"key file {path}: {e.strerror}") from None
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise KeyFileError(f"key file {path} changed while opened: refused")
+        _check_key_stat(path, now)
+        key = os.read(fd, MAX_KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if not MIN_KEY_BYTES <= len(key) <= MAX_KEY_BYTES:
+        raise KeyFileError(f"key file {path} changed while read: refused")
+    if not any(key):
+        raise KeyFileError(
+            f"key file {path} holds only zero bytes: refused (head -c 32 "
+            "/dev/urandom makes a key)"
+        )
+    return key
+
+
+def _check_key_stat(path: str, st: os.stat_result) -> None:
+    mode = stat.S_IMODE(st.st_mode)
     if not stat.S_ISREG(st.st_mode):
         raise KeyFileError(f"key file {path} is not a regular file: refused")
     if mode & 0o077:
@@ -66,14 +103,6 @@ def load_key(path: str) -> bytes:
             f"key file {path} holds {st.st_size} bytes: needs "
             f"{MIN_KEY_BYTES}..{MAX_KEY_BYTES}"
         )
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        key = os.read(fd, MAX_KEY_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(key) < MIN_KEY_BYTES:
-        raise KeyFileError(f"key file {path} shrank while read: refused")
-    return key
 
 
 def key_id(key: bytes) -> str:
@@ -190,7 +219,13 @@ def open_manifest(key: bytes, manifest: Mapping[str, Any]) -> dict[str, Any]:
     tag = manifest.get(MANIFEST_MAC_FIELD)
     if tag is None:
         raise FormatError(Reason.MAC_MISSING, "manifest has no mac; the store is keyed")
+    # Bytes against bytes: compare_digest refuses a str that is not ASCII
+    # (TypeError), and anything but 64 lowercase hex digits is no MAC of ours.
+    if not isinstance(tag, str) or not _MAC_HEX.fullmatch(tag):
+        raise FormatError(
+            Reason.MAC_MISMATCH, "manifest mac is not 64 lowercase hex digits"
+        )
     want = _mac(key, _manifest_body(manifest)).hex()
-    if not isinstance(tag, str) or not hmac.compare_digest(want, tag):
+    if not hmac.compare_digest(want.encode("ascii"), tag.encode("ascii")):
         raise FormatError(Reason.MAC_MISMATCH, "manifest mac differs")
     return {k: v for k, v in manifest.items() if k != MANIFEST_MAC_FIELD}

@@ -7,10 +7,13 @@ conversation and its forks, the unit keep-K already works in). Its recency
 is the newest manifest mtime: publishing sets it, a restore sets it again
 (``touch``), so it survives a restart. The writer keeps an index of the base
 (store_index.py) current from its own writes; this module decides when to
-evict and what, and when only a rescan will do. Runs on the writer thread;
-``hold`` and ``touch`` come from the promotion thread.
+evict and what, and when only a rescan will do; and it removes what writers
+that exited left (temps, pending records: they count against the budget
+too). Runs on the writer thread; ``hold`` and ``touch`` come from the
+promotion thread.
 """
 
+import errno
 import fcntl
 import os
 import threading
@@ -20,12 +23,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from . import durable_io
-from .deps import fmt
+from .deps import fmt, init_logger
 from .store_index import Parsed, StoreIndex, Tree, scan
 
 if TYPE_CHECKING:
     from .captured import CapturedJob
     from .writer import StoreWriter
+
+logger = init_logger(__name__)
 
 # Tree and scan are the index's, named here too (the bench, the demo and the
 # tests call budget.scan).
@@ -73,6 +78,11 @@ LOW_WATER_DIVISOR = 64
 # when the budget must evict): it catches what no generation reports (an
 # operator's rm, a restore in another process touching manifests).
 RESCAN_SECONDS = 600.0
+
+# After a job refused because no eviction could make room, what exited
+# writers left is looked for again at most this often (seconds): each look
+# is a scan of the base under LOCK_EX.
+STALE_SECONDS = 60.0
 
 
 def low_water(limit: int) -> int:
@@ -150,6 +160,13 @@ class DiskBudget:
         self.parsed: Parsed = {}
         # Job id -> its upper bound, while its files may be in flight.
         self._reserved: dict[int, int] = {}
+        # The pending record's growth the admitted jobs may cause: counted
+        # until the writer rewrites the record (at its next flush).
+        self._record_reserved = 0
+        # Look for what exited writers left (below) before the first job,
+        # and again after a refusal no eviction could have avoided.
+        self._stale_due = True
+        self._stale_at: float | None = None
         self._held: dict[str, int] = {}  # chunk path -> promotions reading it
         # Manifest paths a restore touched since the last eviction (a set:
         # a budget far from full may not evict for hours), under self._lock.
@@ -215,17 +232,31 @@ class DiskBudget:
         be temps, or renamed but not yet told to the index)."""
         self._reserved[job_id] = self._reserved.get(job_id, 0) + nbytes
 
+    def reserve_record(self, nbytes: int) -> None:
+        """What the pending record may grow by until it is rewritten
+        (``record_written``): the newest bound replaces the one before."""
+        self._record_reserved = nbytes
+
+    def record_written(self) -> None:
+        """The writer rewrote its pending record (or had nothing to add): its
+        size is the index's now."""
+        self._record_reserved = 0
+
     def settle(self, in_flight: int | None = None) -> None:
         """Every job but ``in_flight`` has its files in the index."""
         kept = self._reserved.get(in_flight) if in_flight is not None else None
         self._reserved = {} if kept is None else {in_flight: kept}
 
     @property
+    def reserved(self) -> int:
+        return sum(self._reserved.values()) + self._record_reserved
+
+    @property
     def estimate(self) -> int | None:
         """An upper bound of the bytes under the base now (None: no scan yet)."""
         if self.index is None:
             return None
-        return self.index.used + sum(self._reserved.values())
+        return self.index.used + self.reserved
 
     # -- evicting ------------------------------------------------------------
 
@@ -261,7 +292,7 @@ class DiskBudget:
         or a callable giving them, asked only when evicting) or a held file
         are never retired."""
         index = self.index if self.index is not None else self.rescan()
-        reserved = sum(self._reserved.values())
+        reserved = self.reserved
         if index.used + reserved + incoming <= self.limit:
             return True, []
         if self._must_rescan():
@@ -281,9 +312,73 @@ class DiskBudget:
             protected = set(roots)
             for chunk in pinned:
                 protected |= index.named_by.get(chunk, set())
+            # Retiring every tree it may retire: would that make room? If not,
+            # nothing is retired (issue 45: orphans, temps and pending
+            # records alone past the budget made it delete every chain and
+            # refuse the write anyway).
+            _, freeable = plan(index, -1, 0, protected)
+            if index.used - freeable + reserved + incoming > self.limit:
+                self._futile(index.used, freeable, reserved + incoming)
+                return False, []
             retired, _ = plan(index, self.low, incoming + reserved, protected)
             self._retire(index, retired)
         return index.used + reserved + incoming <= self.limit, retired
+
+    def _futile(self, used: int, freeable: int, wanted: int) -> None:
+        self.stats.evictions_skipped += 1
+        self._stale_due = True
+        n = self.stats.evictions_skipped
+        if n & (n - 1) == 0:  # the 1st, 2nd, 4th, ... time: loud but bounded
+            logger.warning(
+                "KV store: disk budget %d bytes under %s: %d held, of which the "
+                "chain trees it may retire hold %d; %d more do not fit even "
+                "with all of them gone, so nothing was evicted and the job was "
+                "refused (%d times so far). The rest are files no chain tree "
+                "names (orphans, temps, pending records: `kvstore gc --sweep` "
+                "removes them) or chains in use",
+                self.limit,
+                self.layout.base,
+                used,
+                freeable,
+                wanted,
+                n,
+            )
+
+    def remove_stale(self, lock_fd: int, own_record: str | None) -> None:
+        """Between jobs (no lock held, nothing in flight): when due, take
+        LOCK_EX without waiting, scan the base, and remove every temp and
+        every exited writer's pending record (below), as a sweep would.
+        A busy lock: tried again at a later job."""
+        now = self._clock()
+        if not self._stale_due or (
+            self._stale_at is not None and now - self._stale_at < STALE_SECONDS
+        ):
+            return
+        self._stale_at = now
+        index = self.rescan()  # the budget's scan: its first is at this job
+        records = _dead_pending_records(self.layout, own_record)
+        if not index.temps and not records:
+            self._stale_due = False
+            return
+        # Unlinked under LOCK_EX only: then no writer has a temp in flight,
+        # so every temp the scan saw (or a later one of the same name) is
+        # stale (the sweep's rule, FORMAT.md 8 step 3).
+        removed = _remove_under_exclusive_lock(lock_fd, index.temps, records)
+        if removed is None:
+            return  # a sweep, a restore or another writer: a later job
+        self._stale_due = False
+        freed = sum(index.sizes.get(p, 0) for p in removed)
+        for path in removed:
+            index.gone(path)
+        self.stats.stale_files_removed += len(removed)
+        if removed:
+            logger.info(
+                "KV store: removed %d files exited writers left under %s "
+                "(temps, pending records; %d bytes)",
+                len(removed),
+                self.layout.base,
+                freed,
+            )
 
     def _retire(self, index: StoreIndex, retired: list[Tree]) -> None:
         """FORMAT.md 8: every manifest first, their folder synced, then the
@@ -323,6 +418,85 @@ class DiskBudget:
         self.stats.bytes_evicted += freed
 
 
+# -- what writers that exited left (issue 45) ------------------------------
+# Their temps and pending records count against the budget, and only
+# `kvstore gc --sweep` removed them: a store whose dead files alone passed the
+# budget refused every write. The writer removes them by the sweep's own rule
+# (FORMAT.md 8, step 3): a temp only while LOCK_EX on .lock is held (every
+# writer holds LOCK_SH while it has one in flight), a pending record only
+# once nobody holds its flock. It takes LOCK_EX without waiting, between its
+# jobs (no lock held, nothing in flight): if a sweep, a restore or another
+# writer holds the lock, it tries again later.
+
+
+def _exited(path: str) -> bool:
+    """The writer of this pending record has exited: nobody holds its flock
+    (a crash releases it). Anything that cannot be opened is left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live writer holds it (or it cannot be locked)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _dead_pending_records(layout: fmt.StoreLayout, own: str | None) -> list[str]:
+    """Paths of the pending records whose writer exited (never ``own``)."""
+    try:
+        names = sorted(os.listdir(layout.pending_dir))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            fmt.parse_pending_file_name(name)
+        except fmt.FormatError:
+            continue  # a temp or a foreign file: not a record
+        path = os.path.join(layout.pending_dir, name)
+        if path != own and _exited(path):
+            out.append(path)
+    return out
+
+
+def _remove_under_exclusive_lock(
+    lock_fd: int, temps: list[str], records: list[str]
+) -> list[str] | None:
+    """Unlink ``temps`` (every temp under the base) and ``records`` (exited
+    writers' pending records) while holding ``LOCK_EX`` on ``lock_fd``, taken
+    without waiting; None when the lock is busy (nothing removed). Returns
+    the paths removed; the folders they were in are synced."""
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None
+    removed: list[str] = []
+    try:
+        for path in [*temps, *records]:
+            if path in records and not _exited(path):
+                continue  # a writer took its name again meanwhile
+            try:
+                os.unlink(path)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    logger.warning("KV store: cannot remove %s: %s", path, e)
+                continue
+            removed.append(path)
+        for folder in sorted({os.path.dirname(p) for p in removed}):
+            fd = fmt.open_nofollow(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    finally:
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+    return removed
+
+
 # A manifest's canonical JSON: its fixed fields, then per chain key (64 hex
 # and separators) and per entry (key, length, checksum): upper bounds.
 _MANIFEST_BASE = 512
@@ -330,15 +504,19 @@ _MANIFEST_PER_KEY = 72
 _MANIFEST_PER_ENTRY = 120
 
 
-def job_bytes(job: "CapturedJob", keep: int) -> int:
+def job_bytes(job: "CapturedJob", keep: int, keyed: bool = False) -> int:
     """An upper bound of what a job adds: every key as a new chunk file (a
-    deduplicated one adds nothing) and the manifests it may publish. With
-    keep-K on, a tree holds at most K+1 new manifests at once (retain runs
-    after each publish), so only the K+1 largest per tree count."""
+    deduplicated one adds nothing; a keyed store's carries its 32-byte MAC)
+    and the manifests it may publish. With keep-K on, a tree holds at most
+    K+1 new manifests at once (retain runs after each publish), so only the
+    K+1 largest per tree count. The pending record's share is
+    ``record_bytes``'s."""
     total = 0
+    mac = fmt.MAC_SIZE if keyed else 0
     for item in job.keys:
         header = fmt.FIXED_HEADER_SIZE + fmt.HEADER_CHECKSUM_SIZE
         total += header + fmt.SEGMENT_ENTRY_SIZE * len(item.segments) + item.size
+        total += mac
     per_tree: dict[bytes, list[int]] = {}
     for c in job.candidates:
         entries = len(c.chain) * len(c.full) + len(c.state)
@@ -354,11 +532,29 @@ def job_bytes(job: "CapturedJob", keep: int) -> int:
     return total
 
 
+# A pending record entry: ``[<group>,"<key hex>"],`` (FORMAT.md 9.1).
+_RECORD_PER_ENTRY = 10
+
+
+def record_bytes(job: "CapturedJob", listed: int) -> int:
+    """What the writer's pending record may grow by before its next rewrite:
+    an entry for each key of the job (written or reused, not yet named by a
+    manifest) and for each one listed since the record was last written
+    (``ManifestBook.listed``: earlier jobs' keys, chunks a candidate found
+    on disk)."""
+    widths = [len(item.hash) for item in job.keys]
+    widths += [len(c.chain[-1]) for c in job.candidates if c.chain]
+    width = 2 * max(widths, default=32) + _RECORD_PER_ENTRY
+    return (len(job.keys) + listed) * width
+
+
 def make_room_for_job(writer: "StoreWriter", job: "CapturedJob") -> bool:
     """The writer's few lines: room for the job, or its keys refused. The
     retired manifests and chunks are forgotten by the writer's book."""
     budget = writer.budget
-    incoming = job_bytes(job, writer.manifests.keep)
+    book = writer.manifests
+    record = record_bytes(job, book.listed)
+    incoming = job_bytes(job, book.keep, writer.key is not None) + record
     roots = {c.chain[0].hex() for c in job.candidates if c.chain}
     ok, retired = budget.make_room(incoming, writer.manifests.pending_chunks, roots)
     book = writer.manifests
@@ -375,5 +571,6 @@ def make_room_for_job(writer: "StoreWriter", job: "CapturedJob") -> bool:
             writer._free(item)
             writer._lost(item.origin, "disk_budget")
         return False
-    budget.reserve(job.job_id, incoming)
+    budget.reserve(job.job_id, incoming - record)
+    budget.reserve_record(record)
     return True

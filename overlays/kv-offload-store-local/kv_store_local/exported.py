@@ -91,6 +91,8 @@ COUNTERS: tuple[Row, ...] = (
     _r(STORE, "bytes_evicted", "store_evicted_bytes", "Bytes the disk budget retired."),
     _r(STORE, "writes_refused_disk_budget", "store_writes_refused_disk_budget", "Store jobs refused at the disk budget (nothing evictable)."),
     _r(STORE, "keys_refused_disk_budget", "store_keys_lost", _LOST + ", by reason.", ("reason", "disk_budget")),
+    _r(STORE, "evictions_skipped", "store_evictions_skipped", "Store jobs refused without evicting: no eviction could make room."),
+    _r(STORE, "stale_files_removed", "store_stale_files_removed", "Temps and exited writers' pending records the writer removed."),
     # -- the restorer (RestoreStats), one rank's
     _r(RESTORE, "manifests_loaded", "restore_manifests", "Boundary manifests the restorer read, by outcome.", ("outcome", "loaded")),
     _r(RESTORE, "manifests_rejected", "restore_manifests", "Boundary manifests the restorer read, by outcome.", ("outcome", "rejected")),

@@ -111,6 +111,13 @@ class ManifestBook:
         # writer rewrites its pending record only then.
         self.changes = 0
         self._paths: dict[Ident, str] = {}
+        # Entries added to the pending record's list since it was last
+        # written (an upper bound: the disk budget counts their bytes until
+        # the writer rewrites the record, budget.record_bytes).
+        self.listed = 0
+        # The writer's store_perms.Folders: a chunk folder found unsafe is
+        # never deduplicated onto (set by the writer; None: not checked).
+        self.folders = None
         self._path_shapes: set[tuple[int, int]] = set()
         self._base = layout.base
 
@@ -191,9 +198,10 @@ class ManifestBook:
             del self._by_root[chain[0]]
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
-        return verified_header(
-            self.layout, self.namespace, *ident, self.key, self.chunk_path(ident)
-        )
+        path = self.chunk_path(ident)
+        if self.folders is not None and self.folders.problem(os.path.dirname(path)):
+            return None  # an unsafe chunk folder: nothing in it is taken
+        return verified_header(self.layout, self.namespace, *ident, self.key, path)
 
     # -- tracking ------------------------------------------------------------
 
@@ -214,6 +222,8 @@ class ManifestBook:
                 continue
             if ident in self.durable:
                 self.durable.move_to_end(ident)
+                if ident not in self._unpublished:
+                    self.listed += 1  # named by a published manifest: listed again
                 continue
             if ident in self._waiting:
                 # A candidate registered earlier found it missing and it has
@@ -262,6 +272,8 @@ class ManifestBook:
         while len(self.durable) > self.MAX_KNOWN_DURABLE:
             old, _ = self.durable.popitem(last=False)
             self._unpublished.pop(old, None)
+        if ident not in self._unpublished:
+            self.listed += 1
         self._unpublished[ident] = None
         self._unpublished.move_to_end(ident)
         while len(self._unpublished) > self.MAX_UNPUBLISHED:
@@ -286,18 +298,29 @@ class ManifestBook:
 
     def pending_chunks(self) -> list[tuple[int, str]]:
         """(group, key hex), sorted, each once: every chunk written or reused
-        this boot that no published manifest names yet, and what waiting
-        candidates need beyond their longest published prefix. What gc must
-        not take for orphans (FORMAT.md 9.1)."""
+        this boot that no published manifest names yet, and, of what waiting
+        candidates need beyond their longest published prefix, the chunks it
+        knows are on disk (a key not written yet has no file to keep: issue
+        45, listing those made every refused job grow the record past the
+        disk budget). What gc must not take for orphans (FORMAT.md 9.1)."""
         published = self._chains
+        durable = self.durable
         out = {(g, h.hex()) for h, g in self._unpublished}
         for candidate, _ in self._pending.values():
-            chain = tuple(h.hex() for h in candidate.chain)
+            chain = candidate.chain
+            hexes = tuple(h.hex() for h in chain)
             done = next(
-                (k for k in range(len(chain), 0, -1) if chain[:k] in published), 0
+                (k for k in range(len(hexes), 0, -1) if hexes[:k] in published), 0
             )
-            out.update((g, key) for g in candidate.full for key in chain[done:])
-            out.update((g, chain[-1]) for g in candidate.state)
+            out.update(
+                (g, hexes[i])
+                for g in candidate.full
+                for i in range(done, len(chain))
+                if (chain[i], g) in durable
+            )
+            out.update(
+                (g, hexes[-1]) for g in candidate.state if (chain[-1], g) in durable
+            )
         return sorted(out)
 
     def mark_failed(self, ident: Ident) -> None:

@@ -39,8 +39,7 @@ class PendingFile:
             store_perms.make_dirs(self.layout.pending_dir)
             name = fmt.pending_file_name(os.getpid(), threading.get_native_id())
             self.path = os.path.join(self.layout.pending_dir, name)
-            self._fd = store_perms.open_or_create(self.path, os.O_RDWR)
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            self._fd = _open_locked(self.path)
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
         self._written = data
@@ -54,6 +53,27 @@ class PendingFile:
             pass
         os.close(self._fd)
         self._fd = None
+
+
+def _open_locked(path: str) -> int:
+    """The record opened (or created) and flock(LOCK_SH)'d, still under its
+    name: a writer that exited may have had this name (a pid reused), and
+    another writer removes such a record once its flock is free (budget.py,
+    a sweep); a record unlinked before our flock is made again."""
+    for _ in range(8):
+        fd = store_perms.open_or_create(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            st = os.stat(path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(f"pending record {path} kept being removed while opened")
 
 
 def encode_listed(chunks: Sequence[tuple[int, str]]) -> bytes:

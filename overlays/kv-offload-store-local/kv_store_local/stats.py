@@ -79,6 +79,12 @@ class StoreStats:
     bytes_evicted: int = 0
     writes_refused_disk_budget: int = 0
     keys_refused_disk_budget: int = 0
+    # Of those refusals, the ones where retiring every tree it may retire
+    # would not have made room: nothing was evicted (issue 45).
+    evictions_skipped: int = 0
+    # Temps and exited writers' pending records the writer removed under
+    # LOCK_EX between its jobs (budget.py), as a sweep would.
+    stale_files_removed: int = 0
 
     def drops(self) -> dict[str, int]:
         """Keys not written when first captured, per reason."""

@@ -80,6 +80,9 @@ class StoreIndex:
         # Chunk path -> the roots of the trees naming it.
         self.named_by: dict[str, set[str]] = {}
         self._root_of: dict[str, str] = {}  # manifest path -> root
+        # Every temp the last scan saw (this process's too, which it does
+        # not count): what a writer removes under LOCK_EX (budget.py).
+        self.temps: list[str] = []
         self._named: dict[str, dict[str, tuple[bytes, int]]] = {}
 
     # -- files ---------------------------------------------------------------
@@ -227,7 +230,11 @@ def scan(
         for path, size, is_dir in _entries(stack.pop()):
             if is_dir:
                 stack.append(path)
-            elif own_pid is None or not _own_temp(os.path.basename(path), own_pid):
+                continue
+            name = os.path.basename(path)
+            if ".tmp." in name and fmt.parse_temp_name(name) is not None:
+                index.temps.append(path)
+            if own_pid is None or not _own_temp(name, own_pid):
                 index._set_size(path, size)
     names = sorted(os.listdir(layout.manifest_dir))
     for name in set(cache) - set(names):

@@ -15,10 +15,18 @@ root-owned sticky folder such as /tmp is fine: others cannot rename or
 remove what they do not own in it).
 """
 
+import errno
 import grp
 import os
 import stat
 from dataclasses import dataclass
+
+# The codec alone (not .deps, which needs the knob contract too): the
+# restore imports this module where only the codec is beside it.
+try:
+    from .. import kv_store_format as fmt
+except ImportError:  # loaded from the overlay folders
+    import kv_store_format as fmt  # type: ignore[no-redef]
 
 _DIR_PRIVATE = 0o700
 _FILE_PRIVATE = 0o600
@@ -86,14 +94,11 @@ def _fix(fd: int, mode: int, modes: Modes) -> None:
 
 
 def create_file(path: str, flags: int, modes: Modes | None = None) -> int:
-    """A new file (O_EXCL, never through a symlink) with the store's mode;
-    returns its descriptor. On error nothing is left behind."""
+    """A new file (O_EXCL, never through a symlink, neither the file nor a
+    folder on its path) with the store's mode; returns its descriptor. On
+    error nothing is left behind."""
     m = modes or current()
-    fd = os.open(
-        path,
-        flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        m.file_mode,
-    )
+    fd = fmt.open_nofollow(path, flags | os.O_CREAT | os.O_EXCL, m.file_mode)
     try:
         _fix(fd, m.file_mode, m)
     except BaseException:
@@ -105,21 +110,52 @@ def create_file(path: str, flags: int, modes: Modes | None = None) -> int:
 
 def open_or_create(path: str, flags: int, modes: Modes | None = None) -> int:
     """Create the file as create_file does, or open it as it is (its mode
-    kept: never widened, never changed)."""
+    kept: never widened, never changed), never through a symlink."""
     try:
         return create_file(path, flags, modes)
     except FileExistsError:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return fmt.open_nofollow(path, flags)
+
+
+def open_lock(path: str) -> int:
+    """The store lock (created like every store file); a lock another user
+    owns (a root `kvstore gc --sweep` made it before issue 45) is named."""
+    try:
+        return open_or_create(path, os.O_RDWR)
+    except PermissionError as e:
+        try:
+            owner = f"owned by uid {os.lstat(path).st_uid}, "
+        except OSError:
+            owner = ""
+        raise OSError(
+            e.errno,
+            f"{e.strerror}: {owner}the serving user is uid {os.geteuid()} "
+            "(give it the lock: chown it to that user)",
+            path,
+        ) from None
 
 
 def make_dir(path: str, modes: Modes | None = None) -> bool:
-    """mkdir with the store's mode; False when it was there (left as is)."""
+    """mkdir with the store's mode, in a parent opened without following a
+    link; False when it was there (left as is). A symlink there is refused
+    (ELOOP), never taken for the folder."""
     m = modes or current()
+    parent, name = os.path.split(os.path.abspath(path))
+    pfd = fmt.open_nofollow(parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.mkdir(path, m.dir_mode & 0o777)
-    except FileExistsError:
-        return False
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.mkdir(name, m.dir_mode & 0o777, dir_fd=pfd)
+        except FileExistsError:
+            if stat.S_ISLNK(os.stat(name, dir_fd=pfd, follow_symlinks=False).st_mode):
+                raise _symlink(path) from None
+            return False
+        fd = os.open(
+            name,
+            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            dir_fd=pfd,
+        )
+    finally:
+        os.close(pfd)
     try:
         _fix(fd, m.dir_mode, m)
     finally:
@@ -129,20 +165,32 @@ def make_dir(path: str, modes: Modes | None = None) -> bool:
 
 def make_dirs(path: str, modes: Modes | None = None) -> list[str]:
     """Every missing folder down to path, each as make_dir makes it;
-    returns the ones made, outermost first."""
+    returns the ones made, outermost first. A symlink on the way is refused
+    (ELOOP), never followed."""
     missing = []
     d = os.path.abspath(path)
-    while not os.path.isdir(d):
-        missing.append(d)
-        parent = os.path.dirname(d)
-        if parent == d:
-            break
-        d = parent
+    while True:
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            missing.append(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise _symlink(d)
+        break
     made = []
     for d in reversed(missing):
         if make_dir(d, modes):
             made.append(d)
     return made
+
+
+def _symlink(path: str) -> OSError:
+    return OSError(errno.ELOOP, "is a symlink (the store follows none)", path)
 
 
 def _unlink(path: str) -> None:
@@ -206,3 +254,77 @@ def check_store(root: str) -> None:
     problem = store_problem(root)
     if problem is not None:
         raise UnsafeStore(f"store folder not safe: {problem}")
+
+
+# -- every folder below the store folder (issue 45) ------------------------
+
+
+def rank_problem(layout: fmt.StoreLayout) -> str | None:
+    """The store folder's problem (``store_problem``), else the first of the
+    rank base, ``manifests/`` and ``pending/`` that is a symlink, not a
+    folder, owned by another user or group- or world-writable (one line),
+    else None. A folder not made yet passes: the writer makes it private."""
+    problem = store_problem(layout.root)
+    if problem is not None:
+        return problem
+    for path in (layout.base, layout.manifest_dir, layout.pending_dir):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{path}: cannot check ({e.strerror})"
+        problem = folder_problem(path, st, is_store=True)
+        if problem is not None:
+            return problem
+    return None
+
+
+def check_rank(layout: fmt.StoreLayout) -> None:
+    """UnsafeStore naming the folder, if others could change the rank base."""
+    problem = rank_problem(layout)
+    if problem is not None:
+        raise UnsafeStore(f"store folder not safe: {problem}")
+
+
+class Folders:
+    """The chunk folders (``<hhh>/``, ``<hh>_g<g>/``) of one rank base found
+    safe this boot. Each is looked at once, at its first use by the writer
+    or the restore, as the store folder is at boot: a symlink, another
+    owner or a group- or world-writable mode is refused (the rank base
+    above it was checked at boot, so nobody else can swap it after)."""
+
+    _MAX = 1 << 18  # folders remembered; past it, looked at again
+
+    def __init__(self, base: str):
+        self.base = os.path.abspath(base)
+        self._safe: set[str] = set()
+
+    def problem(self, folder: str) -> str | None:
+        """Why ``folder`` (or one between it and the base) is not safe, in
+        one line; None when it is, or when it is not made yet."""
+        if folder in self._safe:
+            return None
+        rel = os.path.relpath(folder, self.base)
+        if rel == ".":
+            return None  # the base itself: checked at boot (rank_problem)
+        if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+            return f"{folder} is not below the rank base {self.base}"
+        if len(self._safe) >= self._MAX:
+            self._safe.clear()
+        path = self.base
+        for part in rel.split("/"):
+            path = f"{path}/{part}"
+            if path in self._safe:
+                continue
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                return f"{path}: cannot check ({e.strerror})"
+            problem = folder_problem(path, st, is_store=True)
+            if problem is not None:
+                return problem
+            self._safe.add(path)
+        return None

@@ -202,7 +202,7 @@ class WorkerStore:
         key = None
         if self.knobs.key_file:
             try:
-                key = fmt.load_key(self.knobs.key_file)
+                key = fmt.load_key(self.knobs.key_file, self.knobs.root)
             except fmt.KeyFileError as e:
                 raise WriterDisabled(str(e)) from e
             supports_mac = getattr(self._store_lib, "supports_mac", None)
@@ -263,6 +263,8 @@ class WorkerStore:
                 disk_bytes=self.knobs.disk_bytes,
                 key=key,
             )
+        except store_perms.UnsafeStore as e:
+            raise WriterDisabled(str(e)) from e
         except OSError as e:
             raise WriterDisabled(
                 f"cannot open the store under {self.knobs.root}: {e}"

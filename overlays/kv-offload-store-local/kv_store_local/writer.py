@@ -140,10 +140,15 @@ class StoreWriter(JobQueue):
         return self.manifests.failed
 
     def _prepare(self) -> None:
+        # Every folder of the rank base as the store folder is checked at
+        # boot (issue 45): no symlink, no other owner, not writable by others.
+        store_perms.check_rank(self.layout)
+        self.folders = store_perms.Folders(self.layout.base)
+        self.manifests.folders = self.folders
         store_perms.make_dirs(self.layout.manifest_dir)
         durable_io.fsync_dir(self.layout.base)
         durable_io.fsync_dir(self.layout.root)
-        self._lock_fd = store_perms.open_or_create(self.layout.lock, os.O_RDWR)
+        self._lock_fd = store_perms.open_lock(self.layout.lock)
         self._pending_file = PendingFile(self.layout)
         # manifests.pending_version the pending record was last built at
         self._pending_version: tuple[int, int] | None = None
@@ -211,6 +216,11 @@ class StoreWriter(JobQueue):
             self.budget.settle(self._io_job if self._io_batch is not None else None)
 
     def _process(self, job: CapturedJob) -> None:
+        if self.budget is not None and not self._locked:
+            # Between bursts, nothing in flight: what exited writers left
+            # (temps, pending records) goes, as a sweep would remove it.
+            assert self._lock_fd is not None
+            self.budget.remove_stale(self._lock_fd, self._pending_file.path)
         self._lock_shared()
         with self._cv:
             distrusted, self._distrusted = self._distrusted, []
@@ -306,6 +316,9 @@ class StoreWriter(JobQueue):
                 self._pending_version = version
         finally:
             self._settle_budget()
+            if self.budget is not None:
+                self.budget.record_written()  # rewritten above, or unchanged
+            self.manifests.listed = 0
             self._unlock()
 
     def _publish_ready(self, ready: list[str]) -> None:
@@ -531,9 +544,14 @@ class StoreWriter(JobQueue):
     def _make_dirs(self, directory: str) -> None:
         if directory in self._made_dirs:
             return
+        problem = self.folders.problem(directory)
+        if problem is not None:
+            # A chunk folder made a symlink, or changeable by others: nothing
+            # is written there (nor taken from there: ManifestBook.header).
+            raise OSError(errno.EPERM, f"store folder not safe: {problem}")
         missing = []
         d = directory
-        while not os.path.isdir(d):
+        while not os.path.lexists(d):
             missing.append(d)
             d = os.path.dirname(d)
         for d in reversed(missing):

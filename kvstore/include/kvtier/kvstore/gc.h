@@ -27,6 +27,7 @@ struct GcOptions {
   // Sweep only.
   bool force = false;  // sweep despite refusals (never deleting a chunk that could be named)
   std::chrono::milliseconds lock_timeout{30000};
+  uid_t serving_uid = ScanOptions::kSelf;  // whose the rank's folders must be (scan.h)
 };
 
 // One rank's part of a gc run.

@@ -54,6 +54,10 @@ struct Plan {
   // manifest) was planned, with or without --force.
   bool chunks_withheld = false;
   size_t trees_retired = 0;  // chain trees the budget retires (--max-bytes)
+  // A folder of the rank others could change, or a symlink where a store
+  // folder belongs: never swept, not even with --force (what it holds may
+  // be someone else's).
+  bool unsafe = false;
 };
 
 // Keep-K by leaf walk (FORMAT.md section 6, kvformat::kept_chains) over the

@@ -113,6 +113,7 @@ struct RankInventory {
   bool namespace_ok = false;
   std::string namespace_hash;  // hex, from the record's fenced part
   std::optional<uint32_t> keep_hint;  // keep-K from the record's info, if any
+  std::string mac_key_id;  // a keyed store's, from the record's fenced part; "" when keyless
   std::vector<ChunkRec> chunks;
   std::vector<ManifestRec> manifests;
   std::vector<TempRec> temps;

@@ -26,6 +26,8 @@ struct ScanSummary {
   size_t damage = 0;   // findings whose kind is_damage
   size_t garbage = 0;  // orphans and stale temps
   std::map<std::string, size_t> by_kind;
+  size_t keyed_ranks = 0;     // ranks whose record fences a mac_key_id (FORMAT.md 3.6)
+  size_t macs_unchecked = 0;  // of those, the ones whose MACs this run did not check (verify without --key)
 };
 
 ScanSummary summarize(const StoreScan& scan);

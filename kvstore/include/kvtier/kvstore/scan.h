@@ -6,6 +6,8 @@
 // is wrong as Findings. Nothing here writes to the store.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +32,14 @@ struct ScanOptions {
   // verify --key: a keyed store's secret; every chunk's and manifest's MAC
   // is checked (FORMAT.md 3.6). Empty: sealed files are parsed, MACs unchecked.
   std::vector<std::uint8_t> mac_key;
+  // Whose every folder of a rank base must be (root's too): a folder another
+  // user owns, or that is group- or world-writable, is an unsafe-folder
+  // finding (docs/DEPLOY.md, Security). kSelf: the caller (geteuid).
+  static constexpr uid_t kSelf = static_cast<uid_t>(-1);
+  uid_t serving_uid = kSelf;
+  // verify: in a keyed store (its record fences a mac_key_id) a plain chunk
+  // or manifest is mac_missing even without the key, which it needs not.
+  bool judge_seals = false;
 };
 
 // A chunk FileStat's mtime_ns when ScanOptions::stat_chunks spared its fstat.

@@ -21,6 +21,12 @@ void verify_payloads(int rank_fd, size_t rank_prefix, RankInventory& inv, const 
 // verify --key (FORMAT.md 3.6): every chunk of a keyed store must be sealed
 // and its MAC hold (a `corrupt` finding with mac_missing / mac_mismatch).
 // Reads each file once more, after the payload pass.
+// A sealed file whose header fails (cut, bytes appended, ...) is judged by its
+// MAC first, as restore judges it: mac_mismatch replaces the header's verdict.
 void verify_macs(int rank_fd, size_t rank_prefix, RankInventory& inv, const ScanOptions& opt);
+
+// verify without the key, in a keyed store: a chunk that is not sealed is
+// mac_missing (the flag is seen without the key; its MAC is not checked).
+void judge_seals(RankInventory& inv);
 
 }  // namespace kvstore

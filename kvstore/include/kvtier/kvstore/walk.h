@@ -26,6 +26,7 @@ struct FileStat {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint32_t mode = 0;
+  uint32_t uid = 0;
   bool operator==(const FileStat&) const = default;
 };
 
@@ -66,6 +67,9 @@ struct WalkOptions {
   // folders judges them here rather than holding an entry for each. It does
   // not change what is entered. Runs on walker threads.
   std::function<bool(std::string_view rel)> keep_dir;
+  // Record every directory walked, the root too (rel ""), with the fstat of
+  // its open descriptor (WalkResult::dir_stats): its mode and owner.
+  bool stat_dirs = false;
 };
 
 struct WalkResult {
@@ -74,6 +78,7 @@ struct WalkResult {
   std::vector<WalkEntry> links;    // symlinks: reported, never followed
   std::vector<WalkEntry> others;   // fifos, sockets, devices
   std::vector<WalkProblem> problems;
+  std::vector<std::pair<std::string, FileStat>> dir_stats;  // WalkOptions::stat_dirs
 };
 
 // Opens `path` as a walk root: a directory, not itself a symlink.
