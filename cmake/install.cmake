@@ -64,14 +64,22 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/ DESTINATION ${KVTIER_DATADIR}/
         FILES_MATCHING REGEX "/[^/]+-[^/]+/(PINS|WHEEL|SDIST|SOURCES|BUILT)$"
         PATTERN example EXCLUDE PATTERN __pycache__ EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
-        FILES_MATCHING PATTERN "*.sh"
+        FILES_MATCHING PATTERN "*.sh" PATTERN "*.py"
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 # The wheel (pyproject.toml; SKBUILD is set by scikit-build-core) installs
 # into its kvtier/ package folder: the tools and their data, no docs or
 # completions. `auditwheel repair` then copies ISA-L into kvtier.libs/.
 # The store library (libkvtier_store.so) is installed above, in lib/kvtier/
 # beside what the tools' RPATH names.
+# An empty artifact list and bake record: the wheel's bake.sh (run with the
+# engine's python) writes both in place, and pip, which removes exactly the
+# files a wheel's RECORD lists, then removes them on `pip uninstall kvtier`.
+# Empty means "not baked yet": the gate and launch.sh say so.
 if(SKBUILD)
+  foreach(f ARTIFACTS.sha256 ARTIFACTS.baked)
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/wheel-placeholder/${f} "")
+    install(FILES ${CMAKE_CURRENT_BINARY_DIR}/wheel-placeholder/${f} DESTINATION ${KVTIER_DATADIR} COMPONENT runtime)
+  endforeach()
   return()
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore

@@ -131,12 +131,13 @@ std::string failure_words(int code) {
   }
 }
 
-// True when ROOT holds entries but no rank folder, and is not one itself.
-bool no_store_here(const StoreScan& scan) { return !scan.root_is_rank && scan.ranks.empty() && !scan.findings.empty(); }
+// True when ROOT holds no rank folder and is not one itself: an empty folder
+// (a store's disk not mounted, nothing written yet) included, never "no problems".
+bool no_store_here(const StoreScan& scan) { return !scan.root_is_rank && scan.ranks.empty(); }
 
-std::string no_store_message(const Common& c) {
-  return fmt::format("{}: no store here (no rank folder <prefix>_<model>_<ns>_r<rank> in it, and it is not one)",
-                     c.root);
+std::string no_store_message(const Common& c, const StoreScan& scan) {
+  return fmt::format("{}: no store here ({}no rank folder <prefix>_<model>_<ns>_r<rank> in it, and it is not one)",
+                     c.root, scan.findings.empty() ? "empty: the store's disk not mounted, or nothing written yet; " : "");
 }
 
 // Drops the per-file lines of a gc report unless -v: the summary is the
@@ -235,7 +236,7 @@ int run_verify(const Common& c) {
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
-  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
+  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c, *scan)), render(nullptr));
   auto findings = all_findings(*scan);
   // A store others can change is a finding of its own (docs/DEPLOY.md, Security).
   if (auto unsafe = unsafe_store_folder(c.root, serving_uid_for(c.root)))
@@ -295,10 +296,14 @@ int run_gc(const Common& c, const GcArgs& g) {
   progress.finish();
   if (!report) return write_metrics(c, fail(c, kExitIo, report.error().line()), render(nullptr, nullptr));
   if (report->ranks.empty() && no_store_here(report->scan))
-    return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr, nullptr));
+    return write_metrics(c, fail(c, kExitNoStore, no_store_message(c, report->scan)), render(nullptr, nullptr));
   // A sweep's summary and findings come from its scans under the lock.
   auto summary = summarize(report->scan);
-  code = summary.damage > 0 ? kExitProblems : kExitClean;
+  // A dry run found damage (its plan says what a sweep removes): 1. A sweep
+  // that removed every damaged file it found repaired the store: 0; damage
+  // it left (a file kept after a re-check, a kind gc never deletes): 1.
+  const DamageCount damage = damage_after_sweep(*report);
+  code = (g.sweep ? damage.left() : damage.found) > 0 ? kExitProblems : kExitClean;
   if (report->refused) {
     bool all_busy = true;
     for (const auto& r : report->ranks)
@@ -318,8 +323,12 @@ int run_gc(const Common& c, const GcArgs& g) {
     // A dry run lists its plan (that is what it is for); a sweep prints its
     // summary, and each file only with -v (and always in --json).
     fmt::print(text_out(c), "{}", per_file_filter(gc_report_text(*report), c.verbose || !g.sweep));
-    if (!c.quiet || code != kExitClean)
-      fmt::print(text_out(c), "{}", summary_text("gc", summary, failure_words(code)));
+    std::string words = failure_words(code);
+    if (g.sweep && damage.found > 0 && words.empty())
+      words = damage.left() == 0 ? fmt::format("all {} damaged removed by this sweep", damage.found)
+                                 : fmt::format("{} of {} damaged left after this sweep", damage.left(), damage.found);
+    if (!c.quiet || code != kExitClean || damage.found > 0)
+      fmt::print(text_out(c), "{}", summary_text("gc", summary, words));
   }
   exit_now(code);
 }
@@ -336,7 +345,7 @@ int run_stat(const Common& c) {
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
-  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
+  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c, *scan)), render(nullptr));
   auto stats = compute_stats(*scan, opts.now_ns);
   code = write_metrics(c, kExitClean, render(&stats));
   if (c.json) {
@@ -538,13 +547,9 @@ int main(int argc, char** argv) {
       ->check(seconds_up_to(86400, "86400"));
   gc->add_option("--max-bytes", g.max_bytes,
                  "per rank: retire least recently used chain trees until the rank holds at most SIZE "
-                 "(bytes, or with K/M/G/T or KiB/MiB/GiB/TiB, e.g. 500G; FORMAT.md 8.1)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            if (parse_size(s)) return {};
-            return "not a SIZE: " + s + " (bytes > 0, optionally with K/M/G/T or KiB/MiB/GiB/TiB, e.g. 500G)";
-          },
-          "SIZE"));
+                 "(a number with its unit: B, K/M/G/T (also KB..TB) or KiB/MiB/GiB/TiB, e.g. 500G, as "
+                 "GLM53_KV_OFFLOAD_DISK_GB takes it; FORMAT.md 8.1)")
+      ->check(CLI::Validator([](std::string& s) { return size_problem(s); }, "SIZE"));
   gc->add_flag("--verify-payloads", g.verify_payloads, "also checksum every payload (slower; default: headers only)");
 
   auto* stat = app.add_subcommand("stat", "totals per rank, group and chain; boundary times");

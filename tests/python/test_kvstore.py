@@ -753,12 +753,11 @@ def test_usage_and_io_errors(kv, tmp_path):
     assert r.code == 0 and "4  refused for safety" in r.out
 
 
-def test_empty_tier_is_clean(kv, tmp_path):
+def test_empty_tier_is_no_store_here(kv, tmp_path):
+    """An empty folder (an unmounted disk) is not a clean store (issue 48)."""
     r = kv("verify", str(tmp_path))
-    assert r.code == 0
-    assert (
-        r.out == "verify: 0 rank(s), 0 chunk(s), 0 manifest(s), 0 bytes; no problems\n"
-    )
+    assert r.code == 8 and r.out == ""
+    assert "no store here (empty" in r.err
 
 
 # --------------------------------------------------------------------------
