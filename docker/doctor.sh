@@ -77,8 +77,23 @@ for opt in prefix engine overlay_bin root python artifacts; do
   [[ $opt == prefix ]] || gate_args+=("$flag" "${!opt}")
 done
 gate_args=(--prefix "$prefix" ${gate_args[@]+"${gate_args[@]}"})
+knobs_ok=$fails
 if out=$("$here/gate.sh" "${gate_args[@]}" 2>&1); then
   say ok gate "$(last_line "$out")"
+elif ((knobs_ok)); then
+  # The gate stops at the knobs; so that the rest is judged too, run it again
+  # with only the tier's on/off intent (and placeholders it requires).
+  intended=${GLM53_KV_OFFLOAD-0}
+  [[ $intended == 1 ]] || intended=0
+  unset_knobs=()
+  while IFS= read -r v; do unset_knobs+=(-u "$v"); done < <(compgen -e | grep '^GLM53_KV_OFFLOAD' || true)
+  aside=(GLM53_KV_OFFLOAD="$intended")
+  ((intended == 0)) || aside+=(GLM53_KV_OFFLOAD_DIR=/kvtier-doctor GLM53_KV_OFFLOAD_CPU_GB=1)
+  if out=$(env "${unset_knobs[@]}" "${aside[@]}" "$here/gate.sh" "${gate_args[@]}" 2>&1); then
+    say ok gate "with the knobs set aside: $(last_line "$out")"
+  else
+    say FAIL gate "with the knobs set aside: $(last_line "$out")"
+  fi
 else
   say FAIL gate "$(last_line "$out")"
 fi
@@ -142,9 +157,8 @@ fi
 
 # 5. What only the engine's own code can say (doctor_probe.py).
 mapfile -t natives < <([[ -n $root ]] && engine_natives "$root" "$KVTIER_ENGINE")
-probe=(--knobs "$here/../overlays/kv-offload-scope/kv_offload_knobs.py" --store-bytes "$store_bytes"
-  --ranks "${ranks:-$store_ranks}")
-[[ -f ${probe[1]} ]] || probe[1]=$prefix/overlays/kv-offload-scope/kv_offload_knobs.py
+probe=(--knobs "$prefix/overlays/kv-offload-scope/kv_offload_knobs.py" --store-bytes "$store_bytes"
+  --ranks "${ranks:-$store_ranks}" --source "$prefix/overlays/kv-offload-store-local")
 ((${#natives[@]} == 0)) || probe+=(--offloading "$(dirname "$(dirname "${natives[0]}")")")
 command -v "$py" >/dev/null || py=python3
 if out=$("$py" "$here/doctor_probe.py" "${probe[@]}" 2>&1); then

@@ -8,7 +8,13 @@ writer's checks, whether the store folder passes the writer's permission
 checks, and whether the disk budget fits the disk. One line per check on
 stdout: ``ok|warn|FAIL|skip<TAB>check<TAB>detail``. Standard library only.
 
-    python3 doctor_probe.py --knobs KNOBS_PY [--offloading DIR] [--store-bytes N] [--ranks N]
+    python3 doctor_probe.py --knobs KNOBS_PY --source DIR [--offloading DIR]
+                            [--store-bytes N] [--ranks N]
+
+--offloading is the patched tree's folder holding kv_store_format/ and
+kv_store_local/ (absent when the tree is not patched); --source the
+prefix's copy of the same overlay (overlays/kv-offload-store-local), whose
+checks stand in for the tree's when the tree has none.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import argparse
 import importlib.util
 import os
 import sys
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 
 def _load(name: str, path: str) -> ModuleType:
@@ -35,7 +41,11 @@ def _say(verdict: str, check: str, detail: str) -> None:
 
 
 def _gb(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"
+    """Bytes in the largest decimal unit that leaves a number >= 1."""
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def store_library(offloading: str | None) -> None:
@@ -56,14 +66,15 @@ def store_library(offloading: str | None) -> None:
         _say("FAIL", "store library", f"{type(e).__name__}: {e}")
 
 
-def key_file(knobs: object, offloading: str | None) -> None:
+def key_file(knobs: object, code: str) -> None:
     path = getattr(knobs, "key_file", "")
     if not path:
-        _say("skip", "key file", "GLM53_KV_OFFLOAD_KEY_FILE unset: no MAC (CRC-32 only)")
+        _say(
+            "skip", "key file", "GLM53_KV_OFFLOAD_KEY_FILE unset: no MAC (CRC-32 only)"
+        )
         return
-    if offloading is None:
-        _say("skip", "key file", "no patched tree to check it with")
-        return
+    if code not in sys.path:
+        sys.path.insert(0, code)
     try:
         from kv_store_format import mac
 
@@ -73,17 +84,14 @@ def key_file(knobs: object, offloading: str | None) -> None:
         _say("FAIL", "key file", str(e))
 
 
-def store_folder(knobs: object, offloading: str | None) -> None:
+def store_folder(knobs: object, code: str) -> None:
     root = getattr(knobs, "root", "")
     if not root:
         _say("skip", "store folder", "GLM53_KV_OFFLOAD_DIR unset")
         return
-    if offloading is None:
-        _say("skip", "store folder", "no patched tree to check it with")
-        return
     perms = _load(
         "kvtier_doctor_store_perms",
-        os.path.join(offloading, "kv_store_local", "store_perms.py"),
+        os.path.join(code, "kv_store_local", "store_perms.py"),
     )
     problem = perms.store_problem(root)
     if problem is not None:
@@ -91,7 +99,11 @@ def store_folder(knobs: object, offloading: str | None) -> None:
     elif not os.path.isdir(root):
         _say("warn", "store folder", f"{root} does not exist yet (the writer makes it)")
     else:
-        _say("ok", "store folder", f"{root}: only root and the serving user can change it")
+        _say(
+            "ok",
+            "store folder",
+            f"{root}: only root and the serving user can change it",
+        )
 
 
 def disk_budget(knobs: object, store_bytes: int, ranks: int) -> None:
@@ -120,10 +132,28 @@ def disk_budget(knobs: object, store_bytes: int, ranks: int) -> None:
     _say("ok" if need <= room else "FAIL", "disk budget", detail)
 
 
+def _valid_knobs(mod: ModuleType) -> SimpleNamespace:
+    """Of the knobs the checks here use, those whose own rule passes: the
+    other checks still run when one knob is bad."""
+
+    def ok(name: str) -> str:
+        value = os.environ.get(name, "")
+        rule = next(r for r in mod.RULES if r.name == name)
+        return value if value and rule.check(value) is None else ""
+
+    disk = ok(mod.DISK_GB)
+    return SimpleNamespace(
+        root=ok(mod.DIR),
+        key_file=ok(mod.KEY_FILE),
+        disk_bytes=mod.disk_budget_bytes(disk) if disk else None,
+    )
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="doctor_probe.py")
     ap.add_argument("--knobs", required=True)
     ap.add_argument("--offloading")
+    ap.add_argument("--source", required=True)
     ap.add_argument("--store-bytes", type=int, default=0)
     ap.add_argument("--ranks", type=int, default=1)
     args = ap.parse_args(argv)
@@ -131,10 +161,13 @@ def main(argv: list[str]) -> int:
     try:
         knobs = mod.read_knobs()
     except mod.KnobError:
-        knobs = None  # doctor.sh reports the knobs itself
+        knobs = _valid_knobs(mod)  # doctor.sh reports the bad one itself
+    code = (
+        args.offloading or args.source
+    )  # the tree's own code, else the same overlay's
     store_library(args.offloading)
-    key_file(knobs, args.offloading)
-    store_folder(knobs, args.offloading)
+    key_file(knobs, code)
+    store_folder(knobs, code)
     disk_budget(knobs, args.store_bytes, args.ranks)
     return 0
 

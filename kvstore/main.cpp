@@ -578,7 +578,8 @@ int main(int argc, char** argv) {
   // Unknown commands and options first, with a suggestion, before CLI11
   // would report a missing required value instead.
   if (std::string bad = kvtier::cli::precheck(app, argc, argv); !bad.empty()) {
-    print_error(bad + " (see kvstore --help)");
+    bad += " (see kvstore --help)";  // the same line on stderr and in --json, as overlay gives it
+    print_error(bad);
     if (c.json) fmt::print("{}\n", json_text(kvtier::cli::error_json("kvstore", "", kExitUsage, kvtier::printable(bad))));
     return kExitUsage;
   }

@@ -52,8 +52,11 @@ std::string self_exe(const char* argv0) {
 int fail(const Args& a, const Error& e) {
   if (a.json) {
     auto j = error_json(e);
-    // The exit code's name, the same word kvstore uses ("unsafe" for 4).
+    // The exit code's name, the same word kvstore uses ("unsafe" for 4), and
+    // the message as kvstore gives it: the whole line stderr shows, file
+    // included ("file" and "line" stay for those who read them).
     j["error"]["kind"] = kvtier::cli::exit_code_name(static_cast<int>(e.kind));
+    j["error"]["message"] = escape_controls(e.line());
     std::cout << envelope(std::move(j), a, static_cast<int>(e.kind)).dump(2) << "\n";
   }
   std::cerr << "overlay: " << kind_name(e.kind) << ": " << escape_controls(e.line()) << "\n";
@@ -192,13 +195,18 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
-    std::cout << sub->help("overlay") << "\nGlobal options (before or after the command):\n";
+    // The options every command takes are global (before or after the
+    // command): listed right after the command's own, before the exit codes.
+    std::string help = sub->help("overlay");
+    size_t footer = help.find("\nExit codes");
+    std::string global = "\nOptions of every command (before or after it):\n";
     for (const CLI::Option* o : app.get_options()) {
       if (o->get_name() == "--help") continue;
       std::string names = o->get_name(false, true);
       std::string type = o->get_type_size() == 0 ? "" : " " + o->get_type_name();
-      std::cout << "  " << names << type << "\n      " << o->get_description() << "\n";
+      global += "  " + names + type + "\n      " + o->get_description() + "\n";
     }
+    std::cout << help.insert(footer == std::string::npos ? help.size() : footer, global);
     return 0;
   } catch (const CLI::CallForVersion&) {
     std::cout << kvtier::cli::version_text("overlay");

@@ -138,7 +138,9 @@ def test_systemd_units_name_no_folder_but_in_their_environment():
         for key, value in lines:
             if key not in ("Environment", "EnvironmentFile", "Documentation"):
                 assert "/data/" not in value and "/var/lib/" not in value, (unit, key)
-            assert not key.startswith(("Condition", "ReadWritePaths", "ReadOnlyPaths")), (
+            assert not key.startswith(
+                ("Condition", "ReadWritePaths", "ReadOnlyPaths")
+            ), (
                 unit,
                 key,
             )
@@ -165,7 +167,9 @@ def _run_unit_commands(
             if k != key or (key == "ExecStart" and any(done)):
                 continue
             cmd = re.sub(r"\$\{(\w+)\}", lambda m: env[m[1]], value)
-            res = subprocess.run(cmd.split(), capture_output=True, text=True, check=False)
+            res = subprocess.run(
+                cmd.split(), capture_output=True, text=True, check=False
+            )
             assert res.returncode in codes, (cmd, res.stdout, res.stderr)
             done.append(res.returncode)
     return done

@@ -114,7 +114,10 @@ def test_an_empty_folder_is_no_store_not_no_problems(kv, tmp_path):
         assert "no problems" not in r.out + r.err
         name = command.split()[0]
         assert value(r.out, f'kvstore_last_exit_code{{command="{name}"}}') == 8
-        assert value(r.out, f'kvstore_last_success_timestamp_seconds{{command="{name}"}}') == 0
+        assert (
+            value(r.out, f'kvstore_last_success_timestamp_seconds{{command="{name}"}}')
+            == 0
+        )
 
 
 def test_verify_metrics_make_corruption_alertable(kv, store, tmp_path):

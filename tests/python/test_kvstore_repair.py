@@ -49,7 +49,9 @@ def test_the_sweep_says_it_removed_the_damage(kvstore_bin, rotted):
     s, _ = rotted
     r = run(kvstore_bin, "gc", "--sweep", "--verify-payloads", "-q", str(s.tier))
     assert r.code == 0
-    assert r.out.endswith("2 finding(s): 1 corrupt, 1 mismatch; all 2 damaged removed by this sweep\n")
+    assert r.out.endswith(
+        "2 finding(s): 1 corrupt, 1 mismatch; all 2 damaged removed by this sweep\n"
+    )
 
 
 def test_damage_the_sweep_leaves_keeps_exit_1(kvstore_bin, rotted):

@@ -30,7 +30,9 @@ METRIC = re.compile(r"\b(vllm:[A-Za-z0-9_:]+|kvstore_[a-z0-9_]+|node_[a-z0-9_]+)
 
 def _promtool(*args: str, cwd: Path = MON) -> subprocess.CompletedProcess:
     if shutil.which("promtool") is None:
-        pytest.fail("promtool is not installed (scripts/setup.sh installs Debian's prometheus)")
+        pytest.fail(
+            "promtool is not installed (scripts/setup.sh installs Debian's prometheus)"
+        )
     return subprocess.run(
         ["promtool", *args], cwd=cwd, capture_output=True, text=True, check=False
     )
@@ -86,14 +88,17 @@ def test_rules_pass_promtool_check():
 def test_rules_unit_tests_pass():
     done = _promtool("test", "rules", "kvtier-rules.test.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    tested = set(re.findall(r"alertname: (\w+)", (MON / "kvtier-rules.test.yml").read_text()))
+    tested = set(
+        re.findall(r"alertname: (\w+)", (MON / "kvtier-rules.test.yml").read_text())
+    )
     assert tested == set(_rule_exprs()), "every alert has a promtool test"
 
 
 def test_gc_not_running_fires_when_never_reported():
     """Issue 48: a series never written (the unit never ran) is an alert too."""
-    assert "absent(kvstore_last_success_timestamp_seconds{command=\"gc\"})" in (
-        _rule_exprs()["KvtierGcNotRunning"]
+    assert (
+        'absent(kvstore_last_success_timestamp_seconds{command="gc"})'
+        in (_rule_exprs()["KvtierGcNotRunning"])
     )
 
 
@@ -111,7 +116,10 @@ def test_every_metric_named_is_one_the_code_exports(kvstore_metrics):
     engine = _exported_engine_metrics()
     named = {
         m: where
-        for where, exprs in (("rules", _rule_exprs().values()), ("dashboard", _panel_exprs()))
+        for where, exprs in (
+            ("rules", _rule_exprs().values()),
+            ("dashboard", _panel_exprs()),
+        )
         for e in exprs
         for m in METRIC.findall(e)
     }

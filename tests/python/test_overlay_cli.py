@@ -127,7 +127,10 @@ def test_an_overlay_not_in_the_tree_is_called_absent(overlay_bin, tree_copy):
     assert "vllm-fs-durable: absent:" in again.stdout
     assert "vllm-fs-durable: already" not in again.stdout
     check = ov(overlay_bin, "check", *args)
-    assert check.returncode == 0 and "  vllm-fs-durable: absent, not checked (" in check.stdout
+    assert (
+        check.returncode == 0
+        and "  vllm-fs-durable: absent, not checked (" in check.stdout
+    )
     # Issue 48: the ok line names what it checked, never the absent overlay.
     assert "vllm-fs-durable" not in check.stdout.splitlines()[0], check.stdout
     doc = json.loads(ov(overlay_bin, "apply", *args, "--json").stdout)
