@@ -3,7 +3,8 @@
 #   lib/kvtier/libkvtier_store.so                  the overlays' store library (storeio/)
 #   share/kvtier/{anchors,overlays,docker}         the data the tools and scripts read
 #   share/kvtier/pins/<engine>-<version>/          the pin sets (fixtures/)
-#   share/bash-completion/completions/{overlay,kvstore}
+#   share/bash-completion/completions/{overlay,kvstore}, share/zsh/site-functions/,
+#   share/fish/vendor_completions.d/, share/man/man1/{overlay,kvstore}.1
 #   share/doc/kvtier/                              README and docs
 # and CPack turns the same rules into a .deb. `overlay` finds its anchors at
 # <exe>/../share/kvtier/anchors, so an installed tree works from any prefix.
@@ -84,6 +85,16 @@ if(SKBUILD)
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT runtime)
+# zsh and fish completion and the man pages: generated from the tools' --help
+# by packaging/gen-cli-docs.py and committed (tests/python/test_cli_docs.py
+# fails when they are stale). zsh reads $prefix/share/zsh/site-functions,
+# fish $prefix/share/fish/vendor_completions.d.
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/zsh/_overlay ${PROJECT_SOURCE_DIR}/packaging/zsh/_kvstore
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/site-functions COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/fish/overlay.fish ${PROJECT_SOURCE_DIR}/packaging/fish/kvstore.fish
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/fish/vendor_completions.d COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/man/overlay.1 ${PROJECT_SOURCE_DIR}/packaging/man/kvstore.1
+        DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/packaging/deploy/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT runtime)
