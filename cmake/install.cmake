@@ -65,7 +65,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/ DESTINATION ${KVTIER_DATADIR}/
         FILES_MATCHING REGEX "/[^/]+-[^/]+/(PINS|WHEEL|SDIST|SOURCES|BUILT)$"
         PATTERN example EXCLUDE PATTERN __pycache__ EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
-        FILES_MATCHING PATTERN "*.sh" PATTERN "*.py"
+        FILES_MATCHING PATTERN "*.py" PATTERN "*.sh"
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 # The wheel (pyproject.toml; SKBUILD is set by scikit-build-core) installs
 # into its kvtier/ package folder: the tools and their data, no docs or
