@@ -146,7 +146,7 @@ mapfile -t natives < <(engine_natives "$root" "$KVTIER_ENGINE")
 lib_rel=$(store_lib_rel "$prefix")
 if [[ -z $lib_rel ]]; then
   ((${#natives[@]} == 0)) ||
-    log "no store library under $prefix (lib/kvtier/$KVTIER_STORE_LIB; a repository has none): none installed beside ${natives[0]}, so a GLM53_KV_OFFLOAD=1 writer cannot start and the gate refuses knob 1; bake from an install (cmake --install, the .deb, the image, the wheel) to ship it"
+    log "no store library under $prefix (lib/kvtier/$KVTIER_STORE_LIB_NAME; a repository has none): none installed beside ${natives[0]}, so a GLM53_KV_OFFLOAD=1 writer cannot start and the gate refuses knob 1; bake from an install (cmake --install, the .deb, the image, the wheel) to ship it"
 else
   lib=$prefix/$lib_rel
   mapfile -t libs < <(

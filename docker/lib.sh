@@ -372,14 +372,14 @@ list_baked() {
 # so, and the gate refuses knob 1).
 store_lib_rel() {
   local rel
-  for rel in lib/kvtier/$KVTIER_STORE_LIB ../../lib/kvtier/$KVTIER_STORE_LIB; do
+  for rel in lib/kvtier/$KVTIER_STORE_LIB_NAME ../../lib/kvtier/$KVTIER_STORE_LIB_NAME; do
     if [[ -f $1/$rel && ! -L $1/$rel ]]; then
       printf '%s\n' "$rel"
       return 0
     fi
   done
 }
-KVTIER_STORE_LIB=libkvtier_store.so
+KVTIER_STORE_LIB_NAME=libkvtier_store.so
 
 # Every kv_store_format/native.py of the engine package in TREE (where the
 # patched writer loads the store library from), one a line. Only the

@@ -305,6 +305,13 @@ def test_a_bake_without_the_store_library_says_so_and_knob_1_is_refused(
     assert "libkvtier_store.so: missing, and the bake had none to install" in res.stderr
     res = _script("gate.sh", real_prefix, tree_copy, env={"PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr  # knob 0 loads no library
+    # An engine environment naming the library (the writer loads it first).
+    lib = str(real_prefix.parent / "nowhere.so")
+    env = {**_knob1_env(tmp_path), "KVTIER_STORE_LIB": lib}
+    res = _script("gate.sh", real_prefix, tree_copy, env=env)
+    assert res.returncode == 2 and f"KVTIER_STORE_LIB={lib}: no such file" in res.stderr
+    env["KVTIER_STORE_LIB"] = os.environ["KVTIER_STORE_LIB"]  # this build's (conftest)
+    assert _script("gate.sh", real_prefix, tree_copy, env=env).returncode == 0
 
 
 def test_the_gate_refuses_a_store_library_that_is_not_the_baked_one(

@@ -275,7 +275,7 @@ def _pip_stage_run() -> tuple[str, str]:
     (run,) = [ln[4:] for ln in stage.splitlines() if ln.startswith("RUN ")]
     mount = re.match(r"--mount=type=bind,source=wheelhouse,target=(\S+) ", run)
     assert mount, run
-    return run[mount.end() :], mount[1]
+    return re.sub(r"\s+", " ", run[mount.end() :]).strip(), mount[1]
 
 
 def test_the_dockerfile_two_line_path_works_from_the_wheel(wheel, site, tmp_path):
