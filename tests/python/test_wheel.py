@@ -484,7 +484,13 @@ def test_pip_path_bake_gate_revert_uninstall_leave_nothing(wheel, tmp_path):
     py, env = venv / "bin/python", _env(PATH=f"{venv / 'bin'}:/usr/bin:/bin")
     gate = _run(share / "docker/gate.sh", "--python", py, env=env, check=False)
     assert gate.returncode == 2 and "empty: nothing baked yet" in gate.stderr
-    _run(share / "docker/bake.sh", "--python", py, env=env)
+    # DEPLOY.md's lines as written, with this venv's python3 first on PATH.
+    deploy = (REPO_ROOT / "docs/DEPLOY.md").read_text()
+    block = deploy.split("**Bake and gate from the wheel.**", 1)[1]
+    block = block.split("```sh\n", 1)[1].split("```", 1)[0]
+    assert "bake.sh" in block and "gate.sh" in block, block
+    done = _run("bash", "-euc", block, env=env)
+    assert "ok: knob 0" in done.stderr, done.stderr
     assert not [p for p in (share / "overlays").rglob("*") if ".so" in p.name]
     lib_dir = purelib / OFFLOADING / "kv_store_format"
     assert (lib_dir / "libkvtier_store.so").is_file()
