@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Writes kvtier_build_info.h for `--version` (cli/conventions.cpp): the
 # VERSION file and one "<engine>-<version> build kvtier-<16 hex>" line per
-# anchors folder, computed by docker/lib.sh's build_id, so the tools and the
-# scripts print the same id for the same artifacts.
+# anchors folder that ships (anchors/example-* is the worked example of
+# docs/OVERLAYS.md, left out of every install), computed by docker/lib.sh's
+# build_id, so the tools and the scripts print the same id for the same
+# artifacts.
 #   build_info.sh SOURCE_DIR OUT_HEADER
 set -euo pipefail
 src=$1 out=$2
@@ -10,7 +12,7 @@ src=$1 out=$2
 . "$src/docker/lib.sh"
 lines=""
 for d in "$src"/anchors/*/; do
-  [[ -f $d/ORDER ]] || continue
+  [[ -f $d/ORDER && $(basename "$d") != example-* ]] || continue
   d=$(basename "$d")
   lines+="$d build $(build_id "$src" "$d")\\n"
 done

@@ -15,14 +15,15 @@ std::string version_text(std::string_view tool) {
 const char* exit_code_help() {
   return "Exit codes (the same in overlay, kvstore and the docker/ scripts):\n"
          "  0  ok\n"
-         "  1  not as expected: check found another state; verify/gc found problems; invalid chunk\n"
+         "  1  not as expected: check found another state; verify found problems; gc found damage (a dry\n"
+         "     run) or left some (a sweep); invalid chunk\n"
          "  2  usage error or bad input; nothing was written\n"
-         "  3  drift: a pin or anchor does not match the tree\n"
+         "  3  drift: a pin or anchor does not match the tree, or its engine release has no manifests here\n"
          "  4  refused for safety: tampered, stale or half-applied tree; sweep refused\n"
          "  5  an injected source does not compile (--check-injected)\n"
          "  6  I/O error\n"
          "  7  busy: another process holds the tree's or the store's lock\n"
-         "  8  no store here: ROOT holds no kvtier store\n";
+         "  8  no store here: ROOT holds no kvtier store (an empty folder included)\n";
 }
 
 const char* exit_code_name(int code) {

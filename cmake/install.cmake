@@ -3,7 +3,8 @@
 #   lib/kvtier/libkvtier_store.so                  the overlays' store library (storeio/)
 #   share/kvtier/{anchors,overlays,docker}         the data the tools and scripts read
 #   share/kvtier/pins/<engine>-<version>/          the pin sets (fixtures/)
-#   share/bash-completion/completions/{overlay,kvstore}
+#   share/bash-completion/completions/{overlay,kvstore}, share/zsh/site-functions/,
+#   share/fish/vendor_completions.d/, share/man/man1/{overlay,kvstore}.1
 #   share/doc/kvtier/                              README and docs
 # and CPack turns the same rules into a .deb. `overlay` finds its anchors at
 # <exe>/../share/kvtier/anchors, so an installed tree works from any prefix.
@@ -64,18 +65,36 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/ DESTINATION ${KVTIER_DATADIR}/
         FILES_MATCHING REGEX "/[^/]+-[^/]+/(PINS|WHEEL|SDIST|SOURCES|BUILT)$"
         PATTERN example EXCLUDE PATTERN __pycache__ EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docker/ DESTINATION ${KVTIER_DATADIR}/docker COMPONENT runtime
-        FILES_MATCHING PATTERN "*.sh"
+        FILES_MATCHING PATTERN "*.py" PATTERN "*.sh"
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 # The wheel (pyproject.toml; SKBUILD is set by scikit-build-core) installs
 # into its kvtier/ package folder: the tools and their data, no docs or
 # completions. `auditwheel repair` then copies ISA-L into kvtier.libs/.
 # The store library (libkvtier_store.so) is installed above, in lib/kvtier/
 # beside what the tools' RPATH names.
+# An empty artifact list and bake record: the wheel's bake.sh (run with the
+# engine's python) writes both in place, and pip, which removes exactly the
+# files a wheel's RECORD lists, then removes them on `pip uninstall kvtier`.
+# Empty means "not baked yet": the gate and launch.sh say so.
 if(SKBUILD)
+  foreach(f ARTIFACTS.sha256 ARTIFACTS.baked)
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/wheel-placeholder/${f} "")
+    install(FILES ${CMAKE_CURRENT_BINARY_DIR}/wheel-placeholder/${f} DESTINATION ${KVTIER_DATADIR} COMPONENT runtime)
+  endforeach()
   return()
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT runtime)
+# zsh and fish completion and the man pages: generated from the tools' --help
+# by packaging/gen-cli-docs.py and committed (tests/python/test_cli_docs.py
+# fails when they are stale). zsh reads $prefix/share/zsh/site-functions,
+# fish $prefix/share/fish/vendor_completions.d.
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/zsh/_overlay ${PROJECT_SOURCE_DIR}/packaging/zsh/_kvstore
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/site-functions COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/fish/overlay.fish ${PROJECT_SOURCE_DIR}/packaging/fish/kvstore.fish
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/fish/vendor_completions.d COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/man/overlay.1 ${PROJECT_SOURCE_DIR}/packaging/man/kvstore.1
+        DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/packaging/deploy/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT runtime)

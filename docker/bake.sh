@@ -53,6 +53,7 @@ KVTIER_TOOL=bake
 . "$(dirname "$0")/lib.sh"
 
 rebuild=0 sources="" args=()
+KVTIER_EXTRA_OPTIONS=(--rebuild-binaries --sources) # for other_arg's suggestion
 while (($#)); do
   case $1 in
   --rebuild-binaries) rebuild=1 ;;
@@ -132,23 +133,39 @@ run_overlay apply "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" ${apply_args[@]+"${
 run_overlay check "${KVTIER_OVERLAY_ARGS[@]}" "${inject[@]}" --expect applied
 
 # 4. The store library where kv_store_format/native.py looks first
-# (beside it), with the bundled ISA-L and libcrypto its $ORIGIN RPATH needs (a portable
-# install bundles it; a plain one links the system's, and has none to copy;
-# the wheel's is auditwheel's renamed copy in site-packages/kvtier.libs, which
-# the library's other RPATH entry no longer reaches from beside native.py).
-if [[ -f $prefix/$KVTIER_STORE_LIB_REL ]]; then
-  lib=$prefix/$KVTIER_STORE_LIB_REL
+# (beside it), with the bundled ISA-L and libcrypto its $ORIGIN RPATH needs (a
+# portable install bundles them; a plain one links the system's, and has none
+# to copy; the wheel's are auditwheel's renamed copies in site-packages/
+# kvtier.libs, which the library's other RPATH entry no longer reaches from
+# beside native.py). Only into the engine's own package: a kvtier wheel in the
+# same site-packages holds the overlay's copy of native.py too, and a file
+# added there is one pip never removes and the gate's artifact list lacks.
+# What it copies is recorded beside it (.overlay-installed), so `overlay
+# revert` removes exactly those files with the folder the overlay made.
+mapfile -t natives < <(engine_natives "$root" "$KVTIER_ENGINE")
+lib_rel=$(store_lib_rel "$prefix")
+if [[ -z $lib_rel ]]; then
+  ((${#natives[@]} == 0)) ||
+    log "no store library under $prefix (lib/kvtier/$KVTIER_STORE_LIB_NAME; a repository has none): none installed beside ${natives[0]}, so a GLM53_KV_OFFLOAD=1 writer cannot start and the gate refuses knob 1; bake from an install (cmake --install, the .deb, the image, the wheel) to ship it"
+else
+  lib=$prefix/$lib_rel
   mapfile -t libs < <(
-    for dep in libisal libcrypto; do  # ISA-L's CRC, libcrypto's HMAC (keyed stores)
+    for dep in libisal libcrypto; do # ISA-L's CRC, libcrypto's HMAC (keyed stores)
       compgen -G "$(dirname "$lib")/$dep.so*" || true
       compgen -G "$(dirname "$lib")/../../../kvtier.libs/$dep-*.so*" || true
     done
   )
-  mapfile -t natives < <(find "$root" -path '*/kv_store_format/native.py' -type f)
   for native in "${natives[@]}"; do
-    cp "$lib" ${libs[@]+"${libs[@]}"} "$(dirname "$native")/" ||
+    dest=$(dirname "$native")
+    cp "$lib" ${libs[@]+"${libs[@]}"} "$dest/" ||
       die "$native: cannot install the store library beside it"
-    log "store library installed beside $native"
+    names=()
+    for f in "$lib" ${libs[@]+"${libs[@]}"}; do names+=("$(basename "$f")"); done
+    if ! (cd "$dest" && sha256sum -- "${names[@]}") >"$dest/$KVTIER_INSTALLED_RECORD.tmp" ||
+      ! mv "$dest/$KVTIER_INSTALLED_RECORD.tmp" "$dest/$KVTIER_INSTALLED_RECORD"; then
+      die "$dest/$KVTIER_INSTALLED_RECORD: cannot record what was installed there"
+    fi
+    log "store library installed beside $native (${names[*]}; recorded in $KVTIER_INSTALLED_RECORD)"
   done
 fi
 

@@ -19,7 +19,11 @@
 #   3. the tree: `overlay check` says the state of the overlays bake.sh
 #      applied (ARTIFACTS.baked beside the list) is what the knobs need
 #      (knob 1: every one applied, injected sources compile; knob 0: applied
-#      or pristine, never half-applied, tampered or drifted).
+#      or pristine, never half-applied, tampered or drifted);
+#   4. knob 1 only: the store library the writer loads is beside every
+#      kv_store_format/native.py of the engine, the one the bake installed
+#      (or, when KVTIER_STORE_LIB is set, that file exists: the writer
+#      loads it first).
 #
 # Options as in bake.sh, but --engine defaults to the release bake.sh
 # recorded (the anchors folder its artifact list names). The tree to check is the one that will serve: inside
@@ -54,7 +58,7 @@ if [[ ${GLM53_KV_OFFLOAD_RESTORE-} == 1 && " ${KVTIER_ORDER[*]} " != *" kv-offlo
   die "GLM53_KV_OFFLOAD_RESTORE=1 is refused: the kv-offload-restore overlay is not baked (not in ORDER)"
 fi
 
-[[ -f $artifacts ]] || die "$artifacts: missing; run docker/bake.sh to record the artifact list"
+require_baked_list "$artifacts"
 artifacts=$(cd "$(dirname "$artifacts")" && pwd)/$(basename "$artifacts")
 listing=$(list_baked "$prefix") # a refusal inside exits here, with 2
 mapfile -t want <<<"$listing"
@@ -119,5 +123,24 @@ else
     state=pristine
   fi
   ((rc == 0)) || die "$root: overlay state is neither applied nor pristine: $(overlay_says "$rc") (overlay exit $rc)"
+fi
+# 4. Knob 1: the store library the writer loads, beside every native.py of
+# the tree's engine (bake.sh put it there; a bake without one says so).
+if ((KVTIER_KNOB)) && [[ -n ${KVTIER_STORE_LIB-} ]]; then
+  # The writer loads KVTIER_STORE_LIB first, when the engine's environment sets it.
+  [[ -f $KVTIER_STORE_LIB ]] ||
+    die "KVTIER_STORE_LIB=$(q "$KVTIER_STORE_LIB"): no such file; GLM53_KV_OFFLOAD=1's writer loads the store library from there"
+elif ((KVTIER_KNOB)); then
+  lib_rel=$(store_lib_rel "$prefix")
+  mapfile -t natives < <(engine_natives "$root" "$KVTIER_ENGINE")
+  for native in ${natives[@]+"${natives[@]}"}; do
+    have=$(dirname "$native")/$KVTIER_STORE_LIB_NAME
+    if [[ -z $lib_rel ]]; then
+      [[ -f $have ]] || die "$have: missing, and the bake had none to install (no lib/kvtier/$KVTIER_STORE_LIB_NAME under $prefix): GLM53_KV_OFFLOAD=1's writer cannot start; bake from an install (cmake --install, the .deb, the image, the wheel)"
+    else
+      [[ -f $have ]] || die "$have: missing: GLM53_KV_OFFLOAD=1's writer loads the store library from there; run bake.sh again"
+      cmp -s "$have" "$prefix/$lib_rel" || die "$have: differs from the baked $prefix/$lib_rel; run bake.sh again"
+    fi
+  done
 fi
 log "ok: knob $KVTIER_KNOB, overlays ${KVTIER_BAKED[*]} $state on $root"

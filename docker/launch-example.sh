@@ -16,7 +16,9 @@
 # with the caller's knobs. --tree TREE instead gates a local copy of the
 # image's engine tree (for instance extracted ahead of the restart window).
 # Order: gate -> plan -> compare ranks -> then, and only then, per rank:
-# docker stop, mkdir of the store (knob 1 only), docker run.
+# docker rm -f (the old container), mkdir of the store (knob 1 only), docker run.
+# SERVE_ARGV is what follows the image on `docker run`: the vLLM image's
+# entrypoint is `vllm serve`, so `-- MODEL [serve options]`.
 # Exit: 2 when the gate or the plan refuses (nothing stopped); otherwise the
 # first failing remote command's code.
 set -euo pipefail

@@ -13,7 +13,8 @@
 # GLM53_KV_OFFLOAD* knobs from the environment (same rules as the gate) and
 # writes DIR/rank<R>/{argv,env,mounts,order}: argv one argument a line, env
 # KEY=VALUE lines (the base env file's lines, in order), mounts
-# HOST:CONTAINER:MODE lines, order the pinned overlay order.
+# HOST:CONTAINER:MODE lines, order the overlays the bake applied
+# (ARTIFACTS.baked), in the pinned order.
 #   knob 0: argv and env are the base, byte for byte; no mounts.
 #   knob 1: argv gains --kv-transfer-config with one connector JSON (the same
 #           for every rank; with GLM53_KV_OFFLOAD_RESTORE=1, accepted only when
@@ -134,6 +135,9 @@ plan() {
   # The release bake.sh baked into this prefix, unless --engine names one.
   resolve_engine "$prefix" "${engine:-$(baked_release "${artifacts:-$prefix/ARTIFACTS.sha256}")}"
   read_order "$prefix/anchors/$KVTIER_ENGINE_DIR/ORDER"
+  # What the bake applied (ARTIFACTS.baked; all of ORDER before a bake): the
+  # order file lists only those, never an overlay left out of the image.
+  read_baked "$prefix" "$(baked_file "${artifacts:-$prefix/ARTIFACTS.sha256}")"
   local restore=0
   if [[ ${GLM53_KV_OFFLOAD_RESTORE-} == 1 ]]; then
     [[ " ${KVTIER_ORDER[*]} " == *" kv-offload-restore "* ]] ||
@@ -206,8 +210,8 @@ plan() {
     done
     if ! knob_set GLM53_KV_OFFLOAD_BUILD_ID; then
       artifacts=${artifacts:-$prefix/ARTIFACTS.sha256}
-      [[ -f $artifacts ]] ||
-        die "$artifacts: missing; set GLM53_KV_OFFLOAD_BUILD_ID or bake first (the store namespace is fenced by it)"
+      [[ -s $artifacts ]] ||
+        die "$artifacts: $([[ -e $artifacts ]] && echo "empty (nothing baked yet)" || echo missing); bake first (docker/bake.sh, docs/DOCKER.md \"Launch configuration\") or set GLM53_KV_OFFLOAD_BUILD_ID (the store namespace is fenced by it)"
       v=$(sha256sum <"$artifacts")
       env_lines+=("GLM53_KV_OFFLOAD_BUILD_ID=kvtier-${v:0:16}")
     fi
@@ -233,7 +237,7 @@ plan() {
       { ((${#env_lines[@]} == 0)) || printf '%s\n' "${env_lines[@]}"; } >"$tmp/rank$r/env"
     fi
     { ((${#mounts[@]} == 0)) || printf '%s\n' "${mounts[@]}"; } >"$tmp/rank$r/mounts"
-    printf '%s\n' "${KVTIER_ORDER[@]}" >"$tmp/rank$r/order"
+    printf '%s\n' "${KVTIER_BAKED[@]}" >"$tmp/rank$r/order"
   done
   mv "$tmp" "$out"
   log "wrote ${#rank_list[@]} rank plans to $out (knob $KVTIER_KNOB)"
@@ -309,5 +313,5 @@ compare)
   print_version "$0"
   exit 0
   ;;
-*) die "expected a subcommand: plan or compare (see --help)" ;;
+*) die "expected a subcommand: plan or compare$(suggest "${1:-}" plan compare) (see --help)" ;;
 esac

@@ -39,8 +39,38 @@ other_arg() {
     print_version "$1"
     exit 0
     ;;
-  *) die "unknown argument $(q "$2") (see --help)" ;;
+  *) die "unknown argument $(q "$2")$(suggest "$2" ${KVTIER_KNOWN_OPTIONS[@]+"${KVTIER_KNOWN_OPTIONS[@]}"} ${KVTIER_EXTRA_OPTIONS[@]+"${KVTIER_EXTRA_OPTIONS[@]}"} --help --version) (see --help)" ;;
   esac
+}
+
+# "; did you mean 'X'?" for WORD and the nearest of the CANDIDATES (at most
+# two edits away, or one that starts with WORD), else nothing: the same help
+# `overlay` and `kvstore` give for a mistyped command or option.
+#   die "unknown command $(q "$w")$(suggest "$w" plan compare)"
+suggest() {
+  local word=$1
+  shift
+  (($#)) || return 0
+  printf '%s\n' "$@" | awk -v w="$word" '
+    function dist(a, b,   i, j, la, lb, c, d, cost) {
+      la = length(a); lb = length(b)
+      for (j = 0; j <= lb; j++) d[0, j] = j
+      for (i = 1; i <= la; i++) {
+        d[i, 0] = i
+        for (j = 1; j <= lb; j++) {
+          cost = substr(a, i, 1) == substr(b, j, 1) ? 0 : 1
+          c = d[i - 1, j] + 1
+          if (d[i, j - 1] + 1 < c) c = d[i, j - 1] + 1
+          if (d[i - 1, j - 1] + cost < c) c = d[i - 1, j - 1] + cost
+          if (i > 1 && j > 1 && substr(a, i, 1) == substr(b, j - 1, 1) && substr(a, i - 1, 1) == substr(b, j, 1) && d[i - 2, j - 2] + 1 < c) c = d[i - 2, j - 2] + 1
+          d[i, j] = c
+        }
+      }
+      return d[la, lb]
+    }
+    w != "" { n = dist(w, $0); if (index($0, w) == 1 && length(w) >= 3) n = 1
+              if (n <= 2 && (best == "" || n < bestn)) { best = $0; bestn = n } }
+    END { if (best != "") printf "; did you mean %s?", "\047" best "\047" }'
 }
 
 # The value options of a script or subcommand, one loop for all. SPEC names
@@ -62,6 +92,7 @@ parse_options() {
     shift 2
   done
   KVTIER_REST=("$@")
+  read -ra KVTIER_KNOWN_OPTIONS <<<"$(sed -E 's/=[^ ]*//g' <<<"$_spec")"
 }
 
 # ---------------------------------------------------------------- knobs
@@ -208,6 +239,13 @@ baked_release() {
   printf '%s' "${BASH_REMATCH[1]}"
 }
 
+# Dies unless FILE is a recorded artifact list: a non-empty regular file. The
+# wheel ships an empty one (so that pip removes the one the bake writes).
+require_baked_list() {
+  [[ -e $1 ]] || die "$1: missing; run bake.sh to record the artifact list (docs/DOCKER.md)"
+  [[ -s $1 ]] || die "$1: empty: nothing baked yet; run bake.sh to record the artifact list (docs/DOCKER.md)"
+}
+
 # Reads the pinned apply order into KVTIER_ORDER (array): one overlay name a
 # line; blank and '#' lines are skipped (as the overlay CLI does); no
 # duplicates; at least one.
@@ -324,9 +362,39 @@ read_baked() {
 # part of the build id (build_id hashes the artifacts only).
 list_baked() {
   list_artifacts "$1"
-  if [[ -f $1/$KVTIER_STORE_LIB_REL ]]; then printf '%s\n' "$KVTIER_STORE_LIB_REL"; fi
+  store_lib_rel "$1"
 }
-KVTIER_STORE_LIB_REL=../../lib/kvtier/libkvtier_store.so # from share/kvtier
+
+# The overlays' store library under a data folder (data_dir_of), relative to
+# it: lib/kvtier/ of an install (share/kvtier/../../lib/kvtier) or of a flat
+# prefix (a folder holding anchors/, overlays/ and lib/kvtier/). Prints it
+# with a newline, or nothing when there is none (a repository: the bake says
+# so, and the gate refuses knob 1).
+store_lib_rel() {
+  local rel
+  for rel in lib/kvtier/$KVTIER_STORE_LIB_NAME ../../lib/kvtier/$KVTIER_STORE_LIB_NAME; do
+    if [[ -f $1/$rel && ! -L $1/$rel ]]; then
+      printf '%s\n' "$rel"
+      return 0
+    fi
+  done
+}
+KVTIER_STORE_LIB_NAME=libkvtier_store.so
+
+# Every kv_store_format/native.py of the engine package in TREE (where the
+# patched writer loads the store library from), one a line. Only the
+# engine's own folder: a kvtier wheel installed in the same site-packages
+# carries the overlay's copy of native.py too, which is not the tree's.
+engine_natives() {
+  local root=$1 pkg=$2
+  [[ -d $root/$pkg ]] || return 0
+  find "$root/$pkg" -path '*/kv_store_format/native.py' -type f | LC_ALL=C sort
+}
+
+# What bake.sh installed beside a native.py, recorded in that folder for
+# `overlay revert` (which removes the files whose bytes still match, with
+# the folder the overlay created): sha256sum lines, one per file.
+KVTIER_INSTALLED_RECORD=.overlay-installed
 
 # ----------------------------------------------------------- overlay CLI
 
@@ -433,7 +501,8 @@ build_id() {
 
 # --version, the same shape for every tool and script:
 #   NAME VERSION
-#   <engine>-<version> build kvtier-<16 hex>     (one line per anchors folder)
+#   <engine>-<version> build kvtier-<16 hex>     (one line per anchors folder
+#                                                 that ships: not example-*)
 # VERSION is the VERSION file beside anchors/ (the repository's, or
 # share/kvtier/VERSION when installed); the build ids are build_id's.
 print_version() {
@@ -442,7 +511,7 @@ print_version() {
   version=$(cat "$prefix/VERSION" 2>/dev/null) || version=unknown
   printf '%s %s\n' "$(basename "$script" .sh)" "$version"
   for d in "$prefix"/anchors/*/; do
-    [[ -f $d/ORDER ]] || continue
+    [[ -f $d/ORDER && $(basename "$d") != example-* ]] || continue
     d=$(basename "$d")
     printf '%s build %s\n' "$d" "$(build_id "$prefix" "$d")"
   done

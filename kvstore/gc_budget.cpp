@@ -2,6 +2,7 @@
 // used policy as the writer's kv_store_local/budget.py (FORMAT.md 8.1), so
 // both retire the same chain trees from the same store.
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,7 +30,7 @@ struct Tree {
 
 std::optional<uint64_t> parse_size(const std::string& text) {
   static const std::map<std::string, unsigned __int128> kUnits = {
-      {"", 1},           {"B", 1},
+      {"B", 1},
       {"K", 1000},       {"KB", 1000},       {"M", 1000000},       {"MB", 1000000},
       {"G", 1000000000}, {"GB", 1000000000}, {"T", 1000000000000}, {"TB", 1000000000000},
       {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}};
@@ -55,6 +56,25 @@ std::optional<uint64_t> parse_size(const std::string& text) {
   v += f * unit->second / scale;
   if (v == 0 || v >= (static_cast<unsigned __int128>(1) << 63)) return std::nullopt;
   return static_cast<uint64_t>(v);
+}
+
+std::string size_problem(const std::string& text) {
+  if (parse_size(text)) return {};
+  const size_t unit_at = text.find_first_not_of("0123456789.");
+  if (!text.empty() && unit_at == std::string::npos)
+    return "not a SIZE: " + text + " has no unit, and a bare number is ambiguous here (GLM53_KV_OFFLOAD_DISK_GB=" +
+           text + " means " + text + " GB): write " + text + "G for GB or " + text + "B for bytes";
+  auto lower = [](std::string v) {
+    for (auto& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return v;
+  };
+  if (unit_at != std::string::npos && unit_at > 0)
+    for (const char* u : {"b", "k", "kb", "kib", "m", "mb", "mib", "g", "gb", "gib", "t", "tb", "tib"})
+      if (lower(text.substr(unit_at)) == u)
+        return "not a SIZE: " + text + " (units are case-sensitive: B, K M G T, KB..TB, KiB..TiB; e.g. 500G)";
+  return "not a SIZE: " + text +
+         " (a number > 0 and its unit: B, K/M/G/T or KB..TB (powers of 1000), KiB/MiB/GiB/TiB (powers of 1024); "
+         "e.g. 500G)";
 }
 
 size_t plan_budget(const RankInventory& inv, const PlanOptions& opt, uint64_t planned,

@@ -1,8 +1,11 @@
 #include "kvtier/kvstore/gc_plan.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 namespace kvstore {
 namespace {
@@ -334,14 +337,45 @@ TEST(GcBudget, NeverATreeNamingAPendingChunkAndTiesGoByRoot) {
 }
 
 TEST(GcBudget, SizeParsing) {
-  EXPECT_EQ(parse_size("1"), 1u);
+  EXPECT_EQ(parse_size("1B"), 1u);
   EXPECT_EQ(parse_size("500G"), 500000000000u);
   EXPECT_EQ(parse_size("1.5GB"), 1500000000u);
   EXPECT_EQ(parse_size("2KiB"), 2048u);
   EXPECT_EQ(parse_size("0.5MiB"), 524288u);
-  for (std::string bad : {"", "0", "-1", "1.5", "1e9", "5 G", "G", "1.G", "12g", "0x10", "99999999999999999999",
+  for (std::string bad : {"", "0", "1", "500", "-1", "1.5", "1e9", "5 G", "G", "1.G", "12g", "0x10", "99999999999999999999",
                           "9000000000000000000000"})
     EXPECT_FALSE(parse_size(bad)) << bad;
+}
+
+// The one size syntax: --max-bytes reads every line of the table the knob
+// GLM53_KV_OFFLOAD_DISK_GB is tested against too (its second column).
+TEST(GcBudget, SizesTableSharedWithTheKnob) {
+  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/tests/vectors/sizes.txt");
+  ASSERT_TRUE(in) << "tests/vectors/sizes.txt";
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cols;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) cols.push_back(w);
+    ASSERT_GE(cols.size(), 3u) << line;
+    std::string text;
+    for (size_t i = 0; i + 2 < cols.size(); ++i) text += (i ? " " : "") + cols[i];
+    const std::string& want = cols[cols.size() - 2];
+    if (want == "-") {
+      EXPECT_FALSE(parse_size(text)) << text;
+      EXPECT_FALSE(size_problem(text).empty()) << text;
+    } else {
+      EXPECT_EQ(parse_size(text), std::stoull(want)) << text;
+      EXPECT_EQ(size_problem(text), "") << text;
+    }
+    ++rows;
+  }
+  EXPECT_GT(rows, 20);
+  EXPECT_THAT(size_problem("500"), ::testing::HasSubstr("bare number is ambiguous"));
+  EXPECT_THAT(size_problem("500"), ::testing::HasSubstr("500G for GB or 500B for bytes"));
+  EXPECT_THAT(size_problem("12g"), ::testing::HasSubstr("case-sensitive"));
 }
 
 }  // namespace

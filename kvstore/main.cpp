@@ -36,6 +36,7 @@
 #include "kvtier/kvstore/stat.h"
 #include "kvtier/kvstore/store_perms.h"
 #include "kvtier/kvstore/walk.h"
+#include "cli_checks.h"
 #include "mac_check.h"
 
 namespace {
@@ -131,17 +132,18 @@ std::string failure_words(int code) {
   }
 }
 
-// True when ROOT holds entries but no rank folder, and is not one itself. A
-// rank folder that is a symlink is a finding of its own, not "no store".
+// True when ROOT holds no rank folder and is not one itself: an empty folder
+// (a store's disk not mounted, nothing written yet) included, never "no problems".
+// A rank folder that is a symlink is a finding of its own, not "no store".
 bool no_store_here(const StoreScan& scan) {
   for (const auto& f : scan.findings)
     if (f.kind == FindingKind::kUnsafeFolder) return false;
-  return !scan.root_is_rank && scan.ranks.empty() && !scan.findings.empty();
+  return !scan.root_is_rank && scan.ranks.empty();
 }
 
-std::string no_store_message(const Common& c) {
-  return fmt::format("{}: no store here (no rank folder <prefix>_<model>_<ns>_r<rank> in it, and it is not one)",
-                     c.root);
+std::string no_store_message(const Common& c, const StoreScan& scan) {
+  return fmt::format("{}: no store here ({}no rank folder <prefix>_<model>_<ns>_r<rank> in it, and it is not one)",
+                     c.root, scan.findings.empty() ? "empty: the store's disk not mounted, or nothing written yet; " : "");
 }
 
 // Drops the per-file lines of a gc report unless -v: the summary is the
@@ -242,7 +244,7 @@ int run_verify(const Common& c) {
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
-  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
+  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c, *scan)), render(nullptr));
   auto findings = all_findings(*scan);
   // A store others can change is a finding of its own (docs/DEPLOY.md, Security).
   if (auto unsafe = unsafe_store_folder(c.root, serving_uid_for(c.root)))
@@ -304,10 +306,14 @@ int run_gc(const Common& c, const GcArgs& g) {
   progress.finish();
   if (!report) return write_metrics(c, fail(c, kExitIo, report.error().line()), render(nullptr, nullptr));
   if (report->ranks.empty() && no_store_here(report->scan))
-    return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr, nullptr));
+    return write_metrics(c, fail(c, kExitNoStore, no_store_message(c, report->scan)), render(nullptr, nullptr));
   // A sweep's summary and findings come from its scans under the lock.
   auto summary = summarize(report->scan);
-  code = summary.damage > 0 ? kExitProblems : kExitClean;
+  // A dry run found damage (its plan says what a sweep removes): 1. A sweep
+  // that removed every damaged file it found repaired the store: 0; damage
+  // it left (a file kept after a re-check, a kind gc never deletes): 1.
+  const DamageCount damage = damage_after_sweep(*report);
+  code = (g.sweep ? damage.left() : damage.found) > 0 ? kExitProblems : kExitClean;
   if (report->refused) {
     bool all_busy = true;
     for (const auto& r : report->ranks)
@@ -327,8 +333,12 @@ int run_gc(const Common& c, const GcArgs& g) {
     // A dry run lists its plan (that is what it is for); a sweep prints its
     // summary, and each file only with -v (and always in --json).
     fmt::print(text_out(c), "{}", per_file_filter(gc_report_text(*report), c.verbose || !g.sweep));
-    if (!c.quiet || code != kExitClean)
-      fmt::print(text_out(c), "{}", summary_text("gc", summary, failure_words(code)));
+    std::string words = failure_words(code);
+    if (g.sweep && damage.found > 0 && words.empty())
+      words = damage.left() == 0 ? fmt::format("all {} damaged removed by this sweep", damage.found)
+                                 : fmt::format("{} of {} damaged left after this sweep", damage.left(), damage.found);
+    if (!c.quiet || code != kExitClean || damage.found > 0)
+      fmt::print(text_out(c), "{}", summary_text("gc", summary, words));
   }
   exit_now(code);
 }
@@ -345,7 +355,7 @@ int run_stat(const Common& c) {
   auto scan = scan_store(store->fd.get(), store->name, opts);
   progress.finish();
   if (!scan) return write_metrics(c, fail(c, kExitIo, scan.error().line()), render(nullptr));
-  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c)), render(nullptr));
+  if (no_store_here(*scan)) return write_metrics(c, fail(c, kExitNoStore, no_store_message(c, *scan)), render(nullptr));
   auto stats = compute_stats(*scan, opts.now_ns);
   code = write_metrics(c, kExitClean, render(&stats));
   if (c.json) {
@@ -461,39 +471,6 @@ int run_inspect(const Common& c, const std::string& file) {
 
 }  // namespace
 
-// Seconds from 0 to max. CLI::Range lets NaN through (every comparison with
-// it is false; a NaN grace or lock timeout acted as 0) and prints its bounds
-// as 86400.000000.
-CLI::Validator seconds_up_to(double max, const std::string& max_text) {
-  return CLI::Validator(
-      [max, max_text](std::string& s) -> std::string {
-        // Decimal only: strtod also reads hex ("0x10" as 16), leading spaces and inf.
-        static const std::regex kDecimal(R"(-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?)");
-        if (!std::regex_match(s, kDecimal)) return "not a number: " + s + " (decimal seconds, e.g. 600 or 1.5)";
-        char* end = nullptr;
-        double v = std::strtod(s.c_str(), &end);
-        if (end != s.c_str() + s.size() || !std::isfinite(v)) return "not a number: " + s;
-        if (v < 0 || v > max) return "out of range: " + s + " (0 to " + max_text + " seconds)";
-        return {};
-      },
-      "SECONDS");
-}
-
-// Decimal digits only: CLI11 read "abc" as out of range and "0x2" as 2. A
-// negative whole number is one: say what is wrong with it.
-CLI::Validator whole_number(int min) {
-  return CLI::Validator(
-      [min](std::string& s) -> std::string {
-        const bool negative = s.size() > 1 && s[0] == '-';
-        const std::string digits = negative ? s.substr(1) : s;
-        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-          return "not a whole number: " + s;
-        if (negative) return fmt::format("must be >= {}: {}", min, s);
-        return {};
-      },
-      "N");
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"kvstore: verify, garbage-collect and report on the KV chunk store (formats v1 and v2)", "kvstore"};
   app.footer(kvtier::cli::exit_code_help());
@@ -547,13 +524,9 @@ int main(int argc, char** argv) {
       ->check(seconds_up_to(86400, "86400"));
   gc->add_option("--max-bytes", g.max_bytes,
                  "per rank: retire least recently used chain trees until the rank holds at most SIZE "
-                 "(bytes, or with K/M/G/T or KiB/MiB/GiB/TiB, e.g. 500G; FORMAT.md 8.1)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            if (parse_size(s)) return {};
-            return "not a SIZE: " + s + " (bytes > 0, optionally with K/M/G/T or KiB/MiB/GiB/TiB, e.g. 500G)";
-          },
-          "SIZE"));
+                 "(a number with its unit: B, K/M/G/T (also KB..TB) or KiB/MiB/GiB/TiB, e.g. 500G, as "
+                 "GLM53_KV_OFFLOAD_DISK_GB takes it; FORMAT.md 8.1)")
+      ->check(CLI::Validator([](std::string& s) { return size_problem(s); }, "SIZE"));
   gc->add_flag("--verify-payloads", g.verify_payloads, "also checksum every payload (slower; default: headers only)");
 
   auto* stat = app.add_subcommand("stat", "totals per rank, group and chain; boundary times");
@@ -582,7 +555,8 @@ int main(int argc, char** argv) {
   // Unknown commands and options first, with a suggestion, before CLI11
   // would report a missing required value instead.
   if (std::string bad = kvtier::cli::precheck(app, argc, argv); !bad.empty()) {
-    print_error(bad + " (see kvstore --help)");
+    bad += " (see kvstore --help)";  // the same line on stderr and in --json, as overlay gives it
+    print_error(bad);
     if (c.json) fmt::print("{}\n", json_text(kvtier::cli::error_json("kvstore", "", kExitUsage, kvtier::printable(bad))));
     return kExitUsage;
   }

@@ -20,6 +20,11 @@ struct Request {
   std::string python = "python3";
   bool expect_pristine = false;  // check --expect pristine
   std::string sources;  // pinned C/C++ sources for [[built_files]] on a wheel install (built.h)
+  // revert --new-files-only: remove only what the overlays added (their
+  // intact new files, the folders they made and what a bake recorded in
+  // them), never an engine file, whatever state the engine's files are in
+  // (an upgraded or reinstalled engine: docs/UPGRADING.md).
+  bool new_files_only = false;
 };
 
 struct FileChangeReport {

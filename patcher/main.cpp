@@ -1,6 +1,10 @@
 // The `overlay` CLI: wires CLI11 to the engine, prints, picks exit codes.
+#include <dirent.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -25,7 +29,7 @@ struct Args {
   std::string pristine, sources, root_pos, command;
   std::vector<std::string> overlays;
   bool json = false, check_injected = false, revert = false, diff = false, discard = false;
-  bool quiet = false, verbose = false, rebuild_binaries = false;
+  bool quiet = false, verbose = false, rebuild_binaries = false, new_files_only = false;
 };
 
 // The envelope every --json document shares (docs/JSON.md, cli/).
@@ -48,8 +52,11 @@ std::string self_exe(const char* argv0) {
 int fail(const Args& a, const Error& e) {
   if (a.json) {
     auto j = error_json(e);
-    // The exit code's name, the same word kvstore uses ("unsafe" for 4).
+    // The exit code's name, the same word kvstore uses ("unsafe" for 4), and
+    // the message as kvstore gives it: the whole line stderr shows, file
+    // included ("file" and "line" stay for those who read them).
     j["error"]["kind"] = kvtier::cli::exit_code_name(static_cast<int>(e.kind));
+    j["error"]["message"] = escape_controls(e.line());
     std::cout << envelope(std::move(j), a, static_cast<int>(e.kind)).dump(2) << "\n";
   }
   std::cerr << "overlay: " << kind_name(e.kind) << ": " << escape_controls(e.line()) << "\n";
@@ -68,6 +75,47 @@ std::string default_pristine_dir(const std::string& engine, const std::string& v
   else return "";
   std::string dir = base + "/kvtier/" + kind + "/" + engine + "-" + version;
   return ::access(dir.c_str(), F_OK) == 0 ? dir : "";
+}
+
+// The releases of `engine` with manifests under `anchors` (example-* aside),
+// in version order, comma-separated.
+std::string supported_releases(const std::string& anchors, const std::string& engine) {
+  std::vector<std::string> found;
+  if (DIR* d = ::opendir(anchors.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.rfind(engine + "-", 0) == 0 && ::access((anchors + "/" + n + "/ORDER").c_str(), F_OK) == 0)
+        found.push_back(n.substr(engine.size() + 1));
+    }
+    ::closedir(d);
+  }
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    return ::strverscmp(a.c_str(), b.c_str()) < 0;
+  });
+  std::string out;
+  for (const auto& v : found) out += (out.empty() ? "" : ", ") + v;
+  return out.empty() ? "none" : out;
+}
+
+// No manifests for the release the tree holds: an upgraded (or not yet
+// supported) engine. Drift, not a usage error: the tree is not one these pins
+// describe. Names the supported releases and the next steps.
+Error unsupported_release(const Args& a, const std::string& anchors, const std::string& version, bool named) {
+  std::string supported = supported_releases(anchors, a.engine);
+  if (named)
+    return make_error(ErrorKind::Usage, anchors + "/" + a.engine + "-" + version,
+                      "no manifests for " + a.engine + " " + version + " (--engine-version); this kvtier supports " +
+                          a.engine + " " + supported);
+  std::string newest = supported.substr(supported.rfind(' ') + 1);
+  Error e = make_error(ErrorKind::Drift, a.root,
+                       "holds " + a.engine + " " + version + ", which this kvtier does not support (it supports " +
+                           a.engine + " " + supported + ")");
+  e.details = {"next: install a supported release (pip install " + a.engine + "==" + newest +
+                   "), or a kvtier that supports " + version + " (docs/UPGRADING.md has the support matrix)",
+               "to remove what the overlays of an earlier release left in this tree: overlay revert "
+               "--new-files-only --engine-version OLD (it never touches " +
+                   a.engine + "'s own files)"};
+  return e;
 }
 
 }  // namespace
@@ -110,7 +158,12 @@ int main(int argc, char** argv) {
   check_cmd->add_option("--expect", a.expect, "applied or pristine")
       ->check(CLI::IsMember({"applied", "pristine"}))
       ->capture_default_str();
-  app.add_subcommand("revert", "remove overlays, restoring pristine bytes");
+  auto* revert_cmd = app.add_subcommand("revert", "remove overlays, restoring pristine bytes");
+  for (CLI::App* sub : {revert_cmd, plan})
+    sub->add_flag("--new-files-only", a.new_files_only,
+                  "revert: remove only what the overlays added (their new files, the folders they made and what a "
+                  "bake recorded in them), never an engine file, whatever state those are in: for a tree whose "
+                  "engine was upgraded or reinstalled under the overlays (docs/UPGRADING.md)");
   auto* recover_cmd = app.add_subcommand(
       "recover", "finish an interrupted transaction (or roll it back with --discard); remove leftovers");
   recover_cmd->add_flag("--discard", a.discard,
@@ -142,13 +195,18 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
-    std::cout << sub->help("overlay") << "\nGlobal options (before or after the command):\n";
+    // The options every command takes are global (before or after the
+    // command): listed right after the command's own, before the exit codes.
+    std::string help = sub->help("overlay");
+    size_t footer = help.find("\nExit codes");
+    std::string global = "\nOptions of every command (before or after it):\n";
     for (const CLI::Option* o : app.get_options()) {
       if (o->get_name() == "--help") continue;
       std::string names = o->get_name(false, true);
       std::string type = o->get_type_size() == 0 ? "" : " " + o->get_type_name();
-      std::cout << "  " << names << type << "\n      " << o->get_description() << "\n";
+      global += "  " + names + type + "\n      " + o->get_description() + "\n";
     }
+    std::cout << help.insert(footer == std::string::npos ? help.size() : footer, global);
     return 0;
   } catch (const CLI::CallForVersion&) {
     std::cout << kvtier::cli::version_text("overlay");
@@ -191,7 +249,7 @@ int main(int argc, char** argv) {
     }
     a.manifests = *anchors + "/" + a.engine + "-" + version;
     if (::access(a.manifests.c_str(), F_OK) != 0)
-      return fail(a, make_error(ErrorKind::Usage, a.manifests, "no manifests for " + a.engine + " " + version));
+      return fail(a, unsupported_release(a, *anchors, version, !a.engine_version.empty()));
   }
   if (a.fragments.empty()) a.fragments = a.manifests + "/../../overlays";
   for (std::string* p : {&a.manifests, &a.fragments})
@@ -216,6 +274,9 @@ int main(int argc, char** argv) {
   r.python = a.python;
   r.expect_pristine = a.expect == "pristine";
   r.sources = a.sources;
+  r.new_files_only = a.new_files_only;
+  if (a.new_files_only && !(cmd == "revert" || (cmd == "plan" && a.revert)))
+    return fail(a, make_error(ErrorKind::Usage, "", "--new-files-only is for revert (and plan --revert)"));
   // From the wheel without --overlays: apply, plan and check take the set
   // without the overlays that rebuild an engine binary (wheel_default.h);
   // revert and check --expect pristine still take every overlay.
@@ -268,14 +329,21 @@ int main(int argc, char** argv) {
   } else if (cmd == "status") {
     std::cout << state_text(out->state);
   } else if (cmd == "check") {
+    // An absent overlay (its C/C++ sources and binary not in this tree) is
+    // accepted like one superseded upstream, but it is neither applied nor
+    // pristine: it is named apart, never in the ok line.
+    auto absent = [&](const std::string& n) {
+      const OverlayState* os = out->state.overlay(n);
+      return os != nullptr && os->state == OverlayStatus::Absent;
+    };
     std::cout << "ok: " << (r.expect_pristine ? "pristine" : "applied");
-    for (const auto& n : out->selected) std::cout << " " << n;
+    for (const auto& n : out->selected)
+      if (!absent(n)) std::cout << " " << n;
     std::cout << "\n";
-    // Accepted like an overlay superseded upstream, but not in the tree at all: say so.
-    for (const auto& os : out->state.overlays)
-      if (os.state == OverlayStatus::Absent && std::ranges::find(out->selected, os.name) != out->selected.end())
-        std::cout << "  " << os.name << ": absent (neither its C/C++ sources nor the binary built from them is in "
-                  << "this tree)\n";
+    for (const auto& n : out->selected)
+      if (absent(n))
+        std::cout << "  " << n << ": absent, not checked (neither its C/C++ sources nor the binary built from them "
+                  << "is in this tree)\n";
     if (out->compiled) std::cout << "compiled " << out->compiled << " files and fragments: ok\n";
     if (a.verbose) std::cout << state_text(out->state);
   } else {

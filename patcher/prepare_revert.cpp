@@ -20,15 +20,24 @@ namespace {
 
 // After the deletions of a revert: every folder the engine created (it holds
 // the marker) that would then hold nothing else is removed, deepest first.
-Status plan_rmdirs(const Tree& tree, Prepared& p) {
+// Besides what the revert deletes, it may hold what a bake installed there
+// and recorded (installed_files): those go with it. The folders of every
+// selected overlay's new files are looked at, also when the files are gone
+// already (a revert before this rule left such folders behind).
+Status plan_rmdirs(const Session& s, const Tree& tree, Prepared& p) {
   std::set<std::string> gone;
   std::vector<std::string> folders;
+  auto add_folders_of = [&](const std::string& path) {
+    for (std::string d = dir_name(path); !d.empty(); d = dir_name(d))
+      if (std::find(folders.begin(), folders.end(), d) == folders.end()) folders.push_back(d);
+  };
   for (const auto& c : p.changes) {
     if (c.kind != Change::Delete) continue;
     gone.insert(c.path);
-    for (std::string d = dir_name(c.path); !d.empty(); d = dir_name(d))
-      if (std::find(folders.begin(), folders.end(), d) == folders.end()) folders.push_back(d);
+    add_folders_of(c.path);
   }
+  for (const auto& name : p.out.selected)
+    for (const auto& nf : s.set.get(name).new_files) add_folders_of(nf.path);
   auto depth = [](const std::string& d) { return std::count(d.begin(), d.end(), '/'); };
   std::stable_sort(folders.begin(), folders.end(),
                    [&](const std::string& a, const std::string& b) { return depth(a) > depth(b); });
@@ -42,11 +51,20 @@ Status plan_rmdirs(const Tree& tree, Prepared& p) {
     if (!dir->has_value()) continue;
     auto names = list_dir((*dir)->get(), d);
     if (!names) return names.error();
+    std::vector<std::string> installed = installed_files((*dir)->get());
     bool empty = true;
-    for (const auto& n : *names) empty &= n == kDirMarker || gone.count(d + "/" + n) > 0;
+    for (const auto& n : *names)
+      empty &= n == kDirMarker || gone.count(d + "/" + n) > 0 ||
+               std::find(installed.begin(), installed.end(), n) != installed.end();
     if (!empty) continue;
     gone.insert(d);
-    p.out.changes.push_back(FileChangeReport{d, "rmdir", {"- folder created by overlay, now empty"}, "", ""});
+    std::vector<std::string> notes{"- folder created by overlay, now empty"};
+    if (!installed.empty()) {
+      std::string list;
+      for (const auto& n : installed) list += (list.empty() ? "" : ", ") + n;
+      notes.push_back("- with the files a bake installed in it, as its record lists them: " + list);
+    }
+    p.out.changes.push_back(FileChangeReport{d, "rmdir", notes, "", ""});
     p.changes.push_back(rmdir_change(d));
   }
   return ok_status();
@@ -54,7 +72,29 @@ Status plan_rmdirs(const Tree& tree, Prepared& p) {
 
 }  // namespace
 
-Status prepare_revert(const Session& s, const Request& /*r*/, Prepared& p) {
+// revert --new-files-only: the selected overlays' new files that still carry
+// their intact header (present or stale), whatever the engine's own files
+// say; a new file edited by hand is kept and named. Then the folders.
+Status prepare_new_files_only(const Session& s, Prepared& p) {
+  const TreeState& ts = p.out.state;
+  for (const auto& name : p.out.selected) {
+    const Manifest& m = s.set.get(name);
+    for (const auto& nf : m.new_files) {
+      const FileState* fs = ts.file(nf.path);
+      if (fs == nullptr || !fs->exists) continue;
+      if (fs->state != FileStatus::Present && fs->state != FileStatus::Stale) {
+        p.out.notes.push_back(nf.path + ": kept: " + fs->message + "; remove it by hand if it is the overlay's");
+        continue;
+      }
+      p.out.changes.push_back(FileChangeReport{nf.path, "delete", {"- new file of " + m.overlay}, fs->data.bytes, ""});
+      p.changes.push_back(delete_change(nf.path, fs->sha));
+    }
+  }
+  return plan_rmdirs(s, s.tree, p);
+}
+
+Status prepare_revert(const Session& s, const Request& r, Prepared& p) {
+  if (r.new_files_only) return prepare_new_files_only(s, p);
   const TreeState& ts = p.out.state;
   const std::vector<std::string>& sel = p.out.selected;
   // Refuse to pull an overlay out from under one that stacks on it.
@@ -117,7 +157,7 @@ Status prepare_revert(const Session& s, const Request& /*r*/, Prepared& p) {
       for (auto& c : *ch) p.changes.push_back(std::move(c));
     }
   }
-  if (auto st = plan_rmdirs(s.tree, p); !st) return st.error();
+  if (auto st = plan_rmdirs(s, s.tree, p); !st) return st.error();
   return ok_status();
 }
 

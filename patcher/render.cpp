@@ -6,6 +6,31 @@
 
 namespace patcher {
 
+namespace {
+
+// What to do about an overlay in a state apply and revert refuse ("" for a
+// clean one): status reports, check judges; neither leaves the reader
+// without a way out (docs/UPGRADING.md has the longer story).
+std::string next_step(OverlayStatus s) {
+  switch (s) {
+    case OverlayStatus::Tampered:
+      return "a file the overlay owns was edited; put it back as the overlay left it, or reinstall the engine "
+             "(pip install --force-reinstall --no-deps vllm==<its release>), then `overlay revert --new-files-only` "
+             "and `overlay apply` (apply and revert refuse a tampered tree)";
+    case OverlayStatus::HalfApplied:
+      return "some files carry the overlay and some do not (an engine reinstalled or upgraded under it?); reinstall "
+             "the engine, then `overlay revert --new-files-only`, then `overlay apply`";
+    case OverlayStatus::Stale:
+      return "the overlay changed since it was applied: `overlay revert`, then `overlay apply`";
+    case OverlayStatus::Drift:
+      return "the engine's files are not the pinned release's (upgraded or edited): see docs/UPGRADING.md; "
+             "`overlay revert --new-files-only` removes what the overlays added";
+    default: return "";
+  }
+}
+
+}  // namespace
+
 nlohmann::json state_json(const TreeState& ts) {
   nlohmann::json j;
   j["journal"] = ts.journal;
@@ -130,6 +155,7 @@ std::string state_text(const TreeState& ts) {
     out += "\n";
     for (const auto& p : o.problems) out += "  problem: " + p + "\n";
     for (const auto& s : o.superseded) out += "  superseded upstream: " + s + "\n";
+    if (std::string next = next_step(o.state); !next.empty()) out += "  next: " + next + "\n";
   }
   for (const auto& f : ts.files) {
     out += fmt::format("{} {}: {}", f.is_new ? "new file" : "file", f.path, file_status_name(f.state));

@@ -52,6 +52,32 @@ Status find_strays(const Tree& tree, TreeState& ts) {
   return ok_status();
 }
 
+// A folder the engine created (it holds the marker) in which no new file of
+// the set is present any more: what an interrupted or older revert left
+// behind (the marker, files a bake installed there). A pristine tree holds
+// none; the next revert removes it when nothing but recorded files are in it.
+Status find_leftover_folders(const Tree& tree, TreeState& ts) {
+  std::set<std::string> dirs, live;
+  for (const auto& f : ts.files) {
+    if (!f.is_new) continue;
+    for (std::string d = dir_name(f.path); !d.empty(); d = dir_name(d)) {
+      dirs.insert(d);
+      if (f.exists) live.insert(d);
+    }
+  }
+  for (const auto& d : dirs) {
+    if (live.count(d)) continue;
+    auto t = tree.type(d + "/" + kDirMarker);
+    if (!t) return t.error();
+    if (*t != S_IFREG) continue;
+    ts.strays.push_back(Leftover{d, "leftover overlay folder",
+                                 "the overlay created it and none of its files is there any more: `overlay "
+                                 "revert` removes it with what a bake installed in it (its .overlay-installed "
+                                 "record); anything else in it, remove by hand"});
+  }
+  return ok_status();
+}
+
 // Up to three paths, and how many more.
 std::string some_of(const std::vector<std::string>& paths) {
   std::string out;
@@ -184,6 +210,7 @@ Result<TreeState> analyze(const Tree& tree, const ManifestSet& set, const std::s
   ts.journal_problems = pending->blockers();
   ts.leftovers = pending->leftovers;
   if (auto st = find_strays(tree, ts); !st) return st.error();
+  if (auto st = find_leftover_folders(tree, ts); !st) return st.error();
   for (const auto& l : ts.leftovers)
     if (l.what == "temp" || l.what == "staging folder") ts.stray_temps.push_back(l.path);
   // Per overlay.

@@ -156,15 +156,18 @@ void remove_tree(int dirfd, const std::string& name) {
 }
 
 // Removes the folder `name` under `parent` when it holds nothing but the
-// marker. True when it is gone.
+// marker and what its installed record lists with matching bytes (those
+// first, the record last of them). True when it is gone.
 bool remove_if_only_marker(int parent, const std::string& name) {
   int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT;
   Fd owned(fd);
   auto names = list_dir(fd, name);
   if (!names) return false;
+  std::vector<std::string> ours = installed_files(fd);
   for (const auto& n : *names)
-    if (n != kDirMarker) return false;
+    if (n != kDirMarker && std::find(ours.begin(), ours.end(), n) == ours.end()) return false;
+  for (const auto& n : ours) ::unlinkat(fd, n.c_str(), 0);
   ::unlinkat(fd, kDirMarker, 0);
   return ::unlinkat(parent, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT;
 }

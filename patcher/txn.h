@@ -32,6 +32,14 @@ inline constexpr const char* kJournalTemp = ".overlay-journal.tmp";
 // Marks a folder the engine created; revert removes the folder once only the
 // marker is left in it.
 inline constexpr const char* kDirMarker = ".overlay-dir";
+// Beside the marker, a record another tool wrote of the files it installed
+// in such a folder (docker/bake.sh: the store library beside native.py), one
+// `<sha256>  <name>` line each (installed.cpp).
+inline constexpr const char* kInstalledRecord = ".overlay-installed";
+// The names in the open folder `dir` that its record lists and whose bytes
+// still match, then the record itself: what a revert removes with the
+// folder. Empty without a record, or when a line of it does not parse.
+std::vector<std::string> installed_files(int dir);
 
 std::string temp_name_for(const std::string& rel);   // ".<name>.overlay-tmp" beside rel
 std::string saved_name_for(const std::string& rel);  // ".<name>.overlay-old" beside rel

@@ -47,8 +47,9 @@ APT_PACKAGES=(
 )
 # The tests' and linters' own: sanitizer runtimes (scripts/hardening.sh),
 # the shell linter, strace for the durability test, promtool
-# (tests/python/test_kvstore_cli.py), the .deb tools.
-TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev)
+# (tests/python/test_kvstore_cli.py, test_monitoring.py), the .deb tools,
+# zsh and fish (test_cli_docs.py parses the completion with them).
+TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev zsh fish)
 [[ $SETUP == demo ]] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 PIP_PACKAGES=(pytest numpy typing_extensions msgspec)
 

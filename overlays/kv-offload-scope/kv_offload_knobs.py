@@ -42,9 +42,16 @@ _DECIMAL = re.compile(r"0|[1-9][0-9]{0,5}")
 _DIR = re.compile(r"/[A-Za-z0-9._/@+-]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
-_GB = re.compile(r"(0|[1-9][0-9]{0,6})(\.[0-9]{1,9})?")
-# 1e6 GB: far above any disk, far below where a float loses whole bytes.
-MAX_DISK_GB = 1_000_000
+# A SIZE, as `kvstore gc --max-bytes` takes it (kvstore/gc_budget.cpp,
+# parse_size; tests/vectors/sizes.txt holds both to one table): a decimal
+# number and its unit; here a bare number is GB, the knob's own unit.
+_SIZE = re.compile(r"([0-9]{1,19})(?:\.([0-9]{1,12}))?([A-Za-z]*)")
+SIZE_UNITS = {
+    "B": 1,
+    "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6,
+    "G": 10**9, "GB": 10**9, "T": 10**12, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}  # fmt: skip
 
 
 class KnobError(ValueError):
@@ -120,16 +127,44 @@ def _group(value: str) -> str | None:
     return "must be a group name: 1-32 of [A-Za-z0-9._-], not starting with a digit"
 
 
-def _disk_gb(value: str) -> str | None:
-    if _GB.fullmatch(value) and 0 < float(value) <= MAX_DISK_GB:
+def size_bytes(value: str, bare_unit: str | None) -> int | None:
+    """A SIZE in bytes, or None when it is not one: a decimal number and its
+    unit (B, K/M/G/T and KB..TB: powers of 1000; KiB..TiB: powers of 1024),
+    a fraction only with a unit above B, more than 0 and below 2^63. A bare
+    number takes ``bare_unit`` (None: refused)."""
+    m = _SIZE.fullmatch(value)
+    if m is None:
         return None
-    return f"must be a decimal number of GB (10^9 bytes), > 0 and <= {MAX_DISK_GB}"
+    whole, frac, unit = m.group(1), m.group(2) or "", m.group(3)
+    if not unit:
+        if bare_unit is None:
+            return None
+        unit = bare_unit
+    scale = SIZE_UNITS.get(unit)
+    if scale is None or (frac and scale == 1):
+        return None
+    n = int(whole) * scale + (int(frac) * scale // 10 ** len(frac) if frac else 0)
+    return n if 0 < n < 2**63 else None
+
+
+def _disk_gb(value: str) -> str | None:
+    if size_bytes(value, "G") is not None:
+        return None
+    unit = _SIZE.fullmatch(value)
+    if unit and unit.group(3).lower() in {u.lower() for u in SIZE_UNITS}:
+        return "units are case-sensitive: B, K M G T, KB..TB, KiB..TiB (e.g. 500G)"
+    return (
+        "must be a SIZE: GB as a decimal number (500, 0.5), or a number and its "
+        "unit as `kvstore gc --max-bytes` takes it (500G, 465GiB, 0.5T); > 0"
+    )
 
 
 def disk_budget_bytes(value: str) -> int:
-    """A valid ``GLM53_KV_OFFLOAD_DISK_GB`` value in bytes (decimal GB)."""
-    whole, _, frac = value.partition(".")
-    return int(whole) * 10**9 + int((frac + "0" * 9)[:9])
+    """A valid ``GLM53_KV_OFFLOAD_DISK_GB`` value in bytes."""
+    n = size_bytes(value, "G")
+    if n is None:
+        raise KnobError(f"{DISK_GB}={value}: {_disk_gb(value)}")
+    return n
 
 
 RULES: tuple[Rule, ...] = (
@@ -193,8 +228,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         DISK_GB,
-        "decimal GB (10^9 bytes, e.g. `500` or `0.5`), > 0: the most this rank's "
-        "store may hold; the writer retires least recently used chains to stay under it",
+        "a SIZE, > 0: GB (10^9 bytes) as a bare number (`500`, `0.5`), or a number "
+        "and its unit as `kvstore gc --max-bytes` takes it (`500G`, `465GiB`, `0.5T`; "
+        "B, K/M/G/T, KB..TB, KiB..TiB); the most this rank's store may hold; the writer "
+        "retires least recently used chains to stay under it",
         "empty: unbounded",
         _disk_gb,
     ),

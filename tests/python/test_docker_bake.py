@@ -221,7 +221,15 @@ def real_prefix(tmp_path, manifests_dir, order, overlay_bin) -> Path:
         )
     (prefix / "bin").mkdir()
     (prefix / "bin" / "overlay").symlink_to(overlay_bin)
+    _add_store_library(prefix, overlay_bin)
     return prefix
+
+
+def _add_store_library(prefix: Path, overlay_bin: Path) -> None:
+    """lib/kvtier/libkvtier_store.so of a flat prefix: this build's."""
+    built = overlay_bin.parents[1] / "storeio" / "libkvtier_store.so"
+    (prefix / "lib/kvtier").mkdir(parents=True)
+    shutil.copy(built, prefix / "lib/kvtier")
 
 
 def _script(name: str, prefix: Path, root: Path, *extra: str, env=None):
@@ -262,6 +270,58 @@ def test_bake_on_the_pinned_tree_then_gate_passes(real_prefix, tree_copy, tmp_pa
     # Idempotent: a second bake converges on the same applied tree.
     res = _script("bake.sh", real_prefix, tree_copy)
     assert res.returncode == 0, res.stderr
+
+
+def test_bake_installs_the_store_library_and_records_it(real_prefix, tree_copy):
+    """Beside the tree's native.py only, recorded for `overlay revert`, which
+    then removes it with the folder the overlay made."""
+    assert _script("bake.sh", real_prefix, tree_copy).returncode == 0
+    (native,) = (tree_copy / "vllm").rglob("kv_store_format/native.py")
+    record = (native.parent / ".overlay-installed").read_text()
+    assert record.endswith("  libkvtier_store.so\n"), record
+    assert not [p for p in real_prefix.rglob("*.so") if "lib/kvtier" not in str(p)]
+    done = subprocess.run(
+        [str(real_prefix / "bin/overlay"), "revert", "--root", str(tree_copy),
+         "--manifests", str(next((real_prefix / "anchors").iterdir()))],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not native.parent.exists()
+
+
+def test_a_bake_without_the_store_library_says_so_and_knob_1_is_refused(
+    real_prefix, tree_copy, tmp_path
+):
+    """Issue 48: a bake from the repository (no lib/kvtier) copied nothing and
+    said nothing, and the gate then answered `ok: knob 1` for a writer that
+    cannot start."""
+    shutil.rmtree(real_prefix / "lib")
+    res = _script("bake.sh", real_prefix, tree_copy)
+    assert res.returncode == 0, res.stderr
+    assert "no store library under" in res.stderr
+    assert "the gate refuses knob 1" in res.stderr
+    res = _script("gate.sh", real_prefix, tree_copy, env=_knob1_env(tmp_path))
+    assert res.returncode == 2
+    assert "libkvtier_store.so: missing, and the bake had none to install" in res.stderr
+    res = _script("gate.sh", real_prefix, tree_copy, env={"PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr  # knob 0 loads no library
+    # An engine environment naming the library (the writer loads it first).
+    lib = str(real_prefix.parent / "nowhere.so")
+    env = {**_knob1_env(tmp_path), "KVTIER_STORE_LIB": lib}
+    res = _script("gate.sh", real_prefix, tree_copy, env=env)
+    assert res.returncode == 2 and f"KVTIER_STORE_LIB={lib}: no such file" in res.stderr
+    env["KVTIER_STORE_LIB"] = os.environ["KVTIER_STORE_LIB"]  # this build's (conftest)
+    assert _script("gate.sh", real_prefix, tree_copy, env=env).returncode == 0
+
+
+def test_the_gate_refuses_a_store_library_that_is_not_the_baked_one(
+    real_prefix, tree_copy, tmp_path
+):
+    assert _script("bake.sh", real_prefix, tree_copy).returncode == 0
+    (lib,) = (tree_copy / "vllm").rglob("kv_store_format/libkvtier_store.so")
+    lib.write_bytes(lib.read_bytes() + b"\0")
+    res = _script("gate.sh", real_prefix, tree_copy, env=_knob1_env(tmp_path))
+    assert res.returncode == 2 and "differs from the baked" in res.stderr
 
 
 def test_bake_fails_on_a_drifted_tree(
@@ -385,6 +445,7 @@ def every_release_prefix(tmp_path, overlay_bin) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__", "example-*"))  # fmt: skip
     (prefix / "bin").mkdir()
     (prefix / "bin" / "overlay").symlink_to(overlay_bin)
+    _add_store_library(prefix, overlay_bin)
     return prefix
 
 

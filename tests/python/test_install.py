@@ -42,7 +42,16 @@ def test_layout(installed):
     assert pins == sorted(p.name for p in (data / "anchors").iterdir()), pins
     for tool in COMMANDS:
         assert (installed / "share/bash-completion/completions" / tool).is_file()
+        assert (installed / "share/zsh/site-functions" / f"_{tool}").is_file()
+        assert (
+            installed / "share/fish/vendor_completions.d" / f"{tool}.fish"
+        ).is_file()
+        assert (installed / "share/man/man1" / f"{tool}.1").is_file()
     assert (installed / "share/doc/kvtier/DEPLOY.md").is_file()
+    assert (
+        installed / "share/doc/kvtier/examples/monitoring/kvtier-rules.yml"
+    ).is_file()
+    assert (installed / "share/kvtier/docker/doctor_probe.py").is_file()
 
 
 def test_installed_overlay_finds_its_anchors(installed, tree_copy):

@@ -194,3 +194,40 @@ def test_drafter_knob_says_what_it_does():
     assert "only full-attention" in rule.accepted and "sliding-window" in rule.accepted
     plan = MODULE.parents[1] / "kv-offload-store-local/kv_store_local/job_plan.py"
     assert 'layout.kind == "window"' in plan.read_text()
+
+
+def _size_rows() -> list[tuple[str, str, str]]:
+    rows = []
+    for line in (REPO / "tests/vectors/sizes.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            *words, max_bytes, disk = line.split()
+            rows.append((" ".join(words), max_bytes, disk))
+    return rows
+
+
+@pytest.mark.parametrize(("text", "max_bytes", "disk"), _size_rows())
+def test_disk_gb_takes_the_size_syntax_kvstore_takes(text, max_bytes, disk):
+    """One size syntax (tests/vectors/sizes.txt, which kvstore's gc_plan_test
+    reads too): the knob and `kvstore gc --max-bytes` accept the same units;
+    a bare number is GB to the knob and refused by --max-bytes."""
+    assert kv_offload_knobs.size_bytes(text, None) == (
+        None if max_bytes == "-" else int(max_bytes)
+    )
+    values = env(DISK_GB=text)
+    if disk == "-":
+        with pytest.raises(kv_offload_knobs.KnobError) as err:
+            kv_offload_knobs.read_knobs(values)
+        assert f"GLM53_KV_OFFLOAD_DISK_GB={text}" in str(err.value) or "'" in str(
+            err.value
+        )
+    else:
+        assert kv_offload_knobs.read_knobs(values).disk_bytes == int(disk)
+
+
+def test_disk_gb_says_what_is_wrong():
+    for text, words in (
+        ("500gb", "units are case-sensitive"),
+        ("5e2G", "must be a SIZE"),
+    ):
+        with pytest.raises(kv_offload_knobs.KnobError, match=words):
+            kv_offload_knobs.read_knobs(env(DISK_GB=text))

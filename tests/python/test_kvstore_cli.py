@@ -86,15 +86,38 @@ def test_metrics_pass_promtool_and_carry_every_series(kv, store, tmp_path, comma
     )
 
 
-def test_empty_tier_emits_every_series_as_zero(kv, tmp_path):
-    tier = tmp_path / "empty"
-    tier.mkdir()
+def test_empty_store_emits_every_series_as_zero(kv, tmp_path):
+    """A store with its rank folder and record but nothing written yet."""
+    tier = Store(tmp_path / "empty").tier
+    age_tree(tier)
     for command in ("verify", "gc", "stat"):
         r = kv(command, "--prometheus", "-", str(tier))
         assert r.code == 0, r.err
         promtool_ok(r.out, tmp_path)
         for name in SERIES[command]:
-            assert value(r.out, name) == 0, name
+            if name.startswith(("kvstore_verify_ranks", "kvstore_store_ranks")):
+                assert value(r.out, name) == 1, name
+            else:
+                assert value(r.out, name) == 0, name
+
+
+def test_an_empty_folder_is_no_store_not_no_problems(kv, tmp_path):
+    """Issue 48: an unmounted disk (the store folder empty) said "0 rank(s)
+    ... no problems", exit 0. It is exit 8 for every command, the metrics
+    say so, and the last success stays where it was (0: never)."""
+    empty = tmp_path / "mnt"
+    empty.mkdir()
+    for command in ("verify", "gc", "stat", "gc --sweep"):
+        r = kv(*command.split(), "--prometheus", "-", str(empty))
+        assert r.code == 8, (command, r.err)
+        assert "no store here (empty: the store's disk not mounted" in r.err
+        assert "no problems" not in r.out + r.err
+        name = command.split()[0]
+        assert value(r.out, f'kvstore_last_exit_code{{command="{name}"}}') == 8
+        assert (
+            value(r.out, f'kvstore_last_success_timestamp_seconds{{command="{name}"}}')
+            == 0
+        )
 
 
 def test_verify_metrics_make_corruption_alertable(kv, store, tmp_path):

@@ -127,9 +127,108 @@ def test_an_overlay_not_in_the_tree_is_called_absent(overlay_bin, tree_copy):
     assert "vllm-fs-durable: absent:" in again.stdout
     assert "vllm-fs-durable: already" not in again.stdout
     check = ov(overlay_bin, "check", *args)
-    assert check.returncode == 0 and "  vllm-fs-durable: absent (" in check.stdout
+    assert (
+        check.returncode == 0
+        and "  vllm-fs-durable: absent, not checked (" in check.stdout
+    )
+    # Issue 48: the ok line names what it checked, never the absent overlay.
+    assert "vllm-fs-durable" not in check.stdout.splitlines()[0], check.stdout
     doc = json.loads(ov(overlay_bin, "apply", *args, "--json").stdout)
     assert doc["absent"] == ["vllm-fs-durable"]
     assert "vllm-fs-durable" not in doc["skipped"]
     back = ov(overlay_bin, "revert", *args)
     assert back.returncode == 0 and "vllm-fs-durable: absent:" in back.stdout
+
+
+# ------------------------------------------- issue 48: an operator's first hour
+
+
+def _tree_of_release(tmp_path: Path, version: str) -> Path:
+    tree = tmp_path / f"site-{version}"
+    (tree / "vllm").mkdir(parents=True)
+    info = tree / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+    )
+    return tree
+
+
+def _supported() -> list[str]:
+    return sorted(
+        (d.name.removeprefix("vllm-") for d in (REPO / "anchors").glob("vllm-*")),
+        key=lambda v: [int(x) for x in v.split(".")],
+    )
+
+
+def test_an_unsupported_release_is_drift_with_the_next_step(overlay_bin, tmp_path):
+    """Before: `no manifests for vllm X`, a usage error. Now: drift (exit 3),
+    the supported releases, what to install, and the way to remove what an
+    earlier release's overlays left."""
+    tree = _tree_of_release(tmp_path, "99.0.0")
+    r = ov(overlay_bin, "status", str(tree))
+    assert r.returncode == 3, r.stderr
+    assert (
+        f"holds vllm 99.0.0, which this kvtier does not support "
+        f"(it supports vllm {', '.join(_supported())})" in r.stderr
+    )
+    assert (
+        f"next: install a supported release (pip install vllm=={_supported()[-1]})"
+        in (r.stderr)
+    )
+    assert "overlay revert --new-files-only --engine-version OLD" in r.stderr
+    named = ov(overlay_bin, "status", str(tree), "--engine-version", "99.0.0")
+    assert named.returncode == 2 and "this kvtier supports vllm" in named.stderr
+
+
+def test_the_same_error_has_the_same_json_message_in_both_tools(
+    overlay_bin, kvstore_bin, tmp_path
+):
+    missing = str(tmp_path / "missing")
+    a = json.loads(ov(overlay_bin, "status", missing, "--json").stdout)
+    b = json.loads(
+        subprocess.run(
+            [str(kvstore_bin), "verify", missing, "--json"],
+            capture_output=True, text=True, check=False,
+        ).stdout
+    )  # fmt: skip
+    assert (
+        a["error"]["message"] == b["error"]["message"] == f"{missing}: does not exist"
+    )
+    assert a["error"]["kind"] == b["error"]["kind"] == "usage"
+
+
+def test_command_help_lists_the_global_options_before_the_exit_codes(overlay_bin):
+    r = ov(overlay_bin, "apply", "--help")
+    assert r.returncode == 0
+    head = r.stdout.split("\nExit codes")[0]
+    for opt in (
+        "--check-injected",
+        "--python",
+        "--rebuild-binaries",
+        "--root",
+        "--json",
+    ):
+        assert opt in head, opt
+
+
+def test_version_lists_only_releases_that_ship(overlay_bin):
+    lines = ov(overlay_bin, "--version").stdout.splitlines()[1:]
+    assert lines and all(ln.startswith("vllm-") for ln in lines), lines
+
+
+def test_status_says_the_way_out_of_a_tampered_tree(overlay_bin, tree_copy):
+    args = ["--root", str(tree_copy)]
+    assert ov(overlay_bin, "apply", *args, "-q").returncode == 0
+    status = json.loads(ov(overlay_bin, "status", *args, "--json").stdout)
+    new = next(
+        f for f in status["state"]["files"] if f["new_file"] and f["state"] == "present"
+    )
+    path = tree_copy / new["path"]
+    path.write_text(path.read_text() + "# edited by hand\n")
+    r = ov(overlay_bin, "status", *args)
+    assert r.returncode == 0  # status reports; check is the verdict
+    assert "tampered" in r.stdout
+    assert "next: a file the overlay owns was edited; put it back" in r.stdout
+    assert "overlay revert --new-files-only" in r.stdout
+    assert ov(overlay_bin, "check", *args).returncode == 4

@@ -267,12 +267,15 @@ def _rebuilds_a_binary(name: str, engine: str = "vllm-0.33.0") -> bool:
     return re.search(r"^\[\[built_files\]\]", manifest, re.M) is not None
 
 
-def _pip_stage_run() -> str:
-    """The serving-pip stage's RUN line, continuation lines joined."""
+def _pip_stage_run() -> tuple[str, str]:
+    """The serving-pip stage's RUN line, continuation lines joined, without
+    its bind mount; and the mount's target (where the wheelhouse appears)."""
     text = re.sub(r"\\\n\s*", " ", (REPO_ROOT / "docker/Dockerfile").read_text())
     stage = text.split(" AS serving-pip\n", 1)[1].split("\nFROM ", 1)[0]
     (run,) = [ln[4:] for ln in stage.splitlines() if ln.startswith("RUN ")]
-    return run
+    mount = re.match(r"--mount=type=bind,source=wheelhouse,target=(\S+) ", run)
+    assert mount, run
+    return re.sub(r"\s+", " ", run[mount.end() :]).strip(), mount[1]
 
 
 def test_the_dockerfile_two_line_path_works_from_the_wheel(wheel, site, tmp_path):
@@ -282,15 +285,19 @@ def test_the_dockerfile_two_line_path_works_from_the_wheel(wheel, site, tmp_path
     plain `overlay apply --check-injected`. It applies the overlays of ORDER
     that rebuild no engine binary, names the one it leaves out, and leaves
     vLLM's own extension alone."""
-    run = _pip_stage_run()
+    run, wheelhouse = _pip_stage_run()
     pip_part, sep, overlay_part = run.partition(" && ")
     assert sep and overlay_part == "overlay apply --check-injected", run
-    assert pip_part == 'pip install --no-cache-dir "kvtier==${KVTIER_VERSION}"', run
+    # The stage's pip line as written: the wheelhouse is the folder the wheel
+    # was repaired into (README "With pip"), nothing from an index.
+    assert pip_part.startswith("pip install ") and "--no-index" in pip_part, run
     fresh = tmp_path / "v"
     _run(sys.executable, "-m", "venv", "--without-pip", fresh)
-    # The same requirement, from a folder holding the built wheel only.
-    _pip(fresh, "install", "-q", "--no-cache-dir", "--no-index", "--find-links",
-         wheel.parent, f"kvtier=={VERSION}")  # fmt: skip
+    line = pip_part.replace(wheelhouse, str(wheel.parent)).replace(
+        "${KVTIER_VERSION}", VERSION
+    )
+    pip = f"{sys.executable} -m pip --python {fresh / 'bin/python'}"
+    _run("bash", "-c", line.replace("pip install ", f"{pip} install -q ", 1))
     (_purelib(fresh) / "vllm_copy_for_test.pth").write_text(f"{site}\n")
     (tmp_path / "empty-cache").mkdir()
     env = _env(PATH=f"{fresh / 'bin'}:/usr/bin:/bin",
@@ -454,6 +461,52 @@ def test_the_one_wheel_runs_under_every_supported_cpython(
     )
     assert f"installed for {fresh / 'bin/python'}" in done.stderr
     assert "overlay kv-offload-scope: pristine" in done.stdout
+
+
+def test_pip_path_bake_gate_revert_uninstall_leave_nothing(wheel, tmp_path):
+    """Issue 48, DOCKER.md/DEPLOY.md "With pip" as a vLLM user has it: kvtier
+    installed into the site-packages vLLM is in. The wheel's bake copies the
+    store library beside vLLM's native.py only (before the fix also into the
+    wheel's own overlay copy, which the gate then refused at both knobs); the
+    gate passes at knob 0 and 1; revert removes the folder the overlay made
+    with what the bake put there; pip uninstall leaves no kvtier file."""
+    venv = tmp_path / "v"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv)
+    purelib = _purelib(venv)
+    real = _real_site()
+    _run("cp", "-al", real / "vllm", purelib / "vllm")
+    (info,) = real.glob("vllm-*.dist-info")
+    shutil.copytree(info, purelib / info.name)
+    before = sorted(p.name for p in purelib.iterdir())
+    _pip(venv, "install", "-q", "--no-deps", "--no-index", wheel)
+    share = purelib / "kvtier/share/kvtier"
+    assert (share / "ARTIFACTS.sha256").read_bytes() == b""  # not baked yet
+    py, env = venv / "bin/python", _env(PATH=f"{venv / 'bin'}:/usr/bin:/bin")
+    gate = _run(share / "docker/gate.sh", "--python", py, env=env, check=False)
+    assert gate.returncode == 2 and "empty: nothing baked yet" in gate.stderr
+    # DEPLOY.md's lines as written, with this venv's python3 first on PATH.
+    deploy = (REPO_ROOT / "docs/DEPLOY.md").read_text()
+    block = deploy.split("**Bake and gate from the wheel.**", 1)[1]
+    block = block.split("```sh\n", 1)[1].split("```", 1)[0]
+    assert "bake.sh" in block and "gate.sh" in block, block
+    done = _run("bash", "-euc", block, env=env)
+    assert "ok: knob 0" in done.stderr, done.stderr
+    assert not [p for p in (share / "overlays").rglob("*") if ".so" in p.name]
+    lib_dir = purelib / OFFLOADING / "kv_store_format"
+    assert (lib_dir / "libkvtier_store.so").is_file()
+    assert "libkvtier_store.so" in (lib_dir / ".overlay-installed").read_text()
+    knob1 = {"GLM53_KV_OFFLOAD": "1", "GLM53_KV_OFFLOAD_CPU_GB": "4",
+             "GLM53_KV_OFFLOAD_DIR": str(tmp_path / "store")}  # fmt: skip
+    for knobs in ({}, knob1):
+        gate = _run(share / "docker/gate.sh", "--python", py, env={**env, **knobs})
+        assert f"ok: knob {1 if knobs else 0}" in gate.stderr, gate.stderr
+    revert = _run(venv / "bin/overlay", "revert", env=env)
+    assert "as its record lists them: libkvtier_store.so" in revert.stdout
+    _run(venv / "bin/overlay", "check", "--expect", "pristine", env=env)
+    assert not lib_dir.exists()
+    assert _differences(purelib / "vllm", real / "vllm") == []
+    _pip(venv, "uninstall", "-y", "-q", "kvtier")
+    assert sorted(p.name for p in purelib.iterdir()) == before
 
 
 def test_after_the_two_line_path_the_store_library_loads(installed, site):

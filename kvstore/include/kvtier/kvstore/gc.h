@@ -56,6 +56,15 @@ struct GcReport {
 // Dry run: plans without a lock and deletes nothing.
 Outcome<GcReport> plan_gc(int root_fd, const std::string& root_name, const GcOptions& opt);
 
+// The damage findings of a gc run's scan, and how many of them name a file
+// the sweep deleted (gc_damage.cpp). A dry run removes none.
+struct DamageCount {
+  size_t found = 0;
+  size_t removed = 0;
+  size_t left() const { return found - removed; }
+};
+DamageCount damage_after_sweep(const GcReport& r);
+
 // Sweep: for each rank, LOCK_EX on its .lock (a timeout refuses the rank),
 // one scan under the lock, the plan, then execute_plan unless refused.
 Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOptions& opt);

@@ -79,10 +79,16 @@ size_t plan_budget(const RankInventory& inv, const PlanOptions& opt, uint64_t pl
                    const std::vector<bool>& planned_manifest, std::vector<PlanItem>& manifests,
                    std::vector<PlanItem>& rest);
 
-// A --max-bytes SIZE: decimal bytes, optionally with a unit: K M G T
-// (10^3..10^12, also KB..TB) or KiB MiB GiB TiB (2^10..2^40); a fraction only
-// with a unit ("1.5G"); > 0 and < 2^63. nullopt: not a SIZE.
+// A --max-bytes SIZE, the syntax GLM53_KV_OFFLOAD_DISK_GB takes too
+// (tests/vectors/sizes.txt holds both to it): a decimal number and its unit,
+// B, K M G T (10^3..10^12, also KB..TB) or KiB MiB GiB TiB (2^10..2^40); a
+// fraction only with a unit larger than B ("1.5G"); > 0 and < 2^63. No bare
+// number: "500" is 500 GB to the knob, so here it is refused as ambiguous.
+// nullopt: not a SIZE.
 std::optional<uint64_t> parse_size(const std::string& text);
+// Why `text` is not a SIZE, in one line ("" when it is one): a bare number,
+// a unit in the wrong case, anything else.
+std::string size_problem(const std::string& text);
 
 // Appends `more` to `into` (a parent holding several ranks plans per rank).
 void merge_plan(Plan& into, Plan&& more);
