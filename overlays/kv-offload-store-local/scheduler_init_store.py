@@ -6,4 +6,6 @@ if os.environ.get("GLM53_KV_OFFLOAD", "0") != "0":
         vllm_scheduler,
     )
 
-    self._kv_store_meta = vllm_scheduler.store_meta(self.config, self.manager)
+    self._kv_store_meta = vllm_scheduler.store_meta(
+        self.config, self.manager, vllm_config
+    )

@@ -11,6 +11,7 @@ from .deps import init_logger, knobs
 from .side_channel import SchedulerGroup, SchedulerStoreMeta
 
 if TYPE_CHECKING:
+    from vllm.config import VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
         GroupOffloadConfig,
         SchedulerOffloadConfig,
@@ -21,14 +22,16 @@ logger = init_logger(__name__)
 
 
 def store_meta(
-    config: "SchedulerOffloadConfig", manager: "OffloadingManager"
+    config: "SchedulerOffloadConfig",
+    manager: "OffloadingManager",
+    vllm_config: "VllmConfig",
 ) -> SchedulerStoreMeta:
     """Validate the knobs (a bad one fails the boot), then build from
     vLLM's ``SchedulerOffloadConfig``. A failed boot shuts ``manager`` down
     first (``release_manager``)."""
     try:
         settings = knobs.read_knobs()
-        meta = from_config(config)
+        meta = from_config(config, lookahead_hashes(vllm_config))
     except BaseException:
         release_manager(manager)
         raise
@@ -69,14 +72,26 @@ def release_manager(manager: "OffloadingManager") -> None:
         logger.exception("KV store: the offloading manager did not shut down")
 
 
-def from_config(config: "SchedulerOffloadConfig") -> SchedulerStoreMeta:
+def lookahead_hashes(vllm_config: "VllmConfig") -> bool:
+    """vLLM 0.34.0 hashes each block with the tokens a drafter reads past it
+    (num_hash_lookahead_tokens) when EAGLE/MTP runs with this connector; it
+    then stores and looks up a drafter group's trailing chunk like any other
+    (no EAGLE drop, no popped chunk). 0.33.0 and 0.32.0 always drop it."""
+    return getattr(vllm_config, "num_hash_lookahead_tokens", 0) > 0
+
+
+def from_config(
+    config: "SchedulerOffloadConfig", lookahead: bool = False
+) -> SchedulerStoreMeta:
+    """``lookahead``: the drafter's trailing chunk is not dropped, so no
+    EAGLE end manifest is needed (side_channel.py)."""
     return SchedulerStoreMeta(
         [
             SchedulerGroup(
                 group=g.group_idx,
                 tokens_per_chunk=g.tokens_per_chunk,
                 kind=group_kind(g),
-                eagle=bool(getattr(g, "is_eagle_group", False)),
+                eagle=bool(getattr(g, "is_eagle_group", False)) and not lookahead,
             )
             for g in config.kv_group_configs
         ],
