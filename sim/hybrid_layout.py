@@ -272,7 +272,16 @@ class HybridVllm:
             speculative_config=speculative_config,
             use_v2_model_runner=False,
             kv_events_config=None,
-            num_hash_lookahead_tokens=lookahead,
+            # vLLM 0.34.0's hash lookahead; 0.33.0 has no such field.
+            **(
+                {"num_hash_lookahead_tokens": lookahead}
+                if "num_hash_lookahead_tokens"
+                in (
+                    release.members(self.ns.tree, "vllm.config.vllm", "VllmConfig")
+                    or ()
+                )
+                else {}
+            ),
         )
 
     def offloading_config(self, vllm_config, kv_cache_config):

@@ -70,7 +70,6 @@ from .metrics import _ConnectorMetricName
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.kv_offload.base import OffloadingManager
     from vllm.v1.kv_offload.tiering.manager import TieringOffloadingManager
     from vllm.v1.request import Request
 
@@ -78,7 +77,6 @@ if TYPE_CHECKING:
     from .scheduler import (
         OffloadingConnectorScheduler,
         RequestOffloadState,
-        SchedulerOffloadConfig,
     )
 
 logger = logging.getLogger(__name__)
@@ -327,6 +325,30 @@ def find_tier(manager: "TieringOffloadingManager") -> LocalStoreTier | None:
     return None
 
 
+def binding_problem(scheduler: "OffloadingConnectorScheduler") -> str | None:
+    """What matched_tokens needs of vLLM's scheduler side that this one
+    lacks (None: everything is there): checked at boot, so a vLLM whose
+    internals moved refuses restore instead of raising on every lookup."""
+    from vllm.v1.request import Request
+
+    from .scheduler import RequestOffloadState
+
+    for name in ("_lookup", "_maybe_observe_lookup_async_delay"):
+        if not callable(getattr(scheduler, name, None)):
+            return f"vLLM's offloading scheduler has no {name}()"
+    if getattr(scheduler, "_connector_stats", None) is None:
+        return "vLLM's offloading scheduler has no _connector_stats"
+    if not callable(getattr(RequestOffloadState, "update_num_hit_chunks", None)):
+        return "vLLM's RequestOffloadState has no update_num_hit_chunks()"
+    # 0.34.0: a property; 0.33.0 and 0.32.0 set an attribute from this method.
+    if not (
+        hasattr(Request, "skip_reading_external_kv")
+        or hasattr(Request, "get_skip_reading_prefix_cache")
+    ):
+        return "vLLM's Request has no skip_reading_external_kv or skip_reading_prefix_cache"
+    return None
+
+
 class SchedulerRestore:
     """What the scheduler hooks call when GLM53_KV_OFFLOAD_RESTORE=1."""
 
@@ -342,28 +364,26 @@ class SchedulerRestore:
 
     @classmethod
     def from_vllm(
-        cls,
-        manager: "OffloadingManager",
-        config: "SchedulerOffloadConfig",
-        vllm_config: "VllmConfig",
+        cls, scheduler: "OffloadingConnectorScheduler", vllm_config: "VllmConfig"
     ) -> "SchedulerRestore | None":
         """None unless restore is requested; a refused boot shuts the manager
         down first, so vLLM's CPU region does not stay behind in /dev/shm."""
         try:
-            return cls._checked(manager, config, vllm_config)
+            return cls._checked(scheduler, vllm_config)
         except BaseException:
-            release_manager(manager)
+            release_manager(scheduler.manager)
             raise
 
     @classmethod
     def _checked(
-        cls,
-        manager: "OffloadingManager",
-        config: "SchedulerOffloadConfig",
-        vllm_config: "VllmConfig",
+        cls, scheduler: "OffloadingConnectorScheduler", vllm_config: "VllmConfig"
     ) -> "SchedulerRestore | None":
         if not restore_requested():
             return None
+        manager, config = scheduler.manager, scheduler.config
+        missing = binding_problem(scheduler)
+        if missing is not None:
+            raise RestoreRefused(f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {missing}")
         if os.environ.get("GLM53_KV_OFFLOAD", "0") != "1":
             raise RestoreRefused(
                 "GLM53_KV_OFFLOAD_RESTORE=1 needs GLM53_KV_OFFLOAD=1: restore reads "

@@ -200,7 +200,10 @@ class WorkerRestore:
     # -- binding to this rank's writer ---------------------------------------
 
     def bind(self, store: "WorkerStore | None") -> None:
-        """Use the store the writer opened (same rank base, same namespace)."""
+        """Use the store the writer opened (same rank base, same namespace).
+        Runs at the worker's boot (the restore-bind hook): a rank that cannot
+        read its store refuses the boot (RestoreRefused), never serves on
+        with restore off."""
         if self._bound:
             return
         self._bound = True
@@ -208,30 +211,35 @@ class WorkerRestore:
         writer = getattr(store, "writer", None)
         if store is None or not getattr(store, "active", False) or writer is None:
             reason = getattr(store, "disabled_reason", None) or "no active writer"
-            self._disable(f"this rank's store is not open ({reason})")
-            return
+            raise RestoreRefused(
+                f"GLM53_KV_OFFLOAD_RESTORE=1 is refused on this rank: its store is "
+                f"not open ({reason})"
+            )
         layout = writer.layout
         # Chunks are inputs: never read a store others can change (the store
         # folder and above, the rank base, manifests/, pending/; each chunk
         # folder at its first read: kv_restore_read.read_job).
         unsafe = store_perms.rank_problem(layout)
         if unsafe is not None:
-            self._disable(f"store folder not safe: {unsafe}")
-            return
+            raise RestoreRefused(
+                f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: store folder not safe: {unsafe}"
+            )
         try:
             record = fmt.decode_namespace_record(
                 fmt.read_regular(layout.namespace_record, fmt.MAX_RECORD_BYTES)
             )
         except (OSError, fmt.FormatError) as e:
-            self._disable(f"namespace record unreadable: {e}")
-            return
+            raise RestoreRefused(
+                f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: namespace record unreadable: {e}"
+            ) from None
         refusal = key_scheme_refusal(record.fenced)
         if refusal is not None:
-            self._disable(refusal)
-            return
+            raise RestoreRefused(f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {refusal}")
         if record.namespace_hash != writer.namespace:
-            self._disable("namespace record differs from the writer's namespace")
-            return
+            raise RestoreRefused(
+                "GLM53_KV_OFFLOAD_RESTORE=1 is refused: the namespace record differs "
+                "from the writer's namespace"
+            )
         self._namespace = writer.namespace
         # A keyed store (FORMAT.md 3.6): every manifest and chunk is opened with
         # the writer's key, its MAC checked before a byte of it is used.

@@ -6,6 +6,4 @@ if os.environ.get("GLM53_KV_OFFLOAD_RESTORE", "0") != "0":
         kv_restore_tier,
     )
 
-    self._kv_restore = kv_restore_tier.SchedulerRestore.from_vllm(
-        self.manager, self.config, vllm_config
-    )
+    self._kv_restore = kv_restore_tier.SchedulerRestore.from_vllm(self, vllm_config)

@@ -1,5 +1,6 @@
 """Runs real (pristine or patched) engine code in-process; see README.md."""
 
+from . import release
 from .loader import STUBS_DIR, Engine, engine
 from .pins import Pin, module_name, read_pins, split_pin_dir
 
@@ -10,5 +11,6 @@ __all__ = [
     "engine",
     "module_name",
     "read_pins",
+    "release",
     "split_pin_dir",
 ]

@@ -40,9 +40,13 @@ def _index(tree: Path) -> Index:
     return Index(_TreeFiles(tree))
 
 
-def members(tree: str | Path, module: str, cls: str) -> frozenset[str] | None:
+def members(
+    tree: str | Path, module: str, cls: str, class_level: bool = False
+) -> frozenset[str] | None:
     """Every member name of the real ``module.cls`` in ``tree`` (bases
-    followed), or None when the tree does not hold that class's file."""
+    followed), or None when the tree does not hold that class's file.
+    ``class_level``: only what the class itself defines (methods,
+    properties, class attributes), not what its instances are given."""
     index = _index(Path(tree).resolve())
     from apipins.index import Sym
 
@@ -70,7 +74,8 @@ def members(tree: str | Path, module: str, cls: str) -> frozenset[str] | None:
             elif isinstance(stmt, ast.Assign):
                 out.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
             elif (
-                isinstance(stmt, ast.Attribute)
+                not class_level
+                and isinstance(stmt, ast.Attribute)
                 and isinstance(stmt.ctx, ast.Store)
                 and isinstance(stmt.value, ast.Name)
                 and stmt.value.id == "self"
@@ -78,6 +83,19 @@ def members(tree: str | Path, module: str, cls: str) -> frozenset[str] | None:
                 out.add(stmt.attr)
         todo.extend(index.bases(c))
     return frozenset(out)
+
+
+def imitate(cls: type, tree: str | Path | None, qualname: str) -> None:
+    """Give a stub class a placeholder for each method or property the
+    release's real class has and the stub does not, so a probe of the
+    class (``hasattr(Request, "x")``) answers as vLLM's would; a value is
+    still set per instance by the sim."""
+    if tree is None:
+        return
+    module, _, name = qualname.rpartition(".")
+    for member in members(tree, module, name, class_level=True) or ():
+        if not member.startswith("__") and not hasattr(cls, member):
+            setattr(cls, member, None)
 
 
 def check_fields(tree: str | Path, qualname: str, names) -> None:

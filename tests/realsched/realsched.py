@@ -463,6 +463,50 @@ def canonical(trace: dict[str, Any]) -> dict[str, Any]:
 # -- the worker-role connector, driven as the model runner drives it -----------------
 
 
+def staging_attr() -> str:
+    """What the real store handler calls its CPU staging tensors: cpu_tensors
+    (vLLM 0.34.0) or dst_tensors (0.33.0), read from the release's own
+    SingleDirectionOffloadingHandler, so a fake never answers a name its
+    release does not have."""
+    import inspect
+
+    from vllm.v1.kv_offload.cpu.gpu_worker import SingleDirectionOffloadingHandler
+
+    source = inspect.getsource(SingleDirectionOffloadingHandler.__init__)
+    for name in ("cpu_tensors", "dst_tensors"):
+        if f"self.{name} " in source or f"self.{name}:" in source:
+            return name
+    raise AssertionError("the store handler names its staging tensors neither way")
+
+
+def gpu_blocks(gpu, refs, tensors) -> list[tuple[int, list[int]]]:
+    """(group slot, GPU block ids) of a transfer's device side: vLLM 0.34.0
+    passes the blocks' addresses (DevicePointers, decoded the way
+    pointer_utils made them), 0.33.0 the spec's block ids."""
+    out: list[tuple[int, list[int]]] = []
+    i = 0
+    if hasattr(gpu, "block_ids"):
+        for slot, count in enumerate(gpu.group_sizes):
+            out.append((slot, [int(b) for b in gpu.block_ids[i : i + int(count)]]))
+            i += int(count)
+        return out
+    for slot, (count, nrefs) in enumerate(
+        zip(gpu.group_block_counts, gpu.group_data_ref_counts, strict=True)
+    ):
+        t = tensors[refs[slot][0].tensor_idx] if count else None
+        ptrs = gpu.ptrs[i : i + count]  # the group's first ref's blocks
+        out.append(
+            (
+                slot,
+                [(int(p) - t.data_ptr()) // t.stride(0) for p in ptrs]
+                if t is not None
+                else [],
+            )
+        )
+        i += count * nrefs
+    return out
+
+
 class FakeTransfers:
     """Plays the CPU offloading worker: staging rows, copies, completions."""
 
@@ -471,37 +515,35 @@ class FakeTransfers:
 
         self.gpu = [t.tensor for t in canonical.tensors]
         self.refs = canonical.group_data_refs
-        self._store_handler = SimpleNamespace(
-            dst_tensors=[
-                torch.zeros((rows, t.page_size_bytes), dtype=torch.int8)
-                for t in canonical.tensors
-            ]
-        )
+        self.staging = [
+            torch.zeros((rows, t.page_size_bytes), dtype=torch.int8)
+            for t in canonical.tensors
+        ]
+        self._store_handler = SimpleNamespace(**{staging_attr(): self.staging})
         self.done: list[int] = []
         self.submitted: list[int] = []
         # With loads: each (group slot, GPU block) a load wrote, in order.
         self.loads = loads
         self.loaded: list[tuple[int, int]] = []
 
-    def _copy(self, gpu_spec, cpu_spec, to_gpu: bool) -> list[tuple[int, int]]:
+    def _copy(self, gpu_side, cpu_spec, to_gpu: bool) -> list[tuple[int, int]]:
         """Each block's page of every ref between its GPU block and its CPU row (one
         block a chunk); the (group slot, GPU block) pairs copied."""
-        blocks = [int(b) for b in gpu_spec.block_ids]
         rows_of = [int(c) for c in cpu_spec.block_ids]
-        assert len(blocks) == len(rows_of)
         done, i = [], 0
-        for slot, count in enumerate(gpu_spec.group_sizes):
-            for _ in range(int(count)):
+        for slot, blocks in gpu_blocks(gpu_side, self.refs, self.gpu):
+            for block in blocks:
                 for ref in self.refs[slot]:
                     page = ref.page_size_bytes
-                    rows = self._store_handler.dst_tensors[ref.tensor_idx]
+                    rows = self.staging[ref.tensor_idx]
                     gpu = self.gpu[ref.tensor_idx]
                     if to_gpu:
-                        gpu[blocks[i], :page] = rows[rows_of[i], :page]
+                        gpu[block, :page] = rows[rows_of[i], :page]
                     else:
-                        rows[rows_of[i], :page] = gpu[blocks[i], :page]
-                done.append((slot, blocks[i]))
+                        rows[rows_of[i], :page] = gpu[block, :page]
+                done.append((slot, block))
                 i += 1
+        assert i == len(rows_of)
         return done
 
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:

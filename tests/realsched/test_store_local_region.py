@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
+import realsched
+
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 PAGE = 4096  # bytes of one layer's page, one block a chunk
 ROWS = 4
@@ -40,7 +42,7 @@ def test_shutdown_releases_the_real_staging_region(knobs, tmp_path):
         cpu_page_size=2 * PAGE,
     )
     views = [region.create_next_worker_view(PAGE) for _ in range(2)]
-    handler = SimpleNamespace(dst_tensors=list(views))
+    handler = SimpleNamespace(**{realsched.staging_attr(): list(views)})
     worker = SimpleNamespace(_store_handler=handler)
     caches = SimpleNamespace(
         tensors=[None, None],

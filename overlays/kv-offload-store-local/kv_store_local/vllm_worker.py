@@ -237,7 +237,7 @@ def store_stream_device(
     )
     if (
         handler is None
-        or not handler.gpu_to_cpu
+        or not getattr(handler, "gpu_to_cpu", False)
         or not hasattr(handler, "_transfers")
         or not callable(getattr(handler, "_swap_blocks_batch", None))
     ):

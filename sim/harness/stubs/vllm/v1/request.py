@@ -12,7 +12,7 @@ vLLM renamed). It does not track tokens or compute block hashes.
 import enum
 from types import SimpleNamespace
 
-from harness.release import check_fields
+from harness.release import check_fields, imitate
 
 
 class RequestStatus(enum.IntEnum):
@@ -43,3 +43,7 @@ class Request(SimpleNamespace):
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)
+
+
+# The release's own class surface (its methods and properties), for probes.
+imitate(Request, globals().get("__harness_tree__"), "vllm.v1.request.Request")
