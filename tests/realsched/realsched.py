@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,27 @@ def connector_config(cpu_bytes: int) -> dict[str, Any]:
             "secondary_tiers": [],
         },
     }
+
+
+LOCAL_STORE_TIER = {
+    "type": "LocalStoreTier",
+    "module_path": "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_restore_tier",
+}
+
+
+def use_local_store_tier(monkeypatch) -> None:
+    """Boots from here on name the LocalStoreTier in secondary_tiers (restore)."""
+    plain = connector_config
+
+    def with_tier(cpu_bytes):
+        config = plain(cpu_bytes)
+        config["kv_connector_extra_config"]["secondary_tiers"] = [
+            dict(LOCAL_STORE_TIER)
+        ]
+        return config
+
+    monkeypatch.setattr(sys.modules[__name__], "connector_config", with_tier)
+    monkeypatch.setattr(sys.modules[__name__], "_BASE_CONFIGS", {})
 
 
 _BASE_CONFIGS: dict[tuple[bool, int], Any] = {}

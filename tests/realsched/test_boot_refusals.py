@@ -88,8 +88,9 @@ def test_a_restore_the_scheduler_cannot_serve_refuses_the_boot(
     boot, naming the piece, instead of raising at every lookup."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler
 
-    knobs(**{"": "1", "DIR": str(tmp_path), "RESTORE": "1"})
+    knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1", "RESTORE": "1"})
     monkeypatch.setenv("PYTHONHASHSEED", "0")
+    realsched.use_local_store_tier(monkeypatch)
     monkeypatch.setattr(scheduler.OffloadingConnectorScheduler, "_lookup", None)
     with pytest.raises(
         Exception, match=r"is refused: vLLM's offloading scheduler has no _lookup\(\)"
@@ -111,6 +112,7 @@ def test_a_restore_that_cannot_read_its_store_refuses_the_boot(
 
     knobs(**{"": "1", "DIR": str(tmp_path / "tier"), "CPU_GB": "1", "RESTORE": "1"})
     monkeypatch.setenv("PYTHONHASHSEED", "0")
+    realsched.use_local_store_tier(monkeypatch)
     booted = realsched.boot(cpu_bytes=8 << 20, target="attention")
     worker = worker_connector(booted)
     assert worker._kv_restore is not None

@@ -27,15 +27,7 @@ MAX_TOKENS = 3  # decode steps schedule MAX_TOKENS - 1 more tokens
 @pytest.fixture
 def restore_on(knobs, monkeypatch, tmp_path):
     knobs(**{"": "1", "DIR": str(tmp_path / "store"), "CPU_GB": "1", "RESTORE": "1"})
-    plain = realsched.connector_config
-
-    def with_tier(cpu_bytes):
-        config = plain(cpu_bytes)
-        config["kv_connector_extra_config"]["secondary_tiers"] = [dict(TIER)]
-        return config
-
-    monkeypatch.setattr(realsched, "connector_config", with_tier)
-    monkeypatch.setattr(realsched, "_BASE_CONFIGS", {})
+    realsched.use_local_store_tier(monkeypatch)
 
 
 class Workers:

@@ -46,8 +46,8 @@ def store_meta(
     else:
         logger.info(
             "KV store: scheduler attaches store metadata; restore is off "
-            "(GLM53_KV_OFFLOAD_RESTORE unset or 0: no external hits); disk tier "
-            "under %s",
+            "(GLM53_KV_OFFLOAD_RESTORE unset or 0: hits come from vLLM's CPU tier "
+            "only); disk tier under %s",
             settings.root,
         )
     if meta.eagle and settings.keep_boundaries == 1:

@@ -116,6 +116,11 @@ class VllmWorkerStore(WorkerStore):
             staging = staging_from_worker(worker, kv_caches)
         except WriterDisabled as e:
             raise StoreRefused(str(e)) from None
+        except (AttributeError, TypeError) as e:  # vLLM's worker changed shape
+            raise StoreRefused(
+                f"cannot read the staging tensors of vLLM's CPU offloading worker "
+                f"({type(worker).__name__}): {e}"
+            ) from None
         refs = [
             [(ref.tensor_idx, ref.page_size_bytes) for ref in group_refs]
             for group_refs in kv_caches.group_data_refs
@@ -124,7 +129,7 @@ class VllmWorkerStore(WorkerStore):
         try:
             device, blocks = store_stream_device(worker, kv_caches)
             allocate = pinned_memory
-        except WriterDisabled as e:
+        except (WriterDisabled, AttributeError, TypeError) as e:
             # The tier is on either way: the first capture then copies out of
             # staging on the engine thread, before the ack (slower). The
             # text only: a kept record must not hold this frame's views.
