@@ -71,18 +71,22 @@ if [ -d tests/python ] && compgen -G "tests/python/test_*.py" >/dev/null; then
   stage pytest env KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" ${real_python:+KVTIER_REAL_PYTHON="$real_python"} \
     "$PYTHON" -m pytest -q "${parallel[@]}" --durations=30 tests/python
 fi
-# The real-scheduler tier (tests/realsched): the real vLLM 0.33.0 scheduler side, in the venv
-# built above. KVTIER_REAL=0 skips it.
+# The real-vLLM tier, once per pinned release (newest first): the real scheduler side
+# (tests/realsched) and vLLM's own offloading tests on the pristine and the patched tree
+# (tests/upstream), in the venv built above; a release other than the venv's runs from its
+# package tree (tests/real_release.py). KVTIER_REAL=0 skips it.
+releases=$(find fixtures -mindepth 2 -maxdepth 2 -name PINS -printf '%h\n' | xargs -rn1 basename | grep '^vllm-' | sort -Vr)
 if [ "${KVTIER_REAL:-1}" != 0 ]; then
-  if [ -n "$real_python" ]; then
-    stage realsched env KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" "$real_python" -m pytest -q tests/realsched
-  else
-    stage realsched false # the venv build failed: its log is above
-  fi
-fi
-# vLLM's own offloading tests on the pristine and the patched tree (tests/upstream).
-if [ "${KVTIER_REAL:-1}" != 0 ]; then
-  stage upstream env KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" scripts/upstream-tests.sh
+  for release in $releases; do
+    if [ -n "$real_python" ]; then
+      stage "realsched-${release#vllm-}" env KVTIER_RELEASE="$release" KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" \
+        "$real_python" -m pytest -q tests/realsched
+    else
+      stage "realsched-${release#vllm-}" false # the venv build failed: its log is above
+    fi
+    stage "upstream-${release#vllm-}" env KVTIER_RELEASE="$release" KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" \
+      scripts/upstream-tests.sh
+  done
 fi
 report
 exit $status

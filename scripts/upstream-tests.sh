@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# vLLM 0.33.0's own KV-offloading unit tests (from the pinned sdist, fixtures/fetch.py --tests,
-# never committed) on the pristine installed tree and on a patched copy, compared per test id
-# (tests/upstream/run.py, in the real-vLLM venv that scripts/real-venv.sh builds). Fails on any
-# difference with the tier off, and on one that tests/upstream/knob1-differences.txt does not
-# explain with GLM53_KV_OFFLOAD=1. docs/overlays/kv-offload-scope.md says what runs and why.
+# vLLM's own KV-offloading unit tests (from the pinned sdist, fixtures/fetch.py --tests, never
+# committed) on the pristine installed tree and on a patched copy, compared per test id
+# (tests/upstream/run.py, in the real-vLLM venv that scripts/real-venv.sh builds), for the
+# release KVTIER_RELEASE names (default: the venv's own). Fails on any difference with the
+# tier off, and on one that tests/upstream/knob1-differences-<release>.txt does not explain
+# with GLM53_KV_OFFLOAD=1. docs/overlays/kv-offload-scope.md says what runs and why.
 #
 #   scripts/upstream-tests.sh              the CI selection, knobs unset, 0 and 1
 #   scripts/upstream-tests.sh --all        every fetched test file (about 1,540 tests)
