@@ -133,6 +133,12 @@ RELEASE_ROOT = real_release.package_root(RELEASE)
 if RELEASE_ROOT is not None:
     sys.path.insert(0, str(RELEASE_ROOT))
 sys.path.insert(0, str(PATCHED_ROOT))
+# The CPU platform before any test module imports vLLM: a module that binds
+# vllm.platforms.current_platform at import keeps what it found (vLLM 0.34.0's
+# config turns the hybrid KV cache manager off on an unspecified platform).
+import realsched  # noqa: E402
+
+realsched.use_cpu_platform()
 
 
 def pytest_unconfigure(config) -> None:

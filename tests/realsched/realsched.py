@@ -35,8 +35,25 @@ def use_cpu_platform() -> None:
     import vllm.platforms as platforms
     from vllm.platforms.cpu import CpuPlatform
 
-    if type(platforms._current_platform) is not CpuPlatform:
-        platforms._current_platform = CpuPlatform()
+    class SchedulerOnlyCpu(CpuPlatform):
+        """vLLM's CPU platform, for the scheduler side only. vLLM 0.34.0 refuses an
+        x86 CPU without triton-cpu (its CPU model runner compiles kernels); this
+        tier runs no kernel, so the check is answered as if it were there (0.33.0
+        warned and went on)."""
+
+        @classmethod
+        def check_and_update_config(cls, vllm_config) -> None:
+            import vllm.triton_utils as triton_utils
+
+            had = triton_utils.HAS_TRITON
+            triton_utils.HAS_TRITON = True
+            try:
+                super().check_and_update_config(vllm_config)
+            finally:
+                triton_utils.HAS_TRITON = had
+
+    if not isinstance(platforms._current_platform, CpuPlatform):
+        platforms._current_platform = SchedulerOnlyCpu()
 
 
 def connector_config(cpu_bytes: int) -> dict[str, Any]:
@@ -306,7 +323,7 @@ class Engine:
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
             OffloadingWorkerMetadata,
         )
-        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+        from vllm.v1.outputs import KVConnectorOutput
 
         out = self.s.schedule()
         meta = out.kv_connector_metadata
@@ -339,9 +356,8 @@ class Engine:
             *load_jobs,
             *(getattr(meta, "jobs_to_flush", ()) or ()),
         ]
-        mro = ModelRunnerOutput(
+        mro = model_runner_output(
             req_ids=req_ids,
-            req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=sampled,
             kv_connector_output=KVConnectorOutput(
                 finished_recving=received or None,
@@ -485,6 +501,19 @@ def canonical(trace: dict[str, Any]) -> dict[str, Any]:
 # -- the worker-role connector, driven as the model runner drives it -----------------
 
 
+def model_runner_output(req_ids: list[str], **fields: Any) -> Any:
+    """vLLM's ModelRunnerOutput for one step: 0.33.0 also wants the index of
+    each request id (req_id_to_index), 0.34.0 derives it."""
+    import dataclasses
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    names = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    if "req_id_to_index" in names:
+        fields["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+    return ModelRunnerOutput(req_ids=req_ids, **fields)
+
+
 def staging_attr() -> str:
     """What the real store handler calls its CPU staging tensors: cpu_tensors
     (vLLM 0.34.0) or dst_tensors (0.33.0), read from the release's own
@@ -597,7 +626,7 @@ class FakeTransfers:
 def step_worker(booted: Booted, worker: Any, finished: set[str]) -> Any:
     """One engine step as the model runner drives the worker-side connector; returns
     the step's SchedulerOutput."""
-    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.outputs import KVConnectorOutput
 
     s = booted.scheduler
     out = s.schedule()
@@ -612,9 +641,8 @@ def step_worker(booted: Booted, worker: Any, finished: set[str]) -> Any:
         # schedule() has already counted this step's tokens as computed.
         req = s.requests[rid]
         sampled.append([7] if req.num_computed_tokens >= req.num_tokens else [])
-    mro = ModelRunnerOutput(
+    mro = model_runner_output(
         req_ids=req_ids,
-        req_id_to_index={r: i for i, r in enumerate(req_ids)},
         sampled_token_ids=sampled,
         kv_connector_output=KVConnectorOutput(
             finished_recving=received or None,
