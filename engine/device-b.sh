@@ -13,7 +13,7 @@ set -uo pipefail
 T0=$(date +%s)
 # shellcheck source=engine/device-lib.sh
 . "$(dirname "$0")/device-lib.sh"
-B=$PWD/$DEV/B
+B=$(cd "$DEV/B" 2>/dev/null && pwd) || B=$PWD/$DEV/B
 if [ ! -f "$B/engine" ]; then
   echo "no $DEV/B: carry it with this call (DEVICE_DIR picks another release's folder)"
   exit 3

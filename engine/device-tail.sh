@@ -9,7 +9,7 @@ set -uo pipefail
 T0=$(date +%s)
 # shellcheck source=engine/device-lib.sh
 . "$(dirname "$0")/device-lib.sh"
-B=$PWD/$DEV/B
+B=$(cd "$DEV/B" 2>/dev/null && pwd) || B=$PWD/$DEV/B
 if [ ! -f "$B/engine" ] || [ ! -f "$B/sets.sha256" ] || [ ! -f "$B/ops.sha256" ]; then
   echo "no $DEV/B as engine/prepare.sh writes it now: carry it with this call"
   exit 3
