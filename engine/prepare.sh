@@ -1,51 +1,65 @@
 #!/usr/bin/env bash
-# Prepares, on this machine, everything the GPU suite needs on the device machine (which has
-# torch and CUDA but no vLLM and no network), as two transfers of under 64 MiB each:
-#   .device/A  vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz; about 61 MiB)
-#   .device/C  the compiled ops of the MLA / MoE / KDA models (engine/suite.py model stages,
-#              ENGINE.md "MLA, MoE and KDA"): _moe_C (xz, 38 MB), one tar.xz of _flashkda_C,
-#              _flashmla_C(+_extension), _deepselect_C and the vendored deep_gemm (its .so
-#              and JIT headers, 12 MB): 59.6 MiB less the wheel below, which is set C2
-#   .device/C2 the transformers wheel with Glm5NextTextConfig (12.3 MiB), carried with A
-#   .device/B  the vLLM .py tree with its dist-info, the dependency wheels the image lacks
-#              (Python 3.12, no deps), the files the overlays patch or add (from a real
-#              `overlay apply`), a release `kvstore` and the portable libkvtier_store.so with
-#              the shared libraries they need, and the launcher the knob-1 stages plan
-#              with (docker/, anchors/, the knob module)
-# The suite's own code and the model configs (engine/) travel with the working tree.
+# Prepares, on this machine, everything the GPU suite needs on the device machine (torch and
+# CUDA, no vLLM, no network), as sets that a chain of device calls carries, each call under
+# the 64 MiB it takes with the checkout (engine/transfer.py declares each set's cap and which
+# call carries which; its check ends this script). Into .device-<version>/ (git-ignored),
+# one folder a release:
+#   A   vLLM's compiled ops (vllm/_C_stable_libtorch.abi3.so, xz), the first 40,000,000 bytes
+#   A2  the rest of them
+#   W   the dependency wheels the device image lacks (engine/wheels.txt; Python 3.12, no deps)
+#   B   the vLLM .py tree with its dist-info, the files the overlays patch or add (from a real
+#       `overlay apply`), a release `kvstore` and the portable libkvtier_store.so with the
+#       shared libraries they need, the launcher the knob-1 stages plan with (docker/,
+#       anchors/, the knob module), ops.sha256 (the unpacked ops) and sets.sha256 (every
+#       file of the other sets: the device scripts check them before use)
+#   C   the model stages' MoE ops (_moe_C, xz; engine/suite_models.py)
+#   C2  their other ops (_flashkda_C, _flashmla_C(+_extension), _deepselect_C and the
+#       vendored deep_gemm, one tar.xz) and the transformers wheel with their config classes
+# Every set holds a file `engine` naming the release. The suite's own code and the model
+# configs (engine/) travel with the working tree.
 # Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
 #
-#   engine/prepare.sh            (from the project root; about 2 minutes, mostly xz)
-#   ENGINE=vllm-0.32.0 engine/prepare.sh   (another pinned release: into .device-0.32.0/, its
-#                                 own wheel, anchors and dist-info; DEVICE_DIR=... on both sides
-#                                 picks it, see device-a.sh)
+#   engine/prepare.sh                     the newest pinned release (fixtures/vllm-*/WHEEL,
+#                                         as scripts/demo.sh picks it), into .device-<version>/
+#   ENGINE=vllm-0.33.0 engine/prepare.sh  another pinned release, into .device-0.33.0/
+#                                         (DEVICE_DIR=.device-0.33.0 on the device side)
+# About 2 minutes the first time for a wheel (mostly xz); the parts cut from the wheel are
+# kept while its sha256 is the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/kvtier
-ENGINE=${ENGINE:-vllm-0.33.0}
-if [ ! -f "fixtures/$ENGINE/WHEEL" ] || [ ! -f "anchors/$ENGINE/ORDER" ]; then
+# The newest pinned release unless ENGINE names another (as scripts/demo.sh and
+# scripts/real-venv.sh pick it; engine/device-lib.sh picks the same on the device).
+NEWEST=$(find fixtures -mindepth 2 -maxdepth 2 -name WHEEL -printf '%h\n' | xargs -rn1 basename |
+  grep '^vllm-' | sort -V | tail -1)
+ENGINE=${ENGINE:-$NEWEST}
+if [ -z "$ENGINE" ] || [ ! -f "fixtures/$ENGINE/WHEEL" ] || [ ! -f "anchors/$ENGINE/ORDER" ]; then
   echo "prepare: ENGINE=$ENGINE: no fixtures/$ENGINE/WHEEL or anchors/$ENGINE/ORDER" >&2
   exit 2
 fi
 read -r WHEEL_SHA WHEEL_NAME <"fixtures/$ENGINE/WHEEL"
 WHEEL=$CACHE/wheels/$WHEEL_NAME
 BUILD=${BUILD:-build-engine}
-# The default release keeps the folder the device scripts have always read.
-if [ "$ENGINE" = vllm-0.33.0 ]; then OUT=$ROOT/.device; else OUT=$ROOT/.device-${ENGINE#vllm-}; fi
+# One folder a release (a .device/ of an older prepare.sh is no longer read).
+OUT=$ROOT/.device-${ENGINE#vllm-}
 [ "$(sha256sum "$WHEEL" | cut -c1-64)" = "$WHEEL_SHA" ] || {
   echo "prepare: $WHEEL missing or its sha256 differs from fixtures/$ENGINE/WHEEL" >&2
   exit 1
 }
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-# The parts cut from the wheel are kept while the wheel is the same (they take minutes of
-# xz); the tools, the overlay files and the wheels are made again on every run.
+# The parts cut from the wheel (A, A2, B/vtree.tar.xz, C, C2/ops.tar.xz) are kept while the
+# wheel is the same (they take minutes of xz); everything else is made again on every run.
 if [ "$(cat "$OUT/wheel.sha256" 2>/dev/null)" != "$WHEEL_SHA" ]; then
-  rm -rf "$OUT/A" "$OUT/A2" "$OUT/B" "$OUT/C"
+  rm -rf "$OUT"
 fi
-rm -rf "$OUT/B/lib" "$OUT/B/whl" "$OUT/B/launcher"
-mkdir -p "$W/tree" "$W/whl" "$OUT/A" "$OUT/B/lib"
+mkdir -p "$OUT/B"
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name A ! -name A2 ! -name B ! -name C ! -name C2 \
+  ! -name wheel.sha256 -exec rm -rf {} +
+find "$OUT/B" -mindepth 1 -maxdepth 1 ! -name vtree.tar.xz -exec rm -rf {} +
+rm -rf "$OUT/C2/whl"
+mkdir -p "$W/tree" "$W/whl" "$OUT/B/lib" "$OUT/W"
 
 # Release build of the two tools from the committed state REV (default HEAD), in its own
 # folder: other people's half-finished edits in the working tree never reach the device.
@@ -91,17 +105,21 @@ unzip -q -o "$WHEEL" -x 'vllm/third_party/*' '*.so' 'vllm/vllm-rs' -d "$W/tree"
 unzip -q -o "$WHEEL" 'vllm/third_party/*.py' -d "$W/tree"
 if [ ! -s "$OUT/B/vtree.tar.xz" ] || [ ! -s "$OUT/A/so_C.xz.1" ] || [ ! -s "$OUT/A2/so_C.xz.2" ]; then
   (cd "$W/tree" && tar cf - vllm "$ENGINE.dist-info" | xz -T0 -6 >"$OUT/B/vtree.tar.xz.tmp")
-  # 2. The compiled ops (stable-ABI libtorch extension), 63.7 MB compressed: with the
-  #    checkout that is over the 64 MiB one transfer carries, so the first 40,000,000 bytes
-  #    are set A and the rest set A2, which travels with B.
+  # 2. The compiled ops (stable-ABI libtorch extension; 0.34.0: 59.0 MB after xz, 0.33.0:
+  #    63.7 MB): with the checkout over what one call takes, so the first OPS_CUT bytes are
+  #    set A and the rest set A2.
+  cut=$(python3 engine/transfer.py cut)
   unzip -p "$WHEEL" vllm/_C_stable_libtorch.abi3.so | xz -T0 -6 >"$W/so_C.xz"
   rm -rf "$OUT/A" "$OUT/A2" && mkdir -p "$OUT/A" "$OUT/A2"
-  head -c 40000000 "$W/so_C.xz" >"$OUT/A/so_C.xz.1"
-  tail -c +40000001 "$W/so_C.xz" >"$OUT/A2/so_C.xz.2"
+  head -c "$cut" "$W/so_C.xz" >"$OUT/A/so_C.xz.1"
+  tail -c +$((cut + 1)) "$W/so_C.xz" >"$OUT/A2/so_C.xz.2"
   cat "$OUT/A/so_C.xz.1" "$OUT/A2/so_C.xz.2" | cmp - "$W/so_C.xz"
   mv "$OUT/B/vtree.tar.xz.tmp" "$OUT/B/vtree.tar.xz"
   echo "$WHEEL_SHA" >"$OUT/wheel.sha256"
 fi
+# What the device unpacks from A and A2 must be (engine/device-lib.sh checks it).
+ops_sha=$(unzip -p "$WHEEL" vllm/_C_stable_libtorch.abi3.so | sha256sum | cut -c1-64)
+echo "$ops_sha  _C_stable_libtorch.abi3.so" >"$OUT/B/ops.sha256"
 
 # 3. The overlays applied to a copy with the real tool; every file they change or add travels.
 cp -a "$W/tree" "$W/ptree"
@@ -130,7 +148,7 @@ for p in manylinux_2_{17,24,26,27,28,31,34,35}_x86_64 manylinux2014_x86_64 manyl
 done
 grep -v '^#' engine/wheels.txt | xargs python3 -m pip download -q --no-deps --only-binary=:all: \
   --python-version 3.12 --implementation cp "${plat[@]}" -d "$W/whl"
-mkdir -p "$OUT/B/whl" && cp "$W/whl"/*.whl "$OUT/B/whl/"
+cp "$W/whl"/*.whl "$OUT/W/"
 
 # 5. The launcher the knob-1 stages plan with (engine/suite.py --launcher: docker/launch.sh,
 #    the anchors' ORDER, the knob module), from the same revision as the overlays, so a stage
@@ -138,41 +156,29 @@ mkdir -p "$OUT/B/whl" && cp "$W/whl"/*.whl "$OUT/B/whl/"
 rm -rf "$OUT/B/launcher" && mkdir -p "$OUT/B/launcher"
 git archive "$rev" docker anchors overlays/kv-offload-scope VERSION | tar -x -C "$OUT/B/launcher"
 
-# Which release these sets are: device-a.sh picks its /tmp folder by it, device-b.sh hands
-# it to the suite (--engine), so a warm machine never mixes two releases' compiled ops.
-echo "$ENGINE" >"$OUT/A/engine"
-echo "$ENGINE" >"$OUT/B/engine"
-# 6. Set C (the model stages' ops), kept while the wheel is the same; carried alone with the
-#    checkout (device-c.sh), so it must stay under 64 MiB less the checkout's few MB.
-#    Only for vLLM 0.33.0: the model stages name its files.
-if [ "$ENGINE" != vllm-0.33.0 ]; then
-  rm -rf "$OUT/C" "$OUT/C2"
-elif [ ! -s "$OUT/C/moe_C.xz" ] || [ ! -s "$OUT/C/ops.tar.xz" ]; then
-  rm -rf "$OUT/C" && mkdir -p "$OUT/C"
+# 6. Set C and C2 (the model stages' ops), kept while the wheel is the same; the model
+#    stages' transformers (the image's may predate Glm5NextTextConfig; device-lib.sh installs
+#    it apart, for the model stages only): the version both pinned releases accept.
+if [ ! -s "$OUT/C/moe_C.xz" ] || [ ! -s "$OUT/C2/ops.tar.xz" ]; then
+  rm -rf "$OUT/C" "$OUT/C2" && mkdir -p "$OUT/C" "$OUT/C2" "$W/ops"
   unzip -p "$WHEEL" vllm/_moe_C_stable_libtorch.abi3.so | xz -T0 -6 >"$OUT/C/moe_C.xz.tmp"
-  mkdir -p "$W/ops"
   unzip -q -o "$WHEEL" 'vllm/third_party/deep_gemm/*' vllm/_flashkda_C.abi3.so vllm/_flashmla_C.abi3.so \
     vllm/_flashmla_extension_C.abi3.so vllm/_deepselect_C.abi3.so -d "$W/ops"
-  (cd "$W/ops" && tar cf - vllm | xz -T0 -6 >"$OUT/C/ops.tar.xz")
+  (cd "$W/ops" && tar cf - vllm | xz -T0 -6 >"$OUT/C2/ops.tar.xz.tmp")
   mv "$OUT/C/moe_C.xz.tmp" "$OUT/C/moe_C.xz"
+  mv "$OUT/C2/ops.tar.xz.tmp" "$OUT/C2/ops.tar.xz"
 fi
-# The transformers of the wheel's pin that has the models' config classes (the image's
-# may predate Glm5NextTextConfig); device-b.sh installs it apart, for the model stages only.
-# (Set C2, carried with set A: C alone plus the 5.3 MB checkout is already 52 MiB.)
-if [ "$ENGINE" = vllm-0.33.0 ]; then
-  rm -rf "$OUT/C/whl" "$OUT/C2" && mkdir -p "$OUT/C2/whl"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    "${plat[@]}" -d "$OUT/C2/whl" "transformers==5.20.2"
-fi
-tree_bytes=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
-for pair in "C" "A C2" "B A2"; do
-  set_bytes=$tree_bytes
-  for d in $pair; do
-    [ -d "$OUT/$d" ] && set_bytes=$((set_bytes + $(du -sb "$OUT/$d" | cut -f1)))
-  done
-  if [ "$set_bytes" -gt $((63 << 20)) ]; then
-    echo "prepare: the call carrying .device/{${pair// /,}} with the checkout is $set_bytes bytes, over 63 MiB: split it" >&2
-    exit 1
-  fi
-done
-du -sh "$OUT"/*/
+mkdir -p "$OUT/C2/whl"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "${plat[@]}" -d "$OUT/C2/whl" "transformers==5.20.2"
+
+# Which release every set is: device-a.sh stashes its sets in /tmp/pv-<version>, device-b.sh
+# hands it to the suite (--engine), so a warm machine never mixes two releases' sets.
+for s in A A2 W B C C2; do echo "$ENGINE" >"$OUT/$s/engine"; done
+# Every file of the sets B does not hold, which device-lib.sh checks before it uses them
+# (carried with its call or stashed by an earlier one).
+(cd "$OUT" && find A A2 W C C2 -type f -print0 | sort -z | xargs -0 sha256sum) >"$OUT/B/sets.sha256"
+# Every set against its cap and every call of every chain, with the checkout, against what
+# one call takes less the margin for the checkout to grow; exit 1 naming the set to split.
+python3 engine/transfer.py check "$OUT"
+python3 engine/transfer.py calls "${OUT#"$ROOT"/}"

@@ -1,4 +1,4 @@
-"""One engine run of the GPU suite: a tiny model with dummy weights on the real vLLM 0.33.0.
+"""One engine run of the GPU suite: a tiny model with dummy weights on a real pinned vLLM release.
 
     python3 engine/stage.py --model engine/models/llama --connector --out R.json [...]
     python3 engine/stage.py --model ... --connector-json PLAN.json --out R.json [...]   (knob 1)

@@ -44,11 +44,13 @@ from suite_restore import (  # noqa: E402
     suite_key_file,
 )
 from suite_stage import CPU_GB, MODELS, Stage  # noqa: E402
+from transfer import newest_release  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The release the knob-1 stages plan for (launch.sh --engine); --engine picks another
-# (device-b.sh passes the one engine/prepare.sh packed).
-ENGINE = "vllm-0.33.0"
+# The release the knob-1 stages plan for (launch.sh --engine): the newest pinned one, as
+# engine/prepare.sh picks it; --engine picks another (device-b.sh passes the one
+# engine/prepare.sh packed).
+ENGINE = newest_release()
 
 
 def stages() -> list[Stage]:

