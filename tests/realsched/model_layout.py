@@ -69,6 +69,13 @@ def cpu_platform_for_layouts() -> None:
 
     CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
     CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    # 0.34.0's sparse MLA backend asks the accelerator for its index when it is built (for
+    # the SM count); on a CPU-only host torch answers by initialising CUDA. The CPU
+    # platform's count ignores the index.
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.accelerator.current_device_index = lambda: 0
 
 
 def mtp_model(model: str) -> str:
@@ -435,6 +442,9 @@ def main() -> int:
         register_all_kvcache_specs(vc)  # as EngineCore does first
         booted = realsched.boot_specs(vc, specs, args.num_blocks, layouts=layouts)
         out["layout"] = vc.cache_config.kv_cache_layout
+        # Tokens after each block its hash covers (0.34.0 with an EAGLE/MTP drafter and a
+        # connector that supports it): the drafter's block is then stored whole.
+        out["lookahead"] = vc.num_hash_lookahead_tokens
     except Exception as e:  # the answer for this layout: say what stopped the boot
         out["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(out))

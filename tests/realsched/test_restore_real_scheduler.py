@@ -164,15 +164,19 @@ def test_a_drafter_left_out_of_offload_is_never_marked_loaded(restore_on):
     assert computed < len(PROMPT) and "b" in engine.finished
 
 
-def test_an_eagle_attention_group_restores_one_chunk_short_of_its_end(restore_on):
-    """Drafter layers in the target's attention group (an EAGLE group): vLLM stores the
-    state one chunk before the attention chunks' end and its lookup asks for the chunk
-    after a hit before it drops it. A's jobs name a manifest of the full groups alone at
-    that end (until it, no manifest proved that chunk: every restore was a miss), so B
-    loads the prefix up to the state boundary and computes the rest."""
+def test_an_eagle_attention_group_restores_to_its_state_boundary(restore_on):
+    """Drafter layers in the target's attention group (an EAGLE group). Without lookahead
+    hashes (0.33.0) vLLM stores the state one chunk before the attention chunks' end and
+    its lookup asks for the chunk after a hit before it drops it: A's jobs name a manifest
+    of the full groups alone at that end (until it, no manifest proved that chunk: every
+    restore was a miss), so B loads the prefix up to the state boundary, one chunk short
+    of A's end. With them (0.34.0) each block's hash covers the drafter's next token, the
+    state is stored at the end, and B loads every full block. B computes the rest."""
     booted, engine, workers, computed = write_then_restart("ok", "same", eagle=True)
     (load,) = [j for j in engine.load_jobs if j["req"] == "b"]
-    blocks = (len(PROMPT) - 1) // realsched.BLOCK - 1  # six full blocks, one dropped
+    blocks = (len(PROMPT) - 1) // realsched.BLOCK  # six full blocks
+    if not booted.vllm_config.num_hash_lookahead_tokens:
+        blocks -= 1  # the one the drafter drops
     groups = sorted(int(k[-8:], 16) for k in load["keys"])
     assert groups.count(1) == blocks and groups.count(0) == 1  # attention, state
     assert computed == len(PROMPT) - blocks * realsched.BLOCK

@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import realsched
 
 BLOCK = 16
 NUM_BLOCKS = 10
@@ -56,8 +57,10 @@ def packed_layout():
     return config, page
 
 
-def registered_layout(kv_cache_config):
-    """The real worker's register_kv_caches; the canonical caches it hands on."""
+def registered_layout(kv_cache_config, refused: bool = False):
+    """The real worker's register_kv_caches; the canonical caches it hands on. With
+    ``refused`` the disk writer must refuse the boot after vLLM's worker got them (on
+    this CPU host there is no CUDA source to copy from, whatever the layout)."""
     import torch
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
         OffloadingConnectorWorker,
@@ -88,7 +91,9 @@ def registered_layout(kv_cache_config):
             ),
             model=SimpleNamespace(name="test/packed", dtype="float16"),
         ),
-        get_worker=lambda caches: handed.append(caches) or SimpleNamespace(),
+        get_worker=lambda caches: (
+            handed.append(caches) or realsched.FakeTransfers(caches, NUM_BLOCKS)
+        ),
     )
     parallel = SimpleNamespace(
         tensor_parallel_size=1,
@@ -114,7 +119,15 @@ def registered_layout(kv_cache_config):
         KVCacheLayout.LBNHC,
         [BLOCK] * len(kv_cache_config.kv_cache_groups),
     )
-    worker.register_kv_caches(caches)
+    if refused:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local.errors import (  # noqa: E501
+            StoreRefused,
+        )
+
+        with pytest.raises(StoreRefused, match="GLM53_KV_OFFLOAD=1 is refused"):
+            worker.register_kv_caches(caches)
+    else:
+        worker.register_kv_caches(caches)
     (canonical,) = handed
     return [
         [(ref.tensor_idx, ref.page_size_bytes) for ref in refs]
@@ -131,7 +144,7 @@ def test_packed_cache_beside_a_scratch_group_registers_upstreams_layout(
     else:
         knobs(**({"": tier} if tier is not None else {}))
     kv_cache_config, page = packed_layout()
-    refs, shapes = registered_layout(kv_cache_config)
+    refs, shapes = registered_layout(kv_cache_config, refused=tier == "1")
     # Upstream's own expectation: one tensor, one ref for the packed group, no scratch.
     assert shapes == [(NUM_BLOCKS, 2 * page)]
     assert refs == [[(0, 2 * page)]]

@@ -100,7 +100,7 @@ def test_shutdown_releases_the_real_staging_region(knobs, tmp_path):
     # vLLM's order: the connector worker's shutdown (our hook first), then
     # the CPU worker's handler drops its views, then the region is cleaned.
     store.shutdown()
-    handler.dst_tensors.clear()
+    getattr(handler, realsched.staging_attr()).clear()
     views.clear()
     region.cleanup()
     assert region.mmap_obj is None, "the region stayed mapped: a view is still held"

@@ -545,8 +545,8 @@ def staging_from_worker(
             f"{type(worker).__name__} has no store handler (not vLLM's CPU "
             "offloading worker)"
         )
-    # vLLM 0.34.0 keeps one list of CPU tensors a handler; 0.33.0 and 0.32.0
-    # name them by direction (the store handler's destination).
+    # vLLM 0.34.0 keeps one list of CPU tensors a handler; 0.33.0
+    # names them by direction (the store handler's destination).
     if hasattr(handler, "cpu_tensors"):
         cpu_tensors = handler.cpu_tensors
     else:
