@@ -106,6 +106,20 @@ setup_trees() {
   # backend never calls it, and the real extension is too big to carry: an empty
   # placeholder module, outside every file we patch or pin.
   echo "# placeholder: no FA kernels on this run" >/tmp/v/vllm/vllm_flash_attn/_vllm_fa2_C.py
+  # vLLM 0.34.0's kernel warmup imports the MiniMax-M3 warmup on every CUDA boot, and that
+  # module imports the CuTe DSL (nvidia-cutlass-dsl, not carried: no stage uses it). The
+  # warmup does nothing for a model without MiniMax-M3's sparse attention, the only case
+  # the stand-in allows; it refuses the rest rather than skip a warmup a model needs.
+  warmup=/tmp/v/vllm/model_executor/warmup/minimax_m3_msa_warmup.py
+  if [ -f "$warmup" ]; then
+    cat >"$warmup" <<'PY'
+# stand-in (engine/device-lib.sh): the real module imports the CuTe DSL the suite lacks.
+def minimax_m3_msa_warmup(worker):
+    for module in worker.get_model().modules():
+        if type(module).__name__ == "MiniMaxM3SparseAttention":
+            raise RuntimeError("MiniMax-M3 needs nvidia-cutlass-dsl, not carried")
+PY
+  fi
   cp "$so" /tmp/v/vllm/
   # The model stages' ops: _moe_C, FlashKDA/FlashMLA, DeepSelect, deep_gemm into the tree;
   # their transformers into a site of its own (model stages only).
