@@ -187,8 +187,13 @@ def _refused(cold: dict, hit: dict, bad: dict, corruption: dict) -> dict:
     v["corrupted_chunk_loaded"] = key in loaded if key else None
     v["promotion_failed"] = sched.get("promotions_failed", 0) > 0
     # The request whose restore failed computed more of its prompt than with the restore.
+    # Per request, not summed: a later request of round 0 may find the recomputed prefix in
+    # the CPU tier (seen on the H200 with 0.34.0: [0, 64, 64, 0] restored, [0, 0, 64, 64]
+    # after the corruption).
     hit0, bad0 = cached_tokens(hit)[:1], cached_tokens(bad)[:1]
-    v["recomputed"] = bool(hit0 and bad0) and sum(bad0[0]) < sum(hit0[0])
+    v["recomputed"] = bool(hit0 and bad0) and any(
+        b < h for b, h in zip(bad0[0], hit0[0], strict=True)
+    )
     v["ok"] = (
         bad.get("rc") == 0 == cold.get("rc")
         and "error" not in corruption
