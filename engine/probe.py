@@ -12,9 +12,11 @@ for the unpadded page size vLLM's spec reports. Our writer's layout code is not 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -430,7 +432,45 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
     restore._promote = recorded_promote
     restore._fail = recorded_fail
     restore._probe = (promotions, failures, describe)
+    if os.environ.get("KVTIER_SUITE_SAMPLE_STACKS") == "1":
+        restore._probe_samples = _sample_stacks()
     return {"restore": True}
+
+
+def _sample_stacks(every_s: float = 0.005) -> collections.Counter:
+    """Where each thread of this process is, every ``every_s`` (a diagnosis of
+    where a promotion's time goes: a line of our code or vLLM's holding the GIL,
+    or the native call). Counts (thread, innermost frame) and (thread, innermost
+    frame of the overlays' code); a daemon thread, for the process's life."""
+    counts: collections.Counter = collections.Counter()
+
+    def run() -> None:
+        me = threading.get_ident()
+        while True:
+            time.sleep(every_s)
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                name = names.get(ident, "?").split("_")[0]
+                top = frame
+                ours = None
+                f: Any = frame
+                while f is not None:
+                    path = f.f_code.co_filename
+                    if ours is None and ("kv_restore" in path or "kv_store" in path):
+                        ours = f
+                    f = f.f_back
+                where = f"{os.path.basename(top.f_code.co_filename)}:{top.f_lineno} {top.f_code.co_name}"
+                counts[(name, where)] += 1
+                if ours is not None and ours is not top:
+                    path = os.path.basename(ours.f_code.co_filename)
+                    counts[
+                        (name, f"ours {path}:{ours.f_lineno} {ours.f_code.co_name}")
+                    ] += 1
+
+    threading.Thread(target=run, name="kvtier-sampler", daemon=True).start()
+    return counts
 
 
 def restore_report(worker: Any) -> dict[str, Any]:
@@ -460,5 +500,11 @@ def restore_report(worker: Any) -> dict[str, Any]:
         "promotions": promotions,
         "failures": failures,
         "writer_stats": writer,
+        "stack_samples": [
+            [thread, where, n]
+            for (thread, where), n in getattr(
+                restore, "_probe_samples", collections.Counter()
+            ).most_common(40)
+        ],
         **_rank_info(store),
     }
