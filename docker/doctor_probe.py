@@ -36,6 +36,14 @@ def _load(name: str, path: str) -> ModuleType:
     return module
 
 
+def _code_on_path(code: str) -> None:
+    """Put the overlay code first on sys.path: store_perms and mac import the
+    codec (kv_store_format) that sits beside them, by its top-level name when
+    loaded from a folder rather than as the patched tree's package."""
+    if code not in sys.path:
+        sys.path.insert(0, code)
+
+
 def _say(verdict: str, check: str, detail: str) -> None:
     print(f"{verdict}\t{check}\t{' '.join(detail.split())}")
 
@@ -73,8 +81,7 @@ def key_file(knobs: object, code: str) -> None:
             "skip", "key file", "GLM53_KV_OFFLOAD_KEY_FILE unset: no MAC (CRC-32 only)"
         )
         return
-    if code not in sys.path:
-        sys.path.insert(0, code)
+    _code_on_path(code)
     try:
         from kv_store_format import mac
 
@@ -89,11 +96,14 @@ def store_folder(knobs: object, code: str) -> None:
     if not root:
         _say("skip", "store folder", "GLM53_KV_OFFLOAD_DIR unset")
         return
-    perms = _load(
-        "kvtier_doctor_store_perms",
-        os.path.join(code, "kv_store_local", "store_perms.py"),
-    )
-    problem = perms.store_problem(root)
+    _code_on_path(code)
+    path = os.path.join(code, "kv_store_local", "store_perms.py")
+    try:
+        perms = _load("kvtier_doctor_store_perms", path)
+        problem = perms.store_problem(root)
+    except Exception as e:  # noqa: BLE001 (the checks after this one still run)
+        _say("FAIL", "store folder", f"{path}: {type(e).__name__}: {e}")
+        return
     if problem is not None:
         _say("FAIL", "store folder", f"store folder not safe: {problem}")
     elif not os.path.isdir(root):
