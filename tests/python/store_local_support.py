@@ -279,7 +279,10 @@ def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
             device=kw.pop("device", None),
         )
     except ksl.errors.WriterDisabled as e:
-        store.disable(str(e))
+        # As WorkerStore.attach does: the knob asked for the tier, so a
+        # problem at boot refuses it (fail closed), never a store that
+        # quietly writes nothing.
+        raise ksl.errors.StoreRefused(str(e)) from None
     return store, staging
 
 

@@ -94,16 +94,17 @@ def main() -> int:
     tier, stop = Path(sys.argv[1]), Path(sys.argv[2])
     rank, limit = int(sys.argv[3]), int(sys.argv[4])
     disk_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else None
-    store, staging = sls.make_store(
-        tier,
-        knobs=sls.knobs(tier, disk_bytes=disk_bytes),
-        tp=lambda: (rank, sls.TP_SIZE),
-        settings=sls.settings(config_rank=rank),
-        budget=4 << 20,
-        background=True,
-    )
-    if not store.active:
-        print(json.dumps({"error": store.disabled_reason}))
+    try:
+        store, staging = sls.make_store(
+            tier,
+            knobs=sls.knobs(tier, disk_bytes=disk_bytes),
+            tp=lambda: (rank, sls.TP_SIZE),
+            settings=sls.settings(config_rank=rank),
+            budget=4 << 20,
+            background=True,
+        )
+    except ksl.errors.StoreRefused as e:
+        print(json.dumps({"error": str(e)}))
         return 1
     jobs = Jobs(staging)
     boundaries = 0

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import store_local_support as sls
 from kv_store_format import native
+from kv_store_local.errors import StoreRefused
 from overlay_modules import fmt
 
 _RESTORE = Path(__file__).resolve().parents[2] / "overlays" / "kv-offload-restore"
 if str(_RESTORE) not in sys.path:
     sys.path.insert(0, str(_RESTORE))
+
+# A key file problem at boot refuses the tier the knob asked for (fail closed).
+REFUSED = "KV store: GLM53_KV_OFFLOAD=1 is refused on this rank: "
 
 
 def _key(tmp_path: Path, mode: int = 0o600, name: str = "kvtier.key") -> Path:
@@ -55,11 +60,11 @@ def _write(root: Path, key: Path | None, store_lib) -> tuple:
 def test_a_key_file_others_may_read_is_refused_at_boot(tmp_path):
     key = _key(tmp_path, 0o644)
     root = tmp_path / "kv"
-    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(key)))
-    assert not store.active
-    assert store.disabled_reason == (
-        f"key file {key} has mode 0644: group/other may access it (chmod 600)"
+    refused = re.escape(
+        f"{REFUSED}key file {key} has mode 0644: group/other may access it (chmod 600)"
     )
+    with pytest.raises(StoreRefused, match=f"^{refused}$"):
+        sls.make_store(root, knobs=sls.knobs(root, key_file=str(key)))
     assert not root.exists()  # refused before anything was made
 
 
@@ -194,22 +199,22 @@ def test_a_manifest_mac_that_is_no_hex_is_one_mac_mismatch(tmp_path, mac):
 def test_a_key_inside_the_store_folder_or_all_zero_is_refused_at_boot(tmp_path):
     """Issue 45: a key kept in the store folder (whoever can write the store
     can read or swap it; kvstore called it `foreign`) and an all-zero key
-    were accepted. Both disable the writer, one line, nothing written."""
+    were accepted. Both refuse the boot, one line, nothing written."""
     root = tmp_path / "kv"
     root.mkdir(mode=0o700)
     inside = _key(root, name="kvtier.key")
-    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(inside)))
-    assert not store.active
-    assert store.disabled_reason.startswith(
-        f"key file {inside} is inside the store folder {root}: refused"
+    inside_problem = re.escape(
+        f"{REFUSED}key file {inside} is inside the store folder {root}: refused"
     )
+    with pytest.raises(StoreRefused, match=f"^{inside_problem}"):
+        sls.make_store(root, knobs=sls.knobs(root, key_file=str(inside)))
     assert sorted(root.iterdir()) == [inside]
     zero = tmp_path / "zero.key"
     zero.write_bytes(bytes(32))
     zero.chmod(0o600)
-    store, _ = sls.make_store(root, knobs=sls.knobs(root, key_file=str(zero)))
-    assert not store.active
-    assert store.disabled_reason.startswith(f"key file {zero} holds only zero bytes")
+    zero_problem = re.escape(f"{REFUSED}key file {zero} holds only zero bytes")
+    with pytest.raises(StoreRefused, match=f"^{zero_problem}"):
+        sls.make_store(root, knobs=sls.knobs(root, key_file=str(zero)))
     assert sorted(root.iterdir()) == [inside]
 
 

@@ -711,9 +711,8 @@ def test_a_store_others_can_change_fails_the_boot(ns, store):
 @pytest.mark.parametrize("how", ["link", "0777"])
 def test_a_rank_folder_others_can_change_is_never_read(ns, store, folder, how):
     """Issue 45, 2 and 3: the rank folder or manifests/ made a link to a copy
-    of it, or writable by others: the rank's writer is disabled at boot (one
-    line naming the folder; the rig asserts every writer is up, so its
-    assertion carries that line), and with it the rank's restore."""
+    of it, or writable by others: the rank's boot is refused (one line naming
+    the folder and the problem), so the rank neither writes nor restores."""
     rig, hashes = write_a(ns, store)
     rig.shutdown()
     path = base_dir(rig)
@@ -728,8 +727,12 @@ def test_a_rank_folder_others_can_change_is_never_read(ns, store, folder, how):
     else:
         os.chmod(path, 0o777)
         want = f"store folder not safe: {path} (mode 0777, uid {os.geteuid()})"
-    with pytest.raises(AssertionError, match=re.escape(want)):
+    refused = sys.modules[f"{OFFLOADING}.kv_store_local.errors"].StoreRefused
+    before = sorted(str(p) for p in store.rglob("*"))
+    line = f"KV store: GLM53_KV_OFFLOAD=1 is refused on this rank: {want}"
+    with pytest.raises(refused, match="^" + re.escape(line)):
         Rig(ns, store)
+    assert sorted(str(p) for p in store.rglob("*")) == before  # nothing written
 
 
 def _key_file(monkeypatch, tmp_path, name: str = "kvtier.key", mode: int = 0o600):

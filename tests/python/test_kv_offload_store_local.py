@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import pickle
+import re
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -567,15 +568,21 @@ def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypat
     assert store.writer.pool.used == 0
 
 
-def test_tp_rank_disagreement_disables_the_writer(tmp_path):
-    store, _ = sls.make_store(tmp_path, tp=lambda: (0, sls.TP_SIZE))
-    assert not store.active and "disagrees" in store.disabled_reason
-    store, _ = sls.make_store(tmp_path, tp=lambda: (sls.RANK, 4))
-    assert not store.active
-    assert list(tmp_path.iterdir()) == []
-    # Capturing on a disabled store is a no-op, never an error.
-    job = sls.JobMaker(sls.Staging()).full_chunks(0, 1)
-    sls.run_job(store, job)
+def test_tp_rank_disagreement_refuses_the_boot(tmp_path):
+    """Two ranks must never share one folder: a TP rank or size the
+    connector config disagrees with refuses the boot, before anything is
+    made under the store folder."""
+    refused = re.escape(
+        "KV store: GLM53_KV_OFFLOAD=1 is refused on this rank: TP rank 0/2 "
+        f"disagrees with the connector config (rank {sls.RANK}, TP size 2)"
+    )
+    with pytest.raises(ksl.errors.StoreRefused, match=f"^{refused}$"):
+        sls.make_store(tmp_path, tp=lambda: (0, sls.TP_SIZE))
+    with pytest.raises(
+        ksl.errors.StoreRefused,
+        match=re.escape(f"TP rank {sls.RANK}/4 disagrees with the connector config"),
+    ):
+        sls.make_store(tmp_path, tp=lambda: (sls.RANK, 4))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -602,18 +609,32 @@ def test_namespace_record_fences_exactly_and_ignores_info(tmp_path):
     assert store.active and store.writer.layout.base == str(base)
     assert record_path.read_bytes() == first
     store.shutdown()
-    # A record whose fenced part differs disables the writer.
+    # A record whose fenced part differs refuses the boot; the record stays.
     value = json.loads(first)
     value["fenced"]["model"] = "someone/else"
-    record_path.write_bytes(
-        fmt.encode_namespace_record(fmt.NamespaceRecord(value["fenced"], value["info"]))
+    other = fmt.encode_namespace_record(
+        fmt.NamespaceRecord(value["fenced"], value["info"])
     )
-    store, _ = sls.make_store(tmp_path)
-    assert not store.active and "different namespace" in store.disabled_reason
+    record_path.write_bytes(other)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(
+        ksl.errors.StoreRefused,
+        match=re.escape(
+            f"refused on this rank: namespace record {record_path} fences a "
+            "different namespace"
+        ),
+    ):
+        sls.make_store(tmp_path)
+    assert record_path.read_bytes() == other
     # So does an unreadable one.
     record_path.write_bytes(b"{not json")
-    store, _ = sls.make_store(tmp_path)
-    assert not store.active and "unreadable" in store.disabled_reason
+    with pytest.raises(
+        ksl.errors.StoreRefused,
+        match=re.escape(f"namespace record {record_path} is unreadable: "),
+    ):
+        sls.make_store(tmp_path)
+    assert record_path.read_bytes() == b"{not json"
+    assert sorted(tmp_path.rglob("*")) == before  # nothing made or removed
 
 
 def test_other_build_gets_its_own_namespace(tmp_path):

@@ -6,7 +6,7 @@ to elsewhere, and wrote into folders others could write (mode 0777): the
 check of docs/DEPLOY.md "Security" stopped at the store folder. Now a link
 anywhere on a store path is refused (never followed), and each folder of
 the rank base is checked like the store folder: at boot (the rank base,
-`manifests/`, `pending/`: the writer is disabled, one line naming the
+`manifests/`, `pending/`: the boot is refused, one line naming the
 folder) or at its first use (a chunk folder: nothing written into it or
 taken from it, the key's write fails and says why).
 """
@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 import pytest
 import store_local_support as sls
 from kv_store_format import native
+from kv_store_local.errors import StoreRefused
 from store_local_support import fmt
 
 
@@ -51,9 +53,7 @@ def files_under(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("which", ["rank", "manifests"])
 @pytest.mark.parametrize("how", ["link", "0777"])
-def test_a_rank_folder_others_could_change_disables_the_writer(
-    tmp_path, lib, which, how
-):
+def test_a_rank_folder_others_could_change_refuses_the_boot(tmp_path, lib, which, how):
     root = tmp_path / "kv"
     layout = first_tree(root, lib)
     path = Path(layout.base if which == "rank" else layout.manifest_dir)
@@ -66,12 +66,9 @@ def test_a_rank_folder_others_could_change_disables_the_writer(
         path.chmod(0o777)
         want = f"store folder not safe: {path} (mode 0777, uid {os.geteuid()}) is "
     before = files_under(tmp_path)
-    store, staging = sls.make_store(root, store_lib=lib)
-    assert not store.active
-    assert store.disabled_reason.startswith(want), store.disabled_reason
-    maker = sls.JobMaker(staging)
-    sls.run_job(store, maker.full_chunks(0, 2, branch=1))
-    store.shutdown()
+    refused = re.escape(f"KV store: GLM53_KV_OFFLOAD=1 is refused on this rank: {want}")
+    with pytest.raises(StoreRefused, match=f"^{refused}"):
+        sls.make_store(root, store_lib=lib)
     assert files_under(tmp_path) == before  # nothing written, here or there
 
 

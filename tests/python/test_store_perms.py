@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -20,8 +21,13 @@ import pytest
 import store_local_support as sls
 from kv_store_format import native
 from kv_store_local import store_perms as perms
+from kv_store_local.errors import StoreRefused
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, setpriv)")
+
+# What every boot-time problem starts with: GLM53_KV_OFFLOAD=1 asked for the
+# tier, so an unsafe store refuses the boot (fail closed).
+REFUSED = re.escape("KV store: GLM53_KV_OFFLOAD=1 is refused on this rank: ")
 
 
 @pytest.fixture(autouse=True)
@@ -102,11 +108,10 @@ def test_the_group_knob_makes_it_group_readable_never_world(tmp_path):
 def test_a_group_the_serving_user_is_not_in_is_refused(tmp_path):
     with pytest.raises(perms.UnsafeStore, match="does not exist"):
         perms.modes_for_group("no-such-group-kvtier")
-    store, _ = sls.make_store(
-        tmp_path / "kv", knobs=sls.knobs(tmp_path / "kv", group="nogroup")
-    )
-    assert not store.active
-    assert "not in group 'nogroup'" in store.disabled_reason
+    with pytest.raises(StoreRefused, match=REFUSED + ".*not in group 'nogroup'"):
+        sls.make_store(
+            tmp_path / "kv", knobs=sls.knobs(tmp_path / "kv", group="nogroup")
+        )
     assert not (tmp_path / "kv").exists()  # refused before anything was made
 
 
@@ -144,33 +149,30 @@ def test_a_store_folder_others_can_change_is_refused_at_boot(tmp_path, mode):
     root = tmp_path / "kv"
     root.mkdir()
     root.chmod(mode)
-    store, _ = sls.make_store(root)
-    assert not store.active
-    assert store.disabled_reason.startswith(
-        f"store folder not safe: {root} (mode {mode:04o}"
-    )
-    assert "writable" in store.disabled_reason
+    problem = re.escape(f"store folder not safe: {root} (mode {mode:04o}")
+    with pytest.raises(StoreRefused, match=f"{REFUSED}{problem}.*writable"):
+        sls.make_store(root)
     assert os.listdir(root) == []  # nothing written
+    assert stat.S_IMODE(os.lstat(root).st_mode) == mode  # nor changed
 
 
 def test_a_folder_above_the_store_others_can_change_is_refused(tmp_path):
     above = tmp_path / "shared"
     (above / "kv").mkdir(parents=True)
     above.chmod(0o777)
-    store, _ = sls.make_store(above / "kv")
-    assert not store.active
-    assert f"{above} (mode 0777, uid 0) is group- and world-writable" in (
-        store.disabled_reason
-    )
+    problem = re.escape(f"{above} (mode 0777, uid 0) is group- and world-writable")
+    with pytest.raises(StoreRefused, match=f"{REFUSED}.*{problem}"):
+        sls.make_store(above / "kv")
+    assert os.listdir(above / "kv") == []
 
 
 def test_a_symlink_on_the_way_is_refused(tmp_path):
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
-    store, _ = sls.make_store(tmp_path / "link" / "kv")
-    assert not store.active
-    assert f"{tmp_path / 'link'} is a symlink" in store.disabled_reason
+    problem = re.escape(f"{tmp_path / 'link'} is a symlink")
+    with pytest.raises(StoreRefused, match=f"{REFUSED}.*{problem}"):
+        sls.make_store(tmp_path / "link" / "kv")
     assert os.listdir(real) == []
 
 
@@ -178,9 +180,10 @@ def test_a_store_folder_of_another_user_is_refused(tmp_path):
     root = tmp_path / "kv"
     root.mkdir(mode=0o700)
     os.chown(root, 65534, 65534)
-    store, _ = sls.make_store(root)
-    assert not store.active
-    assert "is owned by another user" in store.disabled_reason
+    problem = re.escape(f"{root} (mode 0700, uid 65534) is owned by another user")
+    with pytest.raises(StoreRefused, match=f"{REFUSED}.*{problem}"):
+        sls.make_store(root)
+    assert os.listdir(root) == []
 
 
 def test_a_root_owned_sticky_folder_above_is_safe(tmp_path):
