@@ -154,7 +154,13 @@ class Demo:
         ]
 
     def pinned(self) -> dict[str, str]:
-        return demo_cxx.read_pins(self.pins)
+        """Every file of the pinned tree: PINS and INTERFACE (the files the
+        interface pins read; fetch.py puts both in the tree)."""
+        pins = demo_cxx.read_pins(self.pins)
+        interface = Path(self.pins).parent / "INTERFACE"
+        if interface.is_file():
+            pins.update(demo_cxx.read_pins(interface))
+        return pins
 
     def knob_env(self, **knobs: str) -> dict[str, str]:
         env = dict(self.base_env)

@@ -270,18 +270,21 @@ class HybridVllm:
                 prefix_caching_hash_algo="sha256",
             ),
             speculative_config=speculative_config,
-            use_v2_model_runner=False,
             kv_events_config=None,
-            # vLLM 0.34.0's hash lookahead; 0.33.0 has no such field.
-            **(
-                {"num_hash_lookahead_tokens": lookahead}
-                if "num_hash_lookahead_tokens"
+            # Each set only where the release has it: 0.33.0's use_v2_model_runner
+            # (a property there, gone in 0.34.0), 0.34.0's hash lookahead.
+            **{
+                name: value
+                for name, value in (
+                    ("use_v2_model_runner", False),
+                    ("num_hash_lookahead_tokens", lookahead),
+                )
+                if name
                 in (
                     release.members(self.ns.tree, "vllm.config.vllm", "VllmConfig")
                     or ()
                 )
-                else {}
-            ),
+            },
         )
 
     def offloading_config(self, vllm_config, kv_cache_config):

@@ -340,7 +340,7 @@ def binding_problem(scheduler: "OffloadingConnectorScheduler") -> str | None:
         return "vLLM's offloading scheduler has no _connector_stats"
     if not callable(getattr(RequestOffloadState, "update_num_hit_chunks", None)):
         return "vLLM's RequestOffloadState has no update_num_hit_chunks()"
-    # 0.34.0: a property; 0.33.0 and 0.32.0 set an attribute from this method.
+    # 0.34.0: a property; 0.33.0 sets an attribute from this method.
     if not (
         hasattr(Request, "skip_reading_external_kv")
         or hasattr(Request, "get_skip_reading_prefix_cache")

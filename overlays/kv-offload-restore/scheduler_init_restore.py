@@ -6,4 +6,6 @@ if os.environ.get("GLM53_KV_OFFLOAD_RESTORE", "0") != "0":
         kv_restore_tier,
     )
 
-    self._kv_restore = kv_restore_tier.SchedulerRestore.from_vllm(self, vllm_config)
+    self._kv_restore = kv_restore_tier.SchedulerRestore.from_vllm(
+        self, vllm_config
+    )

@@ -32,5 +32,5 @@ complete -c overlay -n 'not __fish_seen_subcommand_from status plan apply check 
 complete -c overlay -n '__fish_seen_subcommand_from revert' -l new-files-only -d 'revert: remove only what the overlays added (their new files, the folders they made and what a bake recorded in them), never an engine file, whatever state those are in: for a tree whose engine was upgraded or reinstalled under the overlays (docs/UPGRADING.md)'
 complete -c overlay -n '__fish_seen_subcommand_from revert' -F
 complete -c overlay -n 'not __fish_seen_subcommand_from status plan apply check revert recover' -a recover -d 'finish an interrupted transaction (or roll it back with --discard); remove leftovers'
-complete -c overlay -n '__fish_seen_subcommand_from recover' -l discard -d 'roll the interrupted transaction back: saved old bytes return, files it created go; files someone edited are kept'
+complete -c overlay -n '__fish_seen_subcommand_from recover' -l discard -d 'roll the interrupted transaction back: saved old bytes return, files it created go; a file edited before it got its new bytes is kept (one edited after: refused)'
 complete -c overlay -n '__fish_seen_subcommand_from recover' -F

@@ -14,7 +14,7 @@ import demo  # noqa: E402
 
 
 def test_the_default_is_the_newest_release():
-    assert demo.default_pins() == str(REPO_ROOT / "fixtures/vllm-0.33.0/PINS")
+    assert demo.default_pins() == str(REPO_ROOT / "fixtures/vllm-0.34.0/PINS")
     # Version order, not text order (which would put 0.9.0 last).
     names = ["vllm-0.9.0", "vllm-0.33.0", "vllm-0.32.0"]
     ordered = sorted((Path(n) / "PINS" for n in names), key=demo._release_key)

@@ -40,6 +40,6 @@ def test_two_engines_need_engine(tmp_path):
     assert "pass --engine" in done.stderr
 
 
-def test_the_repository_defaults_to_0_33_0():
+def test_the_repository_defaults_to_0_34_0():
     done = resolve(REPO_ROOT)
-    assert (done.returncode, done.stdout.strip()) == (0, "vllm-0.33.0"), done.stderr
+    assert (done.returncode, done.stdout.strip()) == (0, "vllm-0.34.0"), done.stderr

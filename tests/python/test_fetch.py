@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import harness
 import pytest
 from conftest import REPO_ROOT
 
@@ -57,14 +58,18 @@ def tree_of(cache: Path, pin_dir: Path) -> Path:
 
 
 def test_cold_extracts_exactly_the_pins(cache, pin_dir, pins, engine_tree):
+    """The tree is PINS and INTERFACE (the files the interface pins name), nothing
+    else, each file as the verified wheel has it."""
     done = fetch(cache, "--pins", str(pin_dir / "PINS"))
     assert done.returncode == 0, done.stderr
     tree = Path(done.stdout.strip())
     assert tree == tree_of(cache, pin_dir)
+    interface = harness.read_pins(pin_dir / "INTERFACE")
+    assert interface, "a release's INTERFACE names the files its API pins read"
     assert sorted(
         p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()
-    ) == sorted(pin.path for pin in pins)
-    for pin in pins:
+    ) == sorted(pin.path for pin in pins + interface)
+    for pin in pins + interface:
         assert (tree / pin.path).read_bytes() == (engine_tree / pin.path).read_bytes()
 
 

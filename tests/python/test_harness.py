@@ -9,6 +9,7 @@ from types import SimpleNamespace as NS
 
 import harness
 import pytest
+from harness import release
 from harness.imports import Import, runtime_imports
 
 CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
@@ -46,8 +47,11 @@ def _vllm_config(pristine, torch, extra=None):
             use_mla=False, dtype=torch.bfloat16, model="m", max_model_len=1024,
             get_total_num_kv_heads=lambda: 8,
         ),
-        use_v2_model_runner=False,
         kv_events_config=None,
+        # 0.33.0 only (a property there; 0.34.0 has no such member).
+        **({"use_v2_model_runner": False} if "use_v2_model_runner" in (
+            release.members(pristine.tree, "vllm.config.vllm", "VllmConfig") or ()
+        ) else {}),
     )  # fmt: skip
 
 

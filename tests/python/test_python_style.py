@@ -57,10 +57,12 @@ def in_place(fragment: str, column: int) -> tuple[str, int]:
     pad = "    " * depth
     body = fragment.splitlines()
     lines += [pad + line if line else "" for line in body]
-    if depth and all(
-        not line.strip() or line.lstrip().startswith("#") for line in body
-    ):
+    code = [line for line in body if line.strip() and not line.lstrip().startswith("#")]
+    if depth and not code:
         lines.append(pad + "pass")  # a comment alone is no block
+    elif code and code[-1].rstrip().endswith(":"):
+        # A block's header (a replaced `if` line): vLLM's own body follows it.
+        lines.append(pad + "    pass")
     return "\n".join(lines) + "\n", depth
 
 
@@ -121,13 +123,36 @@ def test_fragments_are_formatted_where_they_are_injected():
     assert not wrong, "\n\n".join(wrong)
 
 
+def is_header(rel: str) -> bool:
+    """A fragment that ends in a block's header (vLLM's own body follows it)."""
+    code = [
+        line
+        for line in (REPO / rel).read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    return bool(code) and code[-1].rstrip().endswith(":")
+
+
 def test_fragments_are_lint_clean():
+    uses = fragment_uses()
+    whole = sorted(rel for rel in uses if not is_header(rel))
     lint = ruff(
-        "check",
-        "--output-format",
-        "concise",
-        "--ignore",
-        FRAGMENT_IGNORES,
-        *sorted(fragment_uses()),
+        "check", "--output-format", "concise", "--ignore", FRAGMENT_IGNORES, *whole
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
+    # A header alone does not parse: linted where it is injected, with a body.
+    for rel in sorted(set(uses) - set(whole)):
+        for column in sorted(uses[rel]):
+            placed, _ = in_place((REPO / rel).read_text(), column)
+            lint = ruff(
+                "check",
+                "--output-format",
+                "concise",
+                "--ignore",
+                FRAGMENT_IGNORES,
+                "--stdin-filename",
+                rel,
+                "-",
+                stdin=placed,
+            )
+            assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -30,8 +30,9 @@ def tree(tmp_path) -> Path:
     (root / "scripts").mkdir(parents=True)
     for name in ("setup.sh", "test.sh", "demo.sh"):
         shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
-    (root / "fixtures" / "vllm-0.33.0").mkdir(parents=True)
-    (root / "fixtures" / "vllm-0.33.0" / "PINS").write_text("")
+    for release in ("vllm-0.33.0", "vllm-0.34.0"):
+        (root / "fixtures" / release).mkdir(parents=True)
+        (root / "fixtures" / release / "PINS").write_text("")
     (root / "fixtures" / "fetch.py").write_text("")
     (root / "tests" / "python").mkdir(parents=True)
     (root / "tests" / "python" / "test_x.py").write_text("")
@@ -110,16 +111,14 @@ def fetched(tree: Path) -> list[str]:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([], "vllm-0.33.0"),  # the newest pinned release, as demo.py runs
-        (["--engine", "vllm-0.32.0"], "vllm-0.32.0"),
-        (["--pins", "fixtures/vllm-0.32.0/PINS"], "vllm-0.32.0"),
+        ([], "vllm-0.34.0"),  # the newest pinned release, as demo.py runs
+        (["--engine", "vllm-0.33.0"], "vllm-0.33.0"),
+        (["--pins", "fixtures/vllm-0.33.0/PINS"], "vllm-0.33.0"),
     ],
 )
 def test_the_demo_fetches_only_the_release_it_runs(tree, args, expected):
     """Each release's wheel and sdist are hundreds of MB: a fresh clone's demo
     spent most of its setup fetching the release it did not run."""
-    (tree / "fixtures" / "vllm-0.32.0").mkdir()
-    (tree / "fixtures" / "vllm-0.32.0" / "PINS").write_text("")
     log = tree.parent / "calls.log"
     res = subprocess.run(
         ["bash", str(tree / "scripts" / "demo.sh"), *args],
@@ -140,7 +139,7 @@ def test_the_demo_fetches_only_the_release_it_runs(tree, args, expected):
     # The test command's setup still fetches every release.
     log.unlink()
     assert run(tree, "setup.sh").returncode == 0
-    assert fetched(tree) == ["fixtures/vllm-0.32.0/PINS", "fixtures/vllm-0.33.0/PINS"]
+    assert fetched(tree) == ["fixtures/vllm-0.33.0/PINS", "fixtures/vllm-0.34.0/PINS"]
 
 
 def test_setup_refuses_an_unknown_release_before_installing(tree):
@@ -166,8 +165,10 @@ def test_test_sh_times_every_stage_and_builds_the_venv_beside_the_cxx_stages(tre
     assert any(c.startswith("venv-python -m pytest -q tests/realsched") for c in log)
     times = res.stdout[res.stdout.index("== stage times") :].splitlines()[1:]
     names = [line.split()[0] for line in times]
-    assert names == ["setup", "hardening", "ctest", "venv-wait", "pytest", "realsched",
-                     "upstream", "total"]  # fmt: skip
+    # The real-vLLM tier once per pinned release, newest first.
+    assert names == ["setup", "hardening", "ctest", "venv-wait", "pytest",
+                     "realsched-0.34.0", "upstream-0.34.0", "realsched-0.33.0",
+                     "upstream-0.33.0", "total"]  # fmt: skip
     assert "upstream-tests.sh " in log  # vLLM's own tests on both trees
     assert all(line.split()[2] == "s" for line in times)
     assert all(line.rstrip().endswith("ok") for line in times[:-1])

@@ -224,7 +224,9 @@ def test_real_manager_deduplicates_the_shared_prefix(knobs, tmp_path):
     assert not set(keys_by_req["a"]) & set(keys_by_req["b"])
 
 
-def test_store_only_still_loads_what_the_cpu_tier_holds(knobs, tmp_path, pristine_traces):
+def test_store_only_still_loads_what_the_cpu_tier_holds(
+    knobs, tmp_path, pristine_traces
+):
     """Knob 1 (the writer on, no restore from disk) keeps vLLM's own CPU-tier hits: c's
     prefix loads from CPU memory as upstream loads it (issue 48: it used to be recomputed,
     a slower engine than the tier off)."""

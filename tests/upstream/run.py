@@ -39,7 +39,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path

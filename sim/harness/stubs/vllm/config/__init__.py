@@ -15,21 +15,21 @@ from harness.release import check_fields
 
 
 class _Checked(SimpleNamespace):
-    IMITATES = ""
+    _imitates = ""
 
     def __init__(self, **fields) -> None:
         tree = globals().get("__harness_tree__")
         if tree is not None:
-            check_fields(tree, self.IMITATES, fields)
+            check_fields(tree, self._imitates, fields)
         super().__init__(**fields)
 
 
 class VllmConfig(_Checked):
-    IMITATES = "vllm.config.vllm.VllmConfig"
+    _imitates = "vllm.config.vllm.VllmConfig"
 
 
 class KVTransferConfig(_Checked):
-    IMITATES = "vllm.config.kv_transfer.KVTransferConfig"
+    _imitates = "vllm.config.kv_transfer.KVTransferConfig"
 
 
 _current: VllmConfig | None = None
