@@ -439,12 +439,12 @@ class SchedulerRestore:
     ) -> tuple[int | None, bool]:
         """The upstream tail of get_num_new_matched_tokens, lookup enabled.
 
-        The store-only hook that follows it returns (0, False); with restore on
-        this runs instead, exactly as the installed vLLM (0.33.0 or 0.32.0) would.
+        With restore on this runs instead of vLLM's own tail, exactly as the
+        installed vLLM (0.33.0 or 0.34.0) would run it.
         """
         # vLLM 0.34.0 renamed the request's flag (now a property) and skips
         # the offloaded cache for good once a load of the request failed;
-        # 0.33.0 and 0.32.0 read the attribute only.
+        # 0.33.0 reads the attribute only.
         if hasattr(request, "skip_reading_external_kv"):
             skip = request.skip_reading_external_kv or req_status.load_failed
         else:
@@ -476,7 +476,7 @@ class SchedulerRestore:
             else:
                 sched._maybe_observe_lookup_async_delay(req_status)
         req_status.update_num_hit_chunks(num_computed_tokens + (num_hit_tokens or 0))
-        # vLLM 0.32.0 has no sync loads: every hit loads asynchronously.
+        # A vLLM without sync loads (before 0.33.0) loads every hit asynchronously.
         reserve = getattr(sched, "_reserve_sync_load", None)
         sync_load = reserve is not None and reserve(
             req_status, num_computed_tokens, num_hit_tokens

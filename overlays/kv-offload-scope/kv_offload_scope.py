@@ -10,7 +10,7 @@ values, so vLLM's CPU offloading behaves as stock vLLM. With the tier on
 - draft-model attention groups (every layer a draft layer,
   ``KVCacheSpec.is_draft``) are not offloaded unless
   ``GLM53_KV_OFFLOAD_DRAFTER=1``; where vLLM marks no draft layers
-  (0.32.0), a group flagged ``is_eagle_group`` stops the boot unless
+  (before 0.33.0), a group flagged ``is_eagle_group`` stops the boot unless
   ``GLM53_KV_OFFLOAD_DRAFTER=1``;
 - a ``UniformTypeKVCacheSpecs`` group with more than one member type is a
   startup error: the chunk store describes a group by one layer type;
@@ -83,7 +83,7 @@ def is_drafter_group(group: "KVCacheGroupSpec") -> bool | None:
     group whose every layer is a draft layer is a drafter group; a shared
     group (an MTP or EAGLE head beside target layers) holds target KV and
     stays eligible, and so does a target model's own sliding-window group.
-    vLLM 0.32.0 marks no draft layer, so there a flagged group is None: a
+    A vLLM before 0.33.0 marks no draft layer, so there a flagged group is None: a
     drafter-only group and a shared MTP group look alike.
     """
     if not group.is_eagle_group:

@@ -25,7 +25,7 @@ into shards (every N-th collected test) only when the runs leave jobs idle.
 Each test's outcome on the patched tree (per knob setting) is compared with
 its outcome on the pristine tree, by node id. With the knobs unset or 0
 every outcome must be the same. With GLM53_KV_OFFLOAD=1 each difference must
-be listed in tests/upstream/knob1-differences.txt, and each entry listed
+be listed in tests/upstream/knob1-differences-<release>.txt, and each entry listed
 there must occur. Exit codes: 0 no unexplained difference, 1 a difference
 (or a stale entry), 2 usage or setup error.
 """
@@ -241,6 +241,11 @@ def read_explained(path: Path) -> dict[str, tuple[str, str]]:
 
     Lines: `<node id> | <pristine> -> <patched> | <reason>`; '#' comments.
     """
+    if not path.is_file():
+        raise SetupError(
+            f"{path}: no such file: each pinned release lists the differences "
+            "knob 1 makes to vLLM's tests (write it from a run's --out)"
+        )
     explained = {}
     for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         line = raw.strip()

@@ -175,7 +175,7 @@ def bind_layers(
     refs[slot] lists (tensor index, unpadded page bytes) per layer, in the
     group's layer order; or, for a block-outermost (packed) layout, one ref
     for the whole block, each layer at its own offset in it. Anything else
-    disables the writer.
+    raises WriterDisabled (the boot is refused).
     """
     bound = []
     for g in groups:

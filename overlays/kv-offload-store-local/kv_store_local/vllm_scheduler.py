@@ -76,7 +76,7 @@ def lookahead_hashes(vllm_config: "VllmConfig") -> bool:
     """vLLM 0.34.0 hashes each block with the tokens a drafter reads past it
     (num_hash_lookahead_tokens) when EAGLE/MTP runs with this connector; it
     then stores and looks up a drafter group's trailing chunk like any other
-    (no EAGLE drop, no popped chunk). 0.33.0 and 0.32.0 always drop it."""
+    (no EAGLE drop, no popped chunk). 0.33.0 always drops it."""
     return getattr(vllm_config, "num_hash_lookahead_tokens", 0) > 0
 
 

@@ -73,8 +73,8 @@ class VllmWorkerStore(WorkerStore):
 
     def note_kv_caches(self, kv_caches: Mapping[str, Any]) -> None:
         """vLLM's per-layer caches (register_kv_caches): read the state
-        layers' strides; a layout a header cannot describe disables the
-        writer when it starts."""
+        layers' strides; a layout a header cannot describe refuses the boot
+        when the writer starts."""
         try:
             groups = []
             for g in self.settings.groups:
@@ -532,8 +532,9 @@ def staging_from_worker(
 ) -> list[StagingTensor]:
     """The CPU offloading worker's staging tensors, as flat byte views.
 
-    Reads the worker's store handler; anything unexpected disables the
-    writer rather than risk writing the wrong bytes.
+    Reads the worker's store handler; anything unexpected refuses the boot
+    (WriterDisabled, turned into StoreRefused) rather than risk writing the
+    wrong bytes.
     """
     import torch
 

@@ -2,8 +2,9 @@
 """The worker-side object the hooks call: remember, capture, shut down.
 
 Plain values in (the settings, staging tensors and per-layer refs that
-``vllm_worker`` reads from vLLM), never raises into vLLM: every failure
-disables the writer on this rank with one log line.
+``vllm_worker`` reads from vLLM). At boot a writer that cannot start refuses
+the boot (StoreRefused: the knob asked for the tier); once serving it never
+raises into vLLM: a failed job is logged and dropped, its keys counted.
 
 Why one file of about 700 lines: it is one state machine per store job
 (remembered -> queued on the device -> acked -> handed to the writer, or owed
