@@ -229,10 +229,20 @@ def run_all(
                 proc.wait()
             running.remove(entry)
             log.close()
+            tail = (scratch / f"{label}.{shard}.log").read_text()[-3000:]
             if not out.is_file():
-                tail = (scratch / f"{label}.{shard}.log").read_text()[-3000:]
                 raise SetupError(f"{label} shard {shard} wrote no outcomes:\n{tail}")
+            # pytest's own exit codes for a run that did not test (interrupted by a
+            # collection error, internal error, usage error, nothing collected):
+            # the comparison would otherwise pass over tests that never ran.
+            if proc.returncode in (2, 3, 4, 5):
+                raise SetupError(
+                    f"{label} shard {shard}: pytest exited {proc.returncode}:\n{tail}"
+                )
             results[label].update(json.loads(out.read_text()))
+    for label, outcomes in results.items():
+        if not outcomes:
+            raise SetupError(f"{label}: no test ran")
     return results
 
 
