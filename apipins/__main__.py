@@ -1,8 +1,8 @@
 """Scan the overlays' code for the vLLM names it uses; write or check the pins.
 
-    python3 -m apipins --engine vllm-0.33.0            # print what differs
-    python3 -m apipins --engine vllm-0.33.0 --write    # rewrite anchors/.../api/
-    python3 -m apipins --engine vllm-0.33.0 --check    # exit 1 if stale
+    python3 -m apipins --engine vllm-0.34.0            # print what differs
+    python3 -m apipins --engine vllm-0.34.0 --write    # rewrite anchors/.../api/ and INTERFACE
+    python3 -m apipins --engine vllm-0.34.0 --check    # exit 1 if stale
 
 Reads fixtures/<engine>/ (PINS, WHEEL: the pinned tree and the verified
 wheel, fetched by fixtures/fetch.py) and anchors/<engine>/ (ORDER and the

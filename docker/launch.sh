@@ -26,8 +26,8 @@
 #   more than one rank (ranks 0..N-1, --master-addr required): every argv
 #           gains `--nnodes N --master-addr HOST --master-port PORT` (default
 #           port 29501, vLLM's), then `--node-rank R`, and `--headless` on
-#           every rank but 0, as vLLM 0.33.0's arg_utils and `vllm serve`
-#           define them. These are the only per-rank differences.
+#           every rank but 0, as vLLM 0.33.0's and 0.34.0's arg_utils and
+#           `vllm serve` define them. These are the only per-rank differences.
 # compare checks that every rank of DIR got identical files except exactly
 # those per-rank arguments (the connector JSON first, by name); a launcher
 # runs it before any docker/ssh call. --engine defaults to the release
@@ -75,8 +75,8 @@ drop_expandable() {
   printf '%s' "${kept[*]}"
 }
 
-# The serve argv's --prefix-caching-hash-algo value (vLLM 0.33.0's default,
-# sha256, when absent).
+# The serve argv's --prefix-caching-hash-algo value (the default of vLLM 0.33.0
+# and 0.34.0, sha256, when absent).
 hash_algo() {
   local algo=sha256
   while (($#)); do

@@ -124,9 +124,9 @@ validate_knobs() {
 # newest release of the one engine present that is not an example
 # (anchors/example-*: the example overlays' anchors ship beside the real
 # engine's and never become the default; name them with --engine). With
-# vllm-0.32.0 beside vllm-0.33.0 the default is 0.33.0; --engine vllm-0.32.0
-# picks the older. Sets KVTIER_ENGINE_DIR (e.g. vllm-0.33.0), KVTIER_ENGINE
-# (vllm) and KVTIER_ENGINE_VERSION (0.33.0).
+# vllm-0.33.0 beside vllm-0.34.0 the default is 0.34.0; --engine vllm-0.33.0
+# picks the older. Sets KVTIER_ENGINE_DIR (e.g. vllm-0.34.0), KVTIER_ENGINE
+# (vllm) and KVTIER_ENGINE_VERSION (0.34.0).
 resolve_engine() {
   local prefix=$1 named=${2:-} found=() d
   if [[ -n $named ]]; then

@@ -426,7 +426,7 @@ def _release_key(pins: Path) -> tuple:
 
 
 def default_pins() -> str:
-    """The newest pinned release (vllm-0.33.0 beside vllm-0.32.0)."""
+    """The newest pinned release (vllm-0.34.0 beside vllm-0.33.0)."""
     pins = sorted(REPO.glob("fixtures/*/PINS"), key=_release_key)
     return str(pins[-1]) if pins else ""
 
