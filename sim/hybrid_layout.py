@@ -146,7 +146,7 @@ class HybridVllm:
     @property
     def marks_draft_layers(self) -> bool:
         """Whether this vLLM marks draft layers (KVCacheSpec.is_draft, 0.33.0
-        on); 0.32.0 does not, so a drafter group is only is_eagle_group."""
+        on); a release before 0.33.0 did not, so a drafter group was only is_eagle_group."""
         return any(f.name == "is_draft" for f in fields(self.kci.KVCacheSpec))
 
     def draft(self, spec):
@@ -184,7 +184,7 @@ class HybridVllm:
         """g0 full, [g1 scratch], four mamba groups, [drafter].
 
         The default drafter is "eagle" where vLLM marks draft layers and None
-        where it does not (0.32.0): there the tier refuses an is_eagle_group
+        where it does not (before 0.33.0): there the tier refuses an is_eagle_group
         group unless GLM53_KV_OFFLOAD_DRAFTER=1, and without it the eligible
         groups are the same (g0, g2-g5), so the store and restore rigs keep
         their expectations on both releases.

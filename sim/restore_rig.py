@@ -213,7 +213,7 @@ class Rig(HybridVllm):
             self.tier = factory.SecondaryTierFactory.create_secondary_tier(
                 dict(TIER_CONFIG), primary.get_kv_memoryview(), spec
             )
-        # 0.33.0 paces its tier polls (0: every step, as 0.32.0 always does).
+        # 0.33.0 paces its tier polls (0: every step, as releases before it did).
         poll = (
             {"tier_poll_interval_s": 0}
             if "tier_poll_interval_s"

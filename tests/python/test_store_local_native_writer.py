@@ -110,3 +110,22 @@ def test_the_worker_refuses_to_boot_without_the_library(tmp_path, monkeypatch):
     monkeypatch.setattr(vw, "settings_from_vllm", lambda *a: sls.settings())
     with pytest.raises(native.NativeLibraryError, match=str(missing)):
         vw.VllmWorkerStore.from_vllm(None, None, None)
+
+
+def test_a_spec_without_what_the_writer_reads_refuses_the_boot(tmp_path, monkeypatch):
+    """Knob 1 with an offloading spec that lacks the chunking the writer reads
+    (vLLM's own unit tests build the connector on a mocked OffloadingSpec):
+    the boot fails naming the spec and the missing name, never a raw error."""
+    import kv_store_local.vllm_worker as vw
+    from kv_store_local.errors import StoreRefused
+
+    class BareSpec:
+        pass
+
+    monkeypatch.setattr(vw.knobs, "read_knobs", lambda: sls.knobs(tmp_path))
+    # settings_from_vllm's first read of the spec's chunking, without vLLM here
+    monkeypatch.setattr(
+        vw, "settings_from_vllm", lambda spec, *a: spec.blocks_per_chunk
+    )
+    with pytest.raises(StoreRefused, match=r"\(BareSpec\).*blocks_per_chunk"):
+        vw.VllmWorkerStore.from_vllm(BareSpec(), None, None)

@@ -91,3 +91,23 @@ def test_selection_is_the_files_naming_the_connector(tmp_path):
         "tests/a/test_uses.py",
     ]
     assert len(run.select_files(tmp_path, True)) == 3
+
+
+def test_unexplained_names_only_what_no_entry_covers():
+    pristine = {A: ["passed", ""], B: ["passed", ""]}
+    patched = {A: ["failed", "E"], B: ["failed", "E"]}
+    assert run.unexplained(pristine, patched, {A: ("passed", "failed")}) == [B]
+
+
+def test_a_difference_a_second_run_does_not_reproduce_is_flaky():
+    results = {
+        "pristine": {A: ["passed", ""], B: ["passed", ""]},
+        "patched-1": {A: ["failed", "timeout"], B: ["failed", "E"]},
+    }
+    again = {  # A agrees on both trees the second time, B still differs
+        "pristine": {A: ["passed", ""], B: ["passed", ""]},
+        "patched-1": {A: ["passed", ""], B: ["failed", "E"]},
+    }
+    assert run.settle_flaky(results, "patched-1", again, [A, B]) == [A]
+    problems, _ = run.compare(results["pristine"], results["patched-1"], {})
+    assert problems == [f"{B}: passed -> failed  E"]

@@ -152,7 +152,7 @@ def test_packed_cache_beside_a_scratch_group_registers_upstreams_layout(
 
 def test_the_disk_writer_refuses_the_packed_group(knobs):
     """Two layers, one transfer ref: the writer cannot name each layer's bytes in a chunk
-    header, so it disables itself before writing anything."""
+    header, so it refuses (WriterDisabled, the boot fails) before writing anything."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local import (
         errors,
         layout,

@@ -77,7 +77,8 @@ def lookahead_hashes(vllm_config: "VllmConfig") -> bool:
     (num_hash_lookahead_tokens) when EAGLE/MTP runs with this connector; it
     then stores and looks up a drafter group's trailing chunk like any other
     (no EAGLE drop, no popped chunk). 0.33.0 always drops it."""
-    return getattr(vllm_config, "num_hash_lookahead_tokens", 0) > 0
+    tokens = getattr(vllm_config, "num_hash_lookahead_tokens", 0)
+    return isinstance(tokens, int) and tokens > 0
 
 
 def from_config(

@@ -64,9 +64,18 @@ class VllmWorkerStore(WorkerStore):
         store library (missing, or another ABI or version: the boot fails
         naming the file; never a fallback to the Python writer) and build."""
         settings_knobs = knobs.read_knobs()
+        try:
+            settings = settings_from_vllm(spec, vllm_config, kv_cache_config)
+        except (AttributeError, TypeError) as e:
+            # A spec or config that lacks what the writer reads (another
+            # offloading spec, a vLLM whose internals moved): the knob asked for
+            # the tier, so the boot fails naming what is missing.
+            raise StoreRefused(
+                f"cannot read vLLM's offloading configuration ({type(spec).__name__}): {e}"
+            ) from None
         return cls(
             settings_knobs,
-            settings_from_vllm(spec, vllm_config, kv_cache_config),
+            settings,
             tp=initialized_tp,
             store_lib=native.load(),
         )
