@@ -54,37 +54,56 @@ run_tests() {
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"
 }
 
+# One fuzzer for FUZZ_SECONDS; its verdict lines go to its own report file
+# (fuzzers run $JOBS at a time; the reports are printed in target order).
+fuzz_one() {
+  local name=$1 bin work artifacts log dict f
+  bin="$FUZZ_DIR/fuzz_$name"
+  work="$BUILD_DIR/fuzz/$name/corpus"        # inputs found this run (not committed)
+  artifacts="$BUILD_DIR/fuzz/$name/"         # crash-*, leak-*, timeout-* reproducers
+  log="$BUILD_DIR/fuzz/$name/last-run.log"
+  mkdir -p "$work"
+  dict=()
+  [ -f "tests/fuzz/dict/$name.dict" ] && dict=(-dict="tests/fuzz/dict/$name.dict")
+  if timeout $((FUZZ_SECONDS + 120)) "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" \
+    "$work" "tests/fuzz/corpus/$name" >"$log" 2>&1; then
+    printf 'fuzz %-18s ok   %8s runs, %5s edges, %ss\n' "$name" \
+      "$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")" \
+      "$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)" "$FUZZ_SECONDS"
+    return 0
+  fi
+  echo "fuzz $name FAILED; last lines of $log:"
+  tail -n 40 "$log"
+  for f in "$artifacts"crash-* "$artifacts"leak-* "$artifacts"timeout-* "$artifacts"oom-*; do
+    [ -f "$f" ] && echo "reproduce: $bin $f"
+  done
+  return 1
+}
+
 run_fuzzers() {
-  local status=0 targets=${FUZZ_TARGETS:-} name bin work artifacts log dict
+  local status=0 targets=${FUZZ_TARGETS:-} name bin running=0 reports
   if [ -z "$targets" ]; then
     for bin in "$FUZZ_DIR"/fuzz_*; do
       [ -x "$bin" ] && targets+=" ${bin##*/fuzz_}"
     done
   fi
   [ -n "$targets" ] || { echo "hardening: no fuzzers in $FUZZ_DIR (clang build?)" >&2; return 1; }
+  reports=$(mktemp -d)
   for name in $targets; do
-    bin="$FUZZ_DIR/fuzz_$name"
-    work="$BUILD_DIR/fuzz/$name/corpus"        # inputs found this run (not committed)
-    artifacts="$BUILD_DIR/fuzz/$name/"         # crash-*, leak-*, timeout-* reproducers
-    log="$BUILD_DIR/fuzz/$name/last-run.log"
-    mkdir -p "$work"
-    dict=()
-    [ -f "tests/fuzz/dict/$name.dict" ] && dict=(-dict="tests/fuzz/dict/$name.dict")
-    if timeout $((FUZZ_SECONDS + 120)) "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
-      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" \
-      "$work" "tests/fuzz/corpus/$name" >"$log" 2>&1; then
-      printf 'fuzz %-18s ok   %8s runs, %5s edges, %ss\n' "$name" \
-        "$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")" \
-        "$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)" "$FUZZ_SECONDS"
-    else
-      status=1
-      echo "fuzz $name FAILED; last lines of $log:"
-      tail -n 40 "$log"
-      for f in "$artifacts"crash-* "$artifacts"leak-* "$artifacts"timeout-* "$artifacts"oom-*; do
-        [ -f "$f" ] && echo "reproduce: $bin $f"
-      done
+    if ((running >= JOBS)); then
+      wait -n || status=1
+      running=$((running - 1))
     fi
+    fuzz_one "$name" >"$reports/$name" 2>&1 &
+    running=$((running + 1))
   done
+  while ((running > 0)); do
+    wait -n || status=1
+    running=$((running - 1))
+  done
+  for name in $targets; do cat "$reports/$name"; done
+  rm -rf "$reports"
   return $status
 }
 

@@ -491,7 +491,8 @@ def test_gc_sweep_waits_for_a_promotion(ns, store, kvstore_bin):
         # exclusive: it must not delete anything under the reader.
         before = sorted(os.listdir(os.path.join(base_dir(restarted), "manifests")))
         sweep = subprocess.run(
-            [str(kvstore_bin), "gc", str(store), "--sweep"],
+            # A short wait: the reader keeps the lock until this returns.
+            [str(kvstore_bin), "gc", str(store), "--sweep", "--lock-timeout", "1"],
             capture_output=True,
             text=True,
             timeout=60,
