@@ -30,6 +30,7 @@
 #include "kvtier/store_abi.h"
 #include "no_links.h"
 #include "parallel.h"
+#include "safe_folders.h"
 #include "segments.h"
 
 namespace storeio {
@@ -346,8 +347,13 @@ std::optional<Failure> read_keyed(int fd, std::uint64_t size, std::vector<std::u
 }
 #endif
 
-std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, unsigned pieces) {
+std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, bool safe_folders,
+                               unsigned pieces) {
   if (auto f = check_arguments(item)) return f;
+  if (safe_folders && item.path) {
+    if (auto problem = chunk_folders_problem(item.path))
+      return Failure{KVTIER_E_UNSAFE, "unsafe_folder", 0, "store folder not safe: " + *problem};
+  }
   const auto segments = to_segments(item.segments, item.num_segments);
   if (!segments) return Failure{KVTIER_E_ARGUMENT, "bad_argument", 0, "a segment with ndim > 6"};
 
@@ -399,10 +405,14 @@ std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, unsigned 
 
 extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uint32_t threads,
                                       uint32_t flags) {
+  constexpr uint32_t kKnown =
+      KVTIER_READ_STOP_ON_FAILURE | KVTIER_READ_WILLNEED | KVTIER_READ_SAFE_FOLDERS;
+  if (flags & ~kKnown) return -1;
   if (count == 0) return 0;
   if (!items) return -1;
   const bool stop_on_failure = flags & KVTIER_READ_STOP_ON_FAILURE;
   const bool willneed = flags & KVTIER_READ_WILLNEED;
+  const bool safe_folders = flags & KVTIER_READ_SAFE_FOLDERS;
   std::atomic<bool> failed{false};
   std::atomic<int64_t> bad{0};
   const unsigned workers = storeio::thread_count(threads, count);
@@ -419,7 +429,7 @@ extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uin
       return;
     }
     try {
-      if (auto f = storeio::read_one(item, willneed, pieces)) {
+      if (auto f = storeio::read_one(item, willneed, safe_folders, pieces)) {
         storeio::set_failure(out, f->status, f->reason, f->err, item.path, f->text);
         failed.store(true, std::memory_order_relaxed);
         bad.fetch_add(1);

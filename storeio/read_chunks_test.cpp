@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fcntl.h"
@@ -259,6 +260,58 @@ TEST(ReadChunks, AFolderOnThePathThatIsASymlinkIsRefused) {
   const std::string direct = real + "/chunk.bin";
   f.item.path = direct.c_str();
   EXPECT_EQ(f.read(), "");
+}
+
+// Issue 45 and 47: the restore asks the library to check a chunk file's two
+// folders (<hhh>/<hh>_g<g>/) in the read call, off the GIL.
+TEST(ReadChunks, SafeFoldersRefusesAChunkFolderOthersCouldChange) {
+  Fixture f;
+  const std::string top = f.dir.file("abc"), leaf = top + "/de_g0";
+  ASSERT_EQ(::mkdir(top.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(leaf.c_str(), 0700), 0);
+  const std::string path = leaf + "/chunk.bin";
+  ASSERT_EQ(::rename(f.path.c_str(), path.c_str()), 0);
+  f.item.path = path.c_str();
+  auto read = [&](std::uint32_t flags) {
+    std::fill(f.dest_a.begin(), f.dest_a.end(), 0);
+    std::fill(f.dest_b.begin(), f.dest_b.end(), 0);
+    std::fill(f.dest_c.begin(), f.dest_c.end(), 0);
+    kvtier_read_chunks(&f.item, 1, 1, flags);
+    return std::string(f.item.reason);
+  };
+  EXPECT_EQ(read(KVTIER_READ_SAFE_FOLDERS), "");
+  EXPECT_EQ(f.landed(), f.payload);
+  for (const auto& [folder, mode, shown, says] :
+       {std::tuple{leaf, 0777, " (mode 0777", "group- and world-writable"},
+        std::tuple{top, 0720, " (mode 0720", "group-writable"},
+        std::tuple{top, 0702, " (mode 0702", "world-writable"}}) {
+    ASSERT_EQ(::chmod(folder.c_str(), mode), 0);
+    EXPECT_EQ(read(KVTIER_READ_SAFE_FOLDERS), "unsafe_folder") << folder;
+    EXPECT_EQ(f.item.status, KVTIER_E_UNSAFE);
+    const std::string message = f.item.message;
+    EXPECT_NE(message.find(folder + shown), std::string::npos) << message;
+    EXPECT_NE(message.find(says), std::string::npos) << message;
+    EXPECT_EQ(f.landed(), std::vector<std::uint8_t>(f.payload.size(), 0)) << "nothing read";
+    EXPECT_EQ(read(0), "") << "the check is the flag's";
+    ASSERT_EQ(::chmod(folder.c_str(), 0700), 0);
+  }
+  // A chunk folder swapped for a link: named as a link before any open.
+  const std::string real = f.dir.file("real");
+  ASSERT_EQ(::rename(leaf.c_str(), real.c_str()), 0);
+  ASSERT_EQ(::symlink(real.c_str(), leaf.c_str()), 0);
+  EXPECT_EQ(read(KVTIER_READ_SAFE_FOLDERS), "unsafe_folder");
+  EXPECT_NE(std::string(f.item.message).find(leaf + " is a symlink"), std::string::npos)
+      << f.item.message;
+  // A folder not made yet is the open's to report.
+  ASSERT_EQ(::unlink(leaf.c_str()), 0);
+  EXPECT_EQ(read(KVTIER_READ_SAFE_FOLDERS), "missing_file");
+}
+
+TEST(ReadChunks, AnUnknownFlagRefusesTheCall) {
+  Fixture f;
+  EXPECT_EQ(kvtier_read_chunks(&f.item, 1, 1, 1u << 7), -1);
+  EXPECT_EQ(kvtier_read_chunks(nullptr, 0, 1, 1u << 7), -1);
+  EXPECT_EQ(f.landed(), std::vector<std::uint8_t>(f.payload.size(), 0)) << "nothing read";
 }
 
 TEST(ReadChunks, RunsThatDoNotHoldThePayloadAreABadArgument) {

@@ -3,15 +3,15 @@
 
 One call of the native library (kv_store_format/native.py, libkvtier_store.so)
 per promotion job reads every file of the job on its own threads, without
-the GIL: per file the header is checked in docs/FORMAT.md's order and
-against the manifest entry and this boot's layout, then the file size; the
-payload is read with preadv straight into the memory runs it belongs to and
-its CRC-32 checked (``read_job``). The Python codec's reading of the same
+the GIL: per file its two folders are checked, then the header in
+docs/FORMAT.md's order and against the manifest entry and this boot's
+layout, then the file size; the payload is read with preadv straight into
+the memory runs it belongs to and its CRC-32 checked (``prepare_job``,
+``run_job``, ``job_bytes``). The Python codec's reading of the same
 file stays as the independent oracle of the tests (sim/restore_read_py.py).
 """
 
 import ctypes
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,6 +62,37 @@ def request(
     )
 
 
+def prepare_job(
+    lib: native.Library,
+    requests: Sequence[native.ReadRequest],
+    key: bytes | None = None,
+) -> native.PreparedRead:
+    """One promotion's read call, built (pure Python: the step's thread).
+    ``key``: a keyed store's; a file whose MAC is missing or wrong fails the
+    job (mac_missing, mac_mismatch) like any other refused file."""
+    return lib.prepare_read(requests, key)
+
+
+def run_job(read: native.PreparedRead, threads: int, willneed: bool = False) -> None:
+    """Read and verify every file of the job: the library stops starting
+    files after a failure, and checks each chunk file's two folders before
+    it opens it (unsafe_folder: a folder that is a link or that others could
+    change); it opens no path through a link (FORMAT.md 2)."""
+    read.run(threads, stop_on_failure=True, willneed=willneed, safe_folders=True)
+
+
+def job_bytes(keys: Sequence[bytes], results: Sequence[native.Result]) -> int:
+    """The payload bytes of a job whose every file was read; PromotionFailed
+    for the first failed file in job order (the ones the library skipped
+    come after it). On failure no byte of the job's memory may be used."""
+    total = 0
+    for key, result in zip(keys, results, strict=True):
+        if not result.ok:
+            raise PromotionFailed(result.reason, result.message, key)
+        total += result.bytes
+    return total
+
+
 def read_job(
     lib: native.Library,
     keys: Sequence[bytes],
@@ -69,36 +100,8 @@ def read_job(
     threads: int,
     willneed: bool = False,
     key: bytes | None = None,
-    folders: Any = None,
 ) -> int:
-    """Read and verify every file of one promotion; the payload bytes read.
-
-    Raises PromotionFailed for the first failed file in job order (the
-    library stops starting files after a failure; the ones it skipped come
-    after it). On failure no byte of the job's memory may be used.
-    ``key``: a keyed store's; a file whose MAC is missing or wrong fails
-    the job (mac_missing, mac_mismatch) like any other refused file.
-    ``folders``: the rank base's ``store_perms.Folders``: a file in a chunk
-    folder that is a symlink or others could change fails the job
-    (``unsafe_folder``) before anything is read. The library itself opens
-    no path through a symlink (openat2 RESOLVE_NO_SYMLINKS).
-    """
-    for k, r in zip(keys, requests, strict=True):
-        problem = (
-            None
-            if folders is None or r.path is None
-            else folders.problem(os.path.dirname(r.path))
-        )
-        if problem is not None:
-            raise PromotionFailed(
-                "unsafe_folder", f"store folder not safe: {problem}", k
-            )
-    results = lib.read_chunks(
-        requests, threads, stop_on_failure=True, willneed=willneed, key=key
-    )
-    total = 0
-    for key, result in zip(keys, results, strict=True):
-        if not result.ok:
-            raise PromotionFailed(result.reason, result.message, key)
-        total += result.bytes
-    return total
+    """``prepare_job``, ``run_job`` and ``job_bytes`` in one call (tools, tests)."""
+    read = prepare_job(lib, requests, key)
+    run_job(read, threads, willneed)
+    return job_bytes(keys, read.results())

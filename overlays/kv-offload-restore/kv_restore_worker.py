@@ -24,9 +24,14 @@ Every TP worker reads only its own store (the rank base the writer opened):
   the manifests naming it again, so the keys come back up.
 
 Promotions run across steps, like vLLM's own loads: the step that carries
-one only hands it to this rank's promotion thread (one thread, jobs in
-order; its files are read by one call of the native library) and steps on; the
-result is reported by the first step that finds it finished. The job's CPU
+one takes the lock, finds the job's files and builds the library's items (no
+I/O but the lock's), then hands the one read call to this rank's promotion
+thread (one thread, jobs in order) and steps on; the first step that finds
+it finished checks the results and reports them. The promotion thread so
+needs the GIL twice a job, whatever its number of files: an engine thread
+that holds the GIL for long stretches (Triton's compiler does) delays a
+restore by two of them, not by one per file (bench/promotion_gil_bench.py;
+docs/ENGINE.md, runs 19-22). The job's CPU
 rows stay allocated to it in the tiering manager until every rank reported,
 so no other transfer is given them while a read may still land. A cache
 reset releases them at once (vLLM's reset frees every row), so the first
@@ -42,12 +47,13 @@ native library), and this one
 (the knob, the counters, the promotions and the hooks' entry points).
 """
 
+import contextlib
 import fcntl
 import logging
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -158,6 +164,26 @@ class RestoreStats:
     key_bytes: float = 0.0
 
 
+@dataclass
+class Promotion:
+    """One promotion job on this rank: what the step's thread prepared, what
+    the promotion thread's read call left, and what it holds until the step
+    that reports it lets go (the store lock, the disk budget's hold)."""
+
+    keys: list[bytes]
+    proofs: list[Proof] = field(default_factory=list)
+    manifests: set[str] = field(default_factory=set)
+    read: "native.PreparedRead | None" = None
+    failure: "chunk_read.PromotionFailed | None" = None  # found while preparing
+    error: Exception | None = None  # the read call raised (a bug, not a file)
+    bytes: int = 0
+    seconds: float = 0.0
+    hold: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def release(self) -> None:
+        self.hold.close()
+
+
 class WorkerRestore:
     """The worker-side object the hooks call. Never raises into vLLM."""
 
@@ -179,18 +205,15 @@ class WorkerRestore:
         self._native = load_native()
         self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
         self._plans_of: Any = None  # the staging list the plans were made for
-        # One thread runs the promotions in order (each one's read is one
-        # call of the native library). Job id -> its future, oldest first.
+        # One thread runs the promotions' read calls in order. Job id -> the
+        # job and its future, oldest first.
         self._jobs: ThreadPoolExecutor | None = None
-        self._running: dict[int, Future] = {}
-        self._keys: dict[int, int] = {}  # job id -> its number of keys
-        # The inventory is read by the promotion thread (proofs) and changed
-        # by the step's thread (rescans, manifests marked bad).
+        self._running: dict[int, tuple[Promotion, Future]] = {}
+        # The inventory is read and changed on the step's thread only; the
+        # lock keeps tools that scan from another thread safe.
         self._lock = threading.Lock()
-        # Failures the promotion thread found; the step's thread applies them
-        # (marks manifests bad, tells the writer) before it reports the job.
-        self._failed: deque = deque()
-        # Test seam: called with the job's opened files before they are read.
+        # Test seam: called on the promotion thread with the job's proofs
+        # (its files found, the store lock held) before they are read.
         self.before_read: Any = None
 
     @classmethod
@@ -217,8 +240,8 @@ class WorkerRestore:
             )
         layout = writer.layout
         # Chunks are inputs: never read a store others can change (the store
-        # folder and above, the rank base, manifests/, pending/; each chunk
-        # folder at its first read: kv_restore_read.read_job).
+        # folder and above, the rank base, manifests/, pending/; a chunk
+        # file's two folders in the library's read call: READ_SAFE_FOLDERS).
         unsafe = store_perms.rank_problem(layout)
         if unsafe is not None:
             raise RestoreRefused(
@@ -245,7 +268,6 @@ class WorkerRestore:
         # the writer's key, its MAC checked before a byte of it is used.
         self._key = getattr(writer, "key", None)
         self._lock_path = layout.lock
-        self._folders = store_perms.Folders(layout.base)
         self._groups = {g.group: g for g in store.settings.groups}
         self.inventory = Inventory(
             layout.manifest_dir, writer.namespace, writer.rank, self._key
@@ -316,8 +338,9 @@ class WorkerRestore:
 
         Runs before the step submits any transfer. A fenced job (its rows were
         freed by a cache reset) is cancelled if it has not started, else
-        waited for, so no read of it lands after this point. The new ones go
-        to the promotion thread; their results are reported by a later step.
+        waited for, so no read of it lands after this point. Each new job is
+        prepared here (``_prepare``) and its read call handed to the promotion
+        thread; its result is reported by a later step.
         """
         fenced = getattr(metadata, "kv_restore_fence", None)
         if fenced:
@@ -334,8 +357,8 @@ class WorkerRestore:
             # from them (their earlier bytes) get their last chance first.
             if self._store is not None:
                 self._store.rows_taken(chunks)
-            self._running[request["job"]] = self._jobs.submit(self._job, keys, chunks)
-            self._keys[request["job"]] = len(keys)
+            job = self._prepare(keys, chunks)
+            self._running[request["job"]] = (job, self._jobs.submit(self._read, job))
 
     def _measured(self, nbytes: int, seconds: float, keys: int) -> None:
         """A job read ``nbytes`` in ``seconds``: this rank's rates, reported."""
@@ -350,44 +373,24 @@ class WorkerRestore:
         ]
 
     def _fence(self, job_ids: Sequence[int]) -> None:
-        futures = [self._running[j] for j in job_ids if j in self._running]
+        futures = [self._running[j][1] for j in job_ids if j in self._running]
         for future in futures:
             future.cancel()  # only one that has not started
         wait(futures)
         self.stats.jobs_fenced += len(futures)
         self._harvest()
 
-    def _job(self, keys: list[bytes], chunks: list[int]) -> tuple[bool, int, float]:
-        """The promotion thread: one job, read and verified; (ok, bytes, seconds).
-
-        ``_promote`` is the read of one job (lock, open, verify, fill the
-        rows); it runs here and nowhere else, so its I/O may block.
-        """
-        before = self.stats.bytes_restored
-        start = time.perf_counter()
-        try:
-            ok = self._promote(keys, chunks)
-        except Exception:
-            logger.exception("KV restore: promotion failed")
-            self.stats.failures["internal_error"] += 1
-            ok = False
-        return ok, self.stats.bytes_restored - before, time.perf_counter() - start
-
     def _harvest(self) -> None:
-        """Report every finished job (the step's thread; failures applied first)."""
-        done = [j for j, f in self._running.items() if f.done()]
-        while self._failed:  # a job counts its failure before it finishes
-            self._apply_failure(self._failed.popleft())
+        """Check and report every finished job (the step's thread)."""
+        done = [j for j, (_, f) in self._running.items() if f.done()]
         for job_id in done:
-            future = self._running.pop(job_id)
-            ok, nbytes, seconds = (
-                (False, 0, 0.0) if future.cancelled() else future.result()
-            )
+            job, future = self._running.pop(job_id)
+            ok = False if future.cancelled() else self._finish(job)
+            job.release()
             self.stats.jobs_ok += ok
             self.stats.jobs_failed += not ok
-            if ok and nbytes > 0 and seconds > 0:
-                self._measured(nbytes, seconds, self._keys.pop(job_id, 1))
-            self._keys.pop(job_id, None)
+            if ok and job.bytes > 0 and job.seconds > 0:
+                self._measured(job.bytes, job.seconds, len(job.keys))
             self._pending.append(
                 (reports.PROMOTE_OK if ok else reports.PROMOTE_FAIL, job_id)
             )
@@ -395,14 +398,14 @@ class WorkerRestore:
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for every started promotion and take its result (tools, tests,
         shutdown). False if some were still running after ``timeout``."""
-        _, running = wait(list(self._running.values()), timeout=timeout)
+        _, running = wait([f for _, f in self._running.values()], timeout=timeout)
         self._harvest()
         return not running
 
     def shutdown(self) -> None:
         """Cancel queued promotions and wait for the running one: no read may
         land in the CPU region after the worker lets go of it."""
-        for future in self._running.values():
+        for _, future in self._running.values():
             future.cancel()
         self.wait_idle()
         if self._jobs is not None:
@@ -411,47 +414,79 @@ class WorkerRestore:
 
     # -- one promotion ---------------------------------------------------------
 
-    def _promote(self, keys: Sequence[bytes], chunks: Sequence[int]) -> bool:
+    def _prepare(self, keys: Sequence[bytes], chunks: Sequence[int]) -> "Promotion":
+        """The step's thread: take the store lock shared, find every file the
+        job needs and build the read call's items. Nothing here waits: a busy
+        lock, a key no manifest proves, any other problem fails the job now
+        (the step that finds it done reports it)."""
+        job = Promotion([bytes(k) for k in keys])
         if self.inventory is None or len(keys) != len(chunks):
-            self.stats.failures["restore_off"] += 1
-            return False
-        lock_fd = store_perms.open_or_create(self._lock_path, os.O_RDWR)
-        located: list[tuple[bytes, int, Proof, str]] = []
+            job.failure = chunk_read.PromotionFailed("restore_off", "restore is off")
+            return job
         try:
+            lock_fd = store_perms.open_or_create(self._lock_path, os.O_RDWR)
+            job.hold.callback(os.close, lock_fd)  # closing releases the lock
             try:
                 # Never wait for a sweep on the serving path: a busy lock is a miss.
                 fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                self.stats.failures["lock_busy"] += 1
-                return False
-            try:
-                for key, chunk in zip(keys, chunks, strict=True):
-                    located.append((bytes(key), int(chunk), *self._locate(bytes(key))))
-                if self.before_read is not None:
-                    self.before_read([p for _, _, p, _ in located])
-                start = time.perf_counter()
-                budget = getattr(self._store.writer, "budget", None)
-                if budget is None:
-                    self._read_all(located)
-                else:  # the disk budget never deletes a file read here
-                    with budget.hold(path for _, _, _, path in located):
-                        self._read_all(located)
-                    budget.touch({p.manifest for _, _, p, _ in located})
-                self.stats.read_seconds += time.perf_counter() - start
-            except chunk_read.PromotionFailed as e:
-                self._fail(e)
-                return False
-        finally:
-            os.close(lock_fd)  # releases the shared lock
-        self.stats.keys_restored += len(located)
+                job.failure = chunk_read.PromotionFailed("lock_busy", "store lock busy")
+                return job
+            located = [(k, int(c), *self._locate(k)) for k, c in zip(job.keys, chunks)]
+            budget = getattr(self._store.writer, "budget", None)
+            if budget is not None:  # the disk budget never deletes a file read here
+                job.hold.enter_context(budget.hold(path for *_, path in located))
+                job.manifests = {p.manifest for _, _, p, _ in located}
+            job.proofs = [p for _, _, p, _ in located]
+            job.read = chunk_read.prepare_job(
+                self._native, self._requests(located), self._key
+            )
+        except chunk_read.PromotionFailed as e:
+            job.failure = e
+        except Exception as e:  # never into vLLM's step
+            logger.exception("KV restore: preparing a promotion failed")
+            job.failure = chunk_read.PromotionFailed("internal_error", str(e))
+        return job
+
+    def _read(self, job: "Promotion") -> None:
+        """The promotion thread: the job's one read call, nothing else, so it
+        needs the GIL only to start and to return."""
+        if job.read is None:
+            return
+        if self.before_read is not None:
+            self.before_read(job.proofs)
+        start = time.perf_counter()
+        try:
+            chunk_read.run_job(job.read, READERS, READ_WILLNEED)
+        except Exception as e:  # reported by the step's thread
+            job.error = e
+        job.seconds = time.perf_counter() - start
+
+    def _finish(self, job: "Promotion") -> bool:
+        """The step's thread: a finished job's verdict, counted and applied."""
+        try:
+            if job.failure is not None:
+                raise job.failure
+            if job.error is not None:
+                logger.error("KV restore: promotion failed: %s", job.error)
+                raise chunk_read.PromotionFailed("internal_error", str(job.error))
+            assert job.read is not None
+            job.bytes = chunk_read.job_bytes(job.keys, job.read.results())
+        except chunk_read.PromotionFailed as e:
+            self.stats.failures[e.reason] += 1
+            self._apply_failure(e)
+            return False
+        if job.manifests:
+            self._store.writer.budget.touch(job.manifests)
+        self.stats.bytes_restored += job.bytes
+        self.stats.read_seconds += job.seconds
+        self.stats.keys_restored += len(job.keys)
         return True
 
     def _locate(self, key: bytes) -> tuple[Proof, str]:
         """The manifest entry proving the key and its chunk file's path. The
-        library opens the file (O_NOFOLLOW, regular files only) inside the one
-        read call: an open per file here would give up and wait for the GIL
-        three times a file, and with the engine thread stepping a job of
-        thousands of files waited seconds for it (seen on the H200)."""
+        library opens the file (no link followed, regular files only) and
+        checks its folders inside the one read call."""
         assert self.inventory is not None
         with self._lock:
             proof = self.inventory.proof(key)
@@ -465,9 +500,10 @@ class WorkerRestore:
             )
         return proof, self._store.writer.layout.chunk(proof.key_hex, proof.group)
 
-    def _read_all(self, located: Sequence[tuple[bytes, int, Proof, str]]) -> None:
-        """Open, read and verify the job's files: one call of the native
-        library, ``READERS`` threads, the GIL released for the whole read."""
+    def _requests(
+        self, located: Sequence[tuple[bytes, int, Proof, str]]
+    ) -> list["native.ReadRequest"]:
+        """What each file must be and where its payload goes."""
         requests = []
         for _, chunk, proof, path in located:
             layout, first, count = self._geometry(proof)
@@ -476,16 +512,7 @@ class WorkerRestore:
             requests.append(
                 chunk_read.request(proof, path, self._namespace, segments, runs)
             )
-        keys = [key for key, _, _, _ in located]
-        self.stats.bytes_restored += chunk_read.read_job(
-            self._native,
-            keys,
-            requests,
-            READERS,
-            READ_WILLNEED,
-            self._key,
-            self._folders,
-        )
+        return requests
 
     def _geometry(self, proof: Proof) -> tuple["GroupLayout", int, int]:
         """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
@@ -537,11 +564,6 @@ class WorkerRestore:
                 [(a, s, n) for a, s, n in runs],
             )
         return plan
-
-    def _fail(self, e: chunk_read.PromotionFailed) -> None:
-        """The promotion thread: count the failure, leave the rest to the step."""
-        self.stats.failures[e.reason] += 1
-        self._failed.append(e)
 
     def _apply_failure(self, e: chunk_read.PromotionFailed) -> None:
         names: list[str] = []

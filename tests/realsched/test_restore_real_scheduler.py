@@ -13,6 +13,7 @@ tests/python/test_kv_offload_restore.py.
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -200,10 +201,12 @@ def test_a_refused_restore_boot_leaves_no_cpu_region(knobs, tmp_path):
 
 # --------------------------------------------------------------------------
 # Promotions across steps: the real WorkerRestore of every rank, its promotion
-# thread and its fence, driven by the real connector metadata. Only the read of
-# one job (WorkerRestore._promote) is played: it writes PROMOTED bytes into this
-# rank's slot of the job's CPU rows through the real region, after waiting on an
-# event when the test holds it. The played GPU writes STORED bytes into the rows
+# thread and its fence, driven by the real connector metadata. Only the library's
+# read call of one job is played (WorkerRestore._prepare builds a PlayedRead in
+# place of native.PreparedRead; the real _read runs it on the promotion thread
+# and the real _finish reports it): it writes PROMOTED bytes into this rank's
+# slot of the job's CPU rows through the real region, after waiting on an event
+# when the test holds it. The played GPU writes STORED bytes into the rows
 # of every store job when the worker step submits it.
 
 SAFETY_S = 5.0  # a reader the test forgot to release is released after this
@@ -267,7 +270,7 @@ class Ranks:
             r._store = SimpleNamespace(
                 writer=SimpleNamespace(rank=rank), rows_taken=lambda chunks: None
             )
-            r._promote = self._reader(r, rank)
+            r._prepare = self._preparer(krw, rank)
             self.restorers.append(r)
         s = engine.s
         schedule, update = s.schedule, s.update_from_output
@@ -297,21 +300,34 @@ class Ranks:
         s.schedule = schedule_and_run_workers
         s.update_from_output = update_with_reports
 
-    def _reader(self, restorer, rank: int):
-        import time
+    def _preparer(self, krw, rank: int):
+        ranks = self
 
-        def read_one_job(keys, chunks):
-            if not self.held.wait(SAFETY_S):
-                self.held.set()
-            time.sleep(self.read_delay_s)
-            for key, chunk in zip(keys, chunks, strict=True):
-                start = int(chunk) * self.row + rank * self.slot
-                self.flat[start : start + self.slot] = promoted(key, self.slot)
-            restorer.stats.bytes_restored += len(keys) * self.slot
-            restorer.stats.keys_restored += len(keys)
-            return True
+        class PlayedRead:
+            """native.PreparedRead's run and results, played on the region."""
 
-        return read_one_job
+            def __init__(self, keys, chunks):
+                self.keys, self.chunks = keys, chunks
+
+            def run(
+                self, threads, stop_on_failure=False, willneed=False, safe_folders=False
+            ):
+                if not ranks.held.wait(SAFETY_S):
+                    ranks.held.set()
+                time.sleep(ranks.read_delay_s)
+                for key, chunk in zip(self.keys, self.chunks, strict=True):
+                    start = int(chunk) * ranks.row + rank * ranks.slot
+                    ranks.flat[start : start + ranks.slot] = promoted(key, ranks.slot)
+
+            def results(self):
+                ok = krw.native.Result(krw.native.OK, "", "", 0, ranks.slot)
+                return [ok] * len(self.keys)
+
+        def prepare(keys, chunks):
+            keys = [bytes(k) for k in keys]
+            return krw.Promotion(keys, read=PlayedRead(keys, list(chunks)))
+
+        return prepare
 
     def write(self, row: int, data: bytes) -> None:
         self.flat[row * self.row : row * self.row + len(data)] = data

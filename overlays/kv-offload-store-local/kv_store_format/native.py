@@ -34,7 +34,7 @@ from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
 LIBRARY_NAME = "libkvtier_store.so"
-ABI_VERSION = 2  # KVTIER_STORE_ABI_VERSION (2: keyed stores, mac_key)
+ABI_VERSION = 3  # KVTIER_STORE_ABI_VERSION (2: keyed stores; 3: READ_SAFE_FOLDERS)
 LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
 
 # Status classes (KVTIER_OK, KVTIER_E_*): the reason string is the finer name.
@@ -46,9 +46,11 @@ E_IO = 4
 E_NO_SPACE = 5
 E_ARGUMENT = 6
 E_SKIPPED = 7
+E_UNSAFE = 8  # unsafe_folder (READ_SAFE_FOLDERS)
 
 READ_STOP_ON_FAILURE = 1
 READ_WILLNEED = 2
+READ_SAFE_FOLDERS = 4  # a chunk file's two folders checked before its open
 WRITE_GROUP_READ = 1  # kvtier_write_chunks: files 0640, not 0600
 
 FAULT_NONE = 0
@@ -244,6 +246,54 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+class PreparedRead:
+    """One kvtier_read_chunks call's items (``Library.prepare_read``)."""
+
+    def __init__(
+        self,
+        lib: Library,
+        items: ctypes.Array[_ReadItem],
+        count: int,
+        keep: list[object],
+    ):
+        self._lib = lib
+        self._items: ctypes.Array[_ReadItem] = items
+        self._count = count
+        self._keep = keep  # the runs arrays the items point into
+
+    def run(
+        self,
+        threads: int,
+        stop_on_failure: bool = False,
+        willneed: bool = False,
+        safe_folders: bool = False,
+    ) -> None:
+        """The call itself (the GIL released for all of it)."""
+        flags = (
+            (READ_STOP_ON_FAILURE if stop_on_failure else 0)
+            | (READ_WILLNEED if willneed else 0)
+            | (READ_SAFE_FOLDERS if safe_folders else 0)
+        )
+        n = self._lib._lib.kvtier_read_chunks(self._items, self._count, threads, flags)
+        if n < 0:
+            raise ValueError(
+                f"{self._lib.path}: kvtier_read_chunks refused its arguments"
+            )
+
+    def results(self) -> list[Result]:
+        """One Result per request, in order (after ``run``)."""
+        return [
+            Result(
+                item.status,
+                _text(item.reason),
+                _text(item.message),
+                item.sys_errno,
+                item.bytes_read,
+            )
+            for item in self._items[: self._count]
+        ]
+
+
 class Library:
     """A loaded, version-checked libkvtier_store.so."""
 
@@ -306,12 +356,25 @@ class Library:
         stop_on_failure: bool = False,
         willneed: bool = False,
         key: bytes | None = None,
+        safe_folders: bool = False,
     ) -> list[Result]:
         """Read and verify every request (one call, ``threads`` threads);
         one Result per request, in order. A failed item's memory is garbage.
         ``willneed``: fadvise each payload before reading it (a disk hint).
         ``key``: a keyed store's secret; every file's MAC is checked
-        (mac_missing, mac_mismatch) before the item is OK."""
+        (mac_missing, mac_mismatch) before the item is OK. ``safe_folders``:
+        each path is a chunk file whose two folders must be safe
+        (unsafe_folder otherwise; READ_SAFE_FOLDERS)."""
+        read = self.prepare_read(requests, key)
+        read.run(threads, stop_on_failure, willneed, safe_folders)
+        return read.results()
+
+    def prepare_read(
+        self, requests: Sequence[ReadRequest], key: bytes | None = None
+    ) -> PreparedRead:
+        """The items of one read call, built now; ``PreparedRead.run`` is then
+        the call alone (the restore builds on the step's thread and runs on
+        its promotion thread, which so needs the GIL only around the call)."""
         items: ctypes.Array[_ReadItem] = (_ReadItem * max(1, len(requests)))()
         keep: list[object] = []  # the arrays the items point into
         for item, r in zip(items, requests, strict=False):
@@ -333,22 +396,7 @@ class Library:
             item.runs = runs
             item.mac_key = key
             item.mac_key_length = len(key or b"")
-        flags = (READ_STOP_ON_FAILURE if stop_on_failure else 0) | (
-            READ_WILLNEED if willneed else 0
-        )
-        n = self._lib.kvtier_read_chunks(items, len(requests), threads, flags)
-        if n < 0:
-            raise ValueError(f"{self.path}: kvtier_read_chunks refused its arguments")
-        return [
-            Result(
-                item.status,
-                _text(item.reason),
-                _text(item.message),
-                item.sys_errno,
-                item.bytes_read,
-            )
-            for item in items[: len(requests)]
-        ]
+        return PreparedRead(self, items, len(requests), keep)
 
     def write_chunks(
         self,

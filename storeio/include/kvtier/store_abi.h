@@ -23,7 +23,8 @@
 extern "C" {
 #endif
 
-#define KVTIER_STORE_ABI_VERSION 2u /* 2: mac_key in both items (keyed stores) */
+#define KVTIER_STORE_ABI_VERSION 3u /* 2: mac_key in both items (keyed stores);
+                                       3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -77,6 +78,8 @@ enum {
   KVTIER_E_NO_SPACE = 5,  /* reason no_space; sys_errno ENOSPC or EDQUOT (writes) */
   KVTIER_E_ARGUMENT = 6,  /* reason bad_argument: the item itself is inconsistent */
   KVTIER_E_SKIPPED = 7,   /* reason skipped: not attempted (KVTIER_READ_STOP_ON_FAILURE) */
+  KVTIER_E_UNSAFE = 8,    /* reason unsafe_folder: others could change the file's folder
+                             (KVTIER_READ_SAFE_FOLDERS) */
 };
 
 #define KVTIER_REASON_BYTES 40
@@ -123,7 +126,16 @@ typedef struct kvtier_read_item {
  * payload before reading it: the disk gets the file's reads queued at once
  * instead of readahead's ramp. A hint: never changes a verdict. */
 #define KVTIER_READ_WILLNEED 2u
-/* Flag bits this library does not know are ignored. */
+/* Each item's path is a chunk file of a rank base (FORMAT.md 2:
+ * <base>/<hhh>/<hh>_g<g>/<hash>.bin): before the file is opened, its two
+ * folders must each be a real folder (not a link) owned by root or by the
+ * calling user and writable by neither its group nor the world; else the
+ * item fails with KVTIER_E_UNSAFE (unsafe_folder), the message naming the
+ * folder, its mode and owner. A folder that does not exist is left to the
+ * open (missing_file). The rank base and above are the caller's to check. */
+#define KVTIER_READ_SAFE_FOLDERS 4u
+/* Flag bits this library does not know refuse the call (-1): a caller that
+ * asks for a check an older library lacks must not get a read without it. */
 
 /* Reads and verifies `count` items on `threads` threads (0: one per core).
  * With fewer items than threads, each payload is read in parts of at least
@@ -137,7 +149,8 @@ typedef struct kvtier_read_item {
  * of the file, as FORMAT.md 3.6 orders); an item is OK only after that.
  * A library built without OpenSSL fails keyed items with bad_argument.
  * Returns the number of items not KVTIER_OK, or -1 when the arguments
- * themselves are unusable (items NULL with count > 0: nothing was done). */
+ * themselves are unusable (items NULL with count > 0, or an unknown flag:
+ * nothing was done). */
 KVTIER_STORE_API int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count,
                                             uint32_t threads, uint32_t flags);
 
