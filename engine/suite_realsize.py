@@ -229,6 +229,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
         kv_write = same_kv(write, res) if digested and write.get("rounds") else None
         verdicts[f"ttft.llama8b.{kind}: restored, logprobs and KV bytes == cold"] = {
             "stats": stats,
+            "estimate": _estimate_row(res, rows),
             "plain_read": plain,
             "read_phase_s": round(read_s, 3),
             "read_phase_bytes": read_b,
@@ -278,6 +279,27 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
         "ok": True,
     }
     return verdicts
+
+
+def _estimate_row(res: dict, rows: list[dict]) -> dict | None:
+    """The cost guard's last estimate (the longest prompt's: they run shortest first)
+    beside what it predicts: recompute against the cold TTFT, the read against the read
+    phase. The steps its prefill fit saw stay in results.json (issue 47)."""
+    est = (res.get("restore_scheduler") or {}).get("last_estimate")
+    if not est:
+        return None
+    cold = rows[-1]["cold_s"]
+    return {
+        "tokens": est.get("tokens"),
+        "recompute_s": est.get("recompute_s"),
+        "cold_s": cold,
+        "recompute_vs_cold": round(est["recompute_s"] / cold, 2) if cold else None,
+        "read_s": est.get("read_s"),
+        "restore": est.get("restore"),
+        "prefill_steps": est.get("prefill_steps"),
+        "prefill_trimmed": est.get("prefill_trimmed"),
+        "prefill_fit": est.get("prefill_fit"),
+    }
 
 
 def burst_judge(results: dict[str, dict]) -> dict[str, dict]:

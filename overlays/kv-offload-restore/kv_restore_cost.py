@@ -38,6 +38,11 @@ class Estimate:
     restore: bool  # False: reading is predicted slower than recomputing
     prefill_steps: int = 0  # steps the prefill fit had, and dropped as outliers
     prefill_trimmed: int = 0
+    # The fit (a, b) and the steps it was made from, (tokens, mean context,
+    # seconds a token): what a mispredicted recompute is diagnosed from (the
+    # GPU suite keeps the last estimate in its results; issue 47).
+    prefill_fit: tuple[float, float] | None = None
+    prefill_points: tuple[tuple[float, float, float], ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -94,6 +99,10 @@ class PrefillRate:
         self._points.append((float(tokens), mean_context, seconds / tokens))
         self.steps += 1
         self._stale = True
+
+    def points(self) -> tuple[tuple[float, float, float], ...]:
+        """The steps in the window: (tokens, mean context, seconds a token)."""
+        return tuple(self._points)
 
     def coefficients(self) -> tuple[float, float] | None:
         if self._stale:
@@ -170,6 +179,8 @@ def weigh(
         restore=read_s <= recompute,
         prefill_steps=min(prefill.steps, prefill.WINDOW),
         prefill_trimmed=prefill.trimmed,
+        prefill_fit=prefill.coefficients(),
+        prefill_points=prefill.points(),
     )
 
 

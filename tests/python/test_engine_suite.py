@@ -508,6 +508,23 @@ def test_ttft_rows_and_read_phase_against_the_plain_read():
     disk = verdicts["ttft.llama8b.disk: restored, logprobs and KV bytes == cold"]
     assert disk["ok"]
     assert disk["read_phase_gb_per_s"] == 2.0 and disk["read_vs_plain"] == 0.8
+    assert disk["estimate"] is None  # the guard weighed nothing
+
+
+def test_ttft_puts_the_guards_estimate_beside_the_cold_prefill():
+    results = ttft_results()
+    estimate = {"tokens": 126975, "recompute_s": 10569.6, "read_s": 3.1,
+                "restore": True, "prefill_steps": 1, "prefill_trimmed": 0,
+                "prefill_fit": [0.029, 0.0], "prefill_points": [[4800, 600, 0.029]]}  # fmt: skip
+    results["ttft.llama8b.disk"]["restore_scheduler"] = {"last_estimate": estimate}
+    verdicts = suite_realsize.ttft_judge(results)
+    row = verdicts["ttft.llama8b.disk: restored, logprobs and KV bytes == cold"][
+        "estimate"
+    ]
+    # The longest prompt's cold TTFT (60 s) against its predicted recompute.
+    assert row["cold_s"] == 60.0 and row["recompute_vs_cold"] == 176.16
+    assert row["prefill_steps"] == 1 and row["prefill_fit"] == [0.029, 0.0]
+    assert "prefill_points" not in row  # results.json has them; the summary does not
 
 
 @pytest.mark.parametrize(

@@ -1189,6 +1189,12 @@ def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
     assert abs(estimate.read_s - 100 * 1e6 / 0.5e9) < 1e-9
     assert estimate.restore is (estimate.read_s <= estimate.recompute_s)
     assert not estimate.restore  # 0.2 s of reading against ~0.09 s of prefill
+    # The estimate carries what it was fit from (the GPU suite keeps it).
+    assert estimate.prefill_fit == prefill.coefficients()
+    assert len(estimate.prefill_points) == prefill.steps == 8
+    tokens, context, per_token = estimate.prefill_points[0]
+    assert (tokens, context) == (1024, 512) and per_token >= a + b * 512
+    assert estimate.as_dict()["prefill_points"][0] == (1024, 512, per_token)
     assert cost.weigh(rates, prefill, 2, 10, 0, 4096).restore
 
 
