@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "test_chunk_builder.h"
+#include "test_temp_file.h"
 
 namespace kvformat {
 namespace {
@@ -17,6 +18,7 @@ namespace {
 using testing::make_chunk;
 using testing::pattern_bytes;
 using testing::state_header;
+using testing::TempFile;
 
 std::string streamed(const std::vector<std::uint8_t>& file, std::size_t block) {
   ChunkVerifier v(file.size());
@@ -27,25 +29,6 @@ std::string streamed(const std::vector<std::uint8_t>& file, std::size_t block) {
   auto h = v.finish();
   return h ? "ok" : std::string(reason_name(h.error().reason));
 }
-
-class TempFile {
- public:
-  explicit TempFile(const std::vector<std::uint8_t>& data) {
-    char name[] = "/tmp/kvformat_test_XXXXXX";
-    fd_ = mkstemp(name);
-    path_ = name;
-    EXPECT_EQ(write(fd_, data.data(), data.size()), static_cast<ssize_t>(data.size()));
-  }
-  ~TempFile() {
-    close(fd_);
-    unlink(path_.c_str());
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-  std::string path_;
-};
 
 TEST(ChunkVerifier, BigChunkInAnyBlockSize) {
   // A 27 MiB chunk, the size of a real full-attention chunk.

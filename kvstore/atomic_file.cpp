@@ -11,7 +11,7 @@
 
 namespace kvstore {
 
-Outcome<Done> write_file_atomic(const std::string& path, std::string_view content) {
+Result<Done> write_file_atomic(const std::string& path, std::string_view content) {
   auto slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   // node-exporter ignores names not ending in .prom, so the temp is never scraped.

@@ -44,7 +44,7 @@ std::string where_of(const std::string& rel) { return rel.empty() ? "." : rel; }
 
 }  // namespace
 
-Outcome<GcReport> plan_gc(int root_fd, const std::string& root_name, const GcOptions& opt) {
+Result<GcReport> plan_gc(int root_fd, const std::string& root_name, const GcOptions& opt) {
   int64_t now = wall_now_ns();
   auto so = scan_options(opt, now);
   auto scan = scan_store(root_fd, root_name, so);
@@ -61,7 +61,7 @@ Outcome<GcReport> plan_gc(int root_fd, const std::string& root_name, const GcOpt
   return report;
 }
 
-Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOptions& opt) {
+Result<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOptions& opt) {
   int64_t now = wall_now_ns();
   auto so = scan_options(opt, now);
   auto tier = list_tier(root_fd, root_name, so);

@@ -51,7 +51,7 @@ std::optional<Error> owned_like_the_rank(int rank_fd, int fd, const struct stat&
   return std::nullopt;
 }
 
-Outcome<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) {
+Result<StoreLock> take(int rank_fd, int op, std::chrono::milliseconds timeout) {
   // Only a regular file is a lock: flock on a FIFO works but no writer uses
   // it, and opening a device could act on it. Looked at before the open (so
   // nothing special is opened) and after it (in case it was swapped).
@@ -110,11 +110,11 @@ bool StoreLock::mark_swept() const {
   return ::futimens(fd_.get(), times) == 0;
 }
 
-Outcome<StoreLock> lock_exclusive(int rank_fd, std::chrono::milliseconds timeout) {
+Result<StoreLock> lock_exclusive(int rank_fd, std::chrono::milliseconds timeout) {
   return take(rank_fd, LOCK_EX, timeout);
 }
 
-Outcome<StoreLock> lock_shared(int rank_fd, std::chrono::milliseconds timeout) {
+Result<StoreLock> lock_shared(int rank_fd, std::chrono::milliseconds timeout) {
   return take(rank_fd, LOCK_SH, timeout);
 }
 

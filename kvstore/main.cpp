@@ -7,11 +7,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <regex>
@@ -23,11 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include "conventions.h"
-#include "kvstore_metrics.h"
+#include "metrics.h"
 #include "kvtier/kvstore/atomic_file.h"
 #include "kvtier/format/chunk_verifier.h"
 #include "kvtier/format/header.h"
-#include "kvtier/format/crc32.h"
+#include "kvtier/format/sealed_chunk.h"
 #include "kvtier/kvstore/gc.h"
 #include "kvtier/kvstore/progress.h"
 #include "kvtier/kvstore/report.h"
@@ -178,7 +176,7 @@ bool root_missing(const std::string& root) {
   return ::lstat(root.c_str(), &st) != 0 && errno == ENOENT;
 }
 
-Outcome<Opened> open_store(const std::string& root) {
+Result<Opened> open_store(const std::string& root) {
   auto fd = open_root(root);
   if (!fd) return fd.error();
   return Opened{std::move(*fd), root_name(root)};
@@ -198,7 +196,7 @@ ScanOptions scan_options(const Common& c, bool payloads, Progress* progress) {
 bool show_progress(const Common& c) { return !c.json && !c.quiet && Progress::stderr_is_tty(); }
 
 // The store, or the exit code of why not (after reporting it).
-Outcome<Opened> open_checked(const Common& c, int* code) {
+Result<Opened> open_checked(const Common& c, int* code) {
   if (root_missing(c.root)) {
     *code = fail(c, kExitUsage, fmt::format("{}: does not exist", c.root));
     return Error{};
@@ -378,40 +376,6 @@ std::string not_a_chunk_file(const std::string& file, const struct stat& st) {
   return fmt::format("{}: is {}, not a regular file; kvstore reads chunks only from regular files", file, what);
 }
 
-// inspect of a sealed chunk: its header as the plain one it seals, checked
-// against the file size less the MAC (kvformat::parse_sealed_header).
-kvformat::Result<kvformat::ChunkHeader> sealed_header_fd(int fd, uint64_t size) {
-  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, kvformat::kMaxHeaderLength)));
-  size_t have = 0;
-  while (have < head.size()) {
-    const ssize_t n = ::pread(fd, head.data() + have, head.size() - have, static_cast<off_t>(have));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return kvformat::make_error(kvformat::Reason::IoError, std::string("read: ") + std::strerror(errno));
-    if (n == 0) break;
-    have += static_cast<size_t>(n);
-  }
-  head.resize(have);
-  return kvformat::parse_sealed_header(head, size);
-}
-
-// Its payload's CRC-32, the bytes between the header and the MAC.
-kvformat::Result<kvformat::ChunkHeader> sealed_payload_fd(int fd, const kvformat::ChunkHeader& h,
-                                                          std::span<uint8_t> buf) {
-  uint32_t crc = 0;
-  const uint64_t end = h.header_length() + h.payload_length;
-  for (uint64_t at = h.header_length(); at < end;) {
-    const auto want = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - at));
-    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return kvformat::make_error(kvformat::Reason::IoError, std::string("read: ") + std::strerror(errno));
-    if (n == 0) return kvformat::make_error(kvformat::Reason::Truncated, "file shrank while read");
-    crc = kvformat::crc32(buf.first(static_cast<size_t>(n)), crc);
-    at += static_cast<uint64_t>(n);
-  }
-  if (auto r = kvformat::check_payload_checksum(h, crc); !r) return r.error();
-  return h;
-}
-
 int run_inspect(const Common& c, const std::string& file) {
   bool json = c.json;
   if (root_missing(file)) return fail(c, kExitUsage, fmt::format("{}: does not exist", file));
@@ -430,10 +394,9 @@ int run_inspect(const Common& c, const std::string& file) {
   if (!S_ISREG(st.st_mode)) return fail(c, kExitIo, not_a_chunk_file(file, st));
   // A keyed store's chunk (FORMAT.md 3.6): the plain header it seals, the
   // payload CRC before its MAC; the MAC itself is verify --key's to check.
-  std::array<uint8_t, 12> first{};
-  const bool sealed = ::pread(fd, first.data(), first.size(), 0) == static_cast<ssize_t>(first.size()) &&
-                      kvformat::is_sealed(first);
-  auto hdr = sealed ? sealed_header_fd(fd, static_cast<uint64_t>(st.st_size)) : kvformat::read_chunk_header_fd(fd);
+  const bool sealed = kvformat::is_sealed_fd(fd);
+  auto hdr = sealed ? kvformat::read_sealed_header_fd(fd, static_cast<uint64_t>(st.st_size))
+                    : kvformat::read_chunk_header_fd(fd);
   if (!hdr) {
     auto r = hdr.error().reason;
     if (r == kvformat::Reason::IoError) {
@@ -450,7 +413,7 @@ int run_inspect(const Common& c, const std::string& file) {
     return kExitProblems;
   }
   std::vector<uint8_t> buf(8 << 20);
-  auto full = sealed ? sealed_payload_fd(fd, *hdr, buf) : kvformat::verify_chunk_fd(fd, buf);
+  auto full = sealed ? kvformat::verify_sealed_payload_fd(fd, *hdr, buf) : kvformat::verify_chunk_fd(fd, buf);
   std::string payload = full ? "ok" : std::string(kvformat::reason_name(full.error().reason));
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (json) {

@@ -48,7 +48,7 @@ void install_handler() {
 
 }  // namespace
 
-Outcome<uint32_t> crc_mapped(int fd, uint64_t size, uint64_t from, uint32_t crc) {
+Result<uint32_t> crc_mapped(int fd, uint64_t size, uint64_t from, uint32_t crc) {
   install_handler();
   for (uint64_t base = from - from % kWindow; base < size; base += kWindow) {
     size_t len = static_cast<size_t>(std::min(kWindow, size - base));

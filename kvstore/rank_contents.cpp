@@ -259,7 +259,7 @@ std::string why_absent(int rank_fd, uint32_t group, const std::string& key) {
 // `at` holds the position of each entry's chunk (ChunkIndex::kNone if there
 // is none), group by group, looked up on the reader thread; `absent` says,
 // for each kNone in turn, why_absent.
-void judge_manifest(const std::pair<std::string, FileStat>& file, const Outcome<std::string>& bytes,
+void judge_manifest(const std::pair<std::string, FileStat>& file, const Result<std::string>& bytes,
                     kvformat::Result<kvformat::BoundaryManifest>& parsed, const std::vector<long>& at,
                     const std::vector<std::string>& absent, const std::string& prefix, int rank, RankContext& cx) {
   auto& inv = cx.inv;
@@ -370,7 +370,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
   // stay bounded however many manifests the store has.
   struct Read {
     bool vanished = false;
-    Outcome<std::string> bytes = Error{};
+    Result<std::string> bytes = Error{};
     kvformat::Result<kvformat::BoundaryManifest> parsed = kvformat::make_error(kvformat::Reason::IoError, "");
     std::vector<long> at;  // each entry's chunk position
     std::vector<std::string> absent;  // why_absent, for each entry without one
@@ -390,7 +390,7 @@ void check_manifests(int rank_fd, const std::vector<std::pair<std::string, FileS
         return;
       }
       r.bytes = fd ? read_small(fd->get(), join(prefix, rel), kvformat::kMaxManifestBytes)
-                   : Outcome<std::string>(fd.error());
+                   : Result<std::string>(fd.error());
       if (r.bytes) r.parsed = parse_sealed_or_plain(*r.bytes, cx);
       if (!r.parsed) return;
       for (const auto& g : r.parsed->groups)

@@ -234,7 +234,7 @@ void sort_by_rel(std::vector<ChunkRec>& chunks, size_t cut) {
 
 }  // namespace
 
-Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const std::string& rank_name,
+Result<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const std::string& rank_name,
                                  const ScanOptions& opt, uint64_t* bytes_read) {
   RankInventory inv;
   inv.rel = rank_rel;
@@ -364,7 +364,7 @@ Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel, const
   return inv;
 }
 
-Outcome<TierListing> list_tier(int root_fd, const std::string& root_name, const ScanOptions& opt) {
+Result<TierListing> list_tier(int root_fd, const std::string& root_name, const ScanOptions& opt) {
   TierListing tier;
   if (kvformat::parse_rank_base_name(root_name)) {
     tier.root_is_rank = true;
@@ -425,7 +425,7 @@ bool record_temp_is_dead(int tier_fd, const std::string& rel, const FileStat& st
   return true;
 }
 
-Outcome<StoreScan> scan_store(int root_fd, const std::string& root_name, const ScanOptions& opt) {
+Result<StoreScan> scan_store(int root_fd, const std::string& root_name, const ScanOptions& opt) {
   auto tier = list_tier(root_fd, root_name, opt);
   if (!tier) return tier.error();
   StoreScan scan;

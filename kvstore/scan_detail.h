@@ -40,7 +40,7 @@ inline std::vector<std::string_view> split(std::string_view rel) {
 inline bool older_than_grace(const FileStat& st, const ScanOptions& opt) { return st.mtime_ns + opt.grace_ns <= opt.now_ns; }
 
 // Reads a whole small file (manifest, namespace record, pending record), refusing big ones.
-inline Outcome<std::string> read_small(int fd, const std::string& rel, size_t limit) {
+inline Result<std::string> read_small(int fd, const std::string& rel, size_t limit) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return io_error(rel, errno, "cannot stat");
   if (!S_ISREG(st.st_mode)) {

@@ -29,7 +29,7 @@ class DirCache {
   DirCache(int root_fd, bool sync_each) : root_fd_(root_fd), sync_each_(sync_each) {}
   ~DirCache() { sync_all(); }
 
-  Outcome<int> get(std::string_view parent) {
+  Result<int> get(std::string_view parent) {
     if (fd_.valid() && parent == rel_) return fd_.get();
     sync_current();
     rel_ = std::string(parent);
@@ -109,7 +109,7 @@ Unlinked unlink_checked(DirCache& dirs, const PlanItem& it, SweepResult& res, Er
 
 }  // namespace
 
-Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress) {
+Result<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress) {
   SweepResult res;
   if (progress) progress->add_sweep_plan(plan.items.size(), plan.bytes);
   {

@@ -26,7 +26,7 @@ namespace {
 
 // Checksums bytes [from, size) of `fd` chained onto `crc`: straight from the
 // page cache through mmap; in blocks through pread if mapping is refused.
-Outcome<uint32_t> payload_crc(int fd, uint64_t size, uint64_t from, uint32_t crc) {
+Result<uint32_t> payload_crc(int fd, uint64_t size, uint64_t from, uint32_t crc) {
   auto mapped = crc_mapped(fd, size, from, crc);
   if (mapped || mapped.error().kind != ErrorKind::kIo) return mapped;
   thread_local ReadBuffer buf(kWholeReadBytes);

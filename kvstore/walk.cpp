@@ -48,7 +48,7 @@ Error symlink_error(std::string path) {
   return e;
 }
 
-Outcome<Fd> open_root(const std::string& path) {
+Result<Fd> open_root(const std::string& path) {
   // O_DIRECTORY|O_NOFOLLOW on a link to a directory says ENOTDIR; say why.
   struct stat lst;
   if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) return symlink_error(path);
@@ -259,7 +259,7 @@ int open_beneath_fallback(int root_fd, std::string_view rel, int flags) {
 
 }  // namespace
 
-Outcome<Fd> open_beneath(int root_fd, std::string_view rel, int flags) {
+Result<Fd> open_beneath(int root_fd, std::string_view rel, int flags) {
   std::string path(rel);
   if (path.empty() || path.front() == '/' || path.find('\0') != std::string::npos)
     return io_error(path, EXDEV, "path is not relative to the root");
@@ -281,7 +281,7 @@ Outcome<Fd> open_beneath(int root_fd, std::string_view rel, int flags) {
   return Fd(fd);
 }
 
-Outcome<Fd> open_file_beneath(int root_fd, std::string_view rel) {
+Result<Fd> open_file_beneath(int root_fd, std::string_view rel) {
   // O_NONBLOCK so a planted fifo cannot hang us; checked to be a file below.
   auto fd = open_beneath(root_fd, rel, O_RDONLY | O_NONBLOCK);
   if (!fd) return fd;
@@ -291,7 +291,7 @@ Outcome<Fd> open_file_beneath(int root_fd, std::string_view rel) {
   return fd;
 }
 
-Outcome<FileStat> stat_beneath(int root_fd, std::string_view rel) {
+Result<FileStat> stat_beneath(int root_fd, std::string_view rel) {
   auto [parent, name] = split_parent(rel);
   Fd dir;
   int dfd = root_fd;

@@ -121,7 +121,7 @@ Result<engine_steps::Prepared> prepare_changes(const Session& s, const Request& 
   return p;
 }
 
-Result<Outcome> run_plan(const Session& s, const Request& r, PrepareFn prepare) {
+Result<OverlayReport> run_plan(const Session& s, const Request& r, PrepareFn prepare) {
   auto ts = read_state(s);
   if (!ts) return ts.error();
   auto p = prepare_changes(s, r, std::move(*ts), prepare);
@@ -129,7 +129,7 @@ Result<Outcome> run_plan(const Session& s, const Request& r, PrepareFn prepare) 
   return p->out;
 }
 
-Result<Outcome> run_write(const Session& s, const Request& r, PrepareFn prepare) {
+Result<OverlayReport> run_write(const Session& s, const Request& r, PrepareFn prepare) {
   if (auto st = lock_tree(s.tree, true); !st) return st.error();
   auto rec = recover(s.tree, all_paths(s.set));
   if (!rec) return rec.error();
@@ -155,28 +155,28 @@ Result<Outcome> run_write(const Session& s, const Request& r, PrepareFn prepare)
 
 }  // namespace
 
-Result<Outcome> status(const Session& s) {
+Result<OverlayReport> status(const Session& s) {
   auto ts = read_state(s);
   if (!ts) return ts.error();
-  Outcome o;
+  OverlayReport o;
   o.state = std::move(*ts);
   for (const auto& m : s.set.overlays) o.selected.push_back(m.overlay);
   return o;
 }
 
-Result<Outcome> plan_apply(const Session& s, const Request& r) { return run_plan(s, r, engine_steps::prepare_apply); }
-Result<Outcome> plan_revert(const Session& s, const Request& r) { return run_plan(s, r, engine_steps::prepare_revert); }
-Result<Outcome> apply(const Session& s, const Request& r) { return run_write(s, r, engine_steps::prepare_apply); }
-Result<Outcome> revert(const Session& s, const Request& r) { return run_write(s, r, engine_steps::prepare_revert); }
+Result<OverlayReport> plan_apply(const Session& s, const Request& r) { return run_plan(s, r, engine_steps::prepare_apply); }
+Result<OverlayReport> plan_revert(const Session& s, const Request& r) { return run_plan(s, r, engine_steps::prepare_revert); }
+Result<OverlayReport> apply(const Session& s, const Request& r) { return run_write(s, r, engine_steps::prepare_apply); }
+Result<OverlayReport> revert(const Session& s, const Request& r) { return run_write(s, r, engine_steps::prepare_revert); }
 
-Result<Outcome> check(const Session& s, const Request& r) {
+Result<OverlayReport> check(const Session& s, const Request& r) {
   auto ts = read_state(s);
   if (!ts) return ts.error();
   auto sel = select_overlays(s.set, r.overlays);
   if (!sel) return sel.error();
   if (auto st = require_consistent(*ts, *sel, s.set); !st) return st.error();
   if (auto st = with_interface(s, *sel, ok_status()); !st) return st.error();
-  Outcome o;
+  OverlayReport o;
   o.selected = *sel;
   std::vector<std::string> wrong;
   for (const auto& name : *sel) {
@@ -211,9 +211,9 @@ Result<Outcome> check(const Session& s, const Request& r) {
   return o;
 }
 
-Result<RecoverOutcome> recover_tree(const Session& s, bool discard_it) {
+Result<RecoverReport> recover_tree(const Session& s, bool discard_it) {
   if (auto st = lock_tree(s.tree, true); !st) return st.error();
-  RecoverOutcome out;
+  RecoverReport out;
   auto before = inspect(s.tree, all_paths(s.set));
   if (!before) return before.error();
   out.had_journal = before->journal;

@@ -34,7 +34,8 @@ struct FileChangeReport {
   std::string old_text, new_text;
 };
 
-struct Outcome {
+// What an operation (status, plan, apply, revert, check) found and did.
+struct OverlayReport {
   TreeState state;  // the state found (after completing any interrupted transaction)
   std::vector<std::string> selected;  // overlays acted on, stacking order
   std::vector<std::string> skipped;   // already in the wanted state
@@ -54,22 +55,22 @@ struct Session {
 // Validates names; empty = all. Returned in stacking order.
 Result<std::vector<std::string>> select_overlays(const ManifestSet& set, const std::vector<std::string>& names);
 
-Result<Outcome> status(const Session& s);
-Result<Outcome> plan_apply(const Session& s, const Request& r);
-Result<Outcome> apply(const Session& s, const Request& r);
-Result<Outcome> plan_revert(const Session& s, const Request& r);
-Result<Outcome> revert(const Session& s, const Request& r);
+Result<OverlayReport> status(const Session& s);
+Result<OverlayReport> plan_apply(const Session& s, const Request& r);
+Result<OverlayReport> apply(const Session& s, const Request& r);
+Result<OverlayReport> plan_revert(const Session& s, const Request& r);
+Result<OverlayReport> revert(const Session& s, const Request& r);
 // Read-only; Ok only when every selected overlay is in the expected state.
-Result<Outcome> check(const Session& s, const Request& r);
+Result<OverlayReport> check(const Session& s, const Request& r);
 
 // `overlay recover`: finishes an interrupted transaction (verified whole
 // first), or with `discard` rolls it back; removes leftovers either way.
-struct RecoverOutcome {
+struct RecoverReport {
   bool had_journal = false;
   bool discarded = false;
   std::vector<Leftover> found;  // what was there before
   DiscardReport discard;
 };
-Result<RecoverOutcome> recover_tree(const Session& s, bool discard);
+Result<RecoverReport> recover_tree(const Session& s, bool discard);
 
 }  // namespace patcher

@@ -41,7 +41,7 @@ struct PendingBuild {
 
 // What apply or revert would do, before anything is written.
 struct Prepared {
-  Outcome out;
+  OverlayReport out;
   std::vector<Change> changes;
   std::vector<std::pair<std::string, std::string>> final_texts;  // for the compile check
   std::vector<PendingBuild> builds;

@@ -179,7 +179,7 @@ TEST(Engine, AnEditByAnotherProcessDuringApplyOrRevertIsNeverLost) {
       Snapshot before = snapshot(w.tree);
       std::string target = w.tree_file("example/worker.py");
       EditAtStep hook(step, nth, target);
-      Result<Outcome> r = make_error(ErrorKind::Usage, "", "");
+      Result<OverlayReport> r = make_error(ErrorKind::Usage, "", "");
       {
         HookGuard g(&hook);
         r = std::string(cmd) == "apply" ? apply(s, Request{}) : revert(s, Request{});
@@ -224,7 +224,7 @@ TEST(Engine, AnEditByAnotherProcessWhileFinishingAJournalIsNeverLost) {
     }
     std::string target = w.tree_file("example/worker.py");
     EditAtStep hook("recover-rename", nth, target);
-    Result<Outcome> r = make_error(ErrorKind::Usage, "", "");
+    Result<OverlayReport> r = make_error(ErrorKind::Usage, "", "");
     {
       HookGuard g(&hook);
       r = apply(s, Request{});

@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
   // revert and check --expect pristine still take every overlay.
   if (pip.present && a.overlays.empty() &&
       (cmd == "apply" || (cmd == "plan" && !a.revert) || (cmd == "check" && !r.expect_pristine))) {
-    Result<Outcome> now = Error{};
+    Result<OverlayReport> now = Error{};
     if (cmd == "check") now = status(s);  // an overlay applied anyway is checked too
     if (cmd == "check" && !now) return fail(a, now.error());
     DefaultSet d = wheel_default_set(s.set, a.rebuild_binaries, cmd == "check" ? &now->state : nullptr);
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
       std::cout << recover_text(*rec);
     return 0;
   }
-  Result<Outcome> out = Error{};
+  Result<OverlayReport> out = Error{};
   std::string label = cmd;
   if (cmd == "status") {
     out = status(s);
@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
   if (a.json) {
     // One shape for every command: what it did, then the tree's state.
     a.command = label;
-    std::cout << envelope(outcome_json(label, *out), a, 0).dump(2) << "\n";
+    std::cout << envelope(report_json(label, *out), a, 0).dump(2) << "\n";
   } else if (a.quiet) {
   } else if (cmd == "status") {
     std::cout << state_text(out->state);
@@ -347,7 +347,7 @@ int main(int argc, char** argv) {
     if (out->compiled) std::cout << "compiled " << out->compiled << " files and fragments: ok\n";
     if (a.verbose) std::cout << state_text(out->state);
   } else {
-    std::cout << outcome_text(label, *out, a.diff);
+    std::cout << report_text(label, *out, a.diff);
     if (a.verbose) std::cout << state_text(out->state);
   }
   // pip runs no code on uninstall: it cannot revert, so say it here.

@@ -67,7 +67,7 @@ nlohmann::json state_json(const TreeState& ts) {
   return j;
 }
 
-nlohmann::json outcome_json(const std::string& command, const Outcome& o) {
+nlohmann::json report_json(const std::string& command, const OverlayReport& o) {
   nlohmann::json changes = nlohmann::json::array();
   for (const auto& c : o.changes) changes.push_back({{"path", c.path}, {"action", c.action}, {"notes", c.notes}});
   return {{"ok", true},           {"command", command},       {"selected", o.selected},
@@ -175,7 +175,7 @@ std::string state_text(const TreeState& ts) {
   return out;
 }
 
-std::string outcome_text(const std::string& command, const Outcome& o, bool with_diff) {
+std::string report_text(const std::string& command, const OverlayReport& o, bool with_diff) {
   std::string out;
   if (o.recovered) out += "completed an interrupted transaction first\n";
   for (const auto& s : o.skipped)
@@ -199,7 +199,7 @@ std::string outcome_text(const std::string& command, const Outcome& o, bool with
   return out;
 }
 
-nlohmann::json recover_json(const RecoverOutcome& r) {
+nlohmann::json recover_json(const RecoverReport& r) {
   nlohmann::json j;
   j["ok"] = true;
   j["command"] = r.discarded ? "recover-discard" : "recover";
@@ -212,7 +212,7 @@ nlohmann::json recover_json(const RecoverOutcome& r) {
   return j;
 }
 
-std::string recover_text(const RecoverOutcome& r) {
+std::string recover_text(const RecoverReport& r) {
   std::string out;
   if (r.found.empty()) return "nothing to recover\n";
   if (r.had_journal)

@@ -16,14 +16,14 @@ void copy_bounded(char* dst, std::size_t size, std::string_view text) {
 
 }  // namespace
 
-void set_ok(const Outcome& out) {
+void set_ok(const StatusFields& out) {
   *out.status = 0;
   *out.sys_errno = 0;
   copy_bounded(out.reason, out.reason_size, "");
   copy_bounded(out.message, out.message_size, "");
 }
 
-void set_failure(const Outcome& out, std::int32_t status, std::string_view reason, int err,
+void set_failure(const StatusFields& out, std::int32_t status, std::string_view reason, int err,
                  const char* path, std::string_view text) {
   *out.status = status;
   *out.sys_errno = err;

@@ -7,7 +7,8 @@
 
 namespace storeio {
 
-struct Outcome {
+// Where one item's verdict goes: pointers into its C ABI struct's fields.
+struct StatusFields {
   std::int32_t* status;
   std::int32_t* sys_errno;
   char* reason;
@@ -16,15 +17,15 @@ struct Outcome {
   std::size_t message_size;
 };
 
-void set_ok(const Outcome& out);
+void set_ok(const StatusFields& out);
 // `path` may be null; the message is "<path>: <text>".
-void set_failure(const Outcome& out, std::int32_t status, std::string_view reason, int err,
+void set_failure(const StatusFields& out, std::int32_t status, std::string_view reason, int err,
                  const char* path, std::string_view text);
 
 template <class Item>
-Outcome outcome_of(Item& item) {
-  return Outcome{&item.status,  &item.sys_errno,   item.reason,
-                 sizeof item.reason, item.message, sizeof item.message};
+StatusFields status_fields_of(Item& item) {
+  return StatusFields{&item.status,       &item.sys_errno, item.reason,
+                      sizeof item.reason, item.message,    sizeof item.message};
 }
 
 }  // namespace storeio

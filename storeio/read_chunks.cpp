@@ -421,7 +421,7 @@ extern "C" int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count, uin
   storeio::parallel_for(count, workers, [&](std::size_t i) {
     kvtier_read_item& item = items[i];
     item.bytes_read = 0;
-    const auto out = storeio::outcome_of(item);
+    const auto out = storeio::status_fields_of(item);
     if (stop_on_failure && failed.load(std::memory_order_relaxed)) {
       storeio::set_failure(out, KVTIER_E_SKIPPED, "skipped", 0, item.path,
                            "not read: another file of the call failed");

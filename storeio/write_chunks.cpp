@@ -270,7 +270,7 @@ extern "C" int64_t kvtier_write_chunks(kvtier_write_item* items, size_t count, u
     item.payload_checksum = 0;
     item.header_length = 0;
     item.file_size = 0;
-    const auto out = storeio::outcome_of(item);
+    const auto out = storeio::status_fields_of(item);
     try {
       if (auto f = storeio::write_one(item, flags)) {
         storeio::set_failure(out, f->status, f->reason, f->err, item.path, f->text);
@@ -289,7 +289,7 @@ extern "C" int64_t kvtier_write_chunks(kvtier_write_item* items, size_t count, u
     const int err = storeio::sync_folder(folder);
     for (const std::size_t i : members) {
       kvtier_write_item& item = items[i];
-      const auto out = storeio::outcome_of(item);
+      const auto out = storeio::status_fields_of(item);
       if (err == 0) {
         storeio::set_ok(out);
         continue;

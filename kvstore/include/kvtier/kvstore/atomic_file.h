@@ -6,10 +6,10 @@
 #include <string>
 #include <string_view>
 
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 
 namespace kvstore {
 
-Outcome<Done> write_file_atomic(const std::string& path, std::string_view content);
+Result<Done> write_file_atomic(const std::string& path, std::string_view content);
 
 }  // namespace kvstore

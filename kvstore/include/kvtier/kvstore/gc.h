@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvtier/kvstore/gc_plan.h"
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 #include "kvtier/kvstore/scan.h"
 #include "kvtier/kvstore/sweep.h"
 
@@ -54,7 +54,7 @@ struct GcReport {
 };
 
 // Dry run: plans without a lock and deletes nothing.
-Outcome<GcReport> plan_gc(int root_fd, const std::string& root_name, const GcOptions& opt);
+Result<GcReport> plan_gc(int root_fd, const std::string& root_name, const GcOptions& opt);
 
 // The damage findings of a gc run's scan, and how many of them name a file
 // the sweep deleted (gc_damage.cpp). A dry run removes none.
@@ -67,6 +67,6 @@ DamageCount damage_after_sweep(const GcReport& r);
 
 // Sweep: for each rank, LOCK_EX on its .lock (a timeout refuses the rank),
 // one scan under the lock, the plan, then execute_plan unless refused.
-Outcome<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOptions& opt);
+Result<GcReport> sweep_gc(int root_fd, const std::string& root_name, const GcOptions& opt);
 
 }  // namespace kvstore

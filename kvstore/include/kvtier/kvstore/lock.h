@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 #include "kvtier/kvstore/walk.h"
 
 namespace kvstore {
@@ -33,9 +33,9 @@ class StoreLock {
 // to `timeout`. A timeout is ErrorKind::kRefused (a writer is busy); a .lock
 // that is not a regular file (folder, symlink, FIFO, socket, device) is
 // kInvalid and is never opened as one; any other failure kIo.
-Outcome<StoreLock> lock_exclusive(int rank_fd, std::chrono::milliseconds timeout);
+Result<StoreLock> lock_exclusive(int rank_fd, std::chrono::milliseconds timeout);
 
 // Same with LOCK_SH: what a writer takes (used by tests and the bench).
-Outcome<StoreLock> lock_shared(int rank_fd, std::chrono::milliseconds timeout);
+Result<StoreLock> lock_shared(int rank_fd, std::chrono::milliseconds timeout);
 
 }  // namespace kvstore

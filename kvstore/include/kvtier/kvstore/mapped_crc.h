@@ -6,13 +6,13 @@
 
 #include <cstdint>
 
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 
 namespace kvstore {
 
 // CRC-32 (zlib's) of bytes [from, size) of `fd`, chained onto `crc`.
 // Errors: the mapping failed (caller may fall back to read()), or the file
 // shrank while being read.
-Outcome<uint32_t> crc_mapped(int fd, uint64_t size, uint64_t from, uint32_t crc);
+Result<uint32_t> crc_mapped(int fd, uint64_t size, uint64_t from, uint32_t crc);
 
 }  // namespace kvstore

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kvtier/kvstore/inventory.h"
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 #include "kvtier/kvstore/progress.h"
 
 namespace kvstore {
@@ -64,7 +64,7 @@ struct TierListing {
   std::vector<TempRec> record_temps;   // namespace-record temps beside the rank bases
 };
 
-Outcome<TierListing> list_tier(int root_fd, const std::string& root_name, const ScanOptions& opt);
+Result<TierListing> list_tier(int root_fd, const std::string& root_name, const ScanOptions& opt);
 
 // A namespace-record temp may go when it is older than the grace period (and
 // kRecordTempFloorNs) and no process holds its flock (FORMAT.md 7.1, 8.3).
@@ -79,11 +79,11 @@ struct StoreScan {
 };
 
 // `root_name` is ROOT's own directory name (it says whether ROOT is a rank base).
-Outcome<StoreScan> scan_store(int root_fd, const std::string& root_name, const ScanOptions& opt);
+Result<StoreScan> scan_store(int root_fd, const std::string& root_name, const ScanOptions& opt);
 
 // Scans one rank base again (the sweep re-plans under the lock). `rank_rel` is
 // "" when ROOT is the rank base itself.
-Outcome<RankInventory> scan_rank(int root_fd, const std::string& rank_rel,
+Result<RankInventory> scan_rank(int root_fd, const std::string& rank_rel,
                                  const std::string& rank_name, const ScanOptions& opt,
                                  uint64_t* bytes_read = nullptr);
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kvtier/kvstore/progress.h"
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 #include "kvtier/kvstore/gc_plan.h"
 
 namespace kvstore {
@@ -40,6 +40,6 @@ struct SweepResult {
 // payload) when a manifest could not be removed. Refusals are the caller's
 // job: execute_plan assumes the plan was accepted.
 // `progress`, if given, counts each deletion (files and bytes freed).
-Outcome<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress = nullptr);
+Result<SweepResult> execute_plan(int root_fd, const Plan& plan, Progress* progress = nullptr);
 
 }  // namespace kvstore

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fd.h"
-#include "kvtier/kvstore/outcome.h"
+#include "kvtier/kvstore/error.h"
 
 namespace kvstore {
 
@@ -82,7 +82,7 @@ struct WalkResult {
 };
 
 // Opens `path` as a walk root: a directory, not itself a symlink.
-Outcome<Fd> open_root(const std::string& path);
+Result<Fd> open_root(const std::string& path);
 
 // The kIo error for a path that is a symlink kvstore was asked to open.
 Error symlink_error(std::string path);
@@ -96,13 +96,13 @@ WalkResult list_dir(int dir_fd);
 
 // Opens `rel` below `root_fd` without following any symlink and without
 // leaving the root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS).
-Outcome<Fd> open_beneath(int root_fd, std::string_view rel, int flags);
+Result<Fd> open_beneath(int root_fd, std::string_view rel, int flags);
 
 // Opens a regular file below the root for reading; refuses anything else.
-Outcome<Fd> open_file_beneath(int root_fd, std::string_view rel);
+Result<Fd> open_file_beneath(int root_fd, std::string_view rel);
 
 // lstat-like information for `rel` below the root.
-Outcome<FileStat> stat_beneath(int root_fd, std::string_view rel);
+Result<FileStat> stat_beneath(int root_fd, std::string_view rel);
 
 FileStat to_file_stat(const struct stat& st);
 

@@ -2,8 +2,9 @@
 // per command, every series always present (zero when zero), timestamps
 // instead of ages, and per command the last run, its exit code and the last
 // success, carried over from the previous file when this run failed.
-// Part of the kvstore CLI layer: rendering only, no I/O but reading the
-// previous file.
+// Part of the kvstore CLI layer (kvstore's alone, so beside its main.cpp and
+// not in the shared cli/): rendering only, no I/O but reading the previous
+// file.
 #pragma once
 
 #include <cstdint>

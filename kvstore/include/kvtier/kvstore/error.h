@@ -1,6 +1,6 @@
-// kvstore's typed error and its Outcome<T> (kvtier::Result from
-// common/result.h). Library functions return Outcome; only kvstore/main.cpp
-// prints and picks exit codes.
+// kvstore's typed error and its Result<T> (kvtier::Result from
+// common/result.h, named as the other libraries name theirs). Library
+// functions return Result; only kvstore/main.cpp prints and picks exit codes.
 #pragma once
 
 #include <string>
@@ -30,7 +30,7 @@ Error io_error(std::string path, int err, std::string what);
 
 // The one result type of the repository (common/result.h) with kvstore's Error.
 template <class T>
-using Outcome = kvtier::Result<T, Error>;
+using Result = kvtier::Result<T, Error>;
 
 // For functions with nothing to return but success.
 struct Done {};

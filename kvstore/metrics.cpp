@@ -1,4 +1,4 @@
-#include "kvstore_metrics.h"
+#include "metrics.h"
 
 #include <fmt/format.h>
 
