@@ -553,13 +553,16 @@ class Walker:
                 and isinstance(e.ctx, ast.Load)
                 and e.id not in ("self", "cls")
             ):
-                # injected code reading a local (or a module name) of vLLM's
+                # injected code reading a local (or a module name) of vLLM's;
+                # a module-level name the function does not rebind is pinned
+                # at module level, where the file binds it
+                local = func is not None and not (
+                    e.id in self.mod.defs | self.mod.imports.keys()
+                    and not _binds(func, e.id)
+                )
                 self._use(
                     Use(
-                        "local",
-                        file=self.path,
-                        scope=scope if func is not None else "",
-                        name=e.id,
+                        "local", file=self.path, scope=scope if local else "", name=e.id
                     ),
                     site,
                 )
@@ -1037,3 +1040,21 @@ def vllm_looking(
         for u in unresolved
         if "(" in u.name or (u.name in names and u.name not in _PYTHON_NAMES)
     ]
+
+
+def _binds(func: ast.AST, name: str) -> bool:
+    """Whether ``name`` is a parameter of ``func`` or bound in its body."""
+    a = func.args
+    params = a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+    if any(p is not None and p.arg == name for p in params):
+        return True
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            if node.id == name:
+                return True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((x.asname or x.name.split(".")[0]) == name for x in node.names):
+                return True
+        elif isinstance(node, ast.ExceptHandler) and node.name == name:
+            return True
+    return False

@@ -3,7 +3,7 @@
     python3 bench/promotion_gil_bench.py --dir /tmp/pgb [--files 512] \
         [--layers 4] [--hold-ms 0,20,100] [--repeat 3] [--json out.json]
 
-On the H200 (docs/ENGINE.md, runs 19-21) a 32k-token restore on vLLM 0.34.0
+On the H200 (docs/ENGINE-RUNS.md, runs 19-21) a 32k-token restore on vLLM 0.34.0
 read 4.9 GB in 27.8 s from disk and 52.6 s from the page cache while the
 engine thread compiled Triton kernels, whose compiler holds the GIL for long
 stretches. A promotion thread that needs the GIL once per file waits for

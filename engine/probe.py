@@ -242,6 +242,14 @@ def _unpadded_page(spec: Any) -> int:
     raise TypeError(type(spec).__name__)
 
 
+def wait_writer_idle(worker: Any, timeout: float = 120.0) -> bool:
+    """Whether this rank's writer has nothing queued (True without a writer)."""
+    _, store = _store(worker)
+    if store is None or not store.active:
+        return True
+    return store.writer.wait_idle(timeout=timeout)
+
+
 def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
     connector_worker, store = _store(worker)
     if store is None:
@@ -380,6 +388,13 @@ def block_digests(
     return out
 
 
+# The WorkerRestore methods the recorder wraps: a finished job's verdict (the
+# job, returns whether its keys were restored) and a failure applied (the
+# PromotionFailed). tests/realsched/test_probe_digests.py holds them to the
+# real module, so a rename fails on CPU and not on the GPU.
+RESTORE_WRAPPED = ("_finish", "_apply_failure")
+
+
 def install_restore_recorder(worker: Any) -> dict[str, Any]:
     """Record every promotion this rank ran (keys, chunk files, outcome) and every failure."""
     connector_worker, store = _store(worker)
@@ -389,7 +404,7 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
     fmt = importlib.import_module(OFFLOADING + ".kv_store_format")
     promotions: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
-    promote, fail = restore._promote, restore._fail
+    finish, apply_failure = (getattr(restore, name) for name in RESTORE_WRAPPED)
 
     def describe(key: bytes) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -408,17 +423,16 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
             item["error"] = f"{type(e).__name__}: {e}"
         return item
 
-    def recorded_promote(keys: Any, chunks: Any) -> bool:
-        ok = promote(keys, chunks)
-        # Only the keys here: this runs on the promotion thread before the job's
-        # result is reported, so reading each file's header now (an open and a read
-        # per file, each giving up the GIL beside the stepping engine thread) would
-        # hold the request up (seen on the H200: a 2,048-file promotion took about
-        # 30 s more). The files are described when the report is taken.
-        promotions.append({"ok": bool(ok), "keys": [bytes(k) for k in keys]})
+    def recorded_finish(job: Any) -> bool:
+        ok = finish(job)
+        # Only the keys here: this runs on the step's thread as the job is
+        # reported, so reading each file's header now would hold the step up
+        # (seen on the H200: a 2,048-file promotion took about 30 s more). The
+        # files are described when the report is taken.
+        promotions.append({"ok": bool(ok), "keys": [bytes(k) for k in job.keys]})
         return ok
 
-    def recorded_fail(e: Any) -> None:
+    def recorded_failure(e: Any) -> None:
         key = getattr(e, "key", None)
         failures.append(
             {
@@ -427,10 +441,10 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
                 "message": str(e),
             }
         )
-        fail(e)
+        apply_failure(e)
 
-    restore._promote = recorded_promote
-    restore._fail = recorded_fail
+    restore._finish = recorded_finish
+    restore._apply_failure = recorded_failure
     restore._probe = (promotions, failures, describe)
     if os.environ.get("KVTIER_SUITE_SAMPLE_STACKS") == "1":
         restore._probe_samples = _sample_stacks()

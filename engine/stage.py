@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import time
 
@@ -194,6 +195,23 @@ def record_block_ids(llm) -> dict[str, tuple]:
     return seen
 
 
+def warm_prefill(llm, tokens: int) -> None:
+    """A prompt no store holds (its tokens drawn anew in each process), so each of its
+    chunks is a full prefill step the restore cost guard can time; then the same prompt
+    and 16 tokens more, which runs what a restored request runs, a short prefill over a
+    long cached prefix. The writer's bytes of it reach the disk before anything is
+    timed."""
+    from vllm import SamplingParams
+
+    rng = random.Random(time.time_ns())
+    ids = [rng.randrange(5, 30000) for _ in range(tokens)]
+    sp = SamplingParams(max_tokens=2, ignore_eos=True, detokenize=False)
+    llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
+    tail = ids + [rng.randrange(5, 30000) for _ in range(16)]
+    llm.generate([{"prompt_token_ids": tail}], sp, use_tqdm=False)
+    llm.collective_rpc(probe.wait_writer_idle)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -230,6 +248,14 @@ def main() -> int:
     p.add_argument("--compare", action="store_true", help="compare chunk bytes to GPU")
     p.add_argument("--logprobs", type=int, default=20)
     p.add_argument("--warmup", action="store_true", help="one untimed generate first")
+    p.add_argument(
+        "--warmup-prefill",
+        type=int,
+        default=0,
+        help="with --warmup: then one new prompt of this many tokens, and it again with "
+        "16 more (the restore cost guard times full prefill steps, and the kernels of a "
+        "short prefill over a long cached prefix compile before the timed requests)",
+    )
     p.add_argument(
         "--sequential",
         action="store_true",
@@ -301,6 +327,8 @@ def main() -> int:
         llm.generate(
             warm, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False
         )
+        if args.warmup_prefill:
+            warm_prefill(llm, args.warmup_prefill)
         block_ids.clear()  # the warm-up requests' blocks are not the timed ones
     rounds = []
     for rnd in range(args.rounds):

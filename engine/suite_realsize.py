@@ -53,14 +53,21 @@ TTFT_TOKENS = tuple(
 )
 
 
+# Two full chunks of vLLM's default 16,384-token prefill step, at two depths.
+WARMUP_PREFILL = 32768
+
+
 def real_size_stages() -> list[Stage]:
     """Llama-3.1-8B's shape (dummy weights): time to first token cold, restored from disk
     and restored from the page cache (ttft.*), and a burst of long prompts tier off / on
     (burst8b.*). Each engine alone on the GPU; minutes of device time, so they run only
     when --only names their prefix (ttft, burst8b)."""
     long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
+    # The warm-up's full prefill steps are what the restore cost guard predicts a
+    # recompute from (issue 47: from the 48-144-token tails alone it could not).
     ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
-                   "--sequential", "--rounds", "1"]  # fmt: skip
+                   "--sequential", "--rounds", "1",
+                   "--warmup-prefill", str(WARMUP_PREFILL)]  # fmt: skip
     tier = ["--connector", "--cpu-bytes", str(24 << 30)]
     # A CPU tier and a capture budget that hold the longest prompt whole (15.5 GiB).
     budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "16384"}
@@ -285,7 +292,8 @@ def _estimate_row(res: dict, rows: list[dict]) -> dict | None:
     """The cost guard's last estimate (the longest prompt's: they run shortest first)
     beside what it predicts: recompute against the cold TTFT, the read against the read
     phase. The steps its prefill fit saw stay in results.json (issue 47)."""
-    est = (res.get("restore_scheduler") or {}).get("last_estimate")
+    sched = res.get("restore_scheduler") or {}
+    est = sched.get("last_estimate")
     if not est:
         return None
     cold = rows[-1]["cold_s"]
@@ -299,6 +307,9 @@ def _estimate_row(res: dict, rows: list[dict]) -> dict | None:
         "prefill_steps": est.get("prefill_steps"),
         "prefill_trimmed": est.get("prefill_trimmed"),
         "prefill_fit": est.get("prefill_fit"),
+        # lookups the guard could not weigh (no read rate yet, or prefill steps
+        # too short to predict this one's): each restored unweighed
+        "unmeasured": sched.get("restores_unmeasured"),
     }
 
 

@@ -34,7 +34,7 @@ BUDGET = LIMIT - RESERVE - GROWTH  # the checkout + one call's sets, at most
 OPS_CUT = 40_000_000
 # The most each set may weigh (bytes, every file in it). prepare.sh fails when a set is over
 # its cap; with the caps every call below fits BUDGET with today's checkout (8.1 MB). What
-# prepare.sh wrote, 0.34.0 / 0.33.0 (docs/ENGINE.md, "The GPU suite: commands"):
+# prepare.sh wrote, 0.34.0 / 0.33.0 (docs/ENGINE-RUNS.md, "Sizes and device time"):
 SETS = {
     # A: the compiled ops (vllm/_C_stable_libtorch.abi3.so, xz), their first OPS_CUT bytes:
     # 40,000,012 / 40,000,012

@@ -270,6 +270,8 @@ class HybridVllm:
                 prefix_caching_hash_algo="sha256",
             ),
             speculative_config=speculative_config,
+            # The sim schedules a prompt whole: a prefill step holds at most one.
+            scheduler_config=SimpleNamespace(max_num_batched_tokens=self.max_model_len),
             kv_events_config=None,
             # Each set only where the release has it: 0.33.0's use_v2_model_runner
             # (a property there, gone in 0.34.0), 0.34.0's hash lookahead.

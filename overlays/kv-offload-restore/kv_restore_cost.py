@@ -6,14 +6,15 @@ Both rates are the running engine's own:
 - ``ReadRates``: each rank's read rate (bytes/s) and bytes per key, measured
   by its promotion thread over its recent jobs and reported after each one.
   A job is done when its slowest rank is, so the estimate takes the slowest.
-- ``PrefillRate``: the engine's prefill seconds per token as a function of
-  the context the token attends to, ``a + b * context`` (attention grows with
-  the context, the rest does not), fit by weighted least squares over the
-  recent steps the scheduler timed (``StepClock``) whose scheduled tokens were
-  mostly prefill, the slow outliers (kernel compiles, pauses) dropped.
+- ``PrefillRate``: the engine's seconds for a prefill step, ``c + a * tokens
+  + b * tokens * context`` (a step's fixed cost, a token's, and attention,
+  which grows with the context), fit by least squares of the relative error
+  over the recent steps the scheduler timed (``StepClock``) whose scheduled
+  tokens were mostly prefill, the outliers (kernel compiles, pauses) dropped.
 
-``weigh`` answers None while either rate is unmeasured: with no evidence the
-tier restores, as it always did.
+``weigh`` answers None while either rate is unmeasured, or while the steps
+seen are too short to predict a prefill's (``PrefillRate.REACH``): with no
+evidence the tier restores, as it always did.
 """
 
 from collections import deque
@@ -38,10 +39,10 @@ class Estimate:
     restore: bool  # False: reading is predicted slower than recomputing
     prefill_steps: int = 0  # steps the prefill fit had, and dropped as outliers
     prefill_trimmed: int = 0
-    # The fit (a, b) and the steps it was made from, (tokens, mean context,
-    # seconds a token): what a mispredicted recompute is diagnosed from (the
+    # The fit (c, a, b) and the steps it was made from, (tokens, mean
+    # context, seconds): what a mispredicted recompute is diagnosed from (the
     # GPU suite keeps the last estimate in its results; issue 47).
-    prefill_fit: tuple[float, float] | None = None
+    prefill_fit: tuple[float, float, float] | None = None
     prefill_points: tuple[tuple[float, float, float], ...] = ()
 
     def as_dict(self) -> dict:
@@ -71,88 +72,165 @@ class ReadRates:
 
 
 class PrefillRate:
-    """Per-token prefill seconds ``a + b * context``, from timed steps.
+    """A prefill step's seconds ``c + a * tokens + b * tokens * context``,
+    from timed steps.
+
+    ``c`` is what a step costs whatever it holds (the launch of every layer's
+    kernels, the sampler, the scheduler), ``a`` what a token costs, ``b`` what
+    a token costs per token of context it attends to. A per-token line alone
+    reads a step's fixed cost as a token's: on the GPU the steps timed before
+    the first restore were tails of 48-144 tokens, about 33 ms each, and a
+    32k-token recompute was predicted at 15 s against 4.8 s measured (run 22).
 
     A step is never faster than its work, but often slower: the first steps
     of an engine compile kernels (Triton JIT: seconds for a step of
-    milliseconds), and a step's period can include a pause. Those points
-    would bend the line (a slow short step at a deep context is read as a
-    steep slope, then squared over a long prompt: a 32k-token recompute was
-    once predicted at 26,958 s against 5.1 s measured). So the fit drops,
-    slowest first, each step the line misses by more than ``OUTLIER`` times
-    either way (a line far above a step is one that a slower step pulled up).
+    milliseconds), and a step's period can include a pause. So the fit drops
+    each step the model misses by more than ``OUTLIER`` times either way, and
+    never more than half of them.
+
+    A prediction is made only where the steps seen reach the steps it is of:
+    the largest timed step must hold at least ``1 / REACH`` of the tokens a
+    step of the prediction holds (``chunk``, vLLM's max_num_batched_tokens, or
+    the whole prefill when shorter). A fit from short steps cannot tell a
+    token's cost from a step's, and an estimate it cannot make is one the
+    tier does not act on: it restores, as with no estimate at all.
     """
 
     WINDOW = 256  # the recent steps fitted (older ones are forgotten)
     OUTLIER = 3.0
+    REACH = 4.0
 
-    def __init__(self) -> None:
+    def __init__(self, chunk: int | None = None) -> None:
+        self.chunk = chunk  # tokens a prefill step holds at most; None: unknown
         self._points: deque[tuple[float, float, float]] = deque(maxlen=self.WINDOW)
         self.steps = 0
         self.trimmed = 0  # steps the last fit dropped
-        self._fit: tuple[float, float] | None = None
+        self._fit: tuple[float, float, float] | None = None
         self._stale = False
 
     def observe(self, tokens: int, mean_context: float, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
             return
-        self._points.append((float(tokens), mean_context, seconds / tokens))
+        self._points.append((float(tokens), float(mean_context), float(seconds)))
         self.steps += 1
         self._stale = True
 
     def points(self) -> tuple[tuple[float, float, float], ...]:
-        """The steps in the window: (tokens, mean context, seconds a token)."""
+        """The steps in the window: (tokens, mean context, seconds)."""
         return tuple(self._points)
 
-    def coefficients(self) -> tuple[float, float] | None:
+    def coefficients(self) -> tuple[float, float, float] | None:
+        """(c, a, b) of the fit, or None before any step."""
         if self._stale:
             self._fit, self.trimmed = _trimmed_fit(list(self._points), self.OUTLIER)
             self._stale = False
         return self._fit
 
     def seconds(self, start: int, end: int) -> float | None:
-        """Predicted prefill seconds of the tokens from ``start`` to ``end``."""
+        """Predicted prefill seconds of the tokens from ``start`` to ``end``,
+        or None when no fit reaches steps of that size."""
         fit = self.coefficients()
         if fit is None or end <= start:
             return None
-        a, b = fit
-        return a * (end - start) + b * (end * end - start * start) / 2
+        tokens = end - start
+        step = min(self.chunk or tokens, tokens)
+        if max(n for n, _, _ in self._points) * self.REACH < step:
+            return None
+        c, a, b = fit
+        steps = -(-tokens // step)
+        return c * steps + a * tokens + b * (end * end - start * start) / 2
 
 
-def _line(points: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """Least squares of per-token seconds on context, weighted by tokens, with
-    both coefficients kept >= 0 (more context never makes a token cheaper)."""
-    sw = sx = sy = sxx = sxy = 0.0
-    for w, x, y in points:
-        sw, sx, sy = sw + w, sx + w * x, sy + w * y
-        sxx, sxy = sxx + w * x * x, sxy + w * x * y
-    spread = sw * sxx - sx * sx
-    b = (sw * sxy - sx * sy) / spread if spread > 1e-9 * sw * sw else 0.0
-    if b < 0:
-        return sy / sw, 0.0
-    a = (sy - b * sx) / sw
-    if a < 0:  # the line through the origin that fits best
-        return 0.0, (sxy / sxx if sxx > 0 else 0.0)
-    return a, b
+# The fit's terms, simplest first: among fits that explain the steps equally
+# well the first wins (one step of 4,800 tokens is read as 4,800 tokens' cost,
+# not as one step's). Every fit has the per-token term: a longer prefill
+# always costs more, and a fit without it (a step's cost alone, say) would
+# predict that it does not.
+_TERMS = ((1,), (0, 1), (1, 2), (0, 1, 2))
+
+
+def _features(n: float, ctx: float) -> tuple[float, float, float]:
+    return 1.0, n, n * ctx
+
+
+def _solve(rows: list[list[float]], rhs: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when (nearly)
+    singular: the steps cannot tell these terms apart."""
+    k = len(rhs)
+    m = [row[:] + [rhs[i]] for i, row in enumerate(rows)]
+    size = max(abs(m[i][i]) for i in range(k))
+    for col in range(k):
+        piv = max(range(col, k), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) <= 1e-9 * size:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(col + 1, k):
+            f = m[r][col] / m[col][col]
+            for j in range(col, k + 1):
+                m[r][j] -= f * m[col][j]
+    x = [0.0] * k
+    for r in reversed(range(k)):
+        x[r] = (m[r][k] - sum(m[r][j] * x[j] for j in range(r + 1, k))) / m[r][r]
+    return x
+
+
+def _model(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """Least squares of the relative error (each step weighted 1 / seconds^2:
+    steps of milliseconds and of seconds count alike), every term kept >= 0
+    (a step never gets cheaper with more tokens or more context): the best
+    of the fits over each set of terms whose coefficients are all >= 0."""
+    # Each term scaled to at most 1 over the steps, so that one step's
+    # constant and a deep step's tokens * context (1e9) solve alike.
+    scale = [max(max(abs(_features(n, c)[j]) for n, c, _ in points), 1e-30)
+             for j in range(3)]  # fmt: skip
+    best: tuple[float, tuple[float, float, float]] | None = None
+    for terms in _TERMS:
+        k = len(terms)
+        ata = [[0.0] * k for _ in range(k)]
+        aty = [0.0] * k
+        for n, ctx, s in points:
+            f = [v / scale[j] for j, v in enumerate(_features(n, ctx))]
+            for i in range(k):
+                aty[i] += f[terms[i]] / s
+                for j in range(k):
+                    ata[i][j] += f[terms[i]] * f[terms[j]] / (s * s)
+        x = _solve(ata, aty)
+        if x is None or min(x) < 0:
+            continue
+        coef = [0.0, 0.0, 0.0]
+        for i, term in enumerate(terms):
+            coef[term] = x[i] / scale[term]
+        err = sum((_predict(coef, n, ctx) / s - 1) ** 2 for n, ctx, s in points)
+        # a later, richer fit must explain the steps clearly better
+        if best is None or err < best[0] * (1 - 1e-6) - 1e-12:
+            best = (err, (coef[0], coef[1], coef[2]))
+    assert best is not None  # the per-token term alone always fits
+    return best[1]
+
+
+def _predict(coef, n: float, ctx: float) -> float:
+    return sum(c * f for c, f in zip(coef, _features(n, ctx), strict=True))
 
 
 def _trimmed_fit(
     points: list[tuple[float, float, float]], outlier: float
-) -> tuple[tuple[float, float] | None, int]:
-    """(a, b) with the slow outliers dropped, and how many were dropped (at
-    most half the steps: a majority of them is taken to be sound)."""
+) -> tuple[tuple[float, float, float] | None, int]:
+    """(c, a, b) with the outliers dropped, and how many were dropped (the
+    worst first, at most half the steps: a majority of them is taken to be
+    sound)."""
     if not points:
         return None, 0
     kept = list(points)
     while True:
-        a, b = _line(kept)
+        coef = _model(kept)
         if len(kept) <= max(1, (len(points) + 1) // 2):
             break
-        ratios = [y / max(a + b * x, 1e-30) for _, x, y in kept]
-        if max(ratios) <= outlier and min(ratios) >= 1 / outlier:
+        ratios = [s / max(_predict(coef, n, ctx), 1e-30) for n, ctx, s in kept]
+        worst = max(range(len(kept)), key=lambda i: max(ratios[i], 1 / ratios[i]))
+        if max(ratios[worst], 1 / ratios[worst]) <= outlier:
             break
-        del kept[ratios.index(max(ratios))]
-    return (a, b), len(points) - len(kept)
+        del kept[worst]
+    return coef, len(points) - len(kept)
 
 
 def weigh(

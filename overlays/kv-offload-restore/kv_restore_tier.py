@@ -423,6 +423,9 @@ class SchedulerRestore:
             "KV restore: on; lookups answer from the ranks' manifests (%d ranks)",
             config.num_workers,
         )
+        # The cost guard predicts a recompute step by step: a step holds at
+        # most this many tokens.
+        tier.prefill.chunk = vllm_config.scheduler_config.max_num_batched_tokens
         return cls(
             tier,
             config.num_workers,

@@ -31,7 +31,7 @@ it finished checks the results and reports them. The promotion thread so
 needs the GIL twice a job, whatever its number of files: an engine thread
 that holds the GIL for long stretches (Triton's compiler does) delays a
 restore by two of them, not by one per file (bench/promotion_gil_bench.py;
-docs/ENGINE.md, runs 19-22). The job's CPU
+docs/ENGINE-RUNS.md, runs 19-22). The job's CPU
 rows stay allocated to it in the tiering manager until every rank reported,
 so no other transfer is given them while a read may still land. A cache
 reset releases them at once (vLLM's reset frees every row), so the first

@@ -1144,11 +1144,12 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
 
 
 def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
-    """Per-token prefill seconds a + b * context, fit from timed steps; the read
-    estimate is the slowest rank's; nothing is weighed until both are measured."""
+    """A prefill step's seconds c + a * tokens + b * tokens * context, fit from timed
+    steps; the read estimate is the slowest rank's; nothing is weighed until both are
+    measured."""
     cost = ns.load(f"{OFFLOADING}.kv_restore_cost")
     reports = ns.load(f"{OFFLOADING}.kv_restore_reports")
-    prefill, rates = cost.PrefillRate(), cost.ReadRates()
+    prefill, rates = cost.PrefillRate(chunk=1024), cost.ReadRates()
     assert cost.weigh(rates, prefill, 2, 10, 0, 4096) is None
     a, b = 20e-6, 1e-9  # seconds a token, and per token of context
     clock = cost.StepClock(prefill)
@@ -1162,13 +1163,14 @@ def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
     assert prefill.steps == 8
     # A step is given the longer of the two periods after it: here mostly the
     # next chunk's, one chunk deeper, so the fit leans up a little, never down.
-    fit_a, fit_b = prefill.coefficients()
+    fit_c, fit_a, fit_b = prefill.coefficients()
+    assert fit_c < 0.01 * 1024 * a
     assert abs(fit_a - a) < 0.1 * a and abs(fit_b - b) < 0.1 * b
     true = a * 4096 + b * 4096**2 / 2
     assert true <= prefill.seconds(0, 4096) <= 1.1 * true
     # Async scheduling: the next step is scheduled at once, the one after it
     # once the prefill ran; the prefill step still gets its own time.
-    lone = cost.PrefillRate()
+    lone = cost.PrefillRate(chunk=1024)
     clock = cost.StepClock(lone)
     for t, item in ((0.0, ("s", 1024, 0, 1024)), (0.0001, ("s", 1, 1024, 1024)),
                     (0.05, ("s", 1, 1025, 1024)), (0.06, ("s", 1, 1026, 1024))):  # fmt: skip
@@ -1192,9 +1194,9 @@ def test_the_cost_model_fits_the_prefill_rate_and_takes_the_slowest_rank(ns):
     # The estimate carries what it was fit from (the GPU suite keeps it).
     assert estimate.prefill_fit == prefill.coefficients()
     assert len(estimate.prefill_points) == prefill.steps == 8
-    tokens, context, per_token = estimate.prefill_points[0]
-    assert (tokens, context) == (1024, 512) and per_token >= a + b * 512
-    assert estimate.as_dict()["prefill_points"][0] == (1024, 512, per_token)
+    tokens, context, seconds = estimate.prefill_points[0]
+    assert (tokens, context) == (1024, 512) and seconds >= 1024 * (a + b * 512)
+    assert estimate.as_dict()["prefill_points"][0] == (1024, 512, seconds)
     assert cost.weigh(rates, prefill, 2, 10, 0, 4096).restore
 
 
@@ -1211,28 +1213,74 @@ def test_the_prefill_fit_drops_kernel_compiles_and_pauses(ns):
 
     # Two chunks of a warm-up prompt: the second (deeper, shorter) compiled
     # the attention kernel that reads a cached prefix.
-    two = cost.PrefillRate()
+    two = cost.PrefillRate(chunk=2048)
     step(two, 2048, 1024)
     step(two, 704, 2400, extra=20.0)
     assert two.seconds(0, 32768) < 2 * true
     assert two.trimmed == 1
     # The compile on the first step instead (shallow): the slope survives.
-    first = cost.PrefillRate()
+    first = cost.PrefillRate(chunk=2048)
     step(first, 2048, 1024, extra=15.0)
     for n, ctx in ((2048, 3072), (2048, 5120), (1024, 6656)):
         step(first, n, ctx)
     assert 0.9 * true <= first.seconds(0, 32768) <= 1.1 * true
     assert first.trimmed == 1
     # Among many sound steps, four 21x slower (pauses) change nothing.
-    many = cost.PrefillRate()
+    many = cost.PrefillRate(chunk=2048)
     for i in range(40):
         ctx = 512 + 1024 * (i % 16)
         step(many, 1024, ctx, extra=(1024 * (a + b * ctx) * 20) if i % 9 == 4 else 0)
     assert 0.95 * true <= many.seconds(0, 32768) <= 1.05 * true
     assert many.trimmed == 4
     # Clean steps keep every point.
-    clean = cost.PrefillRate()
+    clean = cost.PrefillRate(chunk=1024)
     for i in range(8):
         step(clean, 1024, 512 + 1024 * i)
     assert clean.trimmed == 0
     assert abs(clean.seconds(0, 32768) - true) < 1e-6 * true
+
+
+def test_the_prefill_fit_tells_a_steps_cost_from_a_tokens_and_does_not_reach_past_its_steps(
+    ns,
+):
+    """Run 22 (H100, 32k tokens): the steps timed before the first restore were tails of
+    48-144 tokens, about 33 ms each whatever they held; read per token they predicted a
+    15.1 s recompute against 4.8 s cold. A step's fixed cost is its own term now, and a
+    fit from steps under a quarter of a prefill step predicts nothing (the tier restores
+    unweighed). With a warm-up's full chunks it lands within 1.5x at 32k and 127k."""
+    cost = ns.load(f"{OFFLOADING}.kv_restore_cost")
+    reports = ns.load(f"{OFFLOADING}.kv_restore_reports")
+    run22 = cost.PrefillRate(chunk=16384)
+    for n, ctx, s in ((48, 1176, 1.1288), (48, 1176, 0.0335), (96, 1176, 0.0329)):
+        run22.observe(n, ctx, s)
+    run22.coefficients()
+    assert run22.trimmed == 1  # the first step's compiles
+    assert run22.seconds(0, 32767) is None
+    rates = cost.ReadRates()
+    rates.on_report(reports.READ_RATE, reports.rank_value(0, int(1.4e9)))
+    rates.on_report(reports.KEY_BYTES, reports.rank_value(0, 8 << 20))
+    assert cost.weigh(rates, run22, 1, 584, 0, 32767) is None
+    # A prefill no longer than the steps seen is predicted from them.
+    assert 0.033 / 1.5 <= run22.seconds(0, 96) <= 0.033 * 1.5
+
+    # An 8B-like engine: 20 ms a step, 120 us a token, 1.5 ns a token per token of
+    # context; the warm-up compiles on its first step and on the cached-tail step.
+    true_c, true_a, true_b = 0.02, 120e-6, 1.5e-9
+
+    def step_s(n, ctx):
+        return true_c + true_a * n + true_b * n * ctx
+
+    warm = cost.PrefillRate(chunk=16384)
+    warm.observe(4800, 600, step_s(4800, 600) + 40.0)  # the first step's compiles
+    warm.observe(16384, 8192, step_s(16384, 8192))
+    warm.observe(16384, 24576, step_s(16384, 24576))
+    warm.observe(16, 32776, step_s(16, 32776) + 3.0)  # a cached-prefix kernel compiled
+    for tokens in (32767, 126975):
+        steps = -(-tokens // 16384)
+        true = true_c * steps + true_a * tokens + true_b * tokens**2 / 2
+        assert true / 1.5 <= warm.seconds(0, tokens) <= 1.5 * true, tokens
+    assert warm.trimmed == 2
+    estimate = cost.weigh(rates, warm, 1, 584, 0, 32767)
+    assert (
+        estimate.prefill_fit == warm.coefficients() and len(estimate.prefill_fit) == 3
+    )

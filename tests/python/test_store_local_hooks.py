@@ -669,7 +669,7 @@ def test_state_strides_come_from_the_layers_views_behind_a_raw_page_view(
     # vLLM 0.33.0 registers one raw [B, 1, 1, C] int8 page view per state layer with
     # the connector; the layer's bind_kv_cache unpacked it into its state views. On the
     # H200 the writer read the raw view and disabled itself ("state part 0: shape
-    # (1, 1, 1024), spec (2, 256)", LFM2, docs/ENGINE.md run 4).
+    # (1, 1, 1024), spec (2, 256)", LFM2, docs/ENGINE-RUNS.md run 4).
     vllm = Vllm(patched)
     kv_cache_config = vllm.layout()
     vllm_config = vllm.vllm_config()

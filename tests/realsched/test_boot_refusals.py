@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import realsched
@@ -191,3 +192,91 @@ def test_two_nodes_boot_with_the_local_store_tier_and_not_with_vllms(
         spec = _nodes_spec(booted, stock)
         with pytest.raises(NotImplementedError, match="span several nodes"):
             spec.create_worker(canonical_caches(worker_connector(booted)))
+
+
+def engine_args(**kv: Any) -> Any:
+    """The EngineArgs of realsched's engine, with the KV-transfer arguments given."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    realsched.use_cpu_platform()
+    return EngineArgs(
+        model=str(realsched.MODELS / "nemotronh"),
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        enforce_eager=True,
+        max_model_len=1024,
+        enable_prefix_caching=True,
+        block_size=realsched.BLOCK,
+        **kv,
+    )
+
+
+@pytest.mark.parametrize(
+    "kv, words",
+    [
+        ({}, "the engine has no --kv-transfer-config, so no OffloadingConnector"),
+        (
+            {
+                "kv_transfer_config": {
+                    "kv_connector": "ExampleConnector",
+                    "kv_role": "kv_both",
+                }
+            },
+            "the engine's KV connector is ExampleConnector, not OffloadingConnector",
+        ),
+        (
+            {
+                "kv_transfer_config": {
+                    "kv_connector": "MultiConnector",
+                    "kv_role": "kv_both",
+                    "kv_connector_extra_config": {
+                        "connectors": [realsched.connector_config(8 << 20)]
+                    },
+                }
+            },
+            "the engine's KV connector is MultiConnector, not OffloadingConnector",
+        ),
+    ],
+    ids=["no-connector", "another-connector", "nested-connector"],
+)
+def test_knob_1_without_the_offloading_connector_refuses_the_config(
+    knobs, tmp_path, kv, words
+):
+    """An engine started by hand with GLM53_KV_OFFLOAD=1 and no offloading connector
+    would load none of our hooks and serve without the tier: the real VllmConfig
+    refuses it with one line, before any model loads (issue 48, item 2)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local.errors import (  # noqa: E501
+        StoreRefused,
+    )
+
+    knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1"})
+    with pytest.raises(StoreRefused) as refused:
+        engine_args(**kv).create_engine_config()
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(
+        "KV store: GLM53_KV_OFFLOAD=1 is refused"
+    )
+    assert words in line and "launch.sh plan" in line, line
+
+
+def test_the_configs_that_load_the_tier_pass_and_knob_0_asks_nothing(knobs, tmp_path):
+    """The launcher's connector JSON and vLLM's --kv-offloading-size shortcut both load
+    the offloading connector, so knob 1 boots; knob 0 (or unset) refuses no config; a
+    knob that is not 0/1 is refused by its rule even without a connector (a KnobError,
+    which the pydantic config reports as a ValueError with the rule's words)."""
+    knobs(**{"": "1", "DIR": str(tmp_path), "CPU_GB": "1"})
+    config = engine_args(
+        kv_transfer_config=realsched.connector_config(8 << 20)
+    ).create_engine_config()
+    assert config.kv_transfer_config.kv_connector == "OffloadingConnector"
+    config = engine_args(
+        kv_offloading_size=1, kv_offloading_backend="native"
+    ).create_engine_config()
+    assert config.kv_transfer_config.kv_connector == "OffloadingConnector"
+    knobs(**{"": "0"})
+    assert engine_args().create_engine_config().kv_transfer_config is None
+    knobs()
+    assert engine_args().create_engine_config().kv_transfer_config is None
+    knobs(**{"": "yes"})
+    with pytest.raises(ValueError, match="GLM53_KV_OFFLOAD=yes: must be 0 or 1"):
+        engine_args().create_engine_config()

@@ -46,3 +46,35 @@ def test_equal_kv_in_two_layouts_digests_equal_and_a_changed_byte_does_not():
     assert probe._logical_block(other, "layer.0", None, 6, 2) == probe._logical_block(
         hnd, "layer.0", None, 6, 2
     )
+
+
+def test_the_restore_recorder_wraps_what_the_real_restore_calls(monkeypatch):
+    """The probe wraps WorkerRestore methods by name: on the real module a finished job
+    and a failure each reach the recorder and then the restore's own code (a rename
+    once failed every restore stage on the GPU, run 22)."""
+    import vllm.distributed.kv_transfer as kv_transfer
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        kv_restore_read,
+        kv_restore_worker,
+    )
+
+    for name in probe.RESTORE_WRAPPED:
+        assert callable(getattr(kv_restore_worker.WorkerRestore, name, None)), name
+    restore = kv_restore_worker.WorkerRestore()
+    connector = SimpleNamespace(_kv_restore=restore, _kv_store=None)
+    monkeypatch.setattr(kv_transfer, "has_kv_transfer_group", lambda: True)
+    monkeypatch.setattr(
+        kv_transfer,
+        "get_kv_transfer_group",
+        lambda: SimpleNamespace(connector_worker=connector),
+    )
+    assert probe.install_restore_recorder(None) == {"restore": True}
+    failed = kv_restore_read.PromotionFailed("no_manifest", "none proves it")
+    job = kv_restore_worker.Promotion([b"k" * 36], failure=failed)
+    assert restore._finish(job) is False
+    promotions, failures, _ = restore._probe
+    assert promotions == [{"ok": False, "keys": [b"k" * 36]}]
+    assert failures == [
+        {"reason": "no_manifest", "key": None, "message": "none proves it"}
+    ]
+    assert restore.stats.failures["no_manifest"] == 1  # the restore's own code ran

@@ -126,7 +126,7 @@ def test_drafter_sharing_the_target_spec_keeps_the_target_group(
     """vLLM puts a drafter whose spec equals the target's attention spec into the target's
     group and flags that whole group as EAGLE. It holds target KV, so it stays eligible.
 
-    Found on the H200 (docs/ENGINE.md): a plain Llama with an EAGLE head has one such group,
+    Found on the H200 (docs/ENGINE-RUNS.md): a plain Llama with an EAGLE head has one such group,
     and the scope overlay left it out, so the patched engine did not boot at all ("KV
     offloading found no eligible cache groups"), whatever GLM53_KV_OFFLOAD said. With
     the disk tier on it is offloaded too (an MTP head sharing a group: the same)."""

@@ -36,8 +36,8 @@ tested without vLLM.
 Scheduler side: side_channel, vllm_scheduler.
 Worker side: layout, capture_device, capture_pool, copier, captured, stats,
 checksum,
-durable_io, manifests, store_index, budget, writer, namespace, worker_store,
-vllm_worker.
+durable_io, manifests, store_index, budget, writer, namespace, boot,
+block_moves, worker_store, vllm_worker.
 """
 
 

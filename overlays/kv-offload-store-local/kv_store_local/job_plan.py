@@ -10,9 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .captured import Candidate
 from .layout import GroupLayout
 from .recapture import Owed
-from .side_channel import key_hash
+from .side_channel import META_VERSION, key_hash
 from .stats import StoreStats
 
 
@@ -27,6 +28,38 @@ class Remembered:
     # The job's GPU block ids (slot by slot, one per block); empty when the
     # first capture reads staging instead.
     gpu_blocks: list[int] = field(default_factory=list)
+
+
+def plan_job(
+    rec: Remembered,
+    slots: Mapping[int, GroupLayout],
+    blocks_per_chunk: int,
+    generation: Callable[[int], int],
+    stats: StoreStats,
+) -> tuple[list[Owed], list[Candidate]] | None:
+    """The job's keys (plan_keys) and the boundary manifests they may
+    complete; None: the job has no side channel (counted). Raises
+    ValueError when it does not match the transfer spec."""
+    meta = rec.meta
+    if (
+        not isinstance(meta, dict)
+        or meta.get("version") != META_VERSION
+        or (not meta.get("keys"))
+    ):
+        stats.jobs_without_meta += 1
+        return None
+    plan = plan_keys(rec, meta, slots, blocks_per_chunk, generation, stats)
+    candidates = [
+        Candidate(
+            boundary=c["boundary"],
+            chunk_tokens=c["chunk_tokens"],
+            chain=tuple(c["chain"]),
+            full=tuple(c["full"]),
+            state=tuple(c["state"]),
+        )
+        for c in meta.get("candidates") or ()
+    ]
+    return plan, candidates
 
 
 def plan_keys(

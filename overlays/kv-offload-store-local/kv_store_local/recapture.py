@@ -14,6 +14,7 @@ the manager evicted it, so a later request offers it again).
 """
 
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 from .layout import GroupLayout
@@ -107,6 +108,9 @@ class OwedKeys:
         # (on_rows), on the engine thread, so it must not walk all owed keys.
         self._by_row: dict[int, dict[Ident, int]] = {}
         self._count = 0
+        # (origin, reason) of keys the writer thread could not write: it
+        # appends without the lock the rest of this class is used under.
+        self._returned: deque[tuple[Owed, str]] = deque()
 
     def __len__(self) -> int:
         return len(self._owed)
@@ -215,3 +219,45 @@ class OwedKeys:
     def settle(self, owed: Owed) -> None:
         """The key was captured again (or no longer needs to be)."""
         self._drop(owed.ident)
+
+    def take(self, owed: Iterable[Owed], free: int) -> list[Owed]:
+        """The valid keys of ``owed``, oldest first, while they fit ``free``
+        bytes (up to the first that does not), settled: the caller copies
+        them now."""
+        fits = []
+        for entry in owed:
+            size = entry.size
+            if size > free:
+                break
+            if self.valid(entry):
+                free -= size
+                fits.append(entry)
+        for entry in fits:
+            self.settle(entry)
+        return fits
+
+    def lose_left_behind(self, owed: Iterable[Owed], room: int) -> None:
+        """A last chance's bound stopped before these keys: the ones still
+        owed that the pool had ``room`` for are lost to the bound (counted;
+        one the pool had no room for goes stale: keys_lost)."""
+        for entry in owed:
+            size = entry.size
+            if entry.ident in self._owed and self.valid(entry) and size <= room:
+                room -= size
+                self.settle(entry)
+                self.stats.keys_lost_last_chance_bound += 1
+
+    def returned(self, owed: Owed, reason: str) -> None:
+        """Writer thread: a captured key was not written (counted there);
+        owed again at the next ``take_returned``."""
+        self._returned.append((owed, reason))
+
+    def take_returned(self) -> None:
+        """Owe again what the writer returned: a failed write after
+        ``retry_failed_after``, anything else at once."""
+        while self._returned:
+            origin, reason = self._returned.popleft()
+            if reason == "write_failed":
+                self.owe_failed(origin)
+            else:
+                self.owe(origin, None)

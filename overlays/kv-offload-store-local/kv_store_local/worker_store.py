@@ -6,43 +6,34 @@ Plain values in (the settings, staging tensors and per-layer refs that
 the boot (StoreRefused: the knob asked for the tier); once serving it never
 raises into vLLM: a failed job is logged and dropped, its keys counted.
 
-Why one file of about 700 lines: it is one state machine per store job
-(remembered -> queued on the device -> acked -> handed to the writer, or owed
-and recaptured), and every step reads and changes the same per-rank state
-(``_remembered``, ``_queued``, the owed keys by staging row, the pool); the
-pieces that need none of it already live apart (capture_device, copier,
-capture_pool, recapture, job_plan). The next cut would move the owed-key
-bookkeeping (last chance, rows_taken, writer-side recaptures) into recapture.py.
+One state machine per store job (remembered -> queued on the device -> acked
+-> handed to the writer, or owed and recaptured), every step of which reads and
+changes the same per-rank state under one lock (``_remembered``, ``_queued``,
+the owed keys by staging row, the pool). What needs none of it lives apart:
+the boot (boot), which keys a job holds (job_plan), the moves of a first
+capture out of the KV blocks (block_moves), the owed keys' own bookkeeping
+(recapture), capture_device, capture_pool, copier.
 """
 
 import threading
 import time
-from array import array
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import store_perms
+from . import boot
+from .block_moves import BlockMoves
+from .boot import WorkerSettings
 from .capture_device import BlockTensor, CaptureDevice, Fence, Moves, TransferFailed
-from .capture_pool import CapturePool
 from .captured import Candidate, CapturedJob, CapturedKey
 from .copier import Copier, coalesce
 from .deps import fmt, init_logger, knobs
 from .errors import StoreRefused, WriterDisabled
-from .job_plan import Remembered, plan_keys
+from .job_plan import Remembered, plan_job
 from .layout import GroupLayout, StagingTensor, bind_layers
-from .namespace import (
-    folder_model_name,
-    key_scheme,
-    open_namespace,
-    resolve_rank,
-    state_abi,
-)
 from .recapture import Owed, OwedKeys
-from .side_channel import META_VERSION
 from .stats import StoreStats
 from .writer import StoreWriter
 
@@ -53,27 +44,6 @@ if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import BlockIDsLoadStoreSpec, GPULoadStoreSpec
 
 logger = init_logger(__name__)
-
-
-@dataclass
-class WorkerSettings:
-    """The facts the writer needs from vLLM, as plain values."""
-
-    model: str
-    vllm_version: str
-    kv_dtype: str
-    hash_algorithm: str
-    num_speculative_tokens: int
-    tp_size: int
-    config_rank: int
-    blocks_per_chunk: int
-    groups: list[GroupLayout] = field(default_factory=list)
-    mamba_types: dict[int, str] = field(default_factory=dict)
-    # What decides the KV values beside the layout (vllm_worker.model_identity).
-    model_identity: dict[str, str] = field(default_factory=dict)
-    served_name: str = ""  # --served-model-name, when set: names the folder
-    layer_names: dict[int, list[str]] = field(default_factory=dict)  # per group
-    unsupported: str | None = None  # why this layout cannot be written
 
 
 @dataclass
@@ -126,11 +96,8 @@ class WorkerStore:
         # First captures queued on the device (GPU blocks -> pool), by job.
         self._queued: dict[int, QueuedCapture] = {}
         self._device: CaptureDevice | None = None
-        self._blocks: list[BlockTensor] = []
-        self._min_blocks = 0
-        self._layer_sources: dict[int, tuple[list, list[int], array]] = {}
-        # The same per layer, as int64 arrays (_one_block_moves).
-        self._layer_arrays: dict[int, tuple[Any, Any, Any, Any]] = {}
+        # The KV blocks the device's first captures read (with a device).
+        self._block_moves: BlockMoves | None = None
         # Segment tables by (group, sub-blocks): the same for every key.
         self._segments: dict[tuple[int, int], tuple[fmt.Segment, ...]] = {}
         self._slots: dict[int, GroupLayout] = {}
@@ -145,8 +112,6 @@ class WorkerStore:
         # serving thread (capture, remember) and the writer thread (idle
         # recapture) take turns, key by key.
         self._lock = threading.Lock()
-        # (origin, reason) of keys the writer thread could not write.
-        self._returned: deque[tuple[Owed, str]] = deque()
 
     # -- start ---------------------------------------------------------------
 
@@ -180,7 +145,7 @@ class WorkerStore:
         device: CaptureDevice | None = None,
         allocate: Any = None,
     ) -> None:
-        """Resolve rank and namespace, open the store, start the thread.
+        """Open the store (boot: rank, namespace, writer), start the thread.
 
         Without ``background`` jobs are written on the capturing thread
         (tests and the benchmark use this to measure each side alone).
@@ -192,118 +157,37 @@ class WorkerStore:
         (CapturePool).
         """
         s = self.settings
-        if s.unsupported:
-            raise WriterDisabled(s.unsupported)
-        try:
-            # Before anything is created: the store must be private to us.
-            store_perms.use(store_perms.modes_for_group(self.knobs.group))
-            store_perms.check_store(self.knobs.root)
-        except store_perms.UnsafeStore as e:
-            raise WriterDisabled(str(e)) from e
-        key = None
-        if self.knobs.key_file:
-            try:
-                key = fmt.load_key(self.knobs.key_file, self.knobs.root)
-            except fmt.KeyFileError as e:
-                raise WriterDisabled(str(e)) from e
-            supports_mac = getattr(self._store_lib, "supports_mac", None)
-            if supports_mac is not None and not supports_mac():
-                # Never write a store the operator believes authenticated.
-                raise WriterDisabled(
-                    f"{knobs.KEY_FILE} is refused: {self._store_lib.path} was "
-                    "built without OpenSSL and cannot seal chunks"
-                )
-        rank, provenance = resolve_rank(s.config_rank, s.tp_size, self._tp)
-        fenced = fmt.make_fenced(
-            model=s.model,
-            vllm_version=s.vllm_version,
-            build_id=self.knobs.build_id,
-            tp_size=s.tp_size,
-            kv_dtype=s.kv_dtype,
-            hash_algorithm=s.hash_algorithm,
-            num_speculative_tokens=s.num_speculative_tokens,
-            # Window (drafter) groups are never written: not part of the layout
-            # a reader needs, so the drafter knob does not fork the namespace.
-            page_sizes={g.group: g.block_bytes for g in s.groups if g.kind != "window"},
-            state_abi=state_abi(s),
-            # Restore reads a store only under the key scheme it was written with.
-            key_scheme=key_scheme(s.hash_algorithm),
-            # Headers name layers by the model's layer index (earlier writers put
-            # the position within the group there): never mix the two in one store.
-            layer_index="model",
-            # KV computed by other weights, quantization or config overrides
-            # must never be restored: they fork the namespace too.
-            model_identity=s.model_identity or None,
+        opened = boot.open_store(
+            self.knobs,
+            s,
+            self._budget,
+            self.stats,
+            tp=self._tp,
+            store_lib=self._store_lib,
+            allocate=allocate,
+            on_lost=self._on_lost,
+            recapture=self._recapture_idle,
         )
-        # A keyed store fences the key's id (never the key): another key is
-        # another namespace hash, other folders, never a load (FORMAT.md 3.6).
-        fenced = fmt.fence_key(fenced, key)
-        info = {
-            "keep_boundaries": self.knobs.keep_boundaries,
-            "rank_source": provenance,
-            "cpu_gb": self.knobs.cpu_gb,
-            "drafter": self.knobs.drafter,
-            "blocks_per_chunk": s.blocks_per_chunk,
-            "capture_bytes": self._budget,
-        }
-        try:
-            folder = folder_model_name(s.model, s.served_name)
-            layout = open_namespace(self.knobs.root, folder, rank, fenced, info)
-            pool = CapturePool(self._budget, allocate)
-            self.writer = StoreWriter(
-                layout,
-                fmt.namespace_hash(fenced),
-                rank,
-                pool,
-                self.knobs.keep_boundaries,
-                stats=self.stats,
-                on_lost=self._on_lost,
-                on_idle=self._recapture_idle,
-                on_job_done=self._recapture_idle,
-                store_lib=self._store_lib,
-                disk_bytes=self.knobs.disk_bytes,
-                key=key,
-            )
-        except store_perms.UnsafeStore as e:
-            raise WriterDisabled(str(e)) from e
-        except OSError as e:
-            raise WriterDisabled(
-                f"cannot open the store under {self.knobs.root}: {e}"
-            ) from e
+        self.writer = opened.writer
         self._staging = list(staging)
         self._slots = {g.slot: g for g in s.groups}
-        for g in s.groups:
-            for layer in g.layers:
-                if not 0 <= layer.tensor < len(self._staging) or (
-                    layer.offset + layer.real_bytes
-                    > self._staging[layer.tensor].width // s.blocks_per_chunk
-                ):
-                    raise WriterDisabled(
-                        f"group {g.group} does not fit its staging rows"
-                    )
-        if device is not None and blocks:
-            for g in s.groups:
-                for layer in g.layers:
-                    if layer.tensor >= len(blocks) or (
-                        layer.offset + layer.real_bytes
-                        > blocks[layer.tensor].block_stride
-                    ):
-                        raise WriterDisabled(
-                            f"group {g.group} does not fit its KV blocks"
-                        )
-            self._blocks = list(blocks)
-            self._min_blocks = min(b.num_blocks for b in blocks)
+        on_device = device is not None and bool(blocks)
+        boot.check_fits(
+            s.groups, s.blocks_per_chunk, self._staging, blocks if on_device else ()
+        )
+        if on_device:
+            self._block_moves = BlockMoves(blocks)
             self._device = device
-        self.copier = Copier(pool, self._engine, self._copy_threads)
+        self.copier = Copier(self.writer.pool, self._engine, self._copy_threads)
         if background:
             self.writer.start()
         logger.info(
             "KV store: writer up: rank %d/%d (%s), %s, groups %s, capture budget "
             "%d MiB, first capture %s, keep %d boundaries",
-            rank,
+            self.writer.rank,
             s.tp_size,
-            provenance,
-            layout.base,
+            opened.rank_source,
+            self.writer.layout.base,
             [g.group for g in s.groups],
             self._budget >> 20,
             "from the KV blocks on the device"
@@ -380,7 +264,7 @@ class WorkerStore:
         ``last_chance_bytes``; the rest are lost (counted)."""
         start = time.perf_counter()
         with self._lock:
-            self._take_returned()
+            self._owed.take_returned()
             owed = self._owed.on_rows(chunk_ids)
             keys: list[CapturedKey] = []
             if owed:
@@ -388,18 +272,7 @@ class WorkerStore:
                 room = pool.capacity - pool.used if self.writer.accepting else 0
                 keys = self._recapture(owed, limit=self.last_chance_bytes)
                 taken = sum(k.size for k in keys)
-                for entry in owed:
-                    size = entry.size
-                    if (
-                        entry.ident in self._owed
-                        and self._owed.valid(entry)
-                        and taken + size <= room
-                    ):
-                        # The pool had room, the bound left it behind. (One
-                        # the pool had no room for goes stale: keys_lost.)
-                        taken += size
-                        self._owed.settle(entry)
-                        self.stats.keys_lost_last_chance_bound += 1
+                self._owed.lose_left_behind(owed, room - taken)
                 self.stats.keys_recaptured_last_chance += len(keys)
                 self.stats.bytes_recaptured_last_chance += sum(k.size for k in keys)
             self._owed.rows_reused(chunk_ids)
@@ -517,35 +390,15 @@ class WorkerStore:
         self.writer.submit(CapturedJob(job_id, queued.keys, queued.candidates))
 
     def _plan(self, rec: Remembered) -> tuple[list[Owed], list[Candidate]] | None:
-        """The job's keys and candidates; None: no side channel. Raises
-        ValueError when it does not match the transfer spec."""
-        meta = rec.meta
-        if (
-            not isinstance(meta, dict)
-            or meta.get("version") != META_VERSION
-            or (not meta.get("keys"))
-        ):
-            self.stats.jobs_without_meta += 1
-            return None
-        plan = plan_keys(
+        """The job's keys and candidates (job_plan.plan_job); None: no side
+        channel. Raises ValueError when it does not match the transfer spec."""
+        return plan_job(
             rec,
-            meta,
             self._slots,
             self.settings.blocks_per_chunk,
             self._owed.generation,
             self.stats,
         )
-        candidates = [
-            Candidate(
-                boundary=c["boundary"],
-                chunk_tokens=c["chunk_tokens"],
-                chain=tuple(c["chain"]),
-                full=tuple(c["full"]),
-                state=tuple(c["state"]),
-            )
-            for c in meta.get("candidates") or ()
-        ]
-        return plan, candidates
 
     def _capture(self, job_id: int, rec: Remembered) -> None:
         """First capture out of staging (no device), before the ack."""
@@ -556,7 +409,7 @@ class WorkerStore:
             return
         plan, candidates = planned
         with self._lock:
-            self._take_returned()
+            self._owed.take_returned()
             keys = self._copy(plan, "budget")
         self.stats.capture_seconds += time.perf_counter() - start
         self.stats.jobs_captured += 1
@@ -613,92 +466,13 @@ class WorkerStore:
 
     def _alloc_moves(self, entries: Sequence[Owed]) -> tuple[list[CapturedKey], Moves]:
         """Pool room and the device's moves (KV block -> pool) of a first
-        capture: per layer, per sub-block, the unpadded page bytes, the
-        order a chunk's payload holds them (and the store copy reads)."""
-        assert self.writer is not None
-        for entry in entries:
-            if len(entry.blocks) != entry.count:
-                raise ValueError(f"GPU blocks {entry.blocks} out of range")
-        if entries:
-            blocks = [b for entry in entries for b in entry.blocks]
-            if min(blocks) < 0 or max(blocks) >= self._min_blocks:
-                raise ValueError(f"GPU blocks {blocks} out of range")
+        capture (block_moves)."""
+        assert self.writer is not None and self._block_moves is not None
+        self._block_moves.check(entries)
         with self._lock:
             taken = self._alloc(entries, "budget")
-        base = self.writer.pool.address
-        moves = Moves()
-        keys = []
-        run: list[tuple[Owed, CapturedKey]] = []  # one-sub-block keys, one layout
-        for entry, key in taken:
-            if entry.count == 1:  # one sub-block: one run a layer
-                if run and run[-1][0].layout.group != entry.layout.group:
-                    self._one_block_moves(run, base, moves)
-                    run = []
-                run.append((entry, key))
-                keys.append(key)
-                continue
-            if run:
-                self._one_block_moves(run, base, moves)
-                run = []
-            pairs, starts, sizes = self._sources(entry.layout)
-            dst = base + key.offset
-            # Per layer, its sub-blocks back to back.
-            for (address, stride), size in zip(pairs, sizes, strict=True):
-                for block in entry.blocks:
-                    moves.add(address + block * stride, dst, size)
-                    dst += size
-            keys.append(key)
-        if run:
-            self._one_block_moves(run, base, moves)
-        return keys, moves
-
-    def _one_block_moves(
-        self, run: Sequence[tuple[Owed, CapturedKey]], base: int, moves: Moves
-    ) -> None:
-        """The moves of keys of one sub-block of one layout, key by key and
-        layer by layer, as whole-job array arithmetic (16 moves a key on
-        the deployed shape: per key in Python they cost more than the rest
-        of the job's planning)."""
-        layout = run[0][0].layout
-        tables = self._layer_arrays.get(layout.group)
-        if tables is None:
-            pairs, starts, sizes = self._sources(layout)
-            tables = (
-                np.array([a for a, _ in pairs], dtype=np.int64),
-                np.array([s for _, s in pairs], dtype=np.int64),
-                np.array(starts, dtype=np.int64),
-                np.array(sizes, dtype=np.int64),
-            )
-            self._layer_arrays[layout.group] = tables
-        addresses, strides, starts, sizes = tables
-        n = len(run)
-        blocks = np.fromiter((e.blocks[0] for e, _ in run), dtype=np.int64, count=n)
-        dsts = np.fromiter((base + k.offset for _, k in run), dtype=np.int64, count=n)
-        moves.extend_int64(
-            blocks[:, None] * strides + addresses,
-            dsts[:, None] + starts,
-            np.broadcast_to(sizes, (n, len(sizes))),
-        )
-
-    def _sources(self, layout: GroupLayout) -> tuple[list, list[int], array]:
-        """Per layer of the group: (tensor address, block stride), the
-        layer's offset in a one-sub-block payload, its real bytes."""
-        out = self._layer_sources.get(layout.group)
-        if out is None:
-            pairs = [
-                (
-                    self._blocks[x.tensor].address + x.offset,
-                    self._blocks[x.tensor].block_stride,
-                )
-                for x in layout.layers
-            ]
-            starts, at = [], 0
-            for layer in layout.layers:
-                starts.append(at)
-                at += layer.real_bytes
-            out = (pairs, starts, array("q", [x.real_bytes for x in layout.layers]))
-            self._layer_sources[layout.group] = out
-        return out
+        moves = self._block_moves.plan(taken, self.writer.pool.address)
+        return [key for _, key in taken], moves
 
     def _copy(self, entries: Sequence[Owed], reason: str | None) -> list[CapturedKey]:
         """Copy what fits out of staging into the pool; owe the rest (see
@@ -731,20 +505,10 @@ class WorkerStore:
         assert self.writer is not None
         if not self.writer.accepting:
             return []
-        fits = []
         free = self.writer.pool.capacity - self.writer.pool.used
         if limit is not None:
             free = min(free, limit)
-        for entry in owed:
-            size = entry.size
-            if size > free:
-                break
-            if self._owed.valid(entry):
-                free -= size
-                fits.append(entry)
-        for entry in fits:
-            self._owed.settle(entry)
-        keys = self._copy(fits, None)
+        keys = self._copy(self._owed.take(owed, free), None)
         self.stats.keys_recaptured += len(keys)
         return keys
 
@@ -761,7 +525,7 @@ class WorkerStore:
         keys: list[CapturedKey] = []
         while self.active:
             with self._lock:
-                self._take_returned()
+                self._owed.take_returned()
                 entry = self._owed.next_due()
                 got = self._recapture([entry]) if entry is not None else []
             if not got:
@@ -773,15 +537,7 @@ class WorkerStore:
     def _on_lost(self, origin: Owed | None, reason: str) -> None:
         """Writer thread: a captured key was not written (counted there)."""
         if origin is not None:
-            self._returned.append((origin, reason))
-
-    def _take_returned(self) -> None:
-        while self._returned:
-            origin, reason = self._returned.popleft()
-            if reason == "write_failed":
-                self._owed.owe_failed(origin)
-            else:
-                self._owed.owe(origin, None)
+            self._owed.returned(origin, reason)
 
     def _log_drop(self, count: int = 1) -> None:
         dropped = self.stats.keys_dropped_budget
@@ -800,7 +556,7 @@ class WorkerStore:
         if self._device is not None:
             self._device.close()
         self._queued.clear()  # never acked: vLLM drops the jobs too
-        self._blocks = []
+        self._block_moves = None
         if self.writer is not None:
             # The tail of the last requests is often still queued (drained
             # just before): give the disk time for it, within a bound.
@@ -815,7 +571,6 @@ class WorkerStore:
             self.copier.close()
         self._staging = []
         self._owed = OwedKeys(self.stats, keep=self._recapture_on)
-        self._returned.clear()
 
 
 def _ints(values: "np.ndarray | Sequence[int]") -> list[int]:
