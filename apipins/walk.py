@@ -1013,14 +1013,16 @@ _PYTHON_NAMES = frozenset(
 def vllm_looking(
     index: Index, unresolved: list[Unresolved], also: Iterable[str] = ()
 ) -> list[Unresolved]:
-    """The unresolved accesses whose name a class of the scanned vLLM modules,
-    or of the modules ``also`` names (the pinned files), defines (minus the
-    members of Python's own types): where a scan may have missed a vLLM name
-    for want of a type."""
-    for name in also:
-        index.module(name)
+    """The unresolved accesses whose name a class of the modules ``also``
+    names (the pinned files: those the overlays patch or name) defines (minus
+    the members of Python's own types): where a scan may have missed a vLLM
+    name for want of a type. Only those modules: the index also holds every
+    module a patched file imports (vllm/config/vllm.py alone pulls in the
+    compilation, multimodal and sampling modules), whose common member names
+    (key, length, shape) would flag our own objects' attributes."""
     names: set[str] = set()
-    for mod in list(index._modules.values()):
+    for name in also:
+        mod = index.module(name)
         if mod is None or index.is_ours(mod.path, 1):
             continue
         for node in ast.walk(mod.tree):
