@@ -100,12 +100,9 @@ Result<ChunkHeader> verify_chunk_fd(int fd, std::span<std::uint8_t> buffer) {
   return verifier.finish();
 }
 
-Result<ChunkHeader> read_chunk_header_fd(int fd) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) return io_error("fstat");
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+Result<std::vector<std::uint8_t>> read_head_fd(int fd, std::uint64_t file_size) {
   std::vector<std::uint8_t> head(static_cast<std::size_t>(
-      std::min<std::uint64_t>(size, kMaxHeaderLength)));
+      std::min<std::uint64_t>(file_size, kMaxHeaderLength)));
   std::size_t have = 0;
   while (have < head.size()) {
     const ssize_t got = pread(fd, head.data() + have, head.size() - have,
@@ -114,11 +111,20 @@ Result<ChunkHeader> read_chunk_header_fd(int fd) {
       if (errno == EINTR) continue;
       return io_error("read");
     }
-    if (got == 0) break;
+    if (got == 0) break;  // shrank: the parser names the verdict
     have += static_cast<std::size_t>(got);
   }
   head.resize(have);
-  auto parsed = parse_header(head);
+  return head;
+}
+
+Result<ChunkHeader> read_chunk_header_fd(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return io_error("fstat");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  auto head = read_head_fd(fd, size);
+  if (!head) return head.error();
+  auto parsed = parse_header(*head);
   if (!parsed) return parsed;
   if (auto r = check_file_size(*parsed, size); !r) return r.error();
   return parsed;

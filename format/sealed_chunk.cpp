@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "kvtier/format/chunk_verifier.h"
 #include "kvtier/format/crc32.h"
 
 namespace kvformat {
@@ -25,18 +26,9 @@ bool is_sealed_fd(int fd) {
 }
 
 Result<ChunkHeader> read_sealed_header_fd(int fd, std::uint64_t file_size) {
-  std::vector<std::uint8_t> head(
-      static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kMaxHeaderLength)));
-  std::size_t have = 0;
-  while (have < head.size()) {
-    const ssize_t n = ::pread(fd, head.data() + have, head.size() - have, static_cast<off_t>(have));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return read_error();
-    if (n == 0) break;  // shrank: parse_sealed_header names the verdict
-    have += static_cast<std::size_t>(n);
-  }
-  head.resize(have);
-  return parse_sealed_header(head, file_size);
+  auto head = read_head_fd(fd, file_size);
+  if (!head) return head.error();
+  return parse_sealed_header(*head, file_size);
 }
 
 Result<ChunkHeader> verify_sealed_payload_fd(int fd, const ChunkHeader& header,

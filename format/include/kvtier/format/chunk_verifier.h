@@ -45,6 +45,11 @@ class ChunkVerifier {
 // IoError. The descriptor's offset is not used (pread).
 Result<ChunkHeader> verify_chunk_fd(int fd, std::span<std::uint8_t> buffer);
 
+// The first bytes of an open file of `file_size` bytes, as many as the longest
+// header can take (fewer when the file is shorter or shrank). I/O failures are
+// IoError. Shared by the plain and the sealed header readers.
+Result<std::vector<std::uint8_t>> read_head_fd(int fd, std::uint64_t file_size);
+
 // Reads and parses only the header of an open chunk file and checks its size.
 Result<ChunkHeader> read_chunk_header_fd(int fd);
 
