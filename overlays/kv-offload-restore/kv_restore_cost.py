@@ -174,38 +174,59 @@ def _solve(rows: list[list[float]], rhs: list[float]) -> list[float] | None:
     return x
 
 
-def _model(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
-    """Least squares of the relative error (each step weighted 1 / seconds^2:
-    steps of milliseconds and of seconds count alike), every term kept >= 0
-    (a step never gets cheaper with more tokens or more context): the best
-    of the fits over each set of terms whose coefficients are all >= 0."""
-    # Each term scaled to at most 1 over the steps, so that one step's
-    # constant and a deep step's tokens * context (1e9) solve alike.
-    scale = [max(max(abs(_features(n, c)[j]) for n, c, _ in points), 1e-30)
-             for j in range(3)]  # fmt: skip
-    best: tuple[float, tuple[float, float, float]] | None = None
-    for terms in _TERMS:
-        k = len(terms)
-        ata = [[0.0] * k for _ in range(k)]
-        aty = [0.0] * k
-        for n, ctx, s in points:
-            f = [v / scale[j] for j, v in enumerate(_features(n, ctx))]
-            for i in range(k):
-                aty[i] += f[terms[i]] / s
-                for j in range(k):
-                    ata[i][j] += f[terms[i]] * f[terms[j]] / (s * s)
-        x = _solve(ata, aty)
-        if x is None or min(x) < 0:
-            continue
-        coef = [0.0, 0.0, 0.0]
-        for i, term in enumerate(terms):
-            coef[term] = x[i] / scale[term]
-        err = sum((_predict(coef, n, ctx) / s - 1) ** 2 for n, ctx, s in points)
-        # a later, richer fit must explain the steps clearly better
-        if best is None or err < best[0] * (1 - 1e-6) - 1e-12:
-            best = (err, (coef[0], coef[1], coef[2]))
-    assert best is not None  # the per-token term alone always fits
-    return best[1]
+class _Normal:
+    """The normal equations of the relative least squares over a set of steps
+    (rows ``f / seconds`` against 1, ``f`` the terms scaled to at most 1 over
+    the steps, so that one step's constant and a deep step's tokens * context
+    solve alike), kept as sums: dropping an outlier subtracts its share, and
+    a fit's error follows from the sums, so trimming a window of 256 steps
+    stays a few milliseconds on the scheduler's thread."""
+
+    def __init__(self, points: list[tuple[float, float, float]]) -> None:
+        self.scale = [
+            max(max(_features(n, c)[j] for n, c, _ in points), 1e-30) for j in range(3)
+        ]
+        self.ata = [[0.0] * 3 for _ in range(3)]
+        self.atb = [0.0] * 3
+        self.count = 0
+        for n, c, s in points:
+            self.add(n, c, s, 1)
+
+    def row(self, n: float, ctx: float, s: float) -> list[float]:
+        return [v / self.scale[j] / s for j, v in enumerate(_features(n, ctx))]
+
+    def add(self, n: float, ctx: float, s: float, sign: int) -> None:
+        r = self.row(n, ctx, s)
+        for i in range(3):
+            self.atb[i] += sign * r[i]
+            for j in range(3):
+                self.ata[i][j] += sign * r[i] * r[j]
+        self.count += sign
+
+    def best(self) -> tuple[float, float, float]:
+        """The fit over each set of terms whose coefficients are all >= 0
+        (a step never gets cheaper with more tokens or more context) that
+        explains the steps best; a richer one must be clearly better."""
+        found: tuple[float, list[float]] | None = None
+        for terms in _TERMS:
+            ata = [[self.ata[i][j] for j in terms] for i in terms]
+            atb = [self.atb[i] for i in terms]
+            x = _solve(ata, atb)
+            if x is None or min(x) < 0:
+                continue
+            # sum of (row . x - 1)^2, from the sums
+            err = self.count - 2 * sum(a * b for a, b in zip(x, atb, strict=True))
+            err += sum(
+                x[i] * ata[i][j] * x[j] for i in range(len(x)) for j in range(len(x))
+            )
+            if found is None or err < found[0] - 1e-9 * max(1, self.count):
+                coef = [0.0, 0.0, 0.0]
+                for i, term in enumerate(terms):
+                    coef[term] = x[i] / self.scale[term]
+                found = (err, coef)
+        assert found is not None  # the per-token term alone always fits
+        c, a, b = found[1]
+        return c, a, b
 
 
 def _predict(coef, n: float, ctx: float) -> float:
@@ -217,19 +238,30 @@ def _trimmed_fit(
 ) -> tuple[tuple[float, float, float] | None, int]:
     """(c, a, b) with the outliers dropped, and how many were dropped (the
     worst first, at most half the steps: a majority of them is taken to be
-    sound)."""
+    sound). Each round refits and drops the worse half of the steps the fit
+    misses by more than ``outlier`` (at least the worst one): a few rounds
+    for a window full of compiles, not one a step."""
     if not points:
         return None, 0
+    normal = _Normal(points)
     kept = list(points)
+    floor = max(1, (len(points) + 1) // 2)
     while True:
-        coef = _model(kept)
-        if len(kept) <= max(1, (len(points) + 1) // 2):
+        coef = normal.best()
+        if len(kept) <= floor:
             break
-        ratios = [s / max(_predict(coef, n, ctx), 1e-30) for n, ctx, s in kept]
-        worst = max(range(len(kept)), key=lambda i: max(ratios[i], 1 / ratios[i]))
-        if max(ratios[worst], 1 / ratios[worst]) <= outlier:
+        off = []
+        for i, (n, ctx, s) in enumerate(kept):
+            r = s / max(_predict(coef, n, ctx), 1e-30)
+            if max(r, 1 / r) > outlier:
+                off.append((max(r, 1 / r), i))
+        if not off:
             break
-        del kept[worst]
+        off.sort(reverse=True)
+        drop = sorted((i for _, i in off[: min(max(1, len(off) // 2), len(kept) - floor)]),
+                      reverse=True)  # fmt: skip
+        for i in drop:
+            normal.add(*kept.pop(i), -1)
     return coef, len(points) - len(kept)
 
 

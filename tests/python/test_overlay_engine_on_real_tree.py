@@ -174,11 +174,17 @@ def test_apply_check_revert_round_trip(case):
     for path in new_files:
         assert (case.root / path).is_file(), f"new file {path} missing after apply"
 
-    # The patched code runs: every patched file and new module loads for real.
+    # The patched code runs: every patched file and new module loads for real,
+    # but a file pinned in INTERFACE, which the harness never runs (it needs most
+    # of vLLM: vllm/config/vllm.py); tests/realsched runs its hook on the real one.
+    listed = case.pin_dir / "INTERFACE"
+    interface = (
+        {p.path for p in harness.read_pins(listed)} if listed.is_file() else set()
+    )
     with harness.engine(case.root, package=case.engine) as ns:
         for path in targets + new_files:
             module = harness.module_name(path)
-            if module:
+            if module and path not in interface:
                 mod = ns.load(module)
                 assert Path(mod.__file__) == case.root / path
 
