@@ -205,11 +205,16 @@ def warm_prefill(llm, tokens: int) -> None:
 
     rng = random.Random(time.time_ns())
     ids = [rng.randrange(5, 30000) for _ in range(tokens)]
-    sp = SamplingParams(max_tokens=2, ignore_eos=True, detokenize=False)
+    # Four tokens: the guard times a step once the request is scheduled in the
+    # two steps after it, so the last prefill chunk needs two decode steps behind it.
+    sp = SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False)
     llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
     tail = ids + [rng.randrange(5, 30000) for _ in range(16)]
     llm.generate([{"prompt_token_ids": tail}], sp, use_tqdm=False)
-    llm.collective_rpc(probe.wait_writer_idle)
+    if not all(llm.collective_rpc(probe.wait_writer_idle)):
+        print(
+            "stage: the writer did not drain the warm-up within 120 s", file=sys.stderr
+        )
 
 
 def main() -> int:
