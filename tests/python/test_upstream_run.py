@@ -111,3 +111,34 @@ def test_a_difference_a_second_run_does_not_reproduce_is_flaky():
     assert run.settle_flaky(results, "patched-1", again, [A, B]) == [A]
     problems, _ = run.compare(results["pristine"], results["patched-1"], {})
     assert problems == [f"{B}: passed -> failed  E"]
+
+
+def test_a_tree_that_changes_its_own_outcome_is_flaky_not_a_difference():
+    """Seen in CI: the pristine tree failed a zmq timing test, the patched one passed;
+    on the second run the pristine tree passed and the patched one failed. Neither
+    tree decides the test, so it is flaky; a difference both runs repeat is not."""
+    results = {
+        "pristine": {A: ["failed", "timeout"], B: ["passed", ""]},
+        "patched-0": {A: ["passed", ""], B: ["failed", "E"]},
+    }
+    again = {
+        "pristine": {A: ["passed", ""], B: ["passed", ""]},
+        "patched-0": {A: ["failed", "timeout"], B: ["failed", "E"]},
+    }
+    assert run.settle_flaky(results, "patched-0", again, [A, B]) == [A]
+    problems, _ = run.compare(results["pristine"], results["patched-0"], {})
+    assert problems == [f"{B}: passed -> failed  E"]
+
+
+def test_the_pristine_outcomes_of_every_second_run_count():
+    """The pristine tree failed the test in the first run and passed it in another
+    knob's second run: the same difference on this knob, repeated once, is flaky."""
+    results = {
+        "pristine": {A: ["failed", "timeout"]},
+        "patched-0": {A: ["passed", ""]},
+    }
+    again = {"pristine": {A: ["failed", "timeout"]}, "patched-0": {A: ["passed", ""]}}
+    assert run.settle_flaky(results, "patched-0", again, [A]) == []
+    seen = {A: {"passed"}}  # what knob unset's second run gave
+    results["patched-0"][A] = ["passed", ""]
+    assert run.settle_flaky(results, "patched-0", again, [A], seen) == [A]
