@@ -343,6 +343,35 @@ bool set_chunk_flags(std::span<std::uint8_t> header, std::uint16_t flags) {
   return true;
 }
 
+std::uint16_t raw_version(std::span<const std::uint8_t> prefix) {
+  return prefix.size() < 10 ? 0 : static_cast<std::uint16_t>(prefix[8] | prefix[9] << 8);
+}
+
+namespace {
+
+bool set_version_and_flags(std::span<std::uint8_t> header, std::uint16_t version,
+                           std::uint16_t flags) {
+  if (header.size() < 10) return false;
+  const std::uint8_t old[2] = {header[8], header[9]};
+  header[8] = static_cast<std::uint8_t>(version & 0xff);
+  header[9] = static_cast<std::uint8_t>(version >> 8);
+  if (set_chunk_flags(header, flags)) return true;
+  header[8] = old[0];
+  header[9] = old[1];
+  return false;
+}
+
+}  // namespace
+
+bool seal_header_v3(std::span<std::uint8_t> header) {
+  return set_version_and_flags(header, kSealedVersion, kFlagMac);
+}
+
+bool unseal_header(std::span<std::uint8_t> header) {
+  const std::uint16_t v = raw_version(header);
+  return set_version_and_flags(header, v == kSealedVersion ? kFormatVersion : v, 0);
+}
+
 Result<ChunkHeader> parse_sealed_header(std::span<const std::uint8_t> prefix,
                                         std::uint64_t file_size) {
   constexpr std::size_t kMinChunk = kFixedHeaderSize + kHeaderChecksumSize;
@@ -360,10 +389,16 @@ Result<ChunkHeader> parse_sealed_header(std::span<const std::uint8_t> prefix,
       crc32(std::span<const std::uint8_t>(plain).first(*hl - 4)) !=
           (static_cast<std::uint32_t>(plain[*hl - 4]) | static_cast<std::uint32_t>(plain[*hl - 3]) << 8 |
            static_cast<std::uint32_t>(plain[*hl - 2]) << 16 | static_cast<std::uint32_t>(plain[*hl - 1]) << 24)) {
+    // A v3 seal's version read as the 2 it seals, so the rot is named by
+    // step 7 (its checksum), not step 2.
+    if (raw_version(plain) == kSealedVersion) {
+      plain[8] = static_cast<std::uint8_t>(kFormatVersion);
+      plain[9] = 0;
+    }
     auto h = parse_header(plain);
     if (!h) return h;
   }
-  if (!set_chunk_flags(plain, 0)) return make_error(Reason::BadHeaderLength, "header length");
+  if (!unseal_header(plain)) return make_error(Reason::BadHeaderLength, "header length");
   auto header = parse_header(plain);
   if (!header) return header;
   if (auto r = check_file_size(*header, body); !r) return r.error();

@@ -5,27 +5,16 @@
 #include <openssl/core_names.h>
 #include <openssl/hmac.h>
 #include <openssl/params.h>
+#include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
-
-#include "kvtier/format/crc32.h"
 
 namespace kvformat {
 namespace {
 
-constexpr std::size_t kFlagsAt = 10;
-constexpr std::size_t kHeaderLengthAt = 12;
 constexpr std::size_t kMinChunk = 148;  // fixed header + header checksum
-
-std::uint32_t load_u32(const std::uint8_t* p) {
-  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
-         std::uint32_t{p[3]} << 24;
-}
-
-std::uint16_t load_u16(const std::uint8_t* p) {
-  return static_cast<std::uint16_t>(p[0] | p[1] << 8);
-}
 
 }  // namespace
 
@@ -81,34 +70,125 @@ std::string mac_key_id(std::span<const std::uint8_t> key) {
   return out;
 }
 
-std::vector<std::uint8_t> seal_chunk(std::span<const std::uint8_t> key,
-                                     std::span<const std::uint8_t> chunk) {
-  if (chunk.size() < kMinChunk) return {};
-  const std::uint32_t header_length = load_u32(chunk.data() + kHeaderLengthAt);
-  if (header_length < kMinChunk || header_length > chunk.size()) return {};
+Mac chunk_subkey(std::span<const std::uint8_t> key, const Salt& salt, std::uint32_t rank) {
+  static constexpr char kLabel[] = "kvtier chunk mac v3";
+  std::array<std::uint8_t, sizeof kLabel - 1 + kSaltSize + 4> input{};
+  std::memcpy(input.data(), kLabel, sizeof kLabel - 1);
+  std::memcpy(input.data() + sizeof kLabel - 1, salt.data(), kSaltSize);
+  for (int i = 0; i < 4; ++i)
+    input[sizeof kLabel - 1 + kSaltSize + i] = static_cast<std::uint8_t>(rank >> (8 * i));
+  return hmac_sha256(key, input);
+}
+
+std::optional<Salt> random_salt() {
+  Salt salt{};
+  if (RAND_bytes(salt.data(), static_cast<int>(salt.size())) != 1) return std::nullopt;
+  return salt;
+}
+
+GmacStream::GmacStream(const Mac& subkey) : ctx_(nullptr) {
+  static constexpr std::uint8_t kIv[12] = {};  // the subkey is used once: a constant IV
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  if (!ctx || EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, subkey.data(), kIv) != 1) {
+    EVP_CIPHER_CTX_free(ctx);
+    throw std::bad_alloc();  // no AES-GCM in this libcrypto: nothing can be sealed
+  }
+  ctx_ = ctx;
+}
+
+GmacStream::~GmacStream() { EVP_CIPHER_CTX_free(static_cast<EVP_CIPHER_CTX*>(ctx_)); }
+
+void GmacStream::update(std::span<const std::uint8_t> data) {
+  auto* ctx = static_cast<EVP_CIPHER_CTX*>(ctx_);
+  // Additional data only (no output buffer); int lengths, so in parts.
+  constexpr std::size_t kPart = std::size_t{1} << 30;
+  for (std::size_t at = 0; at < data.size(); at += kPart) {
+    int out = 0;
+    EVP_EncryptUpdate(ctx, nullptr, &out, data.data() + at,
+                      static_cast<int>(std::min(kPart, data.size() - at)));
+  }
+}
+
+Tag GmacStream::finish() {
+  auto* ctx = static_cast<EVP_CIPHER_CTX*>(ctx_);
+  Tag tag{};
+  std::uint8_t none[16];
+  int out = 0;
+  EVP_EncryptFinal_ex(ctx, none, &out);
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag.size()), tag.data());
+  return tag;
+}
+
+ChunkSealer::ChunkSealer(std::span<const std::uint8_t> key, std::uint32_t rank, const Salt& salt)
+    : salt_(salt), gmac_(chunk_subkey(key, salt, rank)) {}
+
+Trailer ChunkSealer::trailer() {
+  Trailer out{};
+  const Tag tag = gmac_.finish();
+  std::memcpy(out.data(), salt_.data(), kSaltSize);
+  std::memcpy(out.data() + kSaltSize, tag.data(), kTagSize);
+  return out;
+}
+
+ChunkMacCheck::ChunkMacCheck(std::span<const std::uint8_t> key, std::uint32_t rank,
+                             std::uint16_t version, const Trailer& trailer)
+    : trailer_(trailer) {
+  if (version == kSealedVersion) {
+    Salt salt{};
+    std::memcpy(salt.data(), trailer.data(), kSaltSize);
+    gmac_ = std::make_unique<GmacStream>(chunk_subkey(key, salt, rank));
+  } else if (version == 1 || version == 2) {
+    hmac_ = std::make_unique<MacStream>(key);
+  }
+}
+
+void ChunkMacCheck::update(std::span<const std::uint8_t> data) {
+  if (gmac_) gmac_->update(data);
+  if (hmac_) hmac_->update(data);
+}
+
+bool ChunkMacCheck::matches() {
+  if (gmac_) {
+    const Tag tag = gmac_->finish();
+    return CRYPTO_memcmp(tag.data(), trailer_.data() + kSaltSize, kTagSize) == 0;
+  }
+  if (hmac_) {
+    const Mac mac = hmac_->finish();
+    return mac_equal(mac.data(), trailer_.data());
+  }
+  return false;
+}
+
+std::vector<std::uint8_t> seal_chunk(std::span<const std::uint8_t> key, std::uint32_t rank,
+                                     const Salt& salt, std::span<const std::uint8_t> chunk) {
   std::vector<std::uint8_t> out(chunk.begin(), chunk.end());
-  out[kFlagsAt] = static_cast<std::uint8_t>(kFlagMac & 0xff);
-  out[kFlagsAt + 1] = static_cast<std::uint8_t>(kFlagMac >> 8);
-  const std::uint32_t crc = crc32({out.data(), header_length - 4});
-  for (int i = 0; i < 4; ++i) out[header_length - 4 + i] = static_cast<std::uint8_t>(crc >> (8 * i));
+  if (!seal_header_v3(out)) return {};
+  ChunkSealer sealer(key, rank, salt);
+  sealer.update(out);
+  const Trailer trailer = sealer.trailer();
+  out.insert(out.end(), trailer.begin(), trailer.end());
+  return out;
+}
+
+std::vector<std::uint8_t> seal_chunk_v2(std::span<const std::uint8_t> key,
+                                        std::span<const std::uint8_t> chunk) {
+  std::vector<std::uint8_t> out(chunk.begin(), chunk.end());
+  if (!set_chunk_flags(out, kFlagMac)) return {};
   const Mac mac = hmac_sha256(key, out);
   out.insert(out.end(), mac.begin(), mac.end());
   return out;
 }
 
-MacVerdict check_chunk_mac(std::span<const std::uint8_t> key,
+MacVerdict check_chunk_mac(std::span<const std::uint8_t> key, std::uint32_t rank,
                            std::span<const std::uint8_t> file) {
-  if (file.size() < kFlagsAt + 2 || !(load_u16(file.data() + kFlagsAt) & kFlagMac)) {
-    return MacVerdict::Missing;
-  }
+  if (!is_sealed(file)) return MacVerdict::Missing;
   if (file.size() < kMinChunk + kMacSize) return MacVerdict::Truncated;
   const auto body = file.first(file.size() - kMacSize);
-  const Mac want = hmac_sha256(key, body);
-  // Constant time: how much of a forged MAC matched must not show.
-  if (CRYPTO_memcmp(want.data(), file.data() + body.size(), kMacSize) != 0) {
-    return MacVerdict::Mismatch;
-  }
-  return MacVerdict::Ok;
+  Trailer trailer{};
+  std::memcpy(trailer.data(), file.data() + body.size(), kMacSize);
+  ChunkMacCheck check(key, rank, raw_version(file), trailer);
+  check.update(body);
+  return check.matches() ? MacVerdict::Ok : MacVerdict::Mismatch;
 }
 
 }  // namespace kvformat

@@ -28,8 +28,11 @@ std::string key_id(std::span<const std::uint8_t> key);
 bool manifest_ok(std::span<const std::uint8_t> key, std::string_view body, std::string_view mac_hex);
 
 // A sealed chunk file's MAC: its bytes [0, size - 32) read and MAC'd, then
-// compared with its last 32. "" when it holds, else the verdict text
+// checked against its last 32 (the v3 seal's salt || tag, for `rank`, the
+// rank of the folder it lies in, -1 when the folder's name gives none; or a
+// v2 seal's HMAC). "" when it holds, else the verdict text
 // ("mac_mismatch: ..."); `io` tells a read failure from a bad MAC.
-std::string chunk_problem(int fd, std::uint64_t size, std::span<const std::uint8_t> key, bool* io);
+std::string chunk_problem(int fd, std::uint64_t size, std::span<const std::uint8_t> key, int rank,
+                          bool* io);
 
 }  // namespace kvstore::mac_check

@@ -141,7 +141,8 @@ void verify_macs(int rank_fd, size_t rank_prefix, RankInventory& inv, const Scan
     // Shorter than a fixed header, its checksum and a MAC: `truncated`, as judged.
     if (!c.header_ok && st.st_size < 148 + 32) return;
     bool io = false;
-    std::string problem = mac_check::chunk_problem(fd->get(), static_cast<uint64_t>(st.st_size), opt.mac_key, &io);
+    std::string problem = mac_check::chunk_problem(fd->get(), static_cast<uint64_t>(st.st_size), opt.mac_key,
+                                                  inv.rank, &io);
     if (problem.empty()) return;  // a header that failed under a good MAC keeps its verdict
     if (!c.header_ok && io) return;
     found[i].push_back({c.rel, io ? FindingKind::kUnreadable : FindingKind::kCorrupt, problem});

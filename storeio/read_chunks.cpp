@@ -44,6 +44,14 @@ constexpr int kIovMax = 1024;
 // A file is split across threads only in parts of at least this much.
 constexpr std::uint64_t kMinPiece = 4 << 20;
 
+#if KVTIER_STORE_HAVE_MAC
+using MacFeed = kvformat::ChunkMacCheck;
+#else
+struct MacFeed {
+  void update(std::span<const std::uint8_t>) {}
+};
+#endif
+
 struct Failure {
   std::int32_t status;
   std::string reason;
@@ -117,12 +125,13 @@ std::optional<Failure> check_expected(const kvformat::ChunkHeader& h, const kvti
 }
 
 // preadv `limit` payload bytes from file offset `offset` into the runs,
-// starting at byte `in_run` of runs[run]; the CRC over each window right
-// after it arrived. Fails `truncated` if the file ends early.
+// starting at byte `in_run` of runs[run]; the CRC (and `mac`, when given)
+// over each window right after it arrived, while it is still in cache.
+// Fails `truncated` if the file ends early.
 std::optional<Failure> read_range(int fd, std::uint64_t offset, const kvtier_run* runs,
                                   std::uint32_t num_runs, std::uint32_t run, std::uint64_t in_run,
                                   std::uint64_t limit, std::uint32_t& crc,
-                                  std::uint64_t& bytes_read) {
+                                  std::uint64_t& bytes_read, MacFeed* mac) {
   std::vector<iovec> iov;
   iov.reserve(16);
   while (run < num_runs && limit > 0) {
@@ -173,8 +182,10 @@ std::optional<Failure> read_range(int fd, std::uint64_t offset, const kvtier_run
     std::uint64_t left = want;
     while (left) {
       const std::uint64_t take = std::min(runs[run].length - in_run, left);
-      crc = kvformat::crc32(
-          {reinterpret_cast<const std::uint8_t*>(runs[run].address + in_run), take}, crc);
+      const std::span<const std::uint8_t> landed(
+          reinterpret_cast<const std::uint8_t*>(runs[run].address + in_run), take);
+      crc = kvformat::crc32(landed, crc);
+      if (mac) mac->update(landed);
       in_run += take;
       left -= take;
       bytes_read += take;
@@ -191,16 +202,18 @@ std::optional<Failure> read_range(int fd, std::uint64_t offset, const kvtier_run
 
 // The whole payload in `pieces` parts read at once on their own threads
 // (a job of fewer files than threads still uses them all); the CRCs of the
-// parts combined in payload order.
+// parts combined in payload order. `mac` is fed the payload in order: window
+// by window in one part, or over the runs after the parts landed (a MAC
+// takes its bytes in order; only a file split across threads pays that pass).
 std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_run* runs,
                                     std::uint32_t num_runs, std::uint64_t length,
                                     unsigned pieces, std::uint32_t& crc,
-                                    std::uint64_t& bytes_read) {
+                                    std::uint64_t& bytes_read, MacFeed* mac) {
   const std::uint64_t piece =
       std::max<std::uint64_t>(kMinPiece, (length + pieces - 1) / std::max(1u, pieces));
   const std::size_t count = length == 0 ? 1 : static_cast<std::size_t>((length + piece - 1) / piece);
   if (count <= 1)
-    return read_range(fd, offset, runs, num_runs, 0, 0, length, crc, bytes_read);
+    return read_range(fd, offset, runs, num_runs, 0, 0, length, crc, bytes_read, mac);
   struct Part {
     std::uint32_t run = 0;
     std::uint64_t in_run = 0;
@@ -225,13 +238,17 @@ std::optional<Failure> read_payload(int fd, std::uint64_t offset, const kvtier_r
   parallel_for(count, static_cast<unsigned>(count), [&](std::size_t p) {
     Part& part = parts[p];
     part.failure = read_range(fd, offset + part.start, runs, num_runs, part.run, part.in_run,
-                              part.length, part.crc, part.bytes);
+                              part.length, part.crc, part.bytes, nullptr);
   });
   for (const Part& part : parts) {
     if (part.failure) return part.failure;
     crc = crc32_combine(crc, part.crc, part.bytes);
     bytes_read += part.bytes;
   }
+  if (mac)
+    for (std::uint32_t r = 0; r < num_runs; ++r)
+      mac->update({reinterpret_cast<const std::uint8_t*>(runs[r].address),
+                   static_cast<std::size_t>(runs[r].length)});
   return std::nullopt;
 }
 
@@ -240,8 +257,8 @@ Failure mac_failure(kvformat::Reason reason, std::string text) {
   return {KVTIER_E_FORMAT, std::string(kvformat::reason_name(reason)), 0, std::move(text)};
 }
 
-// The 32 bytes after the body: the MAC the file claims.
-std::optional<Failure> read_tag(int fd, std::uint64_t at, kvformat::Mac& tag) {
+// The 32 bytes after the body: the MAC the file claims (v3: salt || tag).
+std::optional<Failure> read_tag(int fd, std::uint64_t at, kvformat::Trailer& tag) {
   const long long n = pread_full(fd, tag.data(), tag.size(), at);
   if (n < 0) return io_failure(static_cast<int>(-n), "reading the MAC");
   if (static_cast<std::size_t>(n) != tag.size())
@@ -251,8 +268,9 @@ std::optional<Failure> read_tag(int fd, std::uint64_t at, kvformat::Mac& tag) {
 
 // The MAC of the whole body read from the file (the slow path: only a file
 // that fails some other check pays it, to know which verdict comes first).
-std::optional<Failure> body_mac_differs(int fd, std::uint64_t size, const kvtier_read_item& item) {
-  kvformat::MacStream mac({item.mac_key, item.mac_key_length});
+std::optional<Failure> body_mac_differs(int fd, std::uint64_t size, const kvtier_read_item& item,
+                                        std::uint16_t version, const kvformat::Trailer& tag) {
+  kvformat::ChunkMacCheck mac({item.mac_key, item.mac_key_length}, item.mac_rank, version, tag);
   std::vector<std::uint8_t> buf(std::min<std::uint64_t>(kWindow, size));
   const std::uint64_t body = size - kvformat::kMacSize;
   for (std::uint64_t at = 0; at < body;) {
@@ -263,11 +281,7 @@ std::optional<Failure> body_mac_differs(int fd, std::uint64_t size, const kvtier
     mac.update({buf.data(), static_cast<std::size_t>(n)});
     at += static_cast<std::uint64_t>(n);
   }
-  kvformat::Mac tag{};
-  if (auto f = read_tag(fd, body, tag)) return f;
-  const kvformat::Mac want = mac.finish();
-  if (!kvformat::mac_equal(want.data(), tag.data()))
-    return mac_failure(kvformat::Reason::MacMismatch, "chunk MAC differs");
+  if (!mac.matches()) return mac_failure(kvformat::Reason::MacMismatch, "chunk MAC differs");
   return std::nullopt;
 }
 #endif
@@ -299,11 +313,12 @@ std::optional<Failure> check_arguments(const kvtier_read_item& item) {
 
 #if KVTIER_STORE_HAVE_MAC
 // A keyed file (FORMAT.md 3.6): the MAC's verdict comes before every other.
-// The header is parsed as the plain file it seals (flag cleared, checksum
-// redone) only to learn where the payload goes; the payload is read into
-// the runs as a plain file's, then the MAC is computed over the header and
-// the runs' bytes, exactly what the caller will use. A file that fails any
-// check has its whole body MAC'd from disk first, so a forgery is always
+// The trailer is read first (a v3 seal's salt keys the MAC), the header is
+// parsed as the plain file it seals (flag cleared, checksum redone) only to
+// learn where the payload goes; the payload is read into the runs as a
+// plain file's, the MAC fed the header and then each window of the runs'
+// bytes as it lands, exactly what the caller will use. A file that fails
+// any check has its whole body MAC'd from disk first, so a forgery is always
 // mac_mismatch, as the Python codec (open_chunk before verify_chunk) says.
 std::optional<Failure> read_keyed(int fd, std::uint64_t size, std::vector<std::uint8_t> head,
                                   kvtier_read_item& item,
@@ -314,8 +329,16 @@ std::optional<Failure> read_keyed(int fd, std::uint64_t size, std::vector<std::u
   if (size < kvformat::kMinHeaderLength - kvformat::kSegmentEntrySize + kvformat::kMacSize)
     return Failure{KVTIER_E_FORMAT, "truncated", 0, "too short for a MAC"};
   const std::uint64_t body = size - kvformat::kMacSize;
+  kvformat::Trailer tag{};
+  if (auto f = read_tag(fd, body, tag)) return f;
+  const std::uint16_t version = kvformat::raw_version(head);
+  kvformat::ChunkMacCheck mac({item.mac_key, item.mac_key_length}, item.mac_rank, version, tag);
+  if (!mac.known())
+    return mac_failure(kvformat::Reason::MacMismatch,
+                       "sealed chunk of format version " + std::to_string(version) +
+                           ": no MAC this reader knows");
   auto refused = [&](Failure f) -> std::optional<Failure> {
-    if (auto m = body_mac_differs(fd, size, item)) return m;
+    if (auto m = body_mac_differs(fd, size, item, version, tag)) return m;
     return f;
   };
   auto header = kvformat::parse_sealed_header(head, size);  // as mac.py's open_chunk
@@ -327,20 +350,12 @@ std::optional<Failure> read_keyed(int fd, std::uint64_t size, std::vector<std::u
     (void)::posix_fadvise(fd, static_cast<off_t>(header_length),
                           static_cast<off_t>(header->payload_length + kvformat::kMacSize),
                           POSIX_FADV_WILLNEED);
+  mac.update({head.data(), static_cast<std::size_t>(header_length)});  // as sealed
   std::uint32_t crc = 0;
   if (auto f = read_payload(fd, header_length, item.runs, item.num_runs, header->payload_length,
-                            pieces, crc, item.bytes_read))
+                            pieces, crc, item.bytes_read, &mac))
     return refused(*f);
-  kvformat::Mac tag{};
-  if (auto f = read_tag(fd, body, tag)) return f;
-  kvformat::MacStream mac({item.mac_key, item.mac_key_length});
-  mac.update({head.data(), static_cast<std::size_t>(header_length)});  // as sealed: flag set
-  for (std::uint32_t r = 0; r < item.num_runs; ++r)
-    mac.update({reinterpret_cast<const std::uint8_t*>(item.runs[r].address),
-                static_cast<std::size_t>(item.runs[r].length)});
-  const kvformat::Mac want = mac.finish();
-  if (!kvformat::mac_equal(want.data(), tag.data()))
-    return mac_failure(kvformat::Reason::MacMismatch, "chunk MAC differs");
+  if (!mac.matches()) return mac_failure(kvformat::Reason::MacMismatch, "chunk MAC differs");
   if (auto r = kvformat::check_payload_checksum(*header, crc); !r)
     return format_failure(r.error());
   return std::nullopt;
@@ -393,7 +408,7 @@ std::optional<Failure> read_one(kvtier_read_item& item, bool willneed, bool safe
                           static_cast<off_t>(header->payload_length), POSIX_FADV_WILLNEED);
   std::uint32_t crc = 0;
   if (auto f = read_payload(fd, header->header_length(), item.runs, item.num_runs,
-                            header->payload_length, pieces, crc, item.bytes_read))
+                            header->payload_length, pieces, crc, item.bytes_read, nullptr))
     return f;
   if (auto r = kvformat::check_payload_checksum(*header, crc); !r)
     return format_failure(r.error());

@@ -221,16 +221,19 @@ std::optional<Failure> write_one(kvtier_write_item& item, std::uint32_t flags) {
   std::uint64_t sealed = 0;
 #if KVTIER_STORE_HAVE_MAC
   if (item.mac_key) {
-    // FORMAT.md 3.6: the MAC flag in the header, then HMAC(header || payload)
+    // FORMAT.md 3.6, the v3 seal: version 3 and the MAC flag in the header,
+    // then salt || GMAC(header || payload) under the chunk's own subkey
     // after the payload; a second pass over the source runs (the CRC's pass
     // came first because the header carries the CRC).
-    kvformat::set_chunk_flags(*bytes, kvformat::kFlagMac);
-    kvformat::MacStream mac({item.mac_key, item.mac_key_length});
-    mac.update(*bytes);
+    const auto salt = kvformat::random_salt();
+    if (!salt) return fail(sys_failure(EIO, "no random salt for the MAC"));
+    kvformat::seal_header_v3(*bytes);
+    kvformat::ChunkSealer sealer({item.mac_key, item.mac_key_length}, item.mac_rank, *salt);
+    sealer.update(*bytes);
     for (std::uint32_t r = 0; r < item.num_runs; ++r)
-      mac.update({reinterpret_cast<const std::uint8_t*>(item.runs[r].address),
-                  static_cast<std::size_t>(item.runs[r].length)});
-    const kvformat::Mac tag = mac.finish();
+      sealer.update({reinterpret_cast<const std::uint8_t*>(item.runs[r].address),
+                     static_cast<std::size_t>(item.runs[r].length)});
+    const kvformat::Trailer tag = sealer.trailer();
     if (auto f = write_all(fd.get(), {{const_cast<std::uint8_t*>(tag.data()), tag.size()}},
                            header_length + item.payload_length))
       return fail(*f);

@@ -25,7 +25,8 @@ One module a concept, named as in the C++ codec; import the package
 - names, layout: file names and one rank's paths (`StoreLayout`);
 - store_file: opening a store file for reading (never a link or a FIFO);
 - retention: keep-K retention (`kept_manifests`);
-- mac: keyed stores (`load_key`, `key_id`, `seal_chunk`, `open_chunk`).
+- mac: keyed stores (`load_key`, `key_id`, `seal_chunk`, `open_chunk`; the
+  v3 seal's AES-GMAC through libcrypto).
 """
 
 from .boundary_manifest import (
@@ -100,7 +101,12 @@ from .header import (
 from .layout import StoreLayout
 from .mac import (
     MAC_SIZE,
+    SALT_SIZE,
+    SEALED_VERSION,
+    ChunkSealer,
     KeyFileError,
+    MacUnavailable,
+    chunk_subkey,
     fence_key,
     is_sealed,
     key_id,
@@ -109,6 +115,7 @@ from .mac import (
     open_manifest,
     plain_header_bytes,
     seal_chunk,
+    seal_chunk_v2,
     seal_header,
     seal_manifest,
 )
@@ -161,6 +168,12 @@ __all__ = [
     "plain_header_bytes",
     "is_sealed",
     "MAC_SIZE",
+    "SALT_SIZE",
+    "SEALED_VERSION",
+    "ChunkSealer",
+    "MacUnavailable",
+    "chunk_subkey",
+    "seal_chunk_v2",
     "verify_sealed_chunk",
     "KeyFileError",
     "fence_key",

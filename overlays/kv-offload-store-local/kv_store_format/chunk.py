@@ -87,21 +87,28 @@ def read_chunk_header(path: str, key: bytes | None = None) -> ChunkHeader:
 
 
 def verify_sealed_chunk(
-    key: bytes, data: bytes | bytearray | memoryview
+    key: bytes, data: bytes | bytearray | memoryview, *, rank: int
 ) -> ChunkHeader:
-    """Full check of a keyed chunk file held in memory: the MAC first, then
-    every check of ``verify_chunk`` on the plain chunk it seals."""
-    return verify_chunk(open_chunk(key, data))
+    """Full check of a keyed chunk file of rank ``rank``'s store held in
+    memory: the MAC first, then every check of ``verify_chunk`` on the plain
+    chunk it seals."""
+    return verify_chunk(open_chunk(key, data, rank=rank))
 
 
 def verify_chunk_file(
-    path: str, block_size: int = 8 << 20, key: bytes | None = None
+    path: str,
+    block_size: int = 8 << 20,
+    key: bytes | None = None,
+    rank: int | None = None,
 ) -> ChunkHeader:
     """Header, size and payload checksum of a chunk file, read in blocks
-    (a keyed one whole, its MAC checked first)."""
+    (a keyed one whole, its MAC checked first: ``rank`` is then the rank of
+    the store it lies in, which the v3 seal binds)."""
     if key is not None:
+        if rank is None:
+            raise ValueError("a keyed chunk's MAC binds its rank: pass rank=")
         with os.fdopen(open_regular(path), "rb") as f:
-            return verify_sealed_chunk(key, f.read())
+            return verify_sealed_chunk(key, f.read(), rank=rank)
     with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(min(size, MAX_HEADER_LENGTH))

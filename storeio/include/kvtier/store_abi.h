@@ -23,8 +23,9 @@
 extern "C" {
 #endif
 
-#define KVTIER_STORE_ABI_VERSION 3u /* 2: mac_key in both items (keyed stores);
-                                       3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused */
+#define KVTIER_STORE_ABI_VERSION 4u /* 2: mac_key in both items (keyed stores);
+                                       3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused;
+                                       4: mac_rank in both items (the v3 seal) */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -111,6 +112,8 @@ typedef struct kvtier_read_item {
   const uint8_t* mac_key; /* a keyed store's secret (FORMAT.md 3.6), or NULL:
                              the file must then be plain */
   uint32_t mac_key_length;
+  uint32_t mac_rank; /* with mac_key: the rank whose store the file is in; a v3
+                        sealed chunk's MAC binds it (another rank's chunk fails) */
   /* out */
   int32_t status;    /* KVTIER_OK or KVTIER_E_* */
   int32_t sys_errno; /* errno of an I/O failure, else 0 */
@@ -144,8 +147,9 @@ typedef struct kvtier_read_item {
  * length and checksum, segment table, file size; then preadv of the payload
  * straight into the runs and its CRC-32 (ISA-L), computed over the bytes as
  * read. With mac_key: the file must carry the MAC flag (else mac_missing) and
- * its HMAC-SHA256, computed over the header and the payload as they lie in
- * the runs, must match (else mac_mismatch, judged before any other verdict
+ * its MAC (v3: AES-GMAC under the subkey of key, salt and mac_rank; a v2
+ * seal: HMAC-SHA256), computed over the header and the payload as they lie
+ * in the runs, must match (else mac_mismatch, judged before any other verdict
  * of the file, as FORMAT.md 3.6 orders); an item is OK only after that.
  * A library built without OpenSSL fails keyed items with bad_argument.
  * Returns the number of items not KVTIER_OK, or -1 when the arguments
@@ -175,9 +179,11 @@ typedef struct kvtier_write_item {
   const kvtier_segment* segments;
   const kvtier_run* runs; /* the payload, in payload order */
   const uint8_t* mac_key; /* a keyed store's secret: the file is sealed
-                             (FORMAT.md 3.6: flag bit 0, HMAC-SHA256 after the
-                             payload); NULL: a plain file */
+                             (FORMAT.md 3.6, the v3 seal: version 3, flag bit 0,
+                             salt || AES-GMAC tag after the payload); NULL: a
+                             plain file (version 2) */
   uint32_t mac_key_length;
+  uint32_t mac_rank; /* with mac_key: the writing rank, bound into the MAC */
   /* out */
   int32_t status;    /* KVTIER_OK, KVTIER_E_NO_SPACE, KVTIER_E_IO, KVTIER_E_ARGUMENT */
   int32_t sys_errno;
@@ -188,8 +194,9 @@ typedef struct kvtier_write_item {
   char message[KVTIER_MESSAGE_BYTES];
 } kvtier_write_item;
 
-/* With mac_key the header carries flag bit 0 and the file ends with the
- * HMAC-SHA256 of header and payload (FORMAT.md 3.6). */
+/* With mac_key the header carries version 3 and flag bit 0 and the file
+ * ends with a fresh random salt and the AES-GMAC tag of header and payload
+ * under the subkey of (key, salt, mac_rank) (FORMAT.md 3.6). */
 /* Chunk files group-readable (0640) instead of private to the writing user
  * (0600); the group is the folder's (the writer makes folders setgid). */
 #define KVTIER_WRITE_GROUP_READ 1u

@@ -121,7 +121,20 @@ Result<ChunkHeader> verify_chunk(std::span<const std::uint8_t> file);
 // Keyed stores (FORMAT.md 3.6): flags bit 0 says a 32-byte MAC follows the
 // payload (checked in kvformat_mac, mac.h; the key is not needed to parse).
 inline constexpr std::uint16_t kFlagMac = 0x0001;
-inline constexpr std::size_t kMacSize = 32;
+inline constexpr std::size_t kMacSize = 32;  // the trailer: v2 HMAC, v3 salt || GMAC tag
+// A sealed chunk's format_version says which MAC its trailer holds: 3 for
+// the v3 seal (per-chunk subkey, AES-GMAC), 1 or 2 for the v2 seal
+// (HMAC-SHA256). Only sealed chunks carry 3; the plain header a v3 chunk
+// seals is version 2.
+inline constexpr std::uint16_t kSealedVersion = 3;
+// The version field of a file's first bytes (0 if there are fewer than 10).
+std::uint16_t raw_version(std::span<const std::uint8_t> prefix);
+// A plain header made the v3 sealed header in place: version 3, the MAC
+// flag, the header checksum redone. False as set_chunk_flags.
+bool seal_header_v3(std::span<std::uint8_t> header);
+// A sealed header made the plain header it seals in place: the flag
+// cleared, version 3 back to 2 (v1/v2 seals keep theirs), checksum redone.
+bool unseal_header(std::span<std::uint8_t> header);
 // Whether a file's first bytes carry the MAC flag (no other check).
 bool is_sealed(std::span<const std::uint8_t> prefix);
 // The header's flags field set to `flags` and its header checksum redone in
