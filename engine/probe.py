@@ -299,7 +299,7 @@ def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
                 continue
             key = getattr(store.writer, "key", None)
             if key is not None:  # a keyed store: the plain chunk it seals, MAC checked
-                data = fmt.open_chunk(key, data)
+                data = fmt.open_chunk(key, data, rank=store.writer.rank)
             header = fmt.decode_header(data)
             payload = data[header.header_length :]
             group_spec = kv_config.kv_cache_groups[group].kv_cache_spec

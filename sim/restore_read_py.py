@@ -80,13 +80,17 @@ def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
 
 
 def read_sealed(
-    fd: int, key: bytes, expect: tuple, runs: Sequence[tuple[int, int]]
+    fd: int,
+    key: bytes,
+    expect: tuple,
+    runs: Sequence[tuple[int, int]],
+    rank: int = 0,
 ) -> None:
     """A keyed store's file (FORMAT.md 3.6), as the codec reads it: whole, its
     MAC first (``open_chunk``), then the plain checks on the chunk it seals,
     and only then the payload copied into the runs."""
     size = os.fstat(fd).st_size
-    plain = fmt.open_chunk(key, os.pread(fd, size, 0))
+    plain = fmt.open_chunk(key, os.pread(fd, size, 0), rank=rank)
     header = check_header(bytes(plain[: fmt.MAX_HEADER_LENGTH]), *expect)
     fmt.check_file_size(header, len(plain))
     payload = memoryview(plain)[header.header_length :]
@@ -108,13 +112,14 @@ def read_one(
     segments: Sequence[fmt.Segment],
     runs: Sequence[tuple[int, int]],
     key: bytes | None = None,
+    rank: int = 0,
 ) -> str:
     """The verdict on one open chunk file: "" (good) or the reason; with a
-    keyed store's ``key`` its MAC is judged first."""
+    keyed store's ``key`` its MAC (bound to ``rank``) is judged first."""
     if key is not None:
         expect = (namespace, group, key_hash, boundary, length, checksum, segments)
         try:
-            read_sealed(fd, key, expect, runs)
+            read_sealed(fd, key, expect, runs, rank)
         except OSError:
             return "io_error"
         except fmt.FormatError as e:

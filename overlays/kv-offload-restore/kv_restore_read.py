@@ -66,11 +66,14 @@ def prepare_job(
     lib: native.Library,
     requests: Sequence[native.ReadRequest],
     key: bytes | None = None,
+    rank: int = 0,
 ) -> native.PreparedRead:
     """One promotion's read call, built (pure Python: the step's thread).
     ``key``: a keyed store's; a file whose MAC is missing or wrong fails the
-    job (mac_missing, mac_mismatch) like any other refused file."""
-    return lib.prepare_read(requests, key)
+    job (mac_missing, mac_mismatch) like any other refused file. ``rank``:
+    the rank whose store the files are in (the v3 seal binds it: another
+    rank's chunk copied here is mac_mismatch)."""
+    return lib.prepare_read(requests, key, rank=rank)
 
 
 def run_job(read: native.PreparedRead, threads: int, willneed: bool = False) -> None:
@@ -100,8 +103,9 @@ def read_job(
     threads: int,
     willneed: bool = False,
     key: bytes | None = None,
+    rank: int = 0,
 ) -> int:
     """``prepare_job``, ``run_job`` and ``job_bytes`` in one call (tools, tests)."""
-    read = prepare_job(lib, requests, key)
+    read = prepare_job(lib, requests, key, rank=rank)
     run_job(read, threads, willneed)
     return job_bytes(keys, read.results())

@@ -202,6 +202,7 @@ class WorkerRestore:
         self._lock_path = ""
         self._namespace = b""
         self._key: bytes | None = None
+        self._rank = 0  # the rank whose store this reads: a v3 seal binds it
         self._native = load_native()
         self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
         self._plans_of: Any = None  # the staging list the plans were made for
@@ -267,6 +268,7 @@ class WorkerRestore:
         # A keyed store (FORMAT.md 3.6): every manifest and chunk is opened with
         # the writer's key, its MAC checked before a byte of it is used.
         self._key = getattr(writer, "key", None)
+        self._rank = writer.rank
         self._lock_path = layout.lock
         self._groups = {g.group: g for g in store.settings.groups}
         self.inventory = Inventory(
@@ -439,7 +441,7 @@ class WorkerRestore:
                 job.manifests = {p.manifest for _, _, p, _ in located}
             job.proofs = [p for _, _, p, _ in located]
             job.read = chunk_read.prepare_job(
-                self._native, self._requests(located), self._key
+                self._native, self._requests(located), self._key, rank=self._rank
             )
         except chunk_read.PromotionFailed as e:
             job.failure = e

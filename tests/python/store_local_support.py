@@ -330,7 +330,7 @@ def verify_store(root: Path, key: bytes | None = None) -> list[str]:
                 for e in g.entries:
                     path = layout.chunk(e.key, g.group)
                     try:
-                        header = fmt.verify_chunk_file(path, key=key)
+                        header = fmt.verify_chunk_file(path, key=key, rank=m.rank)
                     except (OSError, fmt.FormatError) as err:
                         problems.append(f"{name}: {path}: {err}")
                         continue

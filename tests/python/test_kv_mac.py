@@ -26,9 +26,13 @@ OTHER_KEY = bytes(range(1, 33))
 # Pinned: a change here is a format change (both codecs' vectors move).
 KEY_ID = "3f03aa1bf45caef5"
 NS = hashlib.sha256(b"namespace").digest()
-# The MAC of _chunk() and of the manifest below under KEY: the vectors a C++
-# codec must reproduce byte for byte.
-CHUNK_MAC = "14e8b1ff016a611f6c9b2fdc46e4df103af368d39640feaaa1ae574f06fffe19"
+# The seals of _chunk() and the MAC of the manifest below under KEY: the
+# vectors a C++ codec must reproduce byte for byte (format/mac_test.cpp).
+RANK = 3
+SALT = bytes(range(0xA0, 0xB0))
+SUBKEY = "5063a0944cbae323c83fe9e81496f2eeadabaf0860ede35085074a56e1ac9474"
+CHUNK_TAG = "c114d29f2be869b8cf4cf9eda8517931"  # v3: GMAC under SUBKEY
+CHUNK_MAC = "14e8b1ff016a611f6c9b2fdc46e4df103af368d39640feaaa1ae574f06fffe19"  # v2
 MANIFEST_MAC = "73c0b7ac96107c9a0af4d3c718ddba263d019e13c3df93c5e1e2dfff3dd70a16"
 
 
@@ -49,16 +53,48 @@ def test_key_id_is_pinned_and_not_the_key() -> None:
 
 def test_sealed_chunk_layout_vector() -> None:
     plain = _chunk()
-    sealed = f.seal_chunk(KEY, plain)
+    sealed = f.seal_chunk(KEY, plain, rank=RANK, salt=SALT)
     assert len(sealed) == len(plain) + 32
-    assert struct.unpack_from("<H", sealed, 10) == (1,)
+    assert struct.unpack_from("<HH", sealed, 8) == (3, 1)  # version 3, the flag
     (hlen,) = struct.unpack_from("<I", sealed, 12)
     assert sealed[hlen:-32] == plain[hlen:]  # the payload is untouched
+    subkey = hmac.new(
+        KEY, b"kvtier chunk mac v3" + SALT + struct.pack("<I", RANK), hashlib.sha256
+    ).digest()
+    assert subkey.hex() == SUBKEY == f.chunk_subkey(KEY, SALT, RANK).hex()
+    assert sealed[-32:] == SALT + bytes.fromhex(CHUNK_TAG)
+    assert f.open_chunk(KEY, sealed, rank=RANK) == plain
+    f.verify_chunk(f.open_chunk(KEY, sealed, rank=RANK))
+
+
+def test_chunk_tag_is_aes_gcm_with_the_chunk_as_aad_only() -> None:
+    """The tag, computed by another AES-GCM than libcrypto's EVP through
+    ctypes: the construction is standard GMAC, IV 0^96, no plaintext."""
+    aead = pytest.importorskip("cryptography.hazmat.primitives.ciphers.aead")
+    sealed = f.seal_chunk(KEY, _chunk(), rank=RANK, salt=SALT)
+    want = aead.AESGCM(bytes.fromhex(SUBKEY)).encrypt(bytes(12), b"", sealed[:-32])
+    assert want.hex() == CHUNK_TAG
+
+
+def test_v2_sealed_chunk_of_an_older_store_still_opens() -> None:
+    plain = _chunk()
+    sealed = f.seal_chunk_v2(KEY, plain)
+    assert struct.unpack_from("<HH", sealed, 8) == (2, 1)
     want = hmac.new(KEY, sealed[:-32], hashlib.sha256).digest()
     assert sealed[-32:] == want
     assert want.hex() == CHUNK_MAC
-    assert f.open_chunk(KEY, sealed) == plain
-    f.verify_chunk(f.open_chunk(KEY, sealed))
+    # The v2 seal binds no rank: every rank's reader takes it.
+    assert f.open_chunk(KEY, sealed, rank=RANK) == plain
+    assert f.open_chunk(KEY, sealed, rank=0) == plain
+    with pytest.raises(f.FormatError) as err:
+        f.open_chunk(OTHER_KEY, sealed, rank=RANK)
+    assert err.value.reason is f.Reason.MAC_MISMATCH
+
+
+def _mismatch(data: bytes, rank: int = RANK) -> None:
+    with pytest.raises(f.FormatError) as err:
+        f.open_chunk(KEY, data, rank=rank)
+    assert err.value.reason is f.Reason.MAC_MISMATCH
 
 
 def test_forged_chunk_with_valid_crc_and_namespace_is_refused() -> None:
@@ -67,26 +103,65 @@ def test_forged_chunk_with_valid_crc_and_namespace_is_refused() -> None:
     forged = _chunk(b"\xee" * 16)
     f.verify_chunk(forged)  # CRC and namespace alone accept it
     with pytest.raises(f.FormatError) as err:
-        f.open_chunk(KEY, forged)
+        f.open_chunk(KEY, forged, rank=RANK)
     assert err.value.reason is f.Reason.MAC_MISSING
     # Sealed with a key it guessed: the MAC differs.
-    with pytest.raises(f.FormatError) as err:
-        f.open_chunk(KEY, f.seal_chunk(OTHER_KEY, forged))
-    assert err.value.reason is f.Reason.MAC_MISMATCH
+    _mismatch(f.seal_chunk(OTHER_KEY, forged, rank=RANK))
     # A genuine chunk with its payload swapped and the CRC fixed up.
-    sealed = bytearray(f.seal_chunk(KEY, _chunk()))
+    sealed = bytearray(f.seal_chunk(KEY, _chunk(), rank=RANK))
     (hlen,) = struct.unpack_from("<I", sealed, 12)
     sealed[hlen : hlen + 16] = b"\xee" * 16
-    with pytest.raises(f.FormatError) as err:
-        f.open_chunk(KEY, bytes(sealed))
-    assert err.value.reason is f.Reason.MAC_MISMATCH
+    _mismatch(bytes(sealed))
+
+
+def test_another_ranks_chunk_and_tampered_trailers_are_refused() -> None:
+    sealed = f.seal_chunk(KEY, _chunk(), rank=RANK, salt=SALT)
+    _mismatch(sealed, rank=RANK + 1)  # rank 3's genuine file in rank 4's folder
+    salted = bytearray(sealed)
+    salted[-32] ^= 1  # the salt: another subkey
+    _mismatch(bytes(salted))
+    tagged = bytearray(sealed)
+    tagged[-1] ^= 0x80
+    _mismatch(bytes(tagged))
+    _mismatch(sealed[:-1])  # cut
+    _mismatch(sealed + b"\0")  # extended
+    # Downgraded to a v2 seal (version 2, header CRC redone): its trailer is
+    # no HMAC; a version no seal has is no MAC this reader knows.
+    (hlen,) = struct.unpack_from("<I", sealed, 12)
+    for version in (2, 1, 4, 0xFFFF):
+        changed = bytearray(sealed)
+        struct.pack_into("<H", changed, 8, version)
+        struct.pack_into("<I", changed, hlen - 4, f.crc32(changed[: hlen - 4]))
+        _mismatch(bytes(changed))
 
 
 def test_keyed_chunk_read_without_key_is_refused() -> None:
-    sealed = f.seal_chunk(KEY, _chunk())
+    sealed = f.seal_chunk(KEY, _chunk(), rank=RANK)
     with pytest.raises(f.FormatError) as err:
         f.verify_chunk(sealed)
-    assert err.value.reason is f.Reason.RESERVED_NONZERO
+    assert err.value.reason is f.Reason.UNSUPPORTED_VERSION  # version 3
+    with pytest.raises(f.FormatError) as err:
+        f.verify_chunk(f.seal_chunk_v2(KEY, _chunk()))
+    assert err.value.reason is f.Reason.RESERVED_NONZERO  # a v2 seal: its flag
+
+
+def test_fresh_salts_so_no_subkey_seals_twice() -> None:
+    plain = _chunk()
+    trailers = {f.seal_chunk(KEY, plain, rank=RANK)[-32:] for _ in range(8)}
+    assert len({t[:16] for t in trailers}) == 8
+
+
+def test_no_libcrypto_is_a_clear_error(monkeypatch) -> None:
+    """Python has no AES of its own: without a libcrypto the v3 seal cannot
+    be checked or made, and says so; a v2 seal (HMAC) still opens."""
+    sealed = f.seal_chunk(KEY, _chunk(), rank=RANK)
+    monkeypatch.setattr(f.mac, "_libcrypto_candidates", lambda: [])
+    monkeypatch.setattr(f.mac, "_crypto", None)
+    with pytest.raises(f.MacUnavailable, match="no libcrypto with AES-256-GCM"):
+        f.open_chunk(KEY, sealed, rank=RANK)
+    with pytest.raises(f.MacUnavailable):
+        f.seal_chunk(KEY, _chunk(), rank=RANK)
+    assert f.open_chunk(KEY, f.seal_chunk_v2(KEY, _chunk()), rank=RANK) == _chunk()
 
 
 def test_another_key_is_another_namespace() -> None:
@@ -203,14 +278,17 @@ def test_streaming_seal_equals_seal_chunk_and_headers_read_with_a_key(tmp_path) 
     payload = b"\x01\x02\x03\x04" * 4
     plain = _chunk(payload)
     (hlen,) = struct.unpack_from("<I", plain, 12)
-    head, running = f.seal_header(KEY, plain[:hlen])
+    head, running = f.seal_header(KEY, plain[:hlen], rank=RANK)
     running.update(payload)
     streamed = head + payload + running.digest()
-    assert streamed == f.seal_chunk(KEY, plain)
+    assert streamed == f.seal_chunk(KEY, plain, rank=RANK, salt=running.salt)
     path = tmp_path / "c.bin"
     path.write_bytes(streamed)
     assert f.read_chunk_header(str(path), KEY) == f.decode_header(plain)
-    assert f.verify_chunk_file(str(path), key=KEY) == f.decode_header(plain)
+    assert f.verify_chunk_file(str(path), key=KEY, rank=RANK) == f.decode_header(plain)
+    with pytest.raises(f.FormatError) as err:
+        f.verify_chunk_file(str(path), key=KEY, rank=RANK + 1)
+    assert err.value.reason is f.Reason.MAC_MISMATCH
     rotten = bytearray(streamed)
     rotten[20] ^= 1  # a header byte: without the MAC, the header CRC tells
     path.write_bytes(bytes(rotten))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import sys
 from pathlib import Path
 
@@ -79,11 +80,16 @@ def test_keyed_writer_seals_every_chunk_and_manifest(tmp_path, store_lib):
     for job in jobs:
         for (hash_, group), payload in job.expected.items():
             data = Path(layout.chunk(hash_.hex(), group)).read_bytes()
-            # Sealed: a keyless reader refuses it, the key opens it.
+            # Sealed (v3): a keyless reader refuses it, the key opens it
+            # for this rank only.
             with pytest.raises(fmt.FormatError) as err:
                 fmt.verify_chunk(data)
-            assert err.value.reason is fmt.Reason.RESERVED_NONZERO
-            header = fmt.verify_sealed_chunk(key, data)
+            assert err.value.reason is fmt.Reason.UNSUPPORTED_VERSION
+            assert struct.unpack_from("<H", data, 8) == (fmt.SEALED_VERSION,)
+            header = fmt.verify_sealed_chunk(key, data, rank=store.writer.rank)
+            with pytest.raises(fmt.FormatError) as err:
+                fmt.verify_sealed_chunk(key, data, rank=store.writer.rank + 1)
+            assert err.value.reason is fmt.Reason.MAC_MISMATCH
             assert data[header.header_length : -fmt.MAC_SIZE] == payload
     (manifest,) = sls.manifests(base, key).values()
     assert manifest.boundary == 32
@@ -136,7 +142,7 @@ def test_a_plain_chunk_planted_in_a_keyed_store_is_not_dedup_d(tmp_path, store_l
     (hash_, group), payload = next(iter(jobs[0].expected.items()))
     path = layout.chunk(hash_.hex(), group)
     sealed = Path(path).read_bytes()
-    plain = fmt.open_chunk(key_file.read_bytes(), sealed)
+    plain = fmt.open_chunk(key_file.read_bytes(), sealed, rank=store.writer.rank)
     fmt.verify_chunk(plain)  # CRC and namespace hash are right
     Path(path).write_bytes(bytes(plain))
     again, _ = _write(root, key_file, store_lib)

@@ -762,7 +762,7 @@ def test_keyed_round_trip_after_a_restart(ns, store, monkeypatch, tmp_path):
     rig.shutdown()
     fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
     sealed = open(chunk_path(rig, key_of(hashes, 0, 2)), "rb").read()
-    fmt.verify_sealed_chunk(key.read_bytes(), sealed)  # the writer sealed it
+    fmt.verify_sealed_chunk(key.read_bytes(), sealed, rank=0)  # the writer sealed it
     restarted = Rig(ns, store)
     hits, _ = restore_b(restarted, hashes)
     assert restarted.restorers[0]._key == key.read_bytes()  # read with the key
@@ -797,7 +797,7 @@ def plant_plain_chunk(rig, hashes, key: bytes) -> str:
     namespace hash: nothing secret) where a sealed one lies."""
     fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
     path = chunk_path(rig, key_of(hashes, 3, 5))
-    plain = fmt.open_chunk(key, open(path, "rb").read())
+    plain = fmt.open_chunk(key, open(path, "rb").read(), rank=0)
     fmt.verify_chunk(plain)
     open(path, "wb").write(bytes(plain))
     return path

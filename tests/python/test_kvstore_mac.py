@@ -50,6 +50,10 @@ def keyed(tmp_path):
     return root, key, base, chunk
 
 
+def _rank(base: Path) -> int:
+    return fmt.parse_rank_base_name(base.name).rank
+
+
 def _findings(r) -> list[str]:
     return [
         line
@@ -88,8 +92,8 @@ def test_verify_key_finds_a_forged_chunk_that_every_crc_accepts(kv, keyed):
 
 
 def test_verify_key_finds_a_plain_chunk_planted_in_a_keyed_store(kv, keyed):
-    root, key, _, chunk = keyed
-    plain = fmt.open_chunk(key.read_bytes(), chunk.read_bytes())
+    root, key, base, chunk = keyed
+    plain = fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base))
     fmt.verify_chunk(plain)  # a valid chunk of this namespace: anyone can write it
     chunk.write_bytes(bytes(plain))
     r = kv("verify", "--key", str(key), "--json", str(root))
@@ -177,7 +181,9 @@ def test_verify_without_the_key_finds_unsealed_files_in_a_keyed_store(kv, keyed)
     """The record fences a mac_key_id, which verify reads without the key:
     a plain chunk or a manifest without "mac" is mac_missing there too."""
     root, key, base, chunk = keyed
-    chunk.write_bytes(bytes(fmt.open_chunk(key.read_bytes(), chunk.read_bytes())))
+    chunk.write_bytes(
+        bytes(fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base)))
+    )
     (path,) = (base / fmt.MANIFEST_DIR).glob("*.json")
     manifest = fmt.decode_manifest(path.read_bytes(), key.read_bytes())
     path.write_bytes(fmt.encode_manifest(manifest))  # no "mac"

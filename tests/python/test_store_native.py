@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import struct
 import sys
 from pathlib import Path
 
@@ -73,7 +74,12 @@ def _runs(length: int) -> tuple[bytearray, list[tuple[int, int]]]:
 
 
 def native_verdict(
-    lib, path: Path, threads: int = 2, key: bytes | None = None, **change
+    lib,
+    path: Path,
+    threads: int = 2,
+    key: bytes | None = None,
+    rank: int = 0,
+    **change,
 ) -> tuple[str, bool]:
     """(library reason, its bytes == the payload) for one file."""
     e = expectation(**change)
@@ -89,20 +95,20 @@ def native_verdict(
         runs=runs,
         path=str(path),
     )
-    (result,) = lib.read_chunks([request], threads, key=key)
+    (result,) = lib.read_chunks([request], threads, key=key, rank=rank)
     return result.reason, bytes(dest) == PAYLOAD
 
 
 def verdicts(
-    lib, path: Path, key: bytes | None = None, **change
+    lib, path: Path, key: bytes | None = None, rank: int = 0, **change
 ) -> tuple[str, str, bool]:
     """(library reason, oracle reason, library bytes == payload)."""
-    mine, landed = native_verdict(lib, path, key=key, **change)
+    mine, landed = native_verdict(lib, path, key=key, rank=rank, **change)
     e = expectation(**change)
     _, runs = _runs(e["length"])
     fd = os.open(path, os.O_RDONLY)
     try:
-        theirs = oracle.read_one(fd, runs=runs, key=key, **e)
+        theirs = oracle.read_one(fd, runs=runs, key=key, rank=rank, **e)
     finally:
         os.close(fd)
     return mine, theirs, landed
@@ -127,7 +133,7 @@ def test_a_missing_or_mismatched_library_is_refused_naming_the_file(
     with pytest.raises(native.NativeLibraryError, match="library version '0.1.0'"):
         native.Library(lib.path)
     monkeypatch.setattr(native, "ABI_VERSION", 99)
-    with pytest.raises(native.NativeLibraryError, match="ABI version 3, this overlay"):
+    with pytest.raises(native.NativeLibraryError, match="ABI version 4, this overlay"):
         native.Library(lib.path)
 
 
@@ -259,20 +265,31 @@ def test_every_keyed_verdict_equals_the_python_oracles(lib, tmp_path):
     codec's (open_chunk, then the plain checks), forgeries included."""
     import crc_forge
 
-    key, other = b"\x11" * 32, b"\x22" * 32
+    key, other, rank = b"\x11" * 32, b"\x22" * 32, 7
     good = chunk()
-    sealed = fmt.seal_chunk(key, good)
+    sealed = fmt.seal_chunk(key, good, rank=rank)
     header_length = fmt.decode_header(good).header_length
-    genuine_other_boundary = fmt.seal_chunk(
-        key,
-        fmt.encode_chunk(
-            fmt.make_header(NS, GROUP, KEY, BOUNDARY + 256, SEGMENTS, PAYLOAD), PAYLOAD
-        ),
+    other_boundary = fmt.encode_chunk(
+        fmt.make_header(NS, GROUP, KEY, BOUNDARY + 256, SEGMENTS, PAYLOAD), PAYLOAD
+    )
+    downgraded = bytearray(sealed)
+    downgraded[8] = 2  # version 3 -> 2, the header CRC redone: read as a v2 seal
+    struct.pack_into(
+        "<I",
+        downgraded,
+        header_length - 4,
+        fmt.crc32(downgraded[: header_length - 4]),
     )
     files = {
         "sealed": sealed,
+        "v2 sealed (an older store)": fmt.seal_chunk_v2(key, good),
         "plain (planted)": good,
-        "another key": fmt.seal_chunk(other, good),
+        "another key": fmt.seal_chunk(other, good, rank=rank),
+        "another rank": fmt.seal_chunk(key, good, rank=rank + 1),
+        "v2, another key": fmt.seal_chunk_v2(other, good),
+        "salt flipped": sealed[:-32] + bytes([sealed[-32] ^ 1]) + sealed[-31:],
+        "downgraded to v2": bytes(downgraded),
+        "extended": sealed + b"\0",
         "payload same CRC": crc_forge.forged_sealed_chunk(sealed, header_length),
         "payload byte flipped": sealed[:-300]
         + bytes([sealed[-300] ^ 1])
@@ -281,22 +298,26 @@ def test_every_keyed_verdict_equals_the_python_oracles(lib, tmp_path):
         "header byte flipped": sealed[:40] + bytes([sealed[40] ^ 4]) + sealed[41:],
         "cut": sealed[:-7],
         "tiny": sealed[:100],
-        "genuine, another boundary": genuine_other_boundary,
+        "genuine, another boundary": fmt.seal_chunk(key, other_boundary, rank=rank),
+        "v2, another boundary": fmt.seal_chunk_v2(key, other_boundary),
     }
     seen = {}
     for name, data in files.items():
-        path = tmp_path / f"{name.replace(' ', '_')}.bin"
+        path = tmp_path / f"{name.replace(' ', '_').replace(',', '')}.bin"
         path.write_bytes(data)
-        mine, theirs, landed = verdicts(lib, path, key=key)
+        mine, theirs, landed = verdicts(lib, path, key=key, rank=rank)
         assert mine == theirs, name
         # A refused file's rows are garbage (they may hold its bytes: the MAC
         # is judged over them once they landed); only a good one must land.
         assert landed or mine != "", name
         seen[name] = mine
-    assert seen["sealed"] == ""
+    assert seen["sealed"] == seen["v2 sealed (an older store)"] == ""
     assert seen["plain (planted)"] == "mac_missing"
-    for name in ("another key", "payload same CRC", "payload byte flipped", "tag flipped",
-                 "header byte flipped", "cut"):  # fmt: skip
+    for name in ("another key", "another rank", "v2, another key", "salt flipped",
+                 "downgraded to v2", "extended", "payload same CRC",
+                 "payload byte flipped", "tag flipped", "header byte flipped",
+                 "cut"):  # fmt: skip
         assert seen[name] == "mac_mismatch", name
     assert seen["tiny"] == "truncated"
     assert seen["genuine, another boundary"] == "wrong_boundary"
+    assert seen["v2, another boundary"] == "wrong_boundary"

@@ -34,7 +34,8 @@ from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
 LIBRARY_NAME = "libkvtier_store.so"
-ABI_VERSION = 3  # KVTIER_STORE_ABI_VERSION (2: keyed stores; 3: READ_SAFE_FOLDERS)
+ABI_VERSION = 4  # KVTIER_STORE_ABI_VERSION (2: keyed stores; 3: READ_SAFE_FOLDERS;
+# 4: mac_rank, the v3 seal)
 LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
 
 # Status classes (KVTIER_OK, KVTIER_E_*): the reason string is the finer name.
@@ -108,6 +109,7 @@ class _ReadItem(ctypes.Structure):
         ("runs", ctypes.POINTER(_Run)),
         ("mac_key", ctypes.c_char_p),
         ("mac_key_length", ctypes.c_uint32),
+        ("mac_rank", ctypes.c_uint32),
         ("status", ctypes.c_int32),
         ("sys_errno", ctypes.c_int32),
         ("bytes_read", ctypes.c_uint64),
@@ -131,6 +133,7 @@ class _WriteItem(ctypes.Structure):
         ("runs", ctypes.POINTER(_Run)),
         ("mac_key", ctypes.c_char_p),
         ("mac_key_length", ctypes.c_uint32),
+        ("mac_rank", ctypes.c_uint32),
         ("status", ctypes.c_int32),
         ("sys_errno", ctypes.c_int32),
         ("payload_checksum", ctypes.c_uint32),
@@ -357,20 +360,25 @@ class Library:
         willneed: bool = False,
         key: bytes | None = None,
         safe_folders: bool = False,
+        rank: int = 0,
     ) -> list[Result]:
         """Read and verify every request (one call, ``threads`` threads);
         one Result per request, in order. A failed item's memory is garbage.
         ``willneed``: fadvise each payload before reading it (a disk hint).
         ``key``: a keyed store's secret; every file's MAC is checked
-        (mac_missing, mac_mismatch) before the item is OK. ``safe_folders``:
+        (mac_missing, mac_mismatch) before the item is OK; ``rank``: the
+        rank whose store the files are in, which the v3 seal binds. ``safe_folders``:
         each path is a chunk file whose two folders must be safe
         (unsafe_folder otherwise; READ_SAFE_FOLDERS)."""
-        read = self.prepare_read(requests, key)
+        read = self.prepare_read(requests, key, rank=rank)
         read.run(threads, stop_on_failure, willneed, safe_folders)
         return read.results()
 
     def prepare_read(
-        self, requests: Sequence[ReadRequest], key: bytes | None = None
+        self,
+        requests: Sequence[ReadRequest],
+        key: bytes | None = None,
+        rank: int = 0,
     ) -> PreparedRead:
         """The items of one read call, built now; ``PreparedRead.run`` is then
         the call alone (the restore builds on the step's thread and runs on
@@ -396,6 +404,7 @@ class Library:
             item.runs = runs
             item.mac_key = key
             item.mac_key_length = len(key or b"")
+            item.mac_rank = rank
         return PreparedRead(self, items, len(requests), keep)
 
     def write_chunks(
@@ -404,11 +413,13 @@ class Library:
         threads: int,
         group_read: bool = False,
         key: bytes | None = None,
+        rank: int = 0,
     ) -> list[Result]:
         """Write every request durably (temp, fdatasync, rename, folder
         fsync); one Result per request, in order. Files are 0600, or 0640
         with group_read (store_perms.Modes.group_read). ``key``: sealed
-        for a keyed store (FORMAT.md 3.6; ``bytes`` counts the MAC)."""
+        for a keyed store (FORMAT.md 3.6, the v3 seal, bound to ``rank``, the
+        writing rank; ``bytes`` counts the MAC)."""
         items: ctypes.Array[_WriteItem] = (_WriteItem * max(1, len(requests)))()
         keep: list[object] = []
         for item, r in zip(items, requests, strict=False):
@@ -428,6 +439,7 @@ class Library:
             item.runs = runs
             item.mac_key = key
             item.mac_key_length = len(key or b"")
+            item.mac_rank = rank
         flags = WRITE_GROUP_READ if group_read else 0
         n = self._lib.kvtier_write_chunks(items, len(requests), threads, flags)
         if n < 0:

@@ -416,7 +416,7 @@ class StoreWriter(JobQueue):
         start = time.perf_counter()
         try:
             results = self.store_lib.write_chunks(
-                requests, self.write_threads, key=self.key
+                requests, self.write_threads, key=self.key, rank=self.rank
             )
         finally:
             for item in writing:
@@ -482,7 +482,7 @@ class StoreWriter(JobQueue):
             )
             head, trailer = fmt.encode_header(header), b""
             if self.key is not None:
-                head, running = fmt.seal_header(self.key, head)
+                head, running = fmt.seal_header(self.key, head, rank=self.rank)
                 running.update(payload)
                 trailer = running.digest()
             fd, tmp = durable_io.write_chunk_file(path, head, payload, trailer)
