@@ -6,13 +6,18 @@ CRC-32 every chunk already pays: one chunk-sized buffer, checked whole.
 Prints GB/s on one thread (the best of ``--repeat``) for:
 
 - ``crc32``: zlib's CRC-32 of the payload, what write and restore do today;
-- ``hmac_sha256``: hashlib's HMAC-SHA256 (OpenSSL's libcrypto, the library
-  the C++ codec would link: SHA-NI where the CPU has it) of the same bytes;
-- ``crc32+hmac``: both, what a keyed write or restore adds up to;
-- ``open_chunk``: kv_store_format.open_chunk on a sealed chunk of that size
-  (MAC check and the copy without the MAC), then verify_chunk (CRC).
+- ``hmac_sha256``: hashlib's HMAC-SHA256 (OpenSSL's libcrypto: SHA-NI
+  where the CPU has it) of the same bytes: the v2 seal, and what a v2-sealed
+  chunk of an older store still costs its reader;
+- ``gmac``: the v3 seal's AES-256-GMAC (subkey derivation included) through
+  the same libcrypto (ctypes; PCLMULQDQ/AVX GHASH where the CPU has them);
+- ``crc32+hmac``, ``crc32+gmac``: what a keyed write or restore adds up to;
+- ``open_chunk``: kv_store_format.open_chunk on a v3 sealed chunk of that
+  size (one copy, the MAC check), then verify_chunk (CRC).
 
-The 40 MiB default is restore_bench's chunk (Llama-3.1-70B at TP 2).
+The 40 MiB default is restore_bench's chunk (Llama-3.1-70B at TP 2). The
+C++ codec's own figures (the library the restore runs): build/format/
+kvformat_mac_bench.
 """
 
 from __future__ import annotations
@@ -55,16 +60,25 @@ def main() -> None:
     def mac() -> bytes:
         return hmac.digest(key, payload, "sha256")
 
+    def gmac() -> bytes:
+        sealer = fmt.ChunkSealer(key, 0)
+        sealer.update(payload)
+        return sealer.digest()
+
     segments = fmt.make_segments([(0, fmt.SegmentKind.KV, fmt.DType.UINT8, (n,), (1,))])
     header = fmt.make_header(b"\0" * 32, 0, b"\1" * 16, 16, segments, payload)
-    sealed = fmt.seal_chunk(key, fmt.encode_chunk(header, payload))
+    sealed = fmt.seal_chunk(key, fmt.encode_chunk(header, payload), rank=0)
 
     results = {
         "crc32": _best(lambda: zlib.crc32(payload), n, args.repeat),
         "hmac_sha256": _best(mac, n, args.repeat),
+        "gmac": _best(gmac, n, args.repeat),
         "crc32+hmac": _best(lambda: (zlib.crc32(payload), mac()), n, args.repeat),
+        "crc32+gmac": _best(lambda: (zlib.crc32(payload), gmac()), n, args.repeat),
         "open_chunk": _best(
-            lambda: fmt.verify_chunk(fmt.open_chunk(key, sealed)), n, args.repeat
+            lambda: fmt.verify_chunk(fmt.open_chunk(key, sealed, rank=0)),
+            n,
+            args.repeat,
         ),
     }
     for name, gbs in results.items():

@@ -29,11 +29,12 @@ build/storeio/.
 
 ``--mac``: what a keyed store (GLM53_KV_OFFLOAD_KEY_FILE, FORMAT.md 3.6)
 costs the two native paths, the same chunk files with and without the key:
-``kvtier_write_chunks`` (header, CRC, HMAC-SHA256 when keyed, pwrite,
+``kvtier_write_chunks`` (header, CRC, the MAC when keyed, pwrite,
 fdatasync, rename, folder fsync: the writer's call; disk-bound on a real
 disk) and ``kvtier_read_chunks`` from a warm page cache (header checks,
-preadv into the rows, CRC, HMAC when keyed: the restore's call). Payload
-GB/s, best of ``--repeat``.
+preadv into the rows, CRC, the MAC when keyed: the restore's call). The
+MAC is whatever the library seals with (since v3: AES-GMAC under a
+per-chunk subkey; before: HMAC-SHA256). Payload GB/s, best of ``--repeat``.
 """
 
 from __future__ import annotations

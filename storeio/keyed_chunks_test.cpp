@@ -223,4 +223,19 @@ TEST(KeyedChunks, AuthenticFileOfAnotherLayoutKeepsItsVerdict) {
   EXPECT_EQ(k.read(kKey), "wrong_boundary") << "a v2 seal's too";
 }
 
+TEST(KeyedChunks, V3TagStandsForThePayloadCrcV2DoesNot) {
+  // Only the key's holder can make this file: a header whose CRC is not its
+  // payload's, sealed. Under a v3 tag the reader does not CRC the payload
+  // again (the tag covers every byte: FORMAT.md 3.6); a v2 seal's reader
+  // still does.
+  Keyed k;
+  k.header.payload_checksum ^= 1;  // the manifest says the same
+  auto plain = *kvformat::encode_header(k.header);
+  plain.insert(plain.end(), k.payload.begin(), k.payload.end());
+  write_file(k.path, kvformat::seal_chunk(kKey, kRank, {}, plain));
+  EXPECT_EQ(k.read(kKey), "");
+  write_file(k.path, kvformat::seal_chunk_v2(kKey, plain));
+  EXPECT_EQ(k.read(kKey), "payload_checksum_mismatch");
+}
+
 }  // namespace

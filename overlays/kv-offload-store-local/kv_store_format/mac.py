@@ -242,18 +242,22 @@ class Gmac:
             self._ctx = None
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data).cast("B")
         out = ctypes.c_int(0)
+        if isinstance(data, bytes) and len(data) <= self._PART:
+            # ctypes passes a bytes object's own buffer: no copy.
+            self._lib.EVP_EncryptUpdate(
+                self._ctx, None, ctypes.byref(out), data, len(data)
+            )
+            return
+        view = memoryview(data).cast("B")
         for at in range(0, len(view), self._PART):
             part = view[at : at + self._PART]
-            if part.readonly:
-                buf: Any = bytes(part)  # a copy only for read-only views
-                address = ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p)
-            else:
-                buf = (ctypes.c_char * len(part)).from_buffer(part)
-                address = ctypes.addressof(buf)
+            if part.readonly:  # a copy only for read-only views
+                self.update(bytes(part))
+                continue
+            buf = (ctypes.c_char * len(part)).from_buffer(part)
             self._lib.EVP_EncryptUpdate(
-                self._ctx, None, ctypes.byref(out), address, len(part)
+                self._ctx, None, ctypes.byref(out), ctypes.addressof(buf), len(part)
             )
             del buf
 
