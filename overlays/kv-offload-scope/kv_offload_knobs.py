@@ -221,8 +221,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         KEY_FILE,
         "absolute path of a secret key file (32..4096 bytes, mode `0600` or "
-        "`0400`, owned by the serving user): every chunk and manifest carries an "
-        "HMAC-SHA256 the restore checks before use; another key is another namespace",
+        "`0400`, owned by the serving user): every chunk carries a MAC (AES-GMAC "
+        "under a per-chunk subkey bound to the rank) and every manifest an "
+        "HMAC-SHA256, which the restore checks before use; another key is another "
+        "namespace",
         "empty: no MAC (CRC-32 only)",
         _directory,
     ),

@@ -147,7 +147,13 @@ def test_a_plain_chunk_planted_in_a_keyed_store_is_not_dedup_d(tmp_path, store_l
     Path(path).write_bytes(bytes(plain))
     again, _ = _write(root, key_file, store_lib)
     assert again.stats.keys_written == 1 and again.stats.keys_deduplicated == 5
-    assert Path(path).read_bytes() == sealed
+    rewritten = Path(path).read_bytes()
+    # Sealed again: the same header and payload, a fresh salt (so a new tag).
+    assert rewritten[:-32] == sealed[:-32] and rewritten[-32:-16] != sealed[-32:-16]
+    assert (
+        fmt.open_chunk(key_file.read_bytes(), rewritten, rank=again.writer.rank)
+        == plain
+    )
 
 
 def _set_manifest_mac(base: Path, mac: str) -> Path:

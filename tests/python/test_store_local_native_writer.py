@@ -39,8 +39,8 @@ def test_native_files_hold_the_real_bytes_and_publish_the_manifest(lib, tmp_path
     writes = []
     real = lib.write_chunks
     lib_calls = store.writer.store_lib = type("Spy", (), {})()
-    lib_calls.write_chunks = lambda requests, threads, key=None: (
-        writes.append(len(requests)) or real(requests, threads, key=key)
+    lib_calls.write_chunks = lambda requests, threads, key=None, rank=0: (
+        writes.append(len(requests)) or real(requests, threads, key=key, rank=rank)
     )
     maker = sls.JobMaker(staging)
     jobs = write_boundary(store, maker, 1)

@@ -231,9 +231,13 @@ class Gmac:
         lib = _lib()
         self._lib = lib
         self._ctx = lib.EVP_CIPHER_CTX_new()
-        if not self._ctx or lib.EVP_EncryptInit_ex(
-            self._ctx, lib.EVP_aes_256_gcm(), None, bytes(subkey), bytes(12)
-        ) != 1:
+        if (
+            not self._ctx
+            or lib.EVP_EncryptInit_ex(
+                self._ctx, lib.EVP_aes_256_gcm(), None, bytes(subkey), bytes(12)
+            )
+            != 1
+        ):
             raise MacUnavailable("libcrypto refused AES-256-GCM")
 
     def __del__(self) -> None:
