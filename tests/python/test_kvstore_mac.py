@@ -91,6 +91,24 @@ def test_verify_key_finds_a_forged_chunk_that_every_crc_accepts(kv, keyed):
     assert len(lines) == 2 and f"names {in_rank}, which is damaged" in lines[1], r.out
 
 
+def test_verify_key_binds_the_rank_of_the_folder_and_reads_v2_seals(kv, keyed):
+    """verify --key takes the rank from the rank base's name: another rank's
+    genuine chunk (v3) copied here is mac_mismatch; a chunk of the v2 seal
+    an older store holds (no rank in it) still verifies."""
+    root, key, base, chunk = keyed
+    secret, rank = key.read_bytes(), _rank(base)
+    plain = fmt.open_chunk(secret, chunk.read_bytes(), rank=rank)
+    chunk.write_bytes(fmt.seal_chunk(secret, plain, rank=rank + 1))
+    r = kv("verify", "--key", str(key), str(root))
+    assert r.code == 1, r.out + r.err
+    rel = str(chunk.relative_to(root))
+    assert f"{rel}: corrupt: mac_mismatch: chunk MAC differs" in _findings(r), r.out
+    chunk.write_bytes(fmt.seal_chunk_v2(secret, plain))
+    r = kv("verify", "--key", str(key), str(root))
+    assert r.code == 0, r.out + r.err
+    assert kv("verify", str(root)).code == 0  # and without the key
+
+
 def test_verify_key_finds_a_plain_chunk_planted_in_a_keyed_store(kv, keyed):
     root, key, base, chunk = keyed
     plain = fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base))

@@ -269,9 +269,15 @@ def test_every_keyed_verdict_equals_the_python_oracles(lib, tmp_path):
     good = chunk()
     sealed = fmt.seal_chunk(key, good, rank=rank)
     header_length = fmt.decode_header(good).header_length
-    other_boundary = fmt.encode_chunk(
-        fmt.make_header(NS, GROUP, KEY, BOUNDARY + 256, SEGMENTS, PAYLOAD), PAYLOAD
-    )
+
+    def genuine(ns=NS, group=GROUP, name=KEY, boundary=BOUNDARY, payload=PAYLOAD):
+        # A chunk the key's holder sealed, for this rank, of other fields:
+        # a replay under this chunk's name.
+        header = fmt.make_header(ns, group, name, boundary, SEGMENTS, payload)
+        return fmt.encode_chunk(header, payload)
+
+    other_boundary = genuine(boundary=BOUNDARY + 256)
+    older = bytes(PAYLOAD[:-1]) + bytes([PAYLOAD[-1] ^ 1])
     downgraded = bytearray(sealed)
     downgraded[8] = 2  # version 3 -> 2, the header CRC redone: read as a v2 seal
     struct.pack_into(
@@ -300,6 +306,16 @@ def test_every_keyed_verdict_equals_the_python_oracles(lib, tmp_path):
         "tiny": sealed[:100],
         "genuine, another boundary": fmt.seal_chunk(key, other_boundary, rank=rank),
         "v2, another boundary": fmt.seal_chunk_v2(key, other_boundary),
+        "genuine, another name": fmt.seal_chunk(
+            key, genuine(name=bytes(32)), rank=rank
+        ),
+        "genuine, another group": fmt.seal_chunk(key, genuine(group=2), rank=rank),
+        "genuine, another namespace": fmt.seal_chunk(
+            key, genuine(ns=bytes(32)), rank=rank
+        ),
+        "genuine, an older payload": fmt.seal_chunk(
+            key, genuine(payload=older), rank=rank
+        ),
     }
     seen = {}
     for name, data in files.items():
@@ -321,3 +337,7 @@ def test_every_keyed_verdict_equals_the_python_oracles(lib, tmp_path):
     assert seen["tiny"] == "truncated"
     assert seen["genuine, another boundary"] == "wrong_boundary"
     assert seen["v2, another boundary"] == "wrong_boundary"
+    assert seen["genuine, another name"] == "wrong_key"
+    assert seen["genuine, another group"] == "wrong_group"
+    assert seen["genuine, another namespace"] == "foreign_namespace"
+    assert seen["genuine, an older payload"] == "manifest_mismatch"
