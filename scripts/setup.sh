@@ -48,8 +48,10 @@ APT_PACKAGES=(
 # The tests' and linters' own: sanitizer runtimes (scripts/hardening.sh),
 # the shell linter, strace for the durability test, promtool
 # (tests/python/test_kvstore_cli.py, test_monitoring.py), the .deb tools,
-# zsh and fish (test_cli_docs.py parses the completion with them).
-TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev zsh fish)
+# zsh and fish (test_cli_docs.py parses the completion with them), another
+# AES-GCM than libcrypto's to check the chunk MAC's vector (test_kv_mac.py).
+TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev zsh fish
+  python3-cryptography)
 [[ $SETUP == demo ]] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 PIP_PACKAGES=(pytest numpy typing_extensions msgspec)
 

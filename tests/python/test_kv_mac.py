@@ -70,7 +70,10 @@ def test_sealed_chunk_layout_vector() -> None:
 def test_chunk_tag_is_aes_gcm_with_the_chunk_as_aad_only() -> None:
     """The tag, computed by another AES-GCM than libcrypto's EVP through
     ctypes: the construction is standard GMAC, IV 0^96, no plaintext."""
-    aead = pytest.importorskip("cryptography.hazmat.primitives.ciphers.aead")
+    from cryptography.hazmat.primitives.ciphers import (
+        aead,
+    )  # scripts/setup.sh installs it
+
     sealed = f.seal_chunk(KEY, _chunk(), rank=RANK, salt=SALT)
     want = aead.AESGCM(bytes.fromhex(SUBKEY)).encrypt(bytes(12), b"", sealed[:-32])
     assert want.hex() == CHUNK_TAG
