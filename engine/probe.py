@@ -138,6 +138,15 @@ def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
     return {"ablated": mode}
 
 
+def slow_reads(worker: Any, bytes_per_second: int) -> dict[str, Any]:
+    """A slow store (the cost guard's stage): the store library paces this
+    process's chunk reads, every thread together, to ``bytes_per_second``."""
+    native = importlib.import_module(OFFLOADING + ".kv_store_format.native")
+    lib = native.load()
+    lib.test_pace_reads(bytes_per_second)
+    return {"paced_bytes_per_s": bytes_per_second, "library": lib.path}
+
+
 _sampler: dict[str, Any] = {}
 
 

@@ -32,10 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import metrics_check  # noqa: E402
 import probe  # noqa: E402  (the functions collective_rpc sends to the workers)
+from turns import Turns  # noqa: E402
 
 
-def workload(name: str) -> tuple[list[list[int]], int]:
-    """Prompts (token ids) and max_tokens of a named workload."""
+def workload(name: str, rnd: int = 0) -> tuple[list[list[int]], int]:
+    """Prompts (token ids) and max_tokens of a named workload (round ``rnd``: the
+    pressure burst is new in every round, the others repeat)."""
     if name == "small":
         # 40/70/100 share prefixes (dedup and prefix hits), the fourth is unrelated.
         prompts = [list(range(1, 1 + n)) for n in (40, 70, 100)]
@@ -66,8 +68,11 @@ def workload(name: str) -> tuple[list[list[int]], int]:
         return prompts, 32
     if name == "pressure":
         # Many long requests: far more KV than the small CPU tier and capture budget hold.
+        # Each round's own (no first token repeats in 10 rounds): a later round is
+        # another burst, not prefix hits of the first.
         prompts = [
-            [(r * 131 + i * 7) % 1000 + 3 for i in range(1500)] for r in range(96)
+            [(r * 131 + i * 7) % 1000 + 3 for i in range(1500)]
+            for r in range(96 * rnd, 96 * (rnd + 1))
         ]
         return prompts, 32
     raise SystemExit(f"unknown workload {name}")
@@ -290,6 +295,26 @@ def main() -> int:
         default="",
         help="diagnosis: 'capture' releases captured jobs unwritten (probe.py)",
     )
+    p.add_argument(
+        "--turns",
+        default="",
+        help="GROUP:ROLE:ORDER (e.g. pressure.turns:on:off,on,ref): time each round "
+        "in turn with the group's other engines on this GPU (engine/turns.py)",
+    )
+    p.add_argument(
+        "--slow-read",
+        type=int,
+        default=0,
+        help="bytes/s: the store library paces this process's chunk reads to it (a "
+        "slow store for the restore cost guard, probe.slow_reads)",
+    )
+    p.add_argument(
+        "--learn-prefix",
+        type=int,
+        default=0,
+        help="before the timed rounds: the first prompt's first N tokens, a restore "
+        "the tier measures its read rate on",
+    )
     args = p.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -313,7 +338,17 @@ def main() -> int:
     if args.ablate:
         result["ablate"] = llm.collective_rpc(probe.ablate_writer, args=(args.ablate,))
         print("ABLATED", result["ablate"], flush=True)
+    if args.slow_read:
+        result["slow_read"] = llm.collective_rpc(
+            probe.slow_reads, args=(args.slow_read,)
+        )
+        print("SLOW_READ", result["slow_read"], flush=True)
     block_ids = record_block_ids(llm) if args.sequential else {}
+    turns = None
+    if args.turns:
+        group, role, order = args.turns.split(":")
+        folder = os.path.join(os.path.dirname(os.path.abspath(args.out)), group)
+        turns = Turns(folder, role, order.split(","))
 
     prompts, max_tokens = workload(args.workload)
     sp = SamplingParams(
@@ -335,8 +370,22 @@ def main() -> int:
         if args.warmup_prefill:
             warm_prefill(llm, args.warmup_prefill)
         block_ids.clear()  # the warm-up requests' blocks are not the timed ones
+    if args.learn_prefix:
+        t = time.time()
+        learn = {"prompt_token_ids": prompts[0][: args.learn_prefix]}
+        llm.generate(
+            [learn], SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False
+        )
+        result["learn_prefix_s"] = round(time.time() - t, 4)
+        block_ids.clear()
+    if turns:
+        turns.ready()
     rounds = []
     for rnd in range(args.rounds):
+        waited = turns.wait(rnd) if turns else 0.0
+        if rnd:
+            prompts, _ = workload(args.workload, rnd)
+            requests = [{"prompt_token_ids": ids} for ids in prompts]
         cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
         if args.sample:
             llm.collective_rpc(probe.start_sampler)
@@ -365,6 +414,12 @@ def main() -> int:
         else:
             outs = llm.generate(requests, sp, use_tqdm=False)
         dt = time.time() - t
+        # The writer's backlog of this round drains before the next engine's turn,
+        # so it does not slow the other engine's round (its time is recorded).
+        t_drain = time.time()
+        if turns and args.probe:
+            llm.collective_rpc(probe.wait_writer_idle)
+        drain = time.time() - t_drain
         cpu1 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
         sampled = llm.collective_rpc(probe.stop_sampler)[0] if args.sample else {}
         generated = sum(len(o.outputs[0].token_ids) for o in outs)
@@ -372,6 +427,9 @@ def main() -> int:
         rounds.append(
             {
                 "seconds": round(dt, 4),
+                "started": round(t, 3),
+                "turn_wait_s": round(waited, 3),
+                "drain_s": round(drain, 3),
                 "request_seconds": request_seconds,
                 "generated_tokens": generated,
                 "prompt_tokens": prompt_tokens,
@@ -390,6 +448,8 @@ def main() -> int:
             }
         )
         print(f"GEN round{rnd} {dt:.3f}s {generated} tokens", flush=True)
+        if turns:
+            turns.done(rnd)
     result["rounds"] = rounds
     if args.probe:
         result["workers"] = llm.collective_rpc(

@@ -16,4 +16,8 @@ void kvtier_store_test_fault(int32_t op, int32_t err, uint32_t skip, uint32_t co
   storeio::set_fault(op, err, skip, count);
 }
 
+void kvtier_store_test_pace_reads(uint64_t bytes_per_second) {
+  storeio::set_read_pace(bytes_per_second);
+}
+
 }  // extern "C"

@@ -1,7 +1,10 @@
 #include "fault.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "kvtier/store_abi.h"
 
@@ -21,6 +24,11 @@ Plan g_plan;
 // then costs one relaxed load.
 std::atomic<bool> g_armed{false};
 
+using Clock = std::chrono::steady_clock;
+std::atomic<std::uint64_t> g_pace{0};  // bytes/s, 0: none
+std::mutex g_pace_mutex;
+Clock::time_point g_pace_free;  // when the reads so far are paid for
+
 }  // namespace
 
 int injected_fault(std::int32_t op) {
@@ -39,6 +47,26 @@ void set_fault(std::int32_t op, std::int32_t err, std::uint32_t skip, std::uint3
   std::lock_guard lock(g_mutex);
   g_plan = Plan{op, err, skip, count};
   g_armed.store(op != KVTIER_FAULT_NONE && count > 0, std::memory_order_relaxed);
+}
+
+void pace_read(std::uint64_t bytes) {
+  const std::uint64_t pace = g_pace.load(std::memory_order_relaxed);
+  if (pace == 0) return;
+  Clock::time_point until;
+  {
+    std::lock_guard lock(g_pace_mutex);
+    const auto cost = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(pace)));
+    g_pace_free = std::max(g_pace_free, Clock::now()) + cost;
+    until = g_pace_free;
+  }
+  std::this_thread::sleep_until(until);
+}
+
+void set_read_pace(std::uint64_t bytes_per_second) {
+  std::lock_guard lock(g_pace_mutex);
+  g_pace_free = Clock::now();
+  g_pace.store(bytes_per_second, std::memory_order_relaxed);
 }
 
 }  // namespace storeio

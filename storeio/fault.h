@@ -1,5 +1,6 @@
 // The test fault seam (kvtier_store_test_fault): a process-wide plan that
-// makes the next few system calls of one kind fail with a chosen errno.
+// makes the next few system calls of one kind fail with a chosen errno; and
+// a read pace (kvtier_store_test_pace_reads) that makes the store slow.
 #pragma once
 
 #include <cstdint>
@@ -10,5 +11,11 @@ namespace storeio {
 int injected_fault(std::int32_t op);
 
 void set_fault(std::int32_t op, std::int32_t err, std::uint32_t skip, std::uint32_t count);
+
+// After `bytes` of payload arrived: sleeps until the process's reads, all
+// threads together, stay at or under the pace set (none set: returns at once).
+void pace_read(std::uint64_t bytes);
+
+void set_read_pace(std::uint64_t bytes_per_second);  // 0: no pace
 
 }  // namespace storeio

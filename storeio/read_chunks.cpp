@@ -164,6 +164,7 @@ std::optional<Failure> read_range(int fd, std::uint64_t offset, const kvtier_run
       }
       if (n == 0)
         return Failure{KVTIER_E_FORMAT, "truncated", 0, "file ended while reading"};
+      pace_read(static_cast<std::uint64_t>(n));
       got += static_cast<std::uint64_t>(n);
       // Advance the iovecs past what arrived (a short read continues there).
       std::uint64_t left = static_cast<std::uint64_t>(n);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -328,6 +329,21 @@ TEST(ReadChunks, AReadErrorIsAnIoError) {
   kvtier_store_test_fault(KVTIER_FAULT_NONE, 0, 0, 0);
   EXPECT_EQ(f.item.sys_errno, EIO);
   EXPECT_EQ(f.read(), "") << "the fault was used up";
+}
+
+TEST(ReadChunks, APacedReadTakesItsBytesOverThePace) {
+  // The slow store of the GPU suite's guard stage: the payload cannot arrive
+  // faster than the pace, and the bytes are the same.
+  Fixture f;
+  const std::uint64_t pace = f.payload.size() * 4;  // a quarter second's worth
+  kvtier_store_test_pace_reads(pace);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string verdict = f.read();  // "" when the item is OK
+  const auto took = std::chrono::steady_clock::now() - t0;
+  kvtier_store_test_pace_reads(0);
+  EXPECT_EQ(verdict, "");
+  EXPECT_GE(took, std::chrono::milliseconds(240));
+  EXPECT_EQ(std::memcmp(f.dest_b.data(), f.payload.data() + 7, f.dest_b.size()), 0);
 }
 
 TEST(ReadChunks, ManyItemsOnManyThreadsEachGetTheirOwnVerdict) {

@@ -135,7 +135,8 @@ def test_stage_table_covers_every_claim():
     names = {s.name for s in suite.stages()}
     for model in ("llama", "lfm2", "nemotronh", "eagle"):
         assert {f"{model}.pristine", f"{model}.knob0", f"{model}.knob1"} <= names
-    assert {"llama.mp", "llama.tp2", "lfm2.tp2", "pressure.off", "pressure.on"} <= names
+    assert {"llama.mp", "llama.tp2", "lfm2.tp2", "pressure.turns.on"} <= names
+    assert {"pressure.turns.off", "pressure.turns.ref", "ttft.llama8b.slow"} <= names
     assert all(s.gpus == 2 for s in suite.stages() if s.name.endswith("tp2"))
 
 
@@ -144,31 +145,31 @@ def test_diagnosis_stages_run_only_when_named_exactly():
     diagnosis = {s.name for s in every if s.diagnosis}
     prefixes = ("ttft.", "burst8b.", *(m + "." for m in suite_models.NEW_MODELS))
     real_size = {s.name for s in every if s.name.startswith(prefixes)}
+    one_by_one = {"pressure.off", "pressure.on", "pressure.on2", "pressure.off2",
+                  "pressure.off3", "pressure.on3"}  # fmt: skip
     assert diagnosis - real_size == {
         "pressure.capture",
         "pressure.hooks",
         "pressure.sampled",
         "pressure.off.sampled",
+        *one_by_one,
     }
     assert real_size <= diagnosis
     by_default = {s.name for s in suite.selected(every, [], gpus=2)}
     assert not by_default & diagnosis
-    assert {"pressure.off", "pressure.on", "llama.tp2"} <= by_default
+    turns = {"pressure.turns.off", "pressure.turns.on", "pressure.turns.ref"}
+    assert turns | {"llama.tp2"} <= by_default
     by_prefix = {s.name for s in suite.selected(every, ["pressure"], gpus=1)}
-    assert by_prefix == {
-        "pressure.off",
-        "pressure.on",
-        "pressure.on2",
-        "pressure.off2",
-        "pressure.off3",
-        "pressure.on3",
-    }
+    assert by_prefix == turns
+    # The three engines of the interleaved judge boot together, in one wave.
+    assert len({s.wave for s in every if s.name in turns}) == 1
     # The real-size stages (minutes each) run when their prefix is named, never by default.
     assert {s.name for s in suite.selected(every, ["ttft"], gpus=1)} == {
         "ttft.llama8b.cold",
         "ttft.llama8b.write",
         "ttft.llama8b.disk",
         "ttft.llama8b.cache",
+        "ttft.llama8b.slow",
     }
     assert {s.name for s in suite.selected(every, ["burst8b"], gpus=1)} == {
         "burst8b.off",
@@ -468,6 +469,84 @@ def test_throughput_is_the_median_of_three_pairs():
     assert v["ratio"] == 0.96  # one bad pair does not decide
     assert v["engine_thread_cpu_ratios"] == [1.5, 1.05, 1.0]
     assert v["engine_thread_cpu_ratio"] == 1.05
+
+
+def turn_rounds(rates: list[float], cpu: float = 2.0) -> dict:
+    res = stage()
+    res["rounds"] = [
+        {
+            "tokens_per_s": r,
+            "seconds": 3.0,
+            "thread_cpu": {"(caller)": cpu},
+            "tokens": [[1] * 32],
+        }
+        for r in rates
+    ]
+    return res
+
+
+def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own():
+    off = [100.0] * 8
+    on = [97.0, 96.0, 99.0, 80.0, 98.0, 95.0, 100.0, 97.0]
+    ref = [101.0, 99.0, 100.0, 98.0, 102.0, 100.0, 97.0, 100.0]
+    results = {
+        "pressure.turns.off": turn_rounds(off),
+        "pressure.turns.on": turn_rounds(on, cpu=3.0),
+        "pressure.turns.ref": turn_rounds(ref),
+    }
+    results["pressure.turns.on"]["workers"] = [{"stats": {"keys_dropped_budget": 5}}]
+    v = suite_realsize.turns_judge(results)[
+        "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
+    ]
+    assert v["pairs"] == 8 and v["ratios"][3] == 0.8
+    assert v["median"] == 0.97 and v["worst"] == 0.8 and v["best"] == 1.0
+    assert v["spread"] == 0.2 and v["worst_pair"]["round"] == 3
+    assert v["ref"]["median"] == 1.0 and v["ref"]["worst"] == 0.97
+    assert v["engine_thread_cpu_ratios"] == [1.5] * 8
+    assert not v["goal_met"] and v["ok"]  # a benchmark: the worst pair misses 0.85
+    results["pressure.turns.on"]["rounds"][3]["tokens_per_s"] = 90.0
+    v = suite_realsize.turns_judge(results)[
+        "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
+    ]
+    assert v["goal_met"]
+    results["pressure.turns.ref"]["rc"] = 1
+    assert not suite_realsize.turns_judge(results)[
+        "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
+    ]["ok"]
+    # The tier-on engine is the pressure run: every round's every request in full.
+    verdict = "pressure.turns.on: all requests served, drops counted, store clean"
+    results["pressure.turns.on"]["kvstore_verify"] = {"rc": 0}
+    assert suite.judge(results)[verdict]["ok"]
+    results["pressure.turns.on"]["rounds"][5]["tokens"] = [[1] * 31]
+    assert not suite.judge(results)[verdict]["ok"]
+
+
+def slow_results() -> dict:
+    results = ttft_results()
+    sched = {"restores_declined": 2, "last_estimate": {"restore": False}}
+    slow = ttft_stage([4.2, 61.0], [suite_realsize.LEARN_PREFIX, 0], DIGESTS,
+                      restore_scheduler=sched, restore_workers=[])  # fmt: skip
+    results["ttft.llama8b.slow"] = slow
+    return results
+
+
+@pytest.mark.parametrize("breakage", [None, "not_declined", "restored", "slow", "rc"])
+def test_slow_store_must_be_declined_and_serve_near_cold(breakage):
+    results = slow_results()
+    slow = results["ttft.llama8b.slow"]
+    if breakage == "not_declined":
+        slow["restore_scheduler"]["restores_declined"] = 1
+    elif breakage == "restored":  # the second prompt came from the store after all
+        slow["rounds"][0]["num_cached_tokens"][1] = 126960
+    elif breakage == "slow":  # 4.0 s cold, 4.5 s: over 1.1x
+        slow["rounds"][0]["request_seconds"][0] = 4.5
+    elif breakage == "rc":
+        slow["rc"] = 1
+    v = suite_realsize.slow_store_judge(results)[
+        "ttft.llama8b.slow: a slow store declined, time to first token near cold"
+    ]
+    assert v["ok"] == (breakage is None)
+    assert v["rows"][0]["vs_cold"] == (1.125 if breakage == "slow" else 1.05)
 
 
 def ttft_stage(seconds, cached, digests, **extra) -> dict:

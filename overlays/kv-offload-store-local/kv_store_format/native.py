@@ -342,6 +342,8 @@ class Library:
                 ctypes.c_uint32,
                 ctypes.c_uint32,
             ]
+        lib.kvtier_store_test_pace_reads.restype = None
+        lib.kvtier_store_test_pace_reads.argtypes = [ctypes.c_uint64]
         lib.kvtier_store_test_fault.restype = None
         lib.kvtier_store_test_fault.argtypes = [
             ctypes.c_int32,
@@ -469,6 +471,12 @@ class Library:
         """Tests only: the next ``count`` ops of kind ``op`` after ``skip``
         fail with ``err``; ``test_fault(FAULT_NONE)`` clears."""
         self._lib.kvtier_store_test_fault(op, err, skip, count)
+
+    def test_pace_reads(self, bytes_per_second: int) -> None:
+        """Benchmarks and the GPU suite only: every payload read of this
+        process, all threads together, at most ``bytes_per_second`` (0: as
+        fast as the files come)."""
+        self._lib.kvtier_store_test_pace_reads(bytes_per_second)
 
 
 def library_path(environ: Mapping[str, str] | None = None) -> str:

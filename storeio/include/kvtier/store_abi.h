@@ -25,7 +25,8 @@ extern "C" {
 
 #define KVTIER_STORE_ABI_VERSION 4u /* 2: mac_key in both items (keyed stores);
                                        3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused;
-                                       4: mac_rank in both items (the v3 seal) */
+                                       4: mac_rank in both items (the v3 seal),
+                                          kvtier_store_test_pace_reads */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -226,6 +227,11 @@ enum {
 };
 KVTIER_STORE_API void kvtier_store_test_fault(int32_t op, int32_t err, uint32_t skip,
                                               uint32_t count);
+
+/* A slow store for benchmarks and the GPU suite (process-wide; 0 clears): the
+ * payload reads of every thread together are paced to `bytes_per_second`,
+ * each read sleeping after its bytes arrived. Never set in production. */
+KVTIER_STORE_API void kvtier_store_test_pace_reads(uint64_t bytes_per_second);
 
 #ifdef __cplusplus
 }
