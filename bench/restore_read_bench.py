@@ -80,6 +80,7 @@ def native_job(threads: int):
             ),
             store,
         )
+        restorer.wait_idle()  # a promotion runs on its own thread, across steps
         if restorer.stats.jobs_failed:
             raise SystemExit(f"restore_read_bench: failed: {restorer.stats.failures}")
         return restorer.stats.bytes_restored - before
