@@ -50,7 +50,7 @@ def one_job(store, keys, rows, hold_s: float) -> tuple[float, float, int, int]:
     usleep = ctypes.PyDLL(None).usleep
     usleep.argtypes = [ctypes.c_uint]
     restorer = krw.WorkerRestore(rescan_seconds=1e9)
-    store._staging = rows.staging
+    store.staging = rows.staging
     restorer.bind(store)
     if not restorer.active:
         raise SystemExit(

@@ -53,6 +53,7 @@ import kv_restore_worker as krw  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402
 from kv_store_local.layout import GroupLayout, LayerLayout, StagingTensor  # noqa: E402
+from kv_store_local.restore_access import RestoreAccess  # noqa: E402
 from page_cache import evict  # noqa: E402
 
 SHAPE = "Llama-3.1-70B, TP 2 (one rank: 80 layers, 4 KV heads x 128, bf16)"
@@ -73,7 +74,29 @@ def layout() -> GroupLayout:
     return GroupLayout(group=0, slot=0, kind="full", layers=layers)
 
 
-def write_store(root: Path, tokens: int) -> tuple[SimpleNamespace, list[bytes]]:
+class BenchStore:
+    """A written rank store as the writer's WorkerStore hands it to restore
+    (``restore_access``); no writer runs, no disk budget."""
+
+    def __init__(self, layout: fmt.StoreLayout, namespace: bytes, group: GroupLayout):
+        self.layout, self.namespace, self.group = layout, namespace, group
+        self.staging: list[StagingTensor] = []  # the rows a promotion fills
+
+    def restore_access(self) -> RestoreAccess:
+        return RestoreAccess(
+            layout=self.layout,
+            namespace=self.namespace,
+            key=None,
+            rank=0,
+            groups=(self.group,),
+            blocks_per_chunk=BLOCKS_PER_CHUNK,
+            staging=lambda: self.staging,
+            rows_taken=lambda chunks: None,  # no writer owes keys from these rows
+            distrust=lambda ident: None,
+        )
+
+
+def write_store(root: Path, tokens: int) -> tuple[BenchStore, list[bytes]]:
     """One rank's store for a prefix of ``tokens``: chunks + one manifest."""
     fenced = bench_fenced(
         MODEL,
@@ -118,21 +141,14 @@ def write_store(root: Path, tokens: int) -> tuple[SimpleNamespace, list[bytes]]:
     with open(os.path.join(store_layout.manifest_dir, manifest.file_name), "wb") as f:
         f.write(fmt.encode_manifest(manifest))
     os.sync()
-    writer = SimpleNamespace(layout=store_layout, namespace=ns, rank=0)
-    store = SimpleNamespace(
-        writer=writer,
-        active=True,
-        disabled_reason=None,
-        settings=SimpleNamespace(groups=[group], blocks_per_chunk=BLOCKS_PER_CHUNK),
-        _staging=[],
-        rows_taken=lambda chunks: None,  # no writer owes keys from these rows
-    )
-    return store, [bytes.fromhex(k) + (0).to_bytes(4, "big") for k in chain]
+    return BenchStore(store_layout, ns, group), [
+        bytes.fromhex(k) + (0).to_bytes(4, "big") for k in chain
+    ]
 
 
 def chunk_files(store) -> list[str]:
     out = []
-    for top, _, files in os.walk(store.writer.layout.base):
+    for top, _, files in os.walk(store.layout.base):
         out += [os.path.join(top, n) for n in files if n.endswith(".bin")]
     return sorted(out)
 
@@ -197,7 +213,7 @@ class Rows:
 def restore(store, keys, rows: Rows, gpu_dst) -> tuple[float, int]:
     """Seconds to promote every key (batches of rows) and copy it to the GPU."""
     restorer = krw.WorkerRestore(rescan_seconds=1e9)
-    store._staging = rows.staging
+    store.staging = rows.staging
     restorer.bind(store)
     if not restorer.active:
         raise SystemExit(f"restore_bench: restore off: {restorer.disabled_reason}")

@@ -94,7 +94,7 @@ def python_job(pool: ThreadPoolExecutor):
             chunk, key = item
             proof = restorer.inventory.proof(key)
             layout, first, count = restorer._geometry(proof)
-            fd = fmt.open_regular(store.writer.layout.chunk(proof.key_hex, proof.group))
+            fd = fmt.open_regular(store.layout.chunk(proof.key_hex, proof.group))
             try:
                 reason = oracle.read_one(
                     fd,
@@ -241,7 +241,7 @@ def main() -> None:
             while f.read(8 << 20):
                 pass
     rows = rb.Rows(args.rows, args.gpu)
-    store._staging = rows.staging
+    store.staging = rows.staging
     restorer = krw.WorkerRestore(rescan_seconds=1e9)
     restorer.bind(store)
     if not restorer.active:

@@ -41,6 +41,10 @@ Chunk files are immutable (temp + rename), so a file the library opened
 before keep-K unlinks it still reads as the verified bytes; one unlinked
 before that open is a miss.
 
+The store is used only through its RestoreAccess
+(kv_store_local/restore_access.py): layout, namespace, key, rank, groups,
+staging rows, the writer's ``rows_taken``/``distrust``, the budget's hold.
+
 Modules: kv_restore_inventory (the manifests and the keys they prove),
 kv_restore_read (a job's chunk files checked and read into memory by the
 native library), and this one
@@ -66,6 +70,7 @@ try:
     from .kv_restore_inventory import Inventory, Proof
     from .kv_store_format import native
     from .kv_store_local import store_perms
+    from .kv_store_local.restore_access import StoreNotOpen
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_restore_read as chunk_read  # type: ignore[no-redef]
     import kv_restore_reports as reports  # type: ignore[no-redef]
@@ -73,13 +78,17 @@ except ImportError:  # loaded as a top-level module: tests, tools
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
     from kv_store_format import native  # type: ignore[no-redef]
     from kv_store_local import store_perms  # type: ignore[no-redef]
+    from kv_store_local.restore_access import (  # type: ignore[no-redef]
+        StoreNotOpen,
+    )
 
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
         OffloadingConnectorMetadata,
     )
 
-    from .kv_store_local.layout import GroupLayout
+    from .kv_store_local.layout import GroupLayout, StagingTensor
+    from .kv_store_local.restore_access import RestoreAccess
     from .kv_store_local.worker_store import WorkerStore
 
 logger = logging.getLogger(__name__)
@@ -193,7 +202,8 @@ class WorkerRestore:
         self.inventory: Inventory | None = None
         self.disabled_reason: str | None = None
         self._bound = False
-        self._store: WorkerStore | None = None
+        # This rank's store, as the store overlay lets restore use it.
+        self._access: RestoreAccess | None = None
         self._groups: dict[int, GroupLayout] = {}
         self._reported: set[bytes] = set()
         self._pending: list[tuple[int, int]] = []
@@ -224,22 +234,24 @@ class WorkerRestore:
     # -- binding to this rank's writer ---------------------------------------
 
     def bind(self, store: "WorkerStore | None") -> None:
-        """Use the store the writer opened (same rank base, same namespace).
-        Runs at the worker's boot (the restore-bind hook): a rank that cannot
-        read its store refuses the boot (RestoreRefused), never serves on
-        with restore off."""
+        """Use the store the writer opened (same rank base, same namespace),
+        through its RestoreAccess only. Runs at the worker's boot (the
+        restore-bind hook): a rank that cannot read its store refuses the boot
+        (RestoreRefused), never serves on with restore off."""
         if self._bound:
             return
         self._bound = True
-        self._store = store
-        writer = getattr(store, "writer", None)
-        if store is None or not getattr(store, "active", False) or writer is None:
-            reason = getattr(store, "disabled_reason", None) or "no active writer"
+        try:
+            if store is None:
+                raise StoreNotOpen("no active writer")
+            access = store.restore_access()
+        except StoreNotOpen as e:
             raise RestoreRefused(
                 f"GLM53_KV_OFFLOAD_RESTORE=1 is refused on this rank: its store is "
-                f"not open ({reason})"
-            )
-        layout = writer.layout
+                f"not open ({e.reason})"
+            ) from None
+        self._access = access
+        layout = access.layout
         # Chunks are inputs: never read a store others can change (the store
         # folder and above, the rank base, manifests/, pending/; a chunk
         # file's two folders in the library's read call: READ_SAFE_FOLDERS).
@@ -259,25 +271,25 @@ class WorkerRestore:
         refusal = key_scheme_refusal(record.fenced)
         if refusal is not None:
             raise RestoreRefused(f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {refusal}")
-        if record.namespace_hash != writer.namespace:
+        if record.namespace_hash != access.namespace:
             raise RestoreRefused(
                 "GLM53_KV_OFFLOAD_RESTORE=1 is refused: the namespace record differs "
                 "from the writer's namespace"
             )
-        self._namespace = writer.namespace
+        self._namespace = access.namespace
         # A keyed store (FORMAT.md 3.6): every manifest and chunk is opened with
         # the writer's key, its MAC checked before a byte of it is used.
-        self._key = getattr(writer, "key", None)
-        self._rank = writer.rank
+        self._key = access.key
+        self._rank = access.rank
         self._lock_path = layout.lock
-        self._groups = {g.group: g for g in store.settings.groups}
+        self._groups = {g.group: g for g in access.groups}
         self.inventory = Inventory(
-            layout.manifest_dir, writer.namespace, writer.rank, self._key
+            layout.manifest_dir, access.namespace, access.rank, self._key
         )
         self._scan()
         logger.info(
             "KV restore: rank %d serves %d manifests from %s",
-            writer.rank,
+            access.rank,
             len(self.inventory.manifests),
             layout.base,
         )
@@ -357,8 +369,8 @@ class WorkerRestore:
             keys, chunks = list(request["keys"]), list(request["chunks"])
             # The promotion overwrites these rows: keys the writer still owes
             # from them (their earlier bytes) get their last chance first.
-            if self._store is not None:
-                self._store.rows_taken(chunks)
+            if self._access is not None:
+                self._access.rows_taken(chunks)
             job = self._prepare(keys, chunks)
             self._running[request["job"]] = (job, self._jobs.submit(self._read, job))
 
@@ -368,7 +380,7 @@ class WorkerRestore:
         s = self.stats
         s.read_rate = (1 - w) * s.read_rate + w * nbytes / seconds
         s.key_bytes = (1 - w) * s.key_bytes + w * nbytes / max(keys, 1)
-        rank = self._store.writer.rank if self._store is not None else 0
+        rank = self._access.rank if self._access is not None else 0
         self._pending += [
             (reports.READ_RATE, reports.rank_value(rank, s.read_rate)),
             (reports.KEY_BYTES, reports.rank_value(rank, s.key_bytes)),
@@ -435,10 +447,10 @@ class WorkerRestore:
                 job.failure = chunk_read.PromotionFailed("lock_busy", "store lock busy")
                 return job
             located = [(k, int(c), *self._locate(k)) for k, c in zip(job.keys, chunks)]
-            budget = getattr(self._store.writer, "budget", None)
-            if budget is not None:  # the disk budget never deletes a file read here
-                job.hold.enter_context(budget.hold(path for *_, path in located))
-                job.manifests = {p.manifest for _, _, p, _ in located}
+            assert self._access is not None
+            # The disk budget never deletes a file read here.
+            job.hold.enter_context(self._access.hold(path for *_, path in located))
+            job.manifests = {p.manifest for _, _, p, _ in located}
             job.proofs = [p for _, _, p, _ in located]
             job.read = chunk_read.prepare_job(
                 self._native, self._requests(located), self._key, rank=self._rank
@@ -479,7 +491,8 @@ class WorkerRestore:
             self._apply_failure(e)
             return False
         if job.manifests:
-            self._store.writer.budget.touch(job.manifests)
+            assert self._access is not None
+            self._access.touch(job.manifests)
         self.stats.bytes_restored += job.bytes
         self.stats.read_seconds += job.seconds
         self.stats.keys_restored += len(job.keys)
@@ -500,7 +513,8 @@ class WorkerRestore:
             raise chunk_read.PromotionFailed(
                 "unknown_group", f"group {proof.group}", key
             )
-        return proof, self._store.writer.layout.chunk(proof.key_hex, proof.group)
+        assert self._access is not None
+        return proof, self._access.layout.chunk(proof.key_hex, proof.group)
 
     def _requests(
         self, located: Sequence[tuple[bytes, int, Proof, str]]
@@ -518,8 +532,9 @@ class WorkerRestore:
 
     def _geometry(self, proof: Proof) -> tuple["GroupLayout", int, int]:
         """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
+        assert self._access is not None
         layout = self._groups[proof.group]
-        bpc = self._store.settings.blocks_per_chunk
+        bpc = self._access.blocks_per_chunk
         if proof.kind == fmt.GROUP_KIND_STATE:
             block_tokens = proof.chunk_tokens // bpc
             return layout, (proof.boundary // block_tokens - 1) % bpc, 1
@@ -538,16 +553,18 @@ class WorkerRestore:
 
         Runs are merged only where they follow each other in memory and move
         with the same row stride, so they stay adjacent in every row."""
+        assert self._access is not None
         key = (layout.group, first, count)
-        if self._plans_of is not self._store._staging:
+        staging: Sequence[StagingTensor] = self._access.staging()
+        if self._plans_of is not staging:
             self._plans = {}
-            self._plans_of = self._store._staging
+            self._plans_of = staging
         plan = self._plans.get(key)
         if plan is None:
-            bpc = self._store.settings.blocks_per_chunk
+            bpc = self._access.blocks_per_chunk
             runs: list[list[int]] = []
             for layer in layout.layers:
-                t = self._store._staging[layer.tensor]
+                t = staging[layer.tensor]
                 page = t.width // bpc
                 row = chunk_read.buffer_address(t.source) + t.offset + layer.offset
                 for j in range(first, first + count):
@@ -574,9 +591,10 @@ class WorkerRestore:
                 names = self.inventory.mark_bad(e.key)
             self.stats.manifests_marked_bad += len(names)
         if e.key is not None and e.reason not in NOT_THE_FILE:
+            assert self._access is not None
             # The header may still verify: without this the writer would keep
             # deduplicating onto the bad file and the keys would stay down.
-            self._store.writer.distrust((e.key[:-4], int.from_bytes(e.key[-4:], "big")))
+            self._access.distrust((e.key[:-4], int.from_bytes(e.key[-4:], "big")))
         logger.warning(
             "KV restore: promotion failed (%s: %s); manifests marked bad: %s; "
             "the request recomputes",

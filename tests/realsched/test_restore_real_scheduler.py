@@ -267,9 +267,7 @@ class Ranks:
             r.inventory = StubInventory(keys)
             # The writer's side of a promotion: owed keys of the rows it takes
             # get their last chance first (nothing owed here).
-            r._store = SimpleNamespace(
-                writer=SimpleNamespace(rank=rank), rows_taken=lambda chunks: None
-            )
+            r._access = SimpleNamespace(rank=rank, rows_taken=lambda chunks: None)
             r._prepare = self._preparer(krw, rank)
             self.restorers.append(r)
         s = engine.s

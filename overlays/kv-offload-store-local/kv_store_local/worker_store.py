@@ -34,6 +34,7 @@ from .errors import StoreRefused, WriterDisabled
 from .job_plan import Remembered, plan_job
 from .layout import GroupLayout, StagingTensor, bind_layers
 from .recapture import Owed, OwedKeys
+from .restore_access import RestoreAccess, StoreNotOpen
 from .stats import StoreStats
 from .writer import StoreWriter
 
@@ -194,6 +195,25 @@ class WorkerStore:
             if self._device is not None
             else f"from staging ({self._engine})",
             self.knobs.keep_boundaries,
+        )
+
+    def restore_access(self) -> RestoreAccess:
+        """This rank's store as the restore overlay may use it; StoreNotOpen
+        (with the reason) when it is not open."""
+        if not self.active:
+            raise StoreNotOpen(self.disabled_reason or "no active writer")
+        assert self.writer is not None
+        return RestoreAccess(
+            layout=self.writer.layout,
+            namespace=self.writer.namespace,
+            key=self.writer.key,
+            rank=self.writer.rank,
+            groups=tuple(self.settings.groups),
+            blocks_per_chunk=self.settings.blocks_per_chunk,
+            staging=lambda: self._staging,
+            rows_taken=self.rows_taken,
+            distrust=self.writer.distrust,
+            budget=self.writer.budget,
         )
 
     def stand_by(self, reason: str) -> None:
