@@ -679,7 +679,7 @@ def test_one_scheduler_line_about_restore_per_boot(ns, store, monkeypatch, resto
     finally:
         vllm_logger.removeHandler(handler)
         vllm_logger.setLevel(level)
-    scheduler_side = ("vllm_scheduler", "kv_restore_tier")
+    scheduler_side = ("vllm_scheduler", "kv_restore_tier", "kv_restore_scheduler")
     about = [
         r.getMessage()
         for r in seen
