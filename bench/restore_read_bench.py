@@ -93,7 +93,7 @@ def python_job(pool: ThreadPoolExecutor):
         def one(item) -> int:
             chunk, key = item
             proof = restorer.inventory.proof(key)
-            layout, first, count = restorer._geometry(proof)
+            layout, first, count = restorer._rows.geometry(proof)
             fd = fmt.open_regular(store.layout.chunk(proof.key_hex, proof.group))
             try:
                 reason = oracle.read_one(
@@ -105,7 +105,7 @@ def python_job(pool: ThreadPoolExecutor):
                     proof.length,
                     proof.checksum,
                     layout.segments(count),
-                    restorer._runs(layout, chunk, first, count),
+                    restorer._rows.runs(layout, chunk, first, count),
                 )
             finally:
                 os.close(fd)

@@ -68,6 +68,7 @@ try:
     from . import kv_restore_reports as reports
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
+    from .kv_restore_rows import RowPlans
     from .kv_store_format import native
     from .kv_store_local import store_perms
     from .kv_store_local.restore_access import StoreNotOpen
@@ -76,6 +77,7 @@ except ImportError:  # loaded as a top-level module: tests, tools
     import kv_restore_reports as reports  # type: ignore[no-redef]
     import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
+    from kv_restore_rows import RowPlans  # type: ignore[no-redef]
     from kv_store_format import native  # type: ignore[no-redef]
     from kv_store_local import store_perms  # type: ignore[no-redef]
     from kv_store_local.restore_access import (  # type: ignore[no-redef]
@@ -87,7 +89,6 @@ if TYPE_CHECKING:
         OffloadingConnectorMetadata,
     )
 
-    from .kv_store_local.layout import GroupLayout, StagingTensor
     from .kv_store_local.restore_access import RestoreAccess
     from .kv_store_local.worker_store import WorkerStore
 
@@ -204,7 +205,6 @@ class WorkerRestore:
         self._bound = False
         # This rank's store, as the store overlay lets restore use it.
         self._access: RestoreAccess | None = None
-        self._groups: dict[int, GroupLayout] = {}
         self._reported: set[bytes] = set()
         self._pending: list[tuple[int, int]] = []
         self._ready_sent = False
@@ -214,8 +214,7 @@ class WorkerRestore:
         self._key: bytes | None = None
         self._rank = 0  # the rank whose store this reads: a v3 seal binds it
         self._native = load_native()
-        self._plans: dict[tuple[int, int, int], tuple[Any, list]] = {}
-        self._plans_of: Any = None  # the staging list the plans were made for
+        self._rows: RowPlans | None = None  # where each file's payload lands
         # One thread runs the promotions' read calls in order. Job id -> the
         # job and its future, oldest first.
         self._jobs: ThreadPoolExecutor | None = None
@@ -282,7 +281,7 @@ class WorkerRestore:
         self._key = access.key
         self._rank = access.rank
         self._lock_path = layout.lock
-        self._groups = {g.group: g for g in access.groups}
+        self._rows = RowPlans(access)
         self.inventory = Inventory(
             layout.manifest_dir, access.namespace, access.rank, self._key
         )
@@ -509,80 +508,22 @@ class WorkerRestore:
             raise chunk_read.PromotionFailed(
                 "no_manifest", "no manifest of this rank proves it", key
             )
-        if proof.group not in self._groups:
+        assert self._access is not None and self._rows is not None
+        if proof.group not in self._rows.groups:
             raise chunk_read.PromotionFailed(
                 "unknown_group", f"group {proof.group}", key
             )
-        assert self._access is not None
         return proof, self._access.layout.chunk(proof.key_hex, proof.group)
 
     def _requests(
         self, located: Sequence[tuple[bytes, int, Proof, str]]
     ) -> list["native.ReadRequest"]:
         """What each file must be and where its payload goes."""
-        requests = []
-        for _, chunk, proof, path in located:
-            layout, first, count = self._geometry(proof)
-            segments, plan = self._plan(layout, first, count)
-            runs = [(address + chunk * stride, n) for address, stride, n in plan]
-            requests.append(
-                chunk_read.request(proof, path, self._namespace, segments, runs)
-            )
-        return requests
-
-    def _geometry(self, proof: Proof) -> tuple["GroupLayout", int, int]:
-        """(group layout, first sub-block, sub-blocks) of a key's CPU row."""
-        assert self._access is not None
-        layout = self._groups[proof.group]
-        bpc = self._access.blocks_per_chunk
-        if proof.kind == fmt.GROUP_KIND_STATE:
-            block_tokens = proof.chunk_tokens // bpc
-            return layout, (proof.boundary // block_tokens - 1) % bpc, 1
-        return layout, 0, bpc
-
-    def _runs(self, layout: "GroupLayout", chunk: int, first: int, count: int) -> list:
-        """Where the payload goes, in payload order: per layer, per sub-block,
-        the unpadded page bytes (the inverse of the writer's capture)."""
-        _, plan = self._plan(layout, first, count)
-        return [(address + chunk * stride, n) for address, stride, n in plan]
-
-    def _plan(self, layout: "GroupLayout", first: int, count: int) -> tuple[Any, list]:
-        """(segment table, runs of CPU row 0 as (address, row stride, length)),
-        once per (group, first sub-block, sub-blocks): the per-file Python
-        work of a promotion is then one list comprehension.
-
-        Runs are merged only where they follow each other in memory and move
-        with the same row stride, so they stay adjacent in every row."""
-        assert self._access is not None
-        key = (layout.group, first, count)
-        staging: Sequence[StagingTensor] = self._access.staging()
-        if self._plans_of is not staging:
-            self._plans = {}
-            self._plans_of = staging
-        plan = self._plans.get(key)
-        if plan is None:
-            bpc = self._access.blocks_per_chunk
-            runs: list[list[int]] = []
-            for layer in layout.layers:
-                t = staging[layer.tensor]
-                page = t.width // bpc
-                row = chunk_read.buffer_address(t.source) + t.offset + layer.offset
-                for j in range(first, first + count):
-                    address = row + j * page
-                    last = runs[-1] if runs else None
-                    if (
-                        last
-                        and last[1] == t.row_stride
-                        and last[0] + last[2] == address
-                    ):
-                        last[2] += layer.real_bytes
-                    else:
-                        runs.append([address, t.row_stride, layer.real_bytes])
-            plan = self._plans[key] = (
-                layout.segments(count),
-                [(a, s, n) for a, s, n in runs],
-            )
-        return plan
+        assert self._rows is not None
+        return [
+            self._rows.request(chunk, proof, path, self._namespace)
+            for _, chunk, proof, path in located
+        ]
 
     def _apply_failure(self, e: chunk_read.PromotionFailed) -> None:
         names: list[str] = []

@@ -6,15 +6,22 @@ says how many blocks of each slot the DMA copied. They must agree key for
 key, or the job is dropped rather than guessed at.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .captured import Candidate
 from .layout import GroupLayout
 from .recapture import Owed
 from .side_channel import META_VERSION, key_hash
 from .stats import StoreStats
+
+if TYPE_CHECKING:
+    import numpy as np
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        TransferJob,
+    )
+    from vllm.v1.kv_offload.base import BlockIDsLoadStoreSpec, GPULoadStoreSpec
 
 
 @dataclass
@@ -28,6 +35,29 @@ class Remembered:
     # The job's GPU block ids (slot by slot, one per block); empty when the
     # first capture reads staging instead.
     gpu_blocks: list[int] = field(default_factory=list)
+
+
+def remembered(entry: "TransferJob", gpu_blocks: bool) -> Remembered:
+    """A store job as vLLM submits it: the CPU rows its DMA writes, the GPU
+    blocks per group it copies (``gpu_blocks``: their ids too, for a first
+    capture that reads the GPU), the side channel's keys."""
+    src: GPULoadStoreSpec = entry.src_spec  # type: ignore[assignment]
+    dst: BlockIDsLoadStoreSpec = entry.dst_spec  # type: ignore[assignment]
+    return Remembered(
+        chunk_ids=_ints(dst.block_ids),
+        group_sizes=_ints(src.group_sizes),
+        block_indices=_ints(src.block_indices),
+        meta=getattr(entry, "kv_store_meta", None),
+        gpu_blocks=_ints(src.block_ids) if gpu_blocks else [],
+    )
+
+
+def _ints(values: "np.ndarray | Sequence[int]") -> list[int]:
+    """A spec's ids as Python ints (numpy integer arrays in vLLM, whose
+    tolist already gives Python ints: no second pass)."""
+    if getattr(getattr(values, "dtype", None), "kind", None) in ("i", "u"):
+        return values.tolist()
+    return [int(v) for v in values]
 
 
 def plan_job(

@@ -21,9 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from . import boot
+from . import boot, job_plan
 from .block_moves import BlockMoves
 from .boot import WorkerSettings
 from .capture_device import BlockTensor, CaptureDevice, Fence, Moves, TransferFailed
@@ -42,7 +40,6 @@ if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
         TransferJob,
     )
-    from vllm.v1.kv_offload.base import BlockIDsLoadStoreSpec, GPULoadStoreSpec
 
 logger = init_logger(__name__)
 
@@ -250,23 +247,15 @@ class WorkerStore:
     def remember(self, job_id: int, entry: "TransferJob") -> None:
         if not self.active:
             return
-        src: GPULoadStoreSpec = entry.src_spec  # type: ignore[assignment]
-        dst: BlockIDsLoadStoreSpec = entry.dst_spec  # type: ignore[assignment]
-        chunk_ids = _ints(dst.block_ids)
+        rec = job_plan.remembered(entry, gpu_blocks=self._device is not None)
         try:
             # This job's DMA will overwrite these rows (it is submitted
             # after this returns): a key still owed from them gets its
             # last chance now.
-            self._last_chance(chunk_ids)
+            self._last_chance(rec.chunk_ids)
         except Exception:
             logger.exception("KV store: recapture before job %d failed", job_id)
-        self._remembered[job_id] = Remembered(
-            chunk_ids=chunk_ids,
-            group_sizes=_ints(src.group_sizes),
-            block_indices=_ints(src.block_indices),
-            meta=getattr(entry, "kv_store_meta", None),
-            gpu_blocks=_ints(src.block_ids) if self._device is not None else [],
-        )
+        self._remembered[job_id] = rec
 
     def rows_taken(self, chunk_ids: Iterable[int]) -> None:
         """Staging rows about to be filled by something other than a store
@@ -591,14 +580,6 @@ class WorkerStore:
             self.copier.close()
         self._staging = []
         self._owed = OwedKeys(self.stats, keep=self._recapture_on)
-
-
-def _ints(values: "np.ndarray | Sequence[int]") -> list[int]:
-    """A spec's ids as Python ints (numpy integer arrays in vLLM, whose
-    tolist already gives Python ints: no second pass)."""
-    if getattr(getattr(values, "dtype", None), "kind", None) in ("i", "u"):
-        return values.tolist()
-    return [int(v) for v in values]
 
 
 def _power_of_two(n: int) -> bool:
