@@ -378,6 +378,8 @@ def main() -> int:
         )
         result["learn_prefix_s"] = round(time.time() - t, 4)
         block_ids.clear()
+    if args.restore_probe:
+        result["restore_before"] = llm.collective_rpc(probe.restore_stats)
     if turns:
         turns.ready()
     rounds = []

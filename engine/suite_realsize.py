@@ -366,6 +366,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
         plain = (res.get("before") or {}).get("plain_read", {})
         read_s = sum(s.get("read_seconds", 0.0) for s in stats)
         read_b = sum(s.get("bytes_restored", 0) for s in stats)
+        timed = _timed_reads(stats, res.get("restore_before") or [])
         for i, row in enumerate(rows):
             t = res["rounds"][0]["request_seconds"][i]
             row[f"{kind}_s"] = t
@@ -387,6 +388,11 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             "read_phase_gb_per_s": round(read_b / read_s / 1e9, 3) if read_s else None,
             "read_vs_plain": round(read_b / read_s / 1e9 / plain["best_gb_per_s"], 3)
             if read_s and plain.get("best_gb_per_s")
+            else None,
+            # The timed requests' jobs alone (the warm-up's restores left out).
+            "timed_read": timed,
+            "timed_read_vs_plain": round(timed["gb_per_s"] / plain["best_gb_per_s"], 3)
+            if timed.get("gb_per_s") and plain.get("best_gb_per_s")
             else None,
             "logprobs": lp,
             "kv": kv,
@@ -430,6 +436,24 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
         "ok": True,
     }
     return verdicts
+
+
+def _timed_reads(after: list[dict], before: list[dict]) -> dict:
+    """The read jobs between the stats taken before the timed rounds and after them,
+    summed over ranks: seconds, bytes and each job's (keys, bytes, seconds)."""
+    jobs: list = []
+    for i, s in enumerate(after):
+        b = before[i] if i < len(before) and before[i] else {}
+        new = s.get("jobs_ok", 0) - b.get("jobs_ok", 0)  # a measured job is an ok one
+        jobs += (s.get("job_reads") or [])[-new:] if new > 0 else []
+    seconds = sum(j[2] for j in jobs)
+    nbytes = sum(j[1] for j in jobs)
+    return {
+        "jobs": jobs,
+        "seconds": round(seconds, 4),
+        "bytes": nbytes,
+        "gb_per_s": round(nbytes / seconds / 1e9, 3) if seconds else None,
+    }
 
 
 def _estimate_row(res: dict, rows: list[dict]) -> dict | None:

@@ -590,6 +590,24 @@ def test_ttft_rows_and_read_phase_against_the_plain_read():
     assert disk["estimate"] is None  # the guard weighed nothing
 
 
+def test_ttft_times_the_timed_requests_reads_apart_from_the_warm_up():
+    results = ttft_results()
+    # Two jobs before the timed rounds (the warm-up's, one of them slow), two in them.
+    jobs = [(4, 8_000_000, 1.5), (4, 8_000_000, 0.001), (100, 2_000_000_000, 0.2),
+            (100, 2_000_000_000, 0.2)]  # fmt: skip
+    cache = results["ttft.llama8b.cache"]
+    cache["restore_workers"] = [{"stats": {"keys_restored": 208, "jobs_ok": 4,
+                                           "read_seconds": 1.901, "job_reads": jobs,
+                                           "bytes_restored": 4_016_000_000}}]  # fmt: skip
+    cache["restore_before"] = [{"jobs_ok": 2, "job_reads": jobs[:2]}]
+    v = suite_realsize.ttft_judge(results)[
+        "ttft.llama8b.cache: restored, logprobs and KV bytes == cold"
+    ]
+    assert v["timed_read"]["jobs"] == jobs[2:]
+    assert v["timed_read"]["gb_per_s"] == 10.0 and v["timed_read_vs_plain"] == 4.0
+    assert v["read_phase_gb_per_s"] == round(4.016 / 1.901, 3)  # the sum, warm-up in
+
+
 def test_ttft_puts_the_guards_estimate_beside_the_cold_prefill():
     results = ttft_results()
     estimate = {"tokens": 126975, "recompute_s": 10569.6, "read_s": 3.1,

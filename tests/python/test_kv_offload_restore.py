@@ -148,6 +148,14 @@ def test_round_trip_after_a_restart(ns, store, tp):
     assert tier.promotions_ok >= 1 and tier.promotions_failed == 0
     for r in restarted.restorers:
         assert r.stats.jobs_failed == 0 and r.stats.bytes_restored > 0
+        # Each measured job's read is kept: keys, bytes, seconds adding up.
+        reads = r.stats.job_reads
+        assert len(reads) == r.stats.jobs_ok
+        assert sum(b for _, b, _ in reads) == r.stats.bytes_restored
+        assert sum(k for k, _, _ in reads) == r.stats.keys_restored
+        assert sum(s for *_, s in reads) == pytest.approx(
+            r.stats.read_seconds, abs=1e-4
+        )
     restarted.shutdown()
 
 
