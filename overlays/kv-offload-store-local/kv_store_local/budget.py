@@ -242,10 +242,9 @@ class DiskBudget:
         size is the index's now."""
         self._record_reserved = 0
 
-    def settle(self, in_flight: int | None = None) -> None:
-        """Every job but ``in_flight`` has its files in the index."""
-        kept = self._reserved.get(in_flight) if in_flight is not None else None
-        self._reserved = {} if kept is None else {in_flight: kept}
+    def settle(self) -> None:
+        """Every job's files are in the index (the library's call returned)."""
+        self._reserved = {}
 
     @property
     def reserved(self) -> int:

@@ -2,10 +2,11 @@
 """The writer thread: captured keys -> durable chunk files.
 
 Per key: dedup only if the existing file's header verifies and no reader
-refused the file this boot; else header + payload into a temp file and start
-its writeback. A job's files are fsynced and renamed on an I/O thread while
-the next job is staged; the manifests they complete are published by the
-ManifestBook. ENOSPC pauses the writer.
+refused the file this boot; every other key of a job goes into one call of
+the native store library (header, CRC, temp, pwrite, fdatasync, rename,
+folder fsync on its own threads, the GIL released). The manifests the
+durable files complete are published by the ManifestBook. A full disk
+pauses the writer.
 """
 
 import errno
@@ -13,16 +14,13 @@ import fcntl
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from . import durable_io, store_perms
 from .budget import DiskBudget, make_room_for_job
 from .capture_pool import CapturePool
 from .captured import CapturedJob, CapturedKey
-from .checksum import Checksummer, default_checksum_threads
 from .deps import fmt, init_logger, native
-from .durable_io import StagedFile
 from .job_queue import JobQueue
 from .manifests import Ident, ManifestBook
 from .pending import PendingFile
@@ -50,11 +48,10 @@ class StoreWriter(JobQueue):
         pause_seconds: float = 30.0,
         resume_probe: Callable[[], bool] | None = None,
         min_free_bytes: int = 1 << 30,
-        checksum_threads: int | None = None,
         on_lost: Callable[[Any, str], None] | None = None,
         on_idle: Callable[[], None] | None = None,
         on_job_done: Callable[[], None] | None = None,
-        store_lib: "native.Library | None" = None,
+        store_lib: "native.Library",
         write_threads: int = 4,
         disk_bytes: int | None = None,
         key: bytes | None = None,
@@ -78,11 +75,9 @@ class StoreWriter(JobQueue):
         self.on_idle = on_idle
         self.on_job_done = on_job_done
         self._in_job_done = False
-        # The native store library (kv_store_format.native.Library): a job's
-        # files are written by one call of it (header, CRC, pwrite, fdatasync,
-        # rename, folder fsync on its own threads, no GIL). None: the Python
-        # path below (checksum threads, temp files, the sync thread), kept
-        # for the tests that inject faults into it.
+        # The native store library (kv_store_format.native.Library): the only
+        # writer of chunk files (tests inject faults through its own seam,
+        # Library.test_fault).
         self.store_lib = store_lib
         self.write_threads = write_threads
         self._dirty_dirs: set[str] = set()
@@ -101,18 +96,8 @@ class StoreWriter(JobQueue):
         super().__init__(f"kv-store-writer-r{rank}", pause_seconds)
         self._lock_fd: int | None = None
         self._locked = False
-        # Files written but not yet synced, and the I/O thread syncing them.
-        self._io: ThreadPoolExecutor | None = None
-        self._io_batch: tuple[list[StagedFile], Future] | None = None
-        self._io_job: int | None = None  # the job of that batch
-        self._staged: set[Ident] = set()
         # Keys whose files a reader refused (``distrust``), under self._cv.
         self._distrusted: list[Ident] = []
-        self._checksums = Checksummer(
-            checksum_threads
-            if checksum_threads is not None
-            else default_checksum_threads()
-        )
         # GLM53_KV_OFFLOAD_DISK_GB: None leaves the store unbounded.
         self.budget = (
             None
@@ -164,9 +149,6 @@ class StoreWriter(JobQueue):
         return self.paused_until is None and not self._stop
 
     def _close_resources(self) -> None:
-        if self._io is not None:
-            self._io.shutdown(wait=True)
-        self._checksums.close()
         self._pending_file.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -198,22 +180,12 @@ class StoreWriter(JobQueue):
     # -- writer thread -------------------------------------------------------
 
     def process(self, job: CapturedJob) -> None:
-        """Stage this job's files, then commit the previous job's.
-
-        Committing one job late lets the disk write back job N-1 while job
-        N's checksums are computed and its bytes copied into the page cache;
-        ``flush`` commits the rest once the queue is empty.
-        """
+        """Write this job's chunks, then publish the manifests they complete."""
         try:
             self._process(job)
         finally:
-            self._settle_budget()
-
-    def _settle_budget(self) -> None:
-        # The disk budget counts a job's bound until its files are in its
-        # index: all but the batch still on the I/O thread.
-        if self.budget is not None:
-            self.budget.settle(self._io_job if self._io_batch is not None else None)
+            if self.budget is not None:
+                self.budget.settle()  # the job's files are in its index now
 
     def _process(self, job: CapturedJob) -> None:
         if self.budget is not None and not self._locked:
@@ -228,12 +200,11 @@ class StoreWriter(JobQueue):
             self.stats.keys_distrusted += 1
             self.manifests.distrust(ident)
         ready: list[str] = []
-        # With the native library and no disk budget, the job's candidates
-        # are registered after its keys are written: they then find those in
-        # the book instead of looking for each on disk (a job's candidate
-        # names its whole chain). The budget weighs the pending candidates,
-        # so with it they come first, as on the Python path.
-        late = self.store_lib is not None and self.budget is None
+        # Without a disk budget, the job's candidates are registered after
+        # its keys are written: they then find those in the book instead of
+        # looking for each on disk (a job's candidate names its whole chain).
+        # The budget weighs the pending candidates, so with it they come first.
+        late = self.budget is None
         if not late:
             ready += self._register(job)
         if self.paused_until is not None and not self.maybe_resume():
@@ -245,39 +216,9 @@ class StoreWriter(JobQueue):
         if self.budget is not None and not make_room_for_job(self, job):
             self._publish_ready(ready)
             return
-        if self.store_lib is not None:
-            ready += self._write_native(job)
-            if late:
-                ready += self._register(job)
-            self._publish_ready(ready)
-            self._job_done()
-            return
-        # Checksums of this job, and of the next one while this one is
-        # written (the serving side only appends to the queue).
-        self._start_checksums(job)
-        with self._cv:
-            following = self._queue[0] if self._queue else None
-        if following is not None:
-            self._start_checksums(following)
-        staged: list[StagedFile] = []
-        for index, item in enumerate(job.keys):
-            if self.paused_until is not None:
-                self._drop_paused(job.keys[index:])
-                break
-            try:
-                result = self._stage_key(item)
-            finally:
-                self._free(item)  # the page cache holds it now
-            if isinstance(result, StagedFile):
-                staged.append(result)
-                self._staged.add(result.ident)
-            elif result is not None:
-                ready += self.manifests.mark_durable((item.hash, item.group), result)
-        # The previous job's files are synced by now (or we wait for them);
-        # this job's are synced on the I/O thread while the next one stages.
-        ready += self._join_commit()
-        self._start_commit(staged)
-        self._io_job = job.job_id
+        ready += self._write(job)
+        if late:
+            ready += self._register(job)
         self._publish_ready(ready)
         self._job_done()
 
@@ -303,11 +244,10 @@ class StoreWriter(JobQueue):
             self._in_job_done = False
 
     def flush(self) -> None:
-        """Commit what is staged, publish what it completes, drop the lock."""
+        """The queue ran empty: sync what is left, rewrite the pending
+        record, drop the lock."""
         try:
-            ready = self._join_commit()
             self._sync_dirs()
-            self._publish_ready(ready)
             version = self.manifests.pending_version
             if self._locked and self._pending_version != version:
                 self._pending_file.update(self.manifests.pending_chunks())
@@ -315,35 +255,24 @@ class StoreWriter(JobQueue):
                     self.budget.landed(self._pending_file.path)
                 self._pending_version = version
         finally:
-            self._settle_budget()
             if self.budget is not None:
                 self.budget.record_written()  # rewritten above, or unchanged
             self.manifests.listed = 0
             self._unlock()
 
     def _publish_ready(self, ready: list[str]) -> None:
-        # Directories are synced in batches: the I/O thread syncs the
-        # directories of each batch it renames; the rest (new parents, files
-        # found on disk) here, once, before any manifest can name them.
+        # The library syncs the folders of the files it renames; the rest
+        # (new parents, files found on disk or deduplicated onto) here, in
+        # one batch, before any manifest can name them.
         if ready or len(self._dirty_dirs) > 4096:
             self._sync_dirs()
         for name in dict.fromkeys(ready):
             self.manifests.publish(name)
 
-    def _start_checksums(self, job: CapturedJob) -> None:
-        for item in job.keys:
-            if item.checksum is None:
-                item.checksum = self._checksums.start(
-                    self.pool.view(item.offset, item.size)
-                )
-
     def _free(self, item: CapturedKey) -> None:
         if item.freed:
             return  # a failed job is released whole after some keys went
         item.freed = True
-        if item.checksum is not None:
-            item.checksum.settle()  # no checksum thread still reads the bytes
-            item.checksum = None
         self.pool.free(item.offset)
 
     def _lock_shared(self) -> None:
@@ -372,17 +301,21 @@ class StoreWriter(JobQueue):
 
     # -- chunks --------------------------------------------------------------
 
-    def _write_native(self, job: CapturedJob) -> list[str]:
+    def _write(self, job: CapturedJob) -> list[str]:
         """Dedup here, then every other key of the job in one library call;
         the manifests its durable files complete."""
         ready: list[str] = []
         requests: list[Any] = []
         writing: list[CapturedKey] = []
+        # A key already in this call: a later duplicate in the job waits.
+        in_call: set[Ident] = set()
         for item in job.keys:
             ident = (item.hash, item.group)
             path = self.manifests.chunk_path(ident)
+            # A key whose write failed, or whose file a reader refused, this
+            # boot is never taken from disk: only a complete new write clears it.
             header = None if ident in self.failed else self.manifests.header(ident)
-            if header is not None or ident in self._staged:
+            if header is not None or ident in in_call:
                 if header is not None:
                     self.stats.keys_deduplicated += 1
                     self._dirty_dirs.add(os.path.dirname(path))
@@ -398,7 +331,7 @@ class StoreWriter(JobQueue):
                 self._free(item)
                 self._failed_write(ident, path, e, item.origin)
                 continue
-            self._staged.add(ident)  # a later duplicate in this job waits
+            in_call.add(ident)
             requests.append(
                 native.WriteRequest(
                     path=path,
@@ -415,12 +348,17 @@ class StoreWriter(JobQueue):
             return ready
         start = time.perf_counter()
         try:
+            # The group knob's 0640 (store_perms), as for every other file:
+            # the library's default is 0600.
             results = self.store_lib.write_chunks(
-                requests, self.write_threads, key=self.key, rank=self.rank
+                requests,
+                self.write_threads,
+                group_read=store_perms.current().group_read,
+                key=self.key,
+                rank=self.rank,
             )
         finally:
             for item in writing:
-                self._staged.discard((item.hash, item.group))
                 self._free(item)
         self.stats.write_seconds += time.perf_counter() - start
         for item, request, result in zip(writing, requests, results, strict=True):
@@ -444,93 +382,13 @@ class StoreWriter(JobQueue):
             ready += self.manifests.mark_durable(ident, entry)
         return ready
 
-    def _stage_key(self, item: CapturedKey) -> StagedFile | tuple[int, int] | None:
-        """Dedup, or write the key's temp file and start its writeback.
-
-        Returns the verified (length, checksum) of a file already there, a
-        staged temp file to commit, or None when the key is not written.
-        """
-        ident = (item.hash, item.group)
-        if ident in self._staged:
-            return None  # already on its way to disk
-        path = self.manifests.chunk_path(ident)
-        # A key whose write failed, or whose file a reader refused, this boot
-        # is never taken from disk: only a complete new write (temp, fsync,
-        # rename, dir fsync) clears it.
-        header = None if ident in self.failed else self.manifests.header(ident)
-        if header is not None:
-            # Dedup only on a header that verifies; anything else is rewritten.
-            self.stats.keys_deduplicated += 1
-            self._dirty_dirs.add(os.path.dirname(path))
-            if self.budget is not None:
-                self.budget.reused(path)
-            return header.payload_length, header.payload_checksum
-        start = time.perf_counter()
-        try:
-            self._make_dirs(os.path.dirname(path))
-            payload = self.pool.view(item.offset, item.size)
-            if item.checksum is None:
-                item.checksum = self._checksums.start(payload)
-            header = fmt.ChunkHeader(
-                namespace_hash=self.namespace,
-                group=item.group,
-                key_hash=item.hash,
-                boundary=item.boundary,
-                segments=tuple(item.segments),
-                payload_length=len(payload),
-                payload_checksum=item.checksum.result(),
-            )
-            head, trailer = fmt.encode_header(header), b""
-            if self.key is not None:
-                head, running = fmt.seal_header(self.key, head, rank=self.rank)
-                running.update(payload)
-                trailer = running.digest()
-            fd, tmp = durable_io.write_chunk_file(path, head, payload, trailer)
-        except OSError as e:
-            self._failed_write(ident, path, e, item.origin)
-            return None
-        self.stats.write_seconds += time.perf_counter() - start
-        return StagedFile(ident, path, tmp, fd, header, item.size, item.origin)
-
-    def _start_commit(self, staged: list[StagedFile]) -> None:
-        """fsync + rename on the I/O thread while this thread stages more."""
-        assert self._io_batch is None
-        if staged:
-            if self._io is None:
-                self._io = ThreadPoolExecutor(1, thread_name_prefix="kv-store-sync")
-            self._io_batch = (
-                staged,
-                self._io.submit(durable_io.sync_and_rename, staged),
-            )
-
-    def _join_commit(self) -> list[str]:
-        if self._io_batch is None:
-            return []
-        staged, future = self._io_batch
-        self._io_batch = None
-        future.result()
-        ready: list[str] = []
-        for f in staged:
-            self._staged.discard(f.ident)
-            if f.error is not None:
-                self._failed_write(f.ident, f.path, f.error, f.origin)
-                continue
-            self.failed.discard(f.ident)  # rewritten in full this boot
-            if self.budget is not None:
-                self.budget.landed(f.path)
-            self.stats.keys_written += 1
-            self.stats.bytes_written += f.size
-            entry = (f.header.payload_length, f.header.payload_checksum)
-            ready += self.manifests.mark_durable(f.ident, entry)
-        return ready
-
     def _failed_write(
         self, ident: Ident, path: str, e: OSError, origin: Any = None
     ) -> None:
         self.manifests.mark_failed(ident)
         self.stats.keys_failed += 1
         if self.budget is not None:
-            self.budget.stale = True  # a temp or a file it could not remove
+            self.budget.stale = True  # a file the library could not remove?
         if e.errno == errno.ENOSPC:
             self._pause()
         logger.warning(
