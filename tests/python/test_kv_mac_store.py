@@ -182,7 +182,7 @@ def test_a_manifest_mac_that_is_no_hex_is_one_mac_mismatch(tmp_path, mac):
     knobs = sls.knobs(root, key_file=str(key_file), disk_bytes=1 << 30)
     store, staging = sls.make_store(root, knobs=knobs, store_lib=lib)
     assert store.active, store.disabled_reason
-    assert path.name not in store.writer.manifests.published
+    assert path.name not in store.writer.published
     index = store.writer.budget.rescan()
     assert str(path) not in index._root_of
     maker = sls.JobMaker(staging)

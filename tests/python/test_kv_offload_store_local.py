@@ -373,7 +373,7 @@ def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path):
     faulty.paths = {bad}  # every write of this file fails, in the library
     write_boundary(store, maker, 1)
     assert not os.path.exists(bad)
-    assert (sls.block_hash(1), 4) in store.writer.failed
+    assert store.writer.ledger.is_failed((sls.block_hash(1), 4))
     # The g4 job failed, and the writer's retries after the g4 and the g5
     # jobs failed again.
     assert store.stats.keys_failed == 3
@@ -389,7 +389,7 @@ def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path):
     faulty.paths = set()
     sls.run_job(store, maker.full_chunks(6, 1))
     assert os.path.exists(bad)
-    assert (sls.block_hash(1), 4) not in store.writer.failed
+    assert not store.writer.ledger.is_failed((sls.block_hash(1), 4))
     assert store.stats.keys_recaptured == store.stats.keys_recaptured_writer == 4
     assert [m.boundary for m in sls.manifests(only_base(tmp_path)).values()] == [32]
     assert sls.verify_store(tmp_path) == []
@@ -402,11 +402,11 @@ def test_failed_key_is_not_taken_from_disk(tmp_path, monkeypatch):
     maker = sls.JobMaker(staging)
     write_boundary(store, maker, 0)
     path = store.writer.layout.chunk(sls.block_hash(0).hex(), 2)
-    store.writer.failed.add((sls.block_hash(0), 2))
+    store.writer.ledger.failed((sls.block_hash(0), 2))  # as a failed write does
     before = os.stat(path).st_ino
     sls.run_job(store, maker.state(0, 2))
     assert os.stat(path).st_ino != before  # a new file, renamed over it
-    assert (sls.block_hash(0), 2) not in store.writer.failed
+    assert not store.writer.ledger.is_failed((sls.block_hash(0), 2))
     assert sls.verify_store(tmp_path) == []
 
 
@@ -783,14 +783,14 @@ def test_kept_chunk_paths_are_the_codecs(tmp_path):
     shape (issue 29): the same paths, and a name the codec refuses is still
     refused."""
     store, _ = sls.make_store(tmp_path)
-    book, layout = store.writer.manifests, store.writer.layout
+    lookup, layout = store.writer.lookup, store.writer.layout
     for n in range(3):
         for group in (0, 3, 12):
             for digest in (sls.block_hash(n), sls.block_hash(n)[:8]):
-                path = book.chunk_path((digest, group))
+                path = lookup.path((digest, group))
                 assert path == layout.chunk(digest.hex(), group)
     with pytest.raises(fmt.FormatError):
-        book.chunk_path((sls.block_hash(0), fmt.MAX_GROUP_INDEX + 1))
+        lookup.path((sls.block_hash(0), fmt.MAX_GROUP_INDEX + 1))
     store.shutdown()
 
 
@@ -950,7 +950,7 @@ def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path):
     assert sls.chunk_files(tmp_path) == []
     assert sls.temp_files(tmp_path) == []
     assert store.stats.keys_failed == 2
-    assert {(sls.block_hash(i), 0) for i in range(2)} <= store.writer.failed
+    assert all(store.writer.ledger.is_failed((sls.block_hash(i), 0)) for i in range(2))
 
 
 def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(

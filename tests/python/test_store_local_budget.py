@@ -306,15 +306,15 @@ def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path):
         assert store.stats.manifests_superseded > 0
         assert budget.index.snapshot() == snapshot(store.writer.layout)
         assert touched in budget.index.trees
-        # The book's lookups follow its published names through keep-K and
-        # the budget's retirements alike.
-        book = store.writer.manifests
-        assert set(book.published) == set(sls.manifests(only_base(tmp_path)))
+        # The published names' lookups follow them through keep-K and the
+        # budget's retirements alike.
+        published = store.writer.published
+        assert set(published) == set(sls.manifests(only_base(tmp_path)))
         by_root: dict[str, set[str]] = {}
-        for name, chain in book.published.items():
-            by_root.setdefault(chain[0], set()).add(name)
-        assert {r: set(n) for r, n in book._by_root.items()} == by_root
-        assert set(book._chains) == set(book.published.values())
+        for name in published:
+            by_root.setdefault(published.chain(name)[0], set()).add(name)
+        assert published.roots() == by_root
+        assert published.chains() == {published.chain(n) for n in published}
     finally:
         store.shutdown()
     assert used(tmp_path) <= budget.limit

@@ -90,7 +90,7 @@ def test_native_sync_failure_is_ledgered_until_written_in_full(lib, tmp_path):
     job = maker.full_chunks(0, 1)
     sls.run_job(store, job)
     ((ident, _),) = job.expected.items()
-    assert ident in store.writer.failed and store.stats.keys_failed == 1
+    assert store.writer.ledger.is_failed(ident) and store.stats.keys_failed == 1
     assert sls.chunk_files(tmp_path) == [] and sls.temp_files(tmp_path) == []
     assert store.stats.enospc_pauses == 0  # not a full disk
 

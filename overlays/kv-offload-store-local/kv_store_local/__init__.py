@@ -36,8 +36,9 @@ tested without vLLM.
 
 Scheduler side: side_channel, vllm_scheduler.
 Worker side: layout, capture_device, capture_pool, copier, captured, stats,
-durable_io, manifests, store_index, budget, writer, namespace, boot,
-block_moves, worker_store, vllm_worker.
+durable_io, chunk_lookup, ledger, manifests, published, publisher, keep_k,
+store_index, budget, writer, namespace, boot, block_moves, worker_store,
+vllm_worker.
 """
 
 

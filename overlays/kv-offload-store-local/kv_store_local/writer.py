@@ -4,9 +4,13 @@
 Per key: dedup only if the existing file's header verifies and no reader
 refused the file this boot; every other key of a job goes into one call of
 the native store library (header, CRC, temp, pwrite, fdatasync, rename,
-folder fsync on its own threads, the GIL released). The manifests the
-durable files complete are published by the ManifestBook. A full disk
-pauses the writer.
+folder fsync on its own threads, the GIL released). A full disk pauses the
+writer.
+
+Data flows one way: the writer hands each result to the ledger (a file
+written, found, failed; folders synced), asks the book which manifests the
+durable files complete, has the publisher write those, tells the published
+names, the ledger and the disk budget what was published, and runs keep-K.
 """
 
 import errno
@@ -17,13 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from . import durable_io, store_perms
-from .budget import DiskBudget, make_room_for_job
+from .budget import DiskBudget, admit_job
 from .capture_pool import CapturePool
 from .captured import CapturedJob, CapturedKey
+from .chunk_lookup import ChunkLookup
 from .deps import fmt, init_logger, native
 from .job_queue import JobQueue
-from .manifests import Ident, ManifestBook
+from .keep_k import KeepK
+from .ledger import ChunkLedger, Entry, Ident
+from .manifests import ManifestBook
 from .pending import PendingFile
+from .published import PublishedIndex
+from .publisher import Publisher
 from .stats import StoreStats
 
 logger = init_logger(__name__)
@@ -80,17 +89,6 @@ class StoreWriter(JobQueue):
         # Library.test_fault).
         self.store_lib = store_lib
         self.write_threads = write_threads
-        self._dirty_dirs: set[str] = set()
-        self.manifests = ManifestBook(
-            layout,
-            namespace,
-            rank,
-            keep_boundaries,
-            self.stats,
-            dirty_dirs=self._dirty_dirs,
-            on_enospc=self._pause,
-            key=key,
-        )
         self._made_dirs: set[str] = set()
         self.paused_until: float | None = None
         super().__init__(f"kv-store-writer-r{rank}", pause_seconds)
@@ -104,8 +102,7 @@ class StoreWriter(JobQueue):
             if disk_bytes is None
             else DiskBudget(layout, disk_bytes, self.stats, key)
         )
-        self._prepare()
-        self.manifests.budget = self.budget  # told of publishes and keep-K
+        self._prepare(keep_boundaries)
 
     def distrust(self, ident: Ident) -> None:
         """A reader refused this key's file (bad payload CRC, truncated, ...).
@@ -118,28 +115,39 @@ class StoreWriter(JobQueue):
         with self._cv:
             self._distrusted.append(ident)
 
-    @property
-    def failed(self) -> set[Ident]:
-        """Keys whose write failed, or whose file a reader refused, this boot:
-        not taken from disk or manifested until written anew in full."""
-        return self.manifests.failed
-
-    def _prepare(self) -> None:
+    def _prepare(self, keep_boundaries: int) -> None:
         # Every folder of the rank base as the store folder is checked at
         # boot (issue 45): no symlink, no other owner, not writable by others.
         store_perms.check_rank(self.layout)
         self.folders = store_perms.Folders(self.layout.base)
-        self.manifests.folders = self.folders
         store_perms.make_dirs(self.layout.manifest_dir)
         durable_io.fsync_dir(self.layout.base)
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = store_perms.open_lock(self.layout.lock)
         self._pending_file = PendingFile(self.layout)
-        # manifests.pending_version the pending record was last built at
-        self._pending_version: tuple[int, int] | None = None
+        # book.pending_version the pending record was last built at
+        self._pending_version: tuple[int, int, int] | None = None
+        layout, key = self.layout, self.key
+        # What the writer knows of its files and manifests, one part each.
+        self.lookup = ChunkLookup(layout, self.namespace, key, self.folders)
+        self.ledger = ChunkLedger(self.stats)
+        self.published = PublishedIndex()
+        self.book = ManifestBook(self.ledger, self.lookup, self.published, self.stats)
+        self.publisher = Publisher(
+            layout, self.namespace, self.rank, key, self.lookup, self.ledger, self.stats
+        )
+        self.keep_k = KeepK(
+            layout,
+            key,
+            keep_boundaries,
+            self.published,
+            self.ledger,
+            self.stats,
+            self.budget,
+        )
         # The budget's first scan reuses what this decodes.
-        self.manifests.load_existing(
-            None if self.budget is None else self.budget.parsed
+        self.published.load(
+            layout, key, None if self.budget is None else self.budget.parsed
         )
 
     # -- JobQueue hooks ------------------------------------------------------
@@ -197,8 +205,14 @@ class StoreWriter(JobQueue):
         with self._cv:
             distrusted, self._distrusted = self._distrusted, []
         for ident in distrusted:
+            # It counts as failed, and the manifests whose chain holds its key
+            # are forgotten as published, so their candidates publish them
+            # again under the same names (new files, which a reader that
+            # marked the old ones bad reads again).
             self.stats.keys_distrusted += 1
-            self.manifests.distrust(ident)
+            self.ledger.failed(ident)
+            for name in self.published.naming(ident[0].hex()):
+                self.published.forget(name)
         ready: list[str] = []
         # Without a disk budget, the job's candidates are registered after
         # its keys are written: they then find those in the book instead of
@@ -213,7 +227,7 @@ class StoreWriter(JobQueue):
             self._drop_paused(job.keys)
             self._publish_ready(ready)
             return
-        if self.budget is not None and not make_room_for_job(self, job):
+        if self.budget is not None and not self._make_room(job):
             self._publish_ready(ready)
             return
         ready += self._write(job)
@@ -227,8 +241,34 @@ class StoreWriter(JobQueue):
         # may be captured again once space is back.
         ready: list[str] = []
         for candidate in job.candidates:
-            ready += self.manifests.register(candidate)
+            ready += self.book.register(candidate)
         return ready
+
+    def _make_room(self, job: CapturedJob) -> bool:
+        """Room for the job under the disk budget, or its keys refused. The
+        trees retired for it are forgotten here."""
+        assert self.budget is not None
+        ok, retired = admit_job(
+            self.budget,
+            job,
+            self.keep_k.keep,
+            self.key is not None,
+            self.ledger.listed,
+            self.book.pending_chunks,
+        )
+        for tree in retired:
+            for path in tree.manifests:
+                self.published.forget(os.path.basename(path))
+        for tree in retired:
+            for ident in tree.chunks.values():
+                self.ledger.removed(ident)
+        if not ok:
+            self.stats.writes_refused_disk_budget += 1
+            self.stats.keys_refused_disk_budget += len(job.keys)
+            for item in job.keys:
+                self._free(item)
+                self._lost(item.origin, "disk_budget")
+        return ok
 
     def _job_done(self) -> None:
         # Not from inside itself: without a thread (tests) the job it submits
@@ -248,26 +288,49 @@ class StoreWriter(JobQueue):
         record, drop the lock."""
         try:
             self._sync_dirs()
-            version = self.manifests.pending_version
+            version = self.book.pending_version
             if self._locked and self._pending_version != version:
-                self._pending_file.update(self.manifests.pending_chunks())
+                self._pending_file.update(self.book.pending_chunks())
                 if self.budget is not None and self._pending_file.path:
                     self.budget.landed(self._pending_file.path)
                 self._pending_version = version
         finally:
             if self.budget is not None:
                 self.budget.record_written()  # rewritten above, or unchanged
-            self.manifests.listed = 0
+            self.ledger.record_written()
             self._unlock()
 
     def _publish_ready(self, ready: list[str]) -> None:
         # The library syncs the folders of the files it renames; the rest
         # (new parents, files found on disk or deduplicated onto) here, in
         # one batch, before any manifest can name them.
-        if ready or len(self._dirty_dirs) > 4096:
+        if ready or self.ledger.dirty_count > 4096:
             self._sync_dirs()
         for name in dict.fromkeys(ready):
-            self.manifests.publish(name)
+            self._publish(name)
+
+    def _publish(self, name: str) -> None:
+        candidate = self.book.take(name)
+        if candidate is None:
+            return
+        try:
+            done = self.publisher.publish(candidate)
+        except (OSError, fmt.FormatError) as e:
+            if self.budget is not None:
+                self.budget.stale = True  # renamed before its sync failed?
+            self.stats.manifests_dropped += 1
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                self._pause()
+            logger.warning("KV store: publishing manifest %s failed: %s", name, e)
+            return
+        if done is None:
+            return  # a named file missing or changed: counted, logged
+        self.stats.manifests_published += 1
+        if self.budget is not None:
+            self.budget.published(done.path, done.manifest)
+        self.published.add(name, done.manifest.chain)
+        self.ledger.published(done.named)
+        self.keep_k.retain(done.manifest)
 
     def _free(self, item: CapturedKey) -> None:
         if item.freed:
@@ -311,18 +374,20 @@ class StoreWriter(JobQueue):
         in_call: set[Ident] = set()
         for item in job.keys:
             ident = (item.hash, item.group)
-            path = self.manifests.chunk_path(ident)
+            path = self.lookup.path(ident)
             # A key whose write failed, or whose file a reader refused, this
             # boot is never taken from disk: only a complete new write clears it.
-            header = None if ident in self.failed else self.manifests.header(ident)
+            failed = self.ledger.is_failed(ident)
+            header = None if failed else self.lookup.header(ident)
             if header is not None or ident in in_call:
                 if header is not None:
                     self.stats.keys_deduplicated += 1
-                    self._dirty_dirs.add(os.path.dirname(path))
                     if self.budget is not None:
                         self.budget.reused(path)
                     entry = (header.payload_length, header.payload_checksum)
-                    ready += self.manifests.mark_durable(ident, entry)
+                    # Its folder is synced before a manifest names it.
+                    self.ledger.found(ident, entry, os.path.dirname(path))
+                    ready += self.book.completed(ident)
                 self._free(item)
                 continue
             try:
@@ -373,19 +438,19 @@ class StoreWriter(JobQueue):
                     ident, request.path, OSError(code, result.message), item.origin
                 )
                 continue
-            self.failed.discard(ident)  # written anew in full this boot
             if self.budget is not None:
                 self.budget.landed(request.path)
             self.stats.keys_written += 1
             self.stats.bytes_written += item.size
-            entry = (item.size, result.payload_checksum)
-            ready += self.manifests.mark_durable(ident, entry)
+            entry: Entry = (item.size, result.payload_checksum)
+            self.ledger.written(ident, entry)  # in full: no longer failed
+            ready += self.book.completed(ident)
         return ready
 
     def _failed_write(
         self, ident: Ident, path: str, e: OSError, origin: Any = None
     ) -> None:
-        self.manifests.mark_failed(ident)
+        self.ledger.failed(ident)
         self.stats.keys_failed += 1
         if self.budget is not None:
             self.budget.stale = True  # a file the library could not remove?
@@ -405,7 +470,7 @@ class StoreWriter(JobQueue):
         problem = self.folders.problem(directory)
         if problem is not None:
             # A chunk folder made a symlink, or changeable by others: nothing
-            # is written there (nor taken from there: ManifestBook.header).
+            # is written there (nor taken from there: ChunkLookup.header).
             raise OSError(errno.EPERM, f"store folder not safe: {problem}")
         missing = []
         d = directory
@@ -415,14 +480,14 @@ class StoreWriter(JobQueue):
         for d in reversed(missing):
             store_perms.make_dir(d)
             # The new entry must be durable before files in it are named.
-            self._dirty_dirs.add(os.path.dirname(d))
+            self.ledger.folder_made(os.path.dirname(d))
         self._made_dirs.add(directory)
 
     def _sync_dirs(self) -> None:
-        # Deepest first, so a parent's entry lands after its children's.
-        for d in sorted(self._dirty_dirs, key=len, reverse=True):
+        folders = self.ledger.dirty_folders()  # deepest first
+        for d in folders:
             durable_io.fsync_dir(d)
-        self._dirty_dirs.clear()
+        self.ledger.synced(folders)
 
     # -- disk full -----------------------------------------------------------
 
