@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Disk budget benchmark: prints figures (not a test).
 
-1. fill: the writer (Python path, the miniature 7-group layout of
+1. fill: the writer (the store library, the miniature 7-group layout of
    tests/python/store_local_support) writes CHAINS one-boundary chains,
    unbounded;
 2. at budget: the store is reopened with GLM53_KV_OFFLOAD_DISK_GB set to

@@ -9,7 +9,8 @@ machine) the way the offload DMA does, and drives kv_store_local on it:
 1. capture: the serving-path copy out of staging, per MiB, against a plain
    memmove of the same bytes (and torch copy_ when torch is present);
    target: within 1.5x of plain memcpy;
-2. writer: sustained GB/s of header + payload + fsync + rename + dir fsync,
+2. writer: sustained GB/s of header + payload + fsync + rename + dir fsync
+   (through the native store library, KVTIER_STORE_LIB, as in the engine),
    against a plain sequential write + fsync of the same bytes to the same
    disk; target: at least 0.8x;
 3. budget under pressure: a burst larger than the capture budget with the
@@ -200,9 +201,6 @@ class Workload:
         return self.job, entry, sum(self.layouts[g].block_bytes for _, g, _ in keys)
 
 
-STORE_LIB = None  # --native: the native store library writes the files
-
-
 def open_store(
     root: Path, region: Region, budget: int, engine: str, threads: int, background: bool
 ) -> ksl.worker_store.WorkerStore:
@@ -226,7 +224,6 @@ def open_store(
         capture_budget=budget,
         copy_engine=engine,
         copy_threads=threads,
-        store_lib=STORE_LIB,
     )
     store.start(region.staging(), background=background)
     return store
@@ -368,18 +365,7 @@ def main() -> None:
         action="store_true",
         help="drain the writer after every boundary (the earlier method)",
     )
-    ap.add_argument(
-        "--native",
-        action="store_true",
-        help="write through the native store library (KVTIER_STORE_LIB), as the "
-        "engine does; default: the writer's Python path",
-    )
     args = ap.parse_args()
-    if args.native:
-        global STORE_LIB
-        from kv_store_format import native
-
-        STORE_LIB = native.load()
 
     device = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
     root = Path(args.dir)
@@ -393,7 +379,7 @@ def main() -> None:
         "torch": getattr(torch, "__version__", None),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "checksum_threads": ksl.checksum.default_checksum_threads(),
+        "store_library": fmt.native.load().path,
         "drain_each_boundary": args.drain_each_boundary,
         "staging": {
             "bytes": region.size,

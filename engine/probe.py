@@ -96,7 +96,7 @@ def install_recorder(worker: Any) -> dict[str, Any]:
 
 def thread_cpu(worker: Any) -> dict[str, float]:
     """CPU seconds (user + system) of this process's threads, summed by name
-    without trailing digits (kv-store-crc_0 and _1 count as kv-store-crc_); the
+    without trailing digits (kv-store-writer-r0 and -r1 count as kv-store-writer-r); the
     thread that runs this call (the engine's, in-process) is also "(caller)"."""
     tick = os.sysconf("SC_CLK_TCK")
     me = threading.get_native_id()

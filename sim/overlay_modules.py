@@ -21,17 +21,22 @@ for _folder in (OVERLAYS / "kv-offload-store-local", OVERLAYS / "kv-offload-scop
 
 import kv_offload_knobs  # noqa: E402
 import kv_store_format as fmt  # noqa: E402
+import kv_store_format.native  # noqa: E402,F401
 import kv_store_local as ksl  # noqa: E402
 import kv_store_local.capture_device  # noqa: E402,F401
 import kv_store_local.capture_pool  # noqa: E402,F401
 import kv_store_local.captured  # noqa: E402,F401
-import kv_store_local.checksum  # noqa: E402,F401
+import kv_store_local.chunk_lookup  # noqa: E402,F401
 import kv_store_local.copier  # noqa: E402,F401
 import kv_store_local.durable_io  # noqa: E402,F401
 import kv_store_local.errors  # noqa: E402,F401
+import kv_store_local.keep_k  # noqa: E402,F401
 import kv_store_local.layout  # noqa: E402,F401
+import kv_store_local.ledger  # noqa: E402,F401
 import kv_store_local.manifests  # noqa: E402,F401
 import kv_store_local.namespace  # noqa: E402,F401
+import kv_store_local.published  # noqa: E402,F401
+import kv_store_local.publisher  # noqa: E402,F401
 import kv_store_local.side_channel  # noqa: E402,F401
 import kv_store_local.stats  # noqa: E402,F401
 import kv_store_local.worker_store  # noqa: E402,F401

@@ -1,12 +1,11 @@
 """Writes boundaries into a store forever; the crash test SIGKILLs it.
 
-Usage: store_local_crash_writer.py ROOT SEED [native|python|budget]
+Usage: store_local_crash_writer.py ROOT SEED [native|budget]
 
-With "native" the files are written by the native store library
-(KVTIER_STORE_LIB), as in the engine; else by the writer's Python path.
-With "budget" the Python path keeps the store under a small disk budget
-(BUDGET_BYTES), so kills land in evictions too; the first eviction of a run
-creates ROOT/../evicted.
+The chunk files are written by the native store library (KVTIER_STORE_LIB),
+as in the engine. With "budget" the writer keeps the store under a small disk
+budget (BUDGET_BYTES), so kills land in evictions too; the first eviction of
+a run creates ROOT/../evicted.
 
 Each run reopens the same store (a new boot), writes conversations that share
 prefixes with earlier runs (dedup, keep-K deletions) and new ones, and prints
@@ -28,17 +27,10 @@ BUDGET_BYTES = 30_000
 def main() -> None:
     root = Path(sys.argv[1])
     rng = random.Random(int(sys.argv[2]))
-    mode = sys.argv[3] if len(sys.argv) > 3 else "python"
-    store_lib = None
-    if mode == "native":
-        from kv_store_format import native
-
-        store_lib = native.load()
+    mode = sys.argv[3] if len(sys.argv) > 3 else "native"
     budget = BUDGET_BYTES if mode == "budget" else None
     knobs = sls.knobs(root, disk_bytes=budget)
-    store, staging = sls.make_store(
-        root, background=True, store_lib=store_lib, knobs=knobs
-    )
+    store, staging = sls.make_store(root, background=True, knobs=knobs)
     marker = root.parent / "evicted"
     assert store.active, store.disabled_reason
     maker = sls.JobMaker(staging)

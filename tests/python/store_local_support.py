@@ -259,7 +259,22 @@ class FakeReqState:
         )
 
 
+def store_library():
+    """The build's libkvtier_store.so (conftest points KVTIER_STORE_LIB at
+    it), the writer's only path to chunk files; the test is skipped when it
+    is not built."""
+    native = fmt.native
+    path = native.library_path()
+    if not os.path.isfile(path):
+        import pytest  # only here: the demo imports this module without it
+
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    return native.load(path)
+
+
 def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
+    """A started WorkerStore on the miniature layout, writing through the
+    build's store library (``store_lib=`` another, or a spy around it)."""
     staging = kw.pop("staging", None) or Staging()
     store = ksl.worker_store.WorkerStore(
         kw.pop("knobs", None) or knobs(root),
@@ -268,7 +283,7 @@ def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
         capture_budget=budget,
         copy_engine="memmove",
         copy_threads=1,
-        store_lib=kw.pop("store_lib", None),
+        store_lib=kw.pop("store_lib", None) or store_library(),
     )
     kv = kw.pop("kv", None)
     try:
@@ -284,6 +299,41 @@ def make_store(root: Path, *, tp=lambda: (RANK, TP_SIZE), budget=1 << 20, **kw):
         # quietly writes nothing.
         raise ksl.errors.StoreRefused(str(e)) from None
     return store, staging
+
+
+class FailingPaths:
+    """The store library, but every write of a chunk at one of ``paths``
+    fails through the library's own fault seam (``Library.test_fault``):
+    each such file is written in a call of its own with ``op`` armed to
+    fail once with ``err``, the other files of the job in one plain call.
+    ``paths`` may change between jobs (empty: nothing fails)."""
+
+    def __init__(self, lib, paths, op: int, err: int) -> None:
+        self.lib = lib
+        self.paths = set(paths)
+        self.op = op
+        self.err = err
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+    def write_chunks(self, requests, threads, **kw):
+        results = [None] * len(requests)
+        plain = [i for i, r in enumerate(requests) if r.path not in self.paths]
+        for i, result in zip(
+            plain,
+            self.lib.write_chunks([requests[i] for i in plain], threads, **kw),
+            strict=True,
+        ):
+            results[i] = result
+        for i, request in enumerate(requests):
+            if results[i] is None:
+                self.lib.test_fault(self.op, self.err, 0, 1)
+                try:
+                    (results[i],) = self.lib.write_chunks([request], 1, **kw)
+                finally:
+                    self.lib.test_fault(fmt.native.FAULT_NONE)
+        return results
 
 
 def run_job(store: ksl.worker_store.WorkerStore, job: Job) -> None:

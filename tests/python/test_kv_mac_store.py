@@ -1,6 +1,6 @@
 """Keyed stores at the writer (issue 38, FORMAT.md 3.6): with
-GLM53_KV_OFFLOAD_KEY_FILE set, the Python and the native write paths seal
-every chunk and manifest, the key's id is fenced in the namespace (another
+GLM53_KV_OFFLOAD_KEY_FILE set, the writer (its chunks through the native
+store library) seals every chunk and manifest, the key's id is fenced in the namespace (another
 key: another folder, never a load), and a key file others may read is
 refused at boot before anything is created."""
 
@@ -34,15 +34,10 @@ def _key(tmp_path: Path, mode: int = 0o600, name: str = "kvtier.key") -> Path:
     return path
 
 
-@pytest.fixture(params=["python", "native"])
-def store_lib(request):
-    if request.param == "python":
-        yield None
-        return
-    path = native.library_path()
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
-    yield native.load(path)
+@pytest.fixture
+def store_lib():
+    """The writer's only path to chunk files: the build's store library."""
+    return sls.store_library()
 
 
 def _write(root: Path, key: Path | None, store_lib) -> tuple:
@@ -187,7 +182,7 @@ def test_a_manifest_mac_that_is_no_hex_is_one_mac_mismatch(tmp_path, mac):
     knobs = sls.knobs(root, key_file=str(key_file), disk_bytes=1 << 30)
     store, staging = sls.make_store(root, knobs=knobs, store_lib=lib)
     assert store.active, store.disabled_reason
-    assert path.name not in store.writer.manifests.published
+    assert path.name not in store.writer.published
     index = store.writer.budget.rescan()
     assert str(path) not in index._root_of
     maker = sls.JobMaker(staging)

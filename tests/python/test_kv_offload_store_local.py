@@ -363,22 +363,17 @@ def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeyp
     assert sls.verify_store(tmp_path) == []
 
 
-def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path, monkeypatch):
-    store, staging = sls.make_store(tmp_path)
+def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path):
+    lib = sls.store_library()
+    faulty = sls.FailingPaths(lib, (), fmt.native.FAULT_WRITE, errno.EIO)
+    store, staging = sls.make_store(tmp_path, store_lib=faulty)
     store._owed.retry_failed_after = 0.0  # retry after the writer's next job
     maker = sls.JobMaker(staging)
     bad = store.writer.layout.chunk(sls.block_hash(1).hex(), 4)
-    real = ksl.durable_io.write_chunk_file
-
-    def failing(path, header, payload, *trailer):
-        if path == bad:
-            raise OSError(errno.EIO, "injected I/O error")
-        return real(path, header, payload, *trailer)
-
-    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", failing)
+    faulty.paths = {bad}  # every write of this file fails, in the library
     write_boundary(store, maker, 1)
     assert not os.path.exists(bad)
-    assert (sls.block_hash(1), 4) in store.writer.failed
+    assert store.writer.ledger.is_failed((sls.block_hash(1), 4))
     # The g4 job failed, and the writer's retries after the g4 and the g5
     # jobs failed again.
     assert store.stats.keys_failed == 3
@@ -391,10 +386,10 @@ def test_failed_key_is_manifested_only_after_a_full_rewrite(tmp_path, monkeypatc
     # The disk works again: after the next job the writer takes the key
     # again from its staging row (still holding it), writes it in full, and
     # the boundary that waited for it is published.
-    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
+    faulty.paths = set()
     sls.run_job(store, maker.full_chunks(6, 1))
     assert os.path.exists(bad)
-    assert (sls.block_hash(1), 4) not in store.writer.failed
+    assert not store.writer.ledger.is_failed((sls.block_hash(1), 4))
     assert store.stats.keys_recaptured == store.stats.keys_recaptured_writer == 4
     assert [m.boundary for m in sls.manifests(only_base(tmp_path)).values()] == [32]
     assert sls.verify_store(tmp_path) == []
@@ -407,11 +402,11 @@ def test_failed_key_is_not_taken_from_disk(tmp_path, monkeypatch):
     maker = sls.JobMaker(staging)
     write_boundary(store, maker, 0)
     path = store.writer.layout.chunk(sls.block_hash(0).hex(), 2)
-    store.writer.failed.add((sls.block_hash(0), 2))
+    store.writer.ledger.failed((sls.block_hash(0), 2))  # as a failed write does
     before = os.stat(path).st_ino
     sls.run_job(store, maker.state(0, 2))
     assert os.stat(path).st_ino != before  # a new file, renamed over it
-    assert (sls.block_hash(0), 2) not in store.writer.failed
+    assert not store.writer.ledger.is_failed((sls.block_hash(0), 2))
     assert sls.verify_store(tmp_path) == []
 
 
@@ -523,46 +518,42 @@ def test_keep_zero_keeps_every_manifest(tmp_path):
     assert len(sls.manifests(only_base(tmp_path))) == 3
 
 
-def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path, monkeypatch):
+def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path):
     store, staging = sls.make_store(tmp_path)
     store._owed.retry_failed_after = 0.0
     store.writer.pause_seconds = 0.0
+    store.writer.write_threads = 1  # the files in job order
     space = {"ok": False}
     store.writer.resume_probe = lambda: space["ok"]
     maker = sls.JobMaker(staging)
-    real = ksl.durable_io.write_all
-    calls = {"n": 0}
-
-    def disk_full(fd, data):
-        calls["n"] += 1
-        view = memoryview(data).cast("B")
-        if calls["n"] == 3:  # header of the 2nd file, then payload: fail midway
-            os.write(fd, view[: len(view) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd, data)
-
-    monkeypatch.setattr(ksl.durable_io, "write_all", disk_full)
-    job = maker.full_chunks(0, 3)
-    sls.run_job(store, job)
+    # The library writes a file's payload, then its header: the 2nd file's
+    # header write fails with its payload already in the temp (midway).
+    lib = store.writer.store_lib
+    lib.test_fault(fmt.native.FAULT_WRITE, errno.ENOSPC, 3, 1)
+    try:
+        sls.run_job(store, maker.full_chunks(0, 3))
+    finally:
+        lib.test_fault(fmt.native.FAULT_NONE)
     assert store.stats.enospc_pauses == 1
     assert not store.writer.accepting
     assert sls.temp_files(tmp_path) == []
     written = sls.chunk_files(tmp_path)
-    assert len(written) == 1  # chunk 0 only; chunk 1 failed, chunk 2 dropped
-    fmt.verify_chunk_file(str(written[0]))
-    assert store.stats.keys_dropped_paused == 1
+    # Chunks 0 and 2 (the same call); chunk 1 failed, nothing of it is left.
+    assert len(written) == 2 and store.stats.keys_failed == 1
+    for path in written:
+        fmt.verify_chunk_file(str(path))
     # While paused, captures are dropped without copying or writing.
     sls.run_job(store, maker.full_chunks(3, 1))
-    assert store.stats.keys_dropped_paused == 2
-    assert len(sls.chunk_files(tmp_path)) == 1
+    assert store.stats.keys_dropped_paused == 1
+    assert len(sls.chunk_files(tmp_path)) == 2
     # Space is back: the writer resumes on its next job, and the keys it
-    # could not write (chunk 1 failed, 2 and 3 dropped while paused) are
-    # captured again from their staging rows, which still hold them.
+    # could not write (chunk 1 failed, 3 dropped while paused) are captured
+    # again from their staging rows, which still hold them.
     space["ok"] = True
     assert store.writer.maybe_resume()
     sls.run_job(store, maker.full_chunks(4, 1))
     assert len(sls.chunk_files(tmp_path)) == 5
-    assert store.stats.keys_recaptured == 3
+    assert store.stats.keys_recaptured == 2
     for path in sls.chunk_files(tmp_path):
         fmt.verify_chunk_file(str(path))
     assert store.writer.pool.used == 0
@@ -710,30 +701,39 @@ def test_dedup_only_on_a_header_that_verifies(tmp_path):
     assert store.stats.keys_written == 3
 
 
-def test_writer_holds_the_store_lock_shared_while_writing(tmp_path, monkeypatch):
-    store, staging = sls.make_store(tmp_path)
-    maker = sls.JobMaker(staging)
-    lock_path = store.writer.layout.lock
-    seen = []
-    real = ksl.durable_io.write_chunk_file
+class LockProbe:
+    """The store library, looking at the store lock before each write."""
 
-    def probe(path, header, payload, *trailer):
-        fd = os.open(lock_path, os.O_RDWR)
+    def __init__(self, lib, lock_path: str) -> None:
+        self.lib = lib
+        self.lock_path = lock_path
+        self.seen: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+    def write_chunks(self, requests, threads, **kw):
+        fd = os.open(self.lock_path, os.O_RDWR)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                seen.append("exclusive granted")
+                self.seen.append("exclusive granted")
             except BlockingIOError:
-                seen.append("exclusive refused")
+                self.seen.append("exclusive refused")
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            seen.append("shared granted")
+            self.seen.append("shared granted")
         finally:
             os.close(fd)
-        return real(path, header, payload, *trailer)
+        return self.lib.write_chunks(requests, threads, **kw)
 
-    monkeypatch.setattr(ksl.durable_io, "write_chunk_file", probe)
+
+def test_writer_holds_the_store_lock_shared_while_writing(tmp_path):
+    store, staging = sls.make_store(tmp_path)
+    maker = sls.JobMaker(staging)
+    lock_path = store.writer.layout.lock
+    probe = store.writer.store_lib = LockProbe(store.writer.store_lib, lock_path)
     sls.run_job(store, maker.full_chunks(0, 1))
-    assert seen == ["exclusive refused", "shared granted"]
+    assert probe.seen == ["exclusive refused", "shared granted"]
     fd = os.open(lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released between jobs
@@ -783,14 +783,14 @@ def test_kept_chunk_paths_are_the_codecs(tmp_path):
     shape (issue 29): the same paths, and a name the codec refuses is still
     refused."""
     store, _ = sls.make_store(tmp_path)
-    book, layout = store.writer.manifests, store.writer.layout
+    lookup, layout = store.writer.lookup, store.writer.layout
     for n in range(3):
         for group in (0, 3, 12):
             for digest in (sls.block_hash(n), sls.block_hash(n)[:8]):
-                path = book.chunk_path((digest, group))
+                path = lookup.path((digest, group))
                 assert path == layout.chunk(digest.hex(), group)
     with pytest.raises(fmt.FormatError):
-        book.chunk_path((sls.block_hash(0), fmt.MAX_GROUP_INDEX + 1))
+        lookup.path((sls.block_hash(0), fmt.MAX_GROUP_INDEX + 1))
     store.shutdown()
 
 
@@ -936,26 +936,21 @@ def test_bind_layers_reads_a_packed_block_at_each_layers_offset():
         ksl.layout.bind_layers([overlapping], [[(2, 1057792)]])
 
 
-def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path, monkeypatch):
+def test_fsync_failure_removes_the_temp_and_ledgers_the_key(tmp_path):
     store, staging = sls.make_store(tmp_path)
     maker = sls.JobMaker(staging)
-    real_fsync = os.fsync
-
-    def failing_fsync(fd):
-        # Only chunk temp files fail; directories and manifests still sync.
-        if ".tmp." in os.readlink(f"/proc/self/fd/{fd}") and "/manifests/" not in (
-            os.readlink(f"/proc/self/fd/{fd}")
-        ):
-            raise OSError(errno.EIO, "injected fsync error")
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
-    sls.run_job(store, maker.full_chunks(0, 2))
-    monkeypatch.setattr(os, "fsync", real_fsync)
+    # Only chunk temp files fail (the library's fdatasync); folders and
+    # manifests still sync.
+    lib = store.writer.store_lib
+    lib.test_fault(fmt.native.FAULT_SYNC, errno.EIO, 0, 2)
+    try:
+        sls.run_job(store, maker.full_chunks(0, 2))
+    finally:
+        lib.test_fault(fmt.native.FAULT_NONE)
     assert sls.chunk_files(tmp_path) == []
     assert sls.temp_files(tmp_path) == []
     assert store.stats.keys_failed == 2
-    assert {(sls.block_hash(i), 0) for i in range(2)} <= store.writer.failed
+    assert all(store.writer.ledger.is_failed((sls.block_hash(i), 0)) for i in range(2))
 
 
 def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
@@ -996,42 +991,78 @@ def test_files_found_on_disk_get_their_directory_synced_before_a_manifest(
     assert old_dirs <= synced_before
 
 
-@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 200, 4096 + 7])
-def test_sliced_checksum_equals_the_whole_payload_crc(size):
-    payload = memoryview(sls.pattern(b"crc", size))
-    summer = ksl.checksum.Checksummer(2, slice_bytes=64)
-    try:
-        assert summer.start(payload).result() == fmt.crc32(payload)
-    finally:
-        summer.close()
+# The library CRCs each payload in 1 MiB windows as it writes them.
+WINDOW = 1 << 20
+
+
+# (No 0: a chunk's payload is never empty, field_out_of_range.)
+@pytest.mark.parametrize(
+    "size", [1, 63, 64, 65, 200, 4096 + 7, WINDOW - 1, WINDOW, 2 * WINDOW + 7]
+)
+def test_windowed_checksum_equals_the_whole_payload_crc(tmp_path, size):
+    """The CRC in the header, combined window by window over runs of any
+    length (a window ends inside a run, a run inside a window), is the CRC
+    of the whole payload."""
+    lib = sls.store_library()
+    payload = bytearray(sls.pattern(b"crc", size))
+    base = ksl.capture_device.host_address(payload) if size else 0
+    cuts = sorted({0, size, size // 3, min(size, size // 3 + 1), (2 * size) // 3})
+    runs = [(base + a, b - a) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    path = tmp_path / "chunk.bin"
+    request = fmt.native.WriteRequest(
+        path=str(path),
+        group=0,
+        namespace_hash=bytes(32),
+        key_hash=sls.block_hash(0),
+        boundary=16,
+        segments=fmt.make_segments(
+            [(0, fmt.SegmentKind.KV, fmt.DType.UINT8, (size,), (1,))]
+        ),
+        runs=runs,
+    )
+    (result,) = lib.write_chunks([request], 1)
+    assert result.ok, result.message
+    assert result.payload_checksum == fmt.crc32(payload)
+    header = fmt.verify_chunk_file(str(path))
+    assert path.read_bytes()[header.header_length :] == payload
+
+
+class WriteLog:
+    """The store library, noting which chunk files each call made durable."""
+
+    def __init__(self, lib) -> None:
+        self.lib = lib
+        self.durable: set[str] = set()
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+    def write_chunks(self, requests, threads, **kw):
+        results = self.lib.write_chunks(requests, threads, **kw)
+        for request, result in zip(requests, results, strict=True):
+            if result.ok:
+                self.durable.add(request.path)
+        return results
 
 
 def test_manifest_names_only_checksummed_files_in_synced_directories(
     tmp_path, monkeypatch
 ):
-    # Small slices: every miniature payload's CRC is combined from several.
-    monkeypatch.setattr(ksl.checksum, "CHECKSUM_SLICE_BYTES", 64)
+    """A manifest names only files the library reported durable (data
+    synced, renamed, folder synced: storeio/write_chunks_test.cpp) or whose
+    folders the writer synced itself, each with its real CRC; a file whose
+    folder sync failed is named by none until written anew."""
     store, staging = sls.make_store(tmp_path)
+    log = store.writer.store_lib = WriteLog(store.writer.store_lib)
     maker = sls.JobMaker(staging)
     layout = store.writer.layout
     events: list[tuple[str, str]] = []
-    real_sync, real_rename = ksl.durable_io.fsync_dir, os.rename
+    real_sync = ksl.durable_io.fsync_dir
     real_write = ksl.durable_io.write_file_durably
-    real_result = ksl.checksum.PendingChecksum.result
-    checked = []
 
     def sync(path):
         events.append(("sync", path))
         return real_sync(path)
-
-    def rename(src, dst):
-        events.append(("rename", str(dst)))
-        return real_rename(src, dst)
-
-    def result(self):
-        value = real_result(self)
-        checked.append(all(f.done() for f in self._futures))
-        return value
 
     def write(path, parts, sync_dir=True):
         if "/manifests/" in path:
@@ -1041,22 +1072,33 @@ def test_manifest_names_only_checksummed_files_in_synced_directories(
                     chunk = layout.chunk(e.key, g.group)
                     # The payload CRC in the header is the real one ...
                     fmt.verify_chunk_file(chunk)
-                    # ... and the file's directory was synced after its rename.
-                    renamed = max(
-                        i for i, ev in enumerate(events) if ev == ("rename", chunk)
+                    # ... and the file is durable: the library's, or synced here.
+                    assert chunk in log.durable or (
+                        ("sync", os.path.dirname(chunk)) in events
                     )
-                    assert ("sync", os.path.dirname(chunk)) in events[renamed:]
             events.append(("manifest", path))
         return real_write(path, parts, sync_dir)
 
     monkeypatch.setattr(ksl.durable_io, "fsync_dir", sync)
-    monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(ksl.durable_io, "write_file_durably", write)
-    monkeypatch.setattr(ksl.checksum.PendingChecksum, "result", result)
     write_boundary(store, maker, 2)
-    write_boundary(store, maker, 4, first=3)
+    # The last state payload's folder sync fails: not durable, not named.
+    lib = log.lib
+    store._owed.retry_failed_after = 3600.0  # no retry in this test
+    jobs = [maker.full_chunks(3, 2)]
+    jobs += [maker.state(4, g) for g in sls.STATE_GROUPS]
+    for job in jobs[:-1]:
+        sls.run_job(store, job)
+    lib.test_fault(fmt.native.FAULT_DIR_SYNC, errno.EIO, 0, 1)
+    try:
+        sls.run_job(store, jobs[-1])
+    finally:
+        lib.test_fault(fmt.native.FAULT_NONE)
+    assert sum(kind == "manifest" for kind, _ in events) == 1
+    assert store.stats.keys_failed == 1
+    # Written anew in full: the boundary is published.
+    sls.run_job(store, maker.state(4, sls.STATE_GROUPS[-1]))
     assert sum(kind == "manifest" for kind, _ in events) == 2
-    assert checked and all(checked)  # combining waits for every slice
     assert store.writer.pool.used == 0
     assert sls.verify_store(tmp_path) == []
 

@@ -32,7 +32,7 @@ def _key(tmp_path: Path, name: str = "kvtier.key", mode: int = 0o600) -> Path:
 
 @pytest.fixture
 def keyed(tmp_path):
-    """A store the keyed writer wrote (Python write path): its root, key file,
+    """A store the keyed writer wrote (the store library): its root, key file,
     rank base and one full-group chunk's path."""
     key = _key(tmp_path)
     root = tmp_path / "kv"

@@ -271,26 +271,13 @@ def snapshot(layout) -> tuple:
     return ksl.budget.scan(layout).snapshot()
 
 
-@pytest.fixture(params=["python", "native"])
-def store_lib(request):
-    """The writer's two paths: None (Python files) or the native library."""
-    if request.param == "python":
-        return None
-    from kv_store_format import native
-
-    path = native.library_path()
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
-    return native.load(path)
-
-
-def at_budget_with_events(root: Path, store_lib=None):
+def at_budget_with_events(root: Path):
     """Three trees, then a writer at a budget writing three more (evicting),
     a restore touching the oldest tree left, keep-2 superseding: every event
     the index follows. Returns the open store."""
     full = three_trees(root)
     store, staging = sls.make_store(
-        root, knobs=sls.knobs(root, disk_bytes=full + full // 3), store_lib=store_lib
+        root, knobs=sls.knobs(root, disk_bytes=full + full // 3)
     )
     maker = sls.JobMaker(staging)
     maker.next_job = 1 << 20
@@ -307,11 +294,11 @@ def at_budget_with_events(root: Path, store_lib=None):
     return store, oldest
 
 
-def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path, store_lib):
+def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path):
     """Issue 33: the writer scans once (its first job) and then follows its
     own writes, publishes, keep-K's unlinks, its evictions and a restore's
     touch; the index equals a fresh scan's, and the touched tree stayed."""
-    store, touched = at_budget_with_events(tmp_path, store_lib)
+    store, touched = at_budget_with_events(tmp_path)
     budget = store.writer.budget
     try:
         assert budget.scans == 1
@@ -319,15 +306,15 @@ def test_the_writer_keeps_its_index_as_a_fresh_scan_would_see_it(tmp_path, store
         assert store.stats.manifests_superseded > 0
         assert budget.index.snapshot() == snapshot(store.writer.layout)
         assert touched in budget.index.trees
-        # The book's lookups follow its published names through keep-K and
-        # the budget's retirements alike.
-        book = store.writer.manifests
-        assert set(book.published) == set(sls.manifests(only_base(tmp_path)))
+        # The published names' lookups follow them through keep-K and the
+        # budget's retirements alike.
+        published = store.writer.published
+        assert set(published) == set(sls.manifests(only_base(tmp_path)))
         by_root: dict[str, set[str]] = {}
-        for name, chain in book.published.items():
-            by_root.setdefault(chain[0], set()).add(name)
-        assert {r: set(n) for r, n in book._by_root.items()} == by_root
-        assert set(book._chains) == set(book.published.values())
+        for name in published:
+            by_root.setdefault(published.chain(name)[0], set()).add(name)
+        assert published.roots() == by_root
+        assert published.chains() == {published.chain(n) for n in published}
     finally:
         store.shutdown()
     assert used(tmp_path) <= budget.limit
@@ -532,28 +519,25 @@ def test_the_index_counts_nothing_that_vanished_before_its_stat(tmp_path):
     assert index.snapshot() == ksl.budget.scan(layout).snapshot()
 
 
-def test_a_failed_write_makes_the_next_eviction_rescan(tmp_path, monkeypatch):
+def test_a_failed_write_makes_the_next_eviction_rescan(tmp_path):
     """A write that failed may leave a file the index cannot account for: the
     writer says so (stale) and its next eviction decides on a fresh scan."""
     store, maker = seeded(tmp_path)
     budget = store.writer.budget
-    real = ksl.durable_io.write_chunk_file
-
-    def failing(*_args):  # (path, header, payload[, key])
-        raise OSError(errno.EIO, "injected I/O error")
-
+    lib = store.writer.store_lib
     try:
         budget.make_room(over_by_one(budget), [])
         assert (budget.scans, budget.stale) == (1, False)
-        monkeypatch.setattr(ksl.durable_io, "write_chunk_file", failing)
+        lib.test_fault(fmt.native.FAULT_WRITE, errno.EIO, 0, 1 << 30)
         sls._INDEX.setdefault(sls.block_hash(0, 6), 0)
         sls.run_job(store, maker.full_chunks(0, 1, 6))  # a new key: written
-        monkeypatch.setattr(ksl.durable_io, "write_chunk_file", real)
+        lib.test_fault(fmt.native.FAULT_NONE)
         assert store.stats.keys_failed >= 1 and budget.stale
         budget.make_room(over_by_one(budget), [])
         assert (budget.scans, budget.stale) == (2, False)
         assert budget.index.snapshot() == snapshot(store.writer.layout)
     finally:
+        lib.test_fault(fmt.native.FAULT_NONE)
         store.shutdown()
 
 
@@ -591,12 +575,12 @@ def orphans(store, maker, branches) -> None:
         sls.run_job(store, maker.full_chunks(0, 3, branch))
 
 
-def test_orphans_alone_past_the_budget_evict_nothing(tmp_path, store_lib):
+def test_orphans_alone_past_the_budget_evict_nothing(tmp_path):
     """Issue 45, 4: 8 chains, orphans left by a clean shutdown, then a budget
     the orphans alone exceed: the writer deleted every chain and still
     refused the job. Retiring what it may retire cannot make room, so it
     retires nothing, refuses the job and counts why."""
-    store, staging = sls.make_store(tmp_path, store_lib=store_lib)
+    store, staging = sls.make_store(tmp_path)
     maker = sls.JobMaker(staging)
     for branch in range(8):
         write_tree(store, maker, branch, chunks=1)
@@ -615,7 +599,6 @@ def test_orphans_alone_past_the_budget_evict_nothing(tmp_path, store_lib):
     store, staging = sls.make_store(
         tmp_path,
         knobs=sls.knobs(tmp_path, disk_bytes=unnamed - 1),
-        store_lib=store_lib,
     )
     maker = sls.JobMaker(staging)
     maker.next_job = 1 << 20
@@ -649,7 +632,7 @@ def dead_leftovers(base: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("lock_held", [False, True])
-def test_the_writer_removes_what_exited_writers_left(tmp_path, store_lib, lock_held):
+def test_the_writer_removes_what_exited_writers_left(tmp_path, lock_held):
     """Issue 45, 4: temps and exited writers' pending records count against
     the budget, and only `kvstore gc` removed them. The writer removes them
     itself between jobs, under LOCK_EX taken without waiting (the sweep's
@@ -667,7 +650,7 @@ def test_the_writer_removes_what_exited_writers_left(tmp_path, store_lib, lock_h
 
             fcntl.flock(holder, fcntl.LOCK_SH)
         store, staging = sls.make_store(
-            tmp_path, knobs=sls.knobs(tmp_path, disk_bytes=limit), store_lib=store_lib
+            tmp_path, knobs=sls.knobs(tmp_path, disk_bytes=limit)
         )
         maker = sls.JobMaker(staging)
         maker.next_job = 1 << 20
@@ -695,18 +678,13 @@ def test_a_keyed_store_stays_under_its_budget_at_every_step(tmp_path, limit):
     the pending record (which every job refused at the budget made grow by
     the keys its candidates waited for): a keyed store ended past its
     budget. Measured after every job (the record rewritten, as a sweep or
-    `du` sees the base), native writer: never past it."""
-    from kv_store_format import native
-
-    path = native.library_path()
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    `du` sees the base): never past it."""
     key = tmp_path / "kvtier.key"
     key.write_bytes(os.urandom(32))
     key.chmod(0o600)
     root = tmp_path / "kv"
     knobs = sls.knobs(root, key_file=str(key), disk_bytes=limit)
-    store, staging = sls.make_store(root, knobs=knobs, store_lib=native.load(path))
+    store, staging = sls.make_store(root, knobs=knobs)
     assert store.active, store.disabled_reason
     maker = sls.JobMaker(staging)
     layout = store.writer.layout

@@ -1,13 +1,12 @@
 """The writer's chunk files through the native store library: one
 ``write_chunks`` call per job from the writer thread (header, CRC, pwrite,
 fdatasync, rename, folder fsync in C++), a full disk mapped to the pause,
-other failures to the failed-key ledger; the engine refuses to boot without
-the library."""
+other failures to the failed-key ledger; there is no other writer, so the
+tier refuses to boot without the library."""
 
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,7 @@ from overlay_modules import fmt
 
 @pytest.fixture
 def lib():
-    path = native.library_path()
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
-    library = native.load(path)
+    library = sls.store_library()
     yield library
     library.test_fault(native.FAULT_NONE)
 
@@ -39,8 +35,8 @@ def test_native_files_hold_the_real_bytes_and_publish_the_manifest(lib, tmp_path
     writes = []
     real = lib.write_chunks
     lib_calls = store.writer.store_lib = type("Spy", (), {})()
-    lib_calls.write_chunks = lambda requests, threads, key=None, rank=0: (
-        writes.append(len(requests)) or real(requests, threads, key=key, rank=rank)
+    lib_calls.write_chunks = lambda requests, threads, **kw: (
+        writes.append(len(requests)) or real(requests, threads, **kw)
     )
     maker = sls.JobMaker(staging)
     jobs = write_boundary(store, maker, 1)
@@ -94,7 +90,7 @@ def test_native_sync_failure_is_ledgered_until_written_in_full(lib, tmp_path):
     job = maker.full_chunks(0, 1)
     sls.run_job(store, job)
     ((ident, _),) = job.expected.items()
-    assert ident in store.writer.failed and store.stats.keys_failed == 1
+    assert store.writer.ledger.is_failed(ident) and store.stats.keys_failed == 1
     assert sls.chunk_files(tmp_path) == [] and sls.temp_files(tmp_path) == []
     assert store.stats.enospc_pauses == 0  # not a full disk
 
@@ -110,6 +106,30 @@ def test_the_worker_refuses_to_boot_without_the_library(tmp_path, monkeypatch):
     monkeypatch.setattr(vw, "settings_from_vllm", lambda *a: sls.settings())
     with pytest.raises(native.NativeLibraryError, match=str(missing)):
         vw.VllmWorkerStore.from_vllm(None, None, None)
+
+
+@pytest.mark.parametrize("problem", ["missing", "not a library"])
+def test_a_store_without_a_usable_library_refuses_the_boot(
+    tmp_path, monkeypatch, problem
+):
+    """A WorkerStore given no library loads the one native.load() finds at
+    start; missing or unusable, the tier the knob asked for is refused
+    (fail closed), naming the file, before anything is created."""
+    from kv_store_local.errors import StoreRefused
+
+    bad = tmp_path / "libkvtier_store.so"
+    if problem == "not a library":
+        bad.write_bytes(b"not an ELF file")
+    monkeypatch.setenv(native.ENV_LIBRARY, str(bad))
+    root = tmp_path / "kv"
+    store = sls.ksl.worker_store.WorkerStore(
+        sls.knobs(root), sls.settings(), tp=lambda: (sls.RANK, sls.TP_SIZE)
+    )
+    groups = sorted(store.settings.groups, key=lambda g: g.slot)
+    refs = [[(layer.tensor, layer.real_bytes) for layer in g.layers] for g in groups]
+    with pytest.raises(StoreRefused, match=f"the store library cannot be used: {bad}"):
+        store.attach(sls.Staging().tensors, refs, background=False)
+    assert store.writer is None and not root.exists()
 
 
 def test_a_spec_without_what_the_writer_reads_refuses_the_boot(tmp_path, monkeypatch):

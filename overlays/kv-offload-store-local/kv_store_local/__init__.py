@@ -22,10 +22,11 @@ Flow on a worker:
    budget drops that store (owed, taken again by the writer thread while
    its staging row holds it); serving never waits and acks are never
    deferred.
-3. The writer thread writes header + payload to a temp file, fsyncs, renames
-   and fsyncs the directory. A boundary manifest is published only once every
-   file it names is durable and its header verifies. Keep-K retention runs
-   right after each publication.
+3. The writer thread hands a job's keys to the native store library in one
+   call (header + payload to a temp file, fdatasync, rename, folder fsync).
+   A boundary manifest is published only once every file it names is
+   durable and its header verifies. Keep-K retention runs right after each
+   publication.
 
 The package is imported only when ``GLM53_KV_OFFLOAD=1``; the hooks in vLLM's
 files check the variable first. The hooks import one adapter module each
@@ -35,9 +36,9 @@ tested without vLLM.
 
 Scheduler side: side_channel, vllm_scheduler.
 Worker side: layout, capture_device, capture_pool, copier, captured, stats,
-checksum,
-durable_io, manifests, store_index, budget, writer, namespace, boot,
-block_moves, worker_store, vllm_worker.
+durable_io, chunk_lookup, ledger, manifests, published, publisher, keep_k,
+store_index, budget, writer, namespace, boot, block_moves, worker_store,
+vllm_worker.
 """
 
 

@@ -2,9 +2,10 @@
 """A rank's boot: from vLLM's facts (WorkerSettings) to an opened store.
 
 What ``WorkerStore.start`` does before its first job, in this order: refuse a
-layout a chunk header cannot describe, check the store folder is private
-(before anything is created in it), load the key, resolve the TP rank and the
-fenced namespace, open the rank's folder and build the writer (not started);
+layout a chunk header cannot describe, load the native store library (the
+only writer of chunk files), check the store folder is private (before
+anything is created in it), load the key, resolve the TP rank and the fenced
+namespace, open the rank's folder and build the writer (not started);
 then check the layout against the staging rows and KV blocks its captures
 read. Every problem raises WriterDisabled, which ``WorkerStore.attach`` turns
 into the boot's StoreRefused: the knob asked for the tier.
@@ -17,7 +18,7 @@ from typing import Any
 from . import store_perms
 from .capture_device import BlockTensor
 from .capture_pool import CapturePool
-from .deps import fmt, knobs
+from .deps import fmt, knobs, native
 from .errors import WriterDisabled
 from .layout import GroupLayout, StagingTensor
 from .namespace import (
@@ -76,13 +77,21 @@ def open_store(
     rank's folder and build its writer over a capture pool of
     ``capture_bytes`` (``allocate``: its memory, CapturePool).
 
-    ``store_lib``: the native store library, None for the Python path (see
-    WorkerStore); ``on_lost`` and ``recapture`` are the writer's hooks
-    (StoreWriter's on_lost, and its on_idle and on_job_done).
+    ``store_lib``: the native store library (kv_store_format.native), None
+    for the one ``native.load()`` finds; ``on_lost`` and ``recapture`` are
+    the writer's hooks (StoreWriter's on_lost, and its on_idle and
+    on_job_done).
     """
     s = settings
     if s.unsupported:
         raise WriterDisabled(s.unsupported)
+    if store_lib is None:
+        try:
+            store_lib = native.load()
+        except native.NativeLibraryError as e:
+            # No Python writer to fall back on: the tier the knob asked for
+            # is refused, naming the file.
+            raise WriterDisabled(f"the store library cannot be used: {e}") from e
     try:
         # Before anything is created: the store must be private to us.
         store_perms.use(store_perms.modes_for_group(store_knobs.group))
@@ -95,8 +104,7 @@ def open_store(
             key = fmt.load_key(store_knobs.key_file, store_knobs.root)
         except fmt.KeyFileError as e:
             raise WriterDisabled(str(e)) from e
-        supports_mac = getattr(store_lib, "supports_mac", None)
-        if supports_mac is not None and not supports_mac():
+        if not store_lib.supports_mac():
             # Never write a store the operator believes authenticated.
             raise WriterDisabled(
                 f"{knobs.KEY_FILE} is refused: {store_lib.path} was "

@@ -28,7 +28,6 @@ from .store_index import Parsed, StoreIndex, Tree, scan
 
 if TYPE_CHECKING:
     from .captured import CapturedJob
-    from .writer import StoreWriter
 
 logger = init_logger(__name__)
 
@@ -37,9 +36,9 @@ logger = init_logger(__name__)
 __all__ = [
     "DiskBudget",
     "Tree",
+    "admit_job",
     "job_bytes",
     "low_water",
-    "make_room_for_job",
     "plan",
     "scan",
 ]
@@ -242,10 +241,9 @@ class DiskBudget:
         size is the index's now."""
         self._record_reserved = 0
 
-    def settle(self, in_flight: int | None = None) -> None:
-        """Every job but ``in_flight`` has its files in the index."""
-        kept = self._reserved.get(in_flight) if in_flight is not None else None
-        self._reserved = {} if kept is None else {in_flight: kept}
+    def settle(self) -> None:
+        """Every job's files are in the index (the library's call returned)."""
+        self._reserved = {}
 
     @property
     def reserved(self) -> int:
@@ -540,7 +538,7 @@ def record_bytes(job: "CapturedJob", listed: int) -> int:
     """What the writer's pending record may grow by before its next rewrite:
     an entry for each key of the job (written or reused, not yet named by a
     manifest) and for each one listed since the record was last written
-    (``ManifestBook.listed``: earlier jobs' keys, chunks a candidate found
+    (``ChunkLedger.listed``: earlier jobs' keys, chunks a candidate found
     on disk)."""
     widths = [len(item.hash) for item in job.keys]
     widths += [len(c.chain[-1]) for c in job.candidates if c.chain]
@@ -548,29 +546,23 @@ def record_bytes(job: "CapturedJob", listed: int) -> int:
     return (len(job.keys) + listed) * width
 
 
-def make_room_for_job(writer: "StoreWriter", job: "CapturedJob") -> bool:
-    """The writer's few lines: room for the job, or its keys refused. The
-    retired manifests and chunks are forgotten by the writer's book."""
-    budget = writer.budget
-    book = writer.manifests
-    record = record_bytes(job, book.listed)
-    incoming = job_bytes(job, book.keep, writer.key is not None) + record
+def admit_job(
+    budget: DiskBudget,
+    job: "CapturedJob",
+    keep: int,
+    keyed: bool,
+    listed: int,
+    pending: Callable[[], list[tuple[int, str]]],
+) -> tuple[bool, list[Tree]]:
+    """Room for the job under the budget (its bound reserved), or not; and
+    the trees retired to make it, which the writer forgets. ``listed``:
+    entries the pending record gained since its last rewrite (the ledger's);
+    ``pending``: what the record lists now (never retired)."""
+    record = record_bytes(job, listed)
+    incoming = job_bytes(job, keep, keyed) + record
     roots = {c.chain[0].hex() for c in job.candidates if c.chain}
-    ok, retired = budget.make_room(incoming, writer.manifests.pending_chunks, roots)
-    book = writer.manifests
-    for tree in retired:
-        for path in tree.manifests:
-            book.forget(os.path.basename(path))
-    for tree in retired:
-        for ident in tree.chunks.values():
-            book.durable.pop(ident, None)
-    if not ok:
-        writer.stats.writes_refused_disk_budget += 1
-        writer.stats.keys_refused_disk_budget += len(job.keys)
-        for item in job.keys:
-            writer._free(item)
-            writer._lost(item.origin, "disk_budget")
-        return False
-    budget.reserve(job.job_id, incoming - record)
-    budget.reserve_record(record)
-    return True
+    ok, retired = budget.make_room(incoming, pending, roots)
+    if ok:
+        budget.reserve(job.job_id, incoming - record)
+        budget.reserve_record(record)
+    return ok, retired

@@ -2,12 +2,9 @@
 """Captured work, as the serving side hands it to the writer thread."""
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .deps import fmt
-
-if TYPE_CHECKING:
-    from .checksum import PendingChecksum
 
 
 @dataclass
@@ -21,8 +18,6 @@ class CapturedKey:
     # Where the bytes came from, so a key the writer could not write can be
     # captured again while its staging row still holds it (recapture.Owed).
     origin: Any = field(default=None, compare=False)
-    # Payload CRC being computed on the checksum threads (writer side only).
-    checksum: "PendingChecksum | None" = field(default=None, compare=False)
     freed: bool = field(default=False, compare=False)
 
 

@@ -28,7 +28,7 @@ class PendingFile:
 
     def update(self, chunks: Sequence[tuple[int, str]]) -> None:
         """Record (group, key hex) pairs, sorted and each once, as
-        ``ManifestBook.pending_chunks`` lists them; call with the store lock
+        ``ManifestBook.pending_chunks`` (manifests.py) lists them; call with the store lock
         held."""
         data = encode_listed(chunks)
         if data == self._written:

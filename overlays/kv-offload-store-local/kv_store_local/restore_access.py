@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .budget import DiskBudget
     from .deps import fmt
     from .layout import GroupLayout, StagingTensor
-    from .manifests import Ident
+    from .ledger import Ident
 
 
 class StoreNotOpen(RuntimeError):

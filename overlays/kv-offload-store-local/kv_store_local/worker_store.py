@@ -74,7 +74,8 @@ class WorkerStore:
         store_lib: Any = None,
     ):
         """store_lib: the native store library (kv_store_format.native) that
-        writes the chunk files; None: the writer's Python path (tests)."""
+        writes the chunk files; None: the one ``native.load()`` finds, loaded
+        at ``start`` (missing or unusable: the boot is refused)."""
         self.knobs = settings_knobs
         self._store_lib = store_lib
         self.settings = settings

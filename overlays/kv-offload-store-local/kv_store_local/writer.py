@@ -2,10 +2,15 @@
 """The writer thread: captured keys -> durable chunk files.
 
 Per key: dedup only if the existing file's header verifies and no reader
-refused the file this boot; else header + payload into a temp file and start
-its writeback. A job's files are fsynced and renamed on an I/O thread while
-the next job is staged; the manifests they complete are published by the
-ManifestBook. ENOSPC pauses the writer.
+refused the file this boot; every other key of a job goes into one call of
+the native store library (header, CRC, temp, pwrite, fdatasync, rename,
+folder fsync on its own threads, the GIL released). A full disk pauses the
+writer.
+
+Data flows one way: the writer hands each result to the ledger (a file
+written, found, failed; folders synced), asks the book which manifests the
+durable files complete, has the publisher write those, tells the published
+names, the ledger and the disk budget what was published, and runs keep-K.
 """
 
 import errno
@@ -13,19 +18,21 @@ import fcntl
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from . import durable_io, store_perms
-from .budget import DiskBudget, make_room_for_job
+from .budget import DiskBudget, admit_job
 from .capture_pool import CapturePool
 from .captured import CapturedJob, CapturedKey
-from .checksum import Checksummer, default_checksum_threads
+from .chunk_lookup import ChunkLookup
 from .deps import fmt, init_logger, native
-from .durable_io import StagedFile
 from .job_queue import JobQueue
-from .manifests import Ident, ManifestBook
+from .keep_k import KeepK
+from .ledger import ChunkLedger, Entry, Ident
+from .manifests import ManifestBook
 from .pending import PendingFile
+from .published import PublishedIndex
+from .publisher import Publisher
 from .stats import StoreStats
 
 logger = init_logger(__name__)
@@ -50,11 +57,10 @@ class StoreWriter(JobQueue):
         pause_seconds: float = 30.0,
         resume_probe: Callable[[], bool] | None = None,
         min_free_bytes: int = 1 << 30,
-        checksum_threads: int | None = None,
         on_lost: Callable[[Any, str], None] | None = None,
         on_idle: Callable[[], None] | None = None,
         on_job_done: Callable[[], None] | None = None,
-        store_lib: "native.Library | None" = None,
+        store_lib: "native.Library",
         write_threads: int = 4,
         disk_bytes: int | None = None,
         key: bytes | None = None,
@@ -78,49 +84,25 @@ class StoreWriter(JobQueue):
         self.on_idle = on_idle
         self.on_job_done = on_job_done
         self._in_job_done = False
-        # The native store library (kv_store_format.native.Library): a job's
-        # files are written by one call of it (header, CRC, pwrite, fdatasync,
-        # rename, folder fsync on its own threads, no GIL). None: the Python
-        # path below (checksum threads, temp files, the sync thread), kept
-        # for the tests that inject faults into it.
+        # The native store library (kv_store_format.native.Library): the only
+        # writer of chunk files (tests inject faults through its own seam,
+        # Library.test_fault).
         self.store_lib = store_lib
         self.write_threads = write_threads
-        self._dirty_dirs: set[str] = set()
-        self.manifests = ManifestBook(
-            layout,
-            namespace,
-            rank,
-            keep_boundaries,
-            self.stats,
-            dirty_dirs=self._dirty_dirs,
-            on_enospc=self._pause,
-            key=key,
-        )
         self._made_dirs: set[str] = set()
         self.paused_until: float | None = None
         super().__init__(f"kv-store-writer-r{rank}", pause_seconds)
         self._lock_fd: int | None = None
         self._locked = False
-        # Files written but not yet synced, and the I/O thread syncing them.
-        self._io: ThreadPoolExecutor | None = None
-        self._io_batch: tuple[list[StagedFile], Future] | None = None
-        self._io_job: int | None = None  # the job of that batch
-        self._staged: set[Ident] = set()
         # Keys whose files a reader refused (``distrust``), under self._cv.
         self._distrusted: list[Ident] = []
-        self._checksums = Checksummer(
-            checksum_threads
-            if checksum_threads is not None
-            else default_checksum_threads()
-        )
         # GLM53_KV_OFFLOAD_DISK_GB: None leaves the store unbounded.
         self.budget = (
             None
             if disk_bytes is None
             else DiskBudget(layout, disk_bytes, self.stats, key)
         )
-        self._prepare()
-        self.manifests.budget = self.budget  # told of publishes and keep-K
+        self._prepare(keep_boundaries)
 
     def distrust(self, ident: Ident) -> None:
         """A reader refused this key's file (bad payload CRC, truncated, ...).
@@ -133,28 +115,39 @@ class StoreWriter(JobQueue):
         with self._cv:
             self._distrusted.append(ident)
 
-    @property
-    def failed(self) -> set[Ident]:
-        """Keys whose write failed, or whose file a reader refused, this boot:
-        not taken from disk or manifested until written anew in full."""
-        return self.manifests.failed
-
-    def _prepare(self) -> None:
+    def _prepare(self, keep_boundaries: int) -> None:
         # Every folder of the rank base as the store folder is checked at
         # boot (issue 45): no symlink, no other owner, not writable by others.
         store_perms.check_rank(self.layout)
         self.folders = store_perms.Folders(self.layout.base)
-        self.manifests.folders = self.folders
         store_perms.make_dirs(self.layout.manifest_dir)
         durable_io.fsync_dir(self.layout.base)
         durable_io.fsync_dir(self.layout.root)
         self._lock_fd = store_perms.open_lock(self.layout.lock)
         self._pending_file = PendingFile(self.layout)
-        # manifests.pending_version the pending record was last built at
-        self._pending_version: tuple[int, int] | None = None
+        # book.pending_version the pending record was last built at
+        self._pending_version: tuple[int, int, int] | None = None
+        layout, key = self.layout, self.key
+        # What the writer knows of its files and manifests, one part each.
+        self.lookup = ChunkLookup(layout, self.namespace, key, self.folders)
+        self.ledger = ChunkLedger(self.stats)
+        self.published = PublishedIndex()
+        self.book = ManifestBook(self.ledger, self.lookup, self.published, self.stats)
+        self.publisher = Publisher(
+            layout, self.namespace, self.rank, key, self.lookup, self.ledger, self.stats
+        )
+        self.keep_k = KeepK(
+            layout,
+            key,
+            keep_boundaries,
+            self.published,
+            self.ledger,
+            self.stats,
+            self.budget,
+        )
         # The budget's first scan reuses what this decodes.
-        self.manifests.load_existing(
-            None if self.budget is None else self.budget.parsed
+        self.published.load(
+            layout, key, None if self.budget is None else self.budget.parsed
         )
 
     # -- JobQueue hooks ------------------------------------------------------
@@ -164,9 +157,6 @@ class StoreWriter(JobQueue):
         return self.paused_until is None and not self._stop
 
     def _close_resources(self) -> None:
-        if self._io is not None:
-            self._io.shutdown(wait=True)
-        self._checksums.close()
         self._pending_file.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -198,22 +188,12 @@ class StoreWriter(JobQueue):
     # -- writer thread -------------------------------------------------------
 
     def process(self, job: CapturedJob) -> None:
-        """Stage this job's files, then commit the previous job's.
-
-        Committing one job late lets the disk write back job N-1 while job
-        N's checksums are computed and its bytes copied into the page cache;
-        ``flush`` commits the rest once the queue is empty.
-        """
+        """Write this job's chunks, then publish the manifests they complete."""
         try:
             self._process(job)
         finally:
-            self._settle_budget()
-
-    def _settle_budget(self) -> None:
-        # The disk budget counts a job's bound until its files are in its
-        # index: all but the batch still on the I/O thread.
-        if self.budget is not None:
-            self.budget.settle(self._io_job if self._io_batch is not None else None)
+            if self.budget is not None:
+                self.budget.settle()  # the job's files are in its index now
 
     def _process(self, job: CapturedJob) -> None:
         if self.budget is not None and not self._locked:
@@ -225,15 +205,20 @@ class StoreWriter(JobQueue):
         with self._cv:
             distrusted, self._distrusted = self._distrusted, []
         for ident in distrusted:
+            # It counts as failed, and the manifests whose chain holds its key
+            # are forgotten as published, so their candidates publish them
+            # again under the same names (new files, which a reader that
+            # marked the old ones bad reads again).
             self.stats.keys_distrusted += 1
-            self.manifests.distrust(ident)
+            self.ledger.failed(ident)
+            for name in self.published.naming(ident[0].hex()):
+                self.published.forget(name)
         ready: list[str] = []
-        # With the native library and no disk budget, the job's candidates
-        # are registered after its keys are written: they then find those in
-        # the book instead of looking for each on disk (a job's candidate
-        # names its whole chain). The budget weighs the pending candidates,
-        # so with it they come first, as on the Python path.
-        late = self.store_lib is not None and self.budget is None
+        # Without a disk budget, the job's candidates are registered after
+        # its keys are written: they then find those in the book instead of
+        # looking for each on disk (a job's candidate names its whole chain).
+        # The budget weighs the pending candidates, so with it they come first.
+        late = self.budget is None
         if not late:
             ready += self._register(job)
         if self.paused_until is not None and not self.maybe_resume():
@@ -242,42 +227,12 @@ class StoreWriter(JobQueue):
             self._drop_paused(job.keys)
             self._publish_ready(ready)
             return
-        if self.budget is not None and not make_room_for_job(self, job):
+        if self.budget is not None and not self._make_room(job):
             self._publish_ready(ready)
             return
-        if self.store_lib is not None:
-            ready += self._write_native(job)
-            if late:
-                ready += self._register(job)
-            self._publish_ready(ready)
-            self._job_done()
-            return
-        # Checksums of this job, and of the next one while this one is
-        # written (the serving side only appends to the queue).
-        self._start_checksums(job)
-        with self._cv:
-            following = self._queue[0] if self._queue else None
-        if following is not None:
-            self._start_checksums(following)
-        staged: list[StagedFile] = []
-        for index, item in enumerate(job.keys):
-            if self.paused_until is not None:
-                self._drop_paused(job.keys[index:])
-                break
-            try:
-                result = self._stage_key(item)
-            finally:
-                self._free(item)  # the page cache holds it now
-            if isinstance(result, StagedFile):
-                staged.append(result)
-                self._staged.add(result.ident)
-            elif result is not None:
-                ready += self.manifests.mark_durable((item.hash, item.group), result)
-        # The previous job's files are synced by now (or we wait for them);
-        # this job's are synced on the I/O thread while the next one stages.
-        ready += self._join_commit()
-        self._start_commit(staged)
-        self._io_job = job.job_id
+        ready += self._write(job)
+        if late:
+            ready += self._register(job)
         self._publish_ready(ready)
         self._job_done()
 
@@ -286,8 +241,34 @@ class StoreWriter(JobQueue):
         # may be captured again once space is back.
         ready: list[str] = []
         for candidate in job.candidates:
-            ready += self.manifests.register(candidate)
+            ready += self.book.register(candidate)
         return ready
+
+    def _make_room(self, job: CapturedJob) -> bool:
+        """Room for the job under the disk budget, or its keys refused. The
+        trees retired for it are forgotten here."""
+        assert self.budget is not None
+        ok, retired = admit_job(
+            self.budget,
+            job,
+            self.keep_k.keep,
+            self.key is not None,
+            self.ledger.listed,
+            self.book.pending_chunks,
+        )
+        for tree in retired:
+            for path in tree.manifests:
+                self.published.forget(os.path.basename(path))
+        for tree in retired:
+            for ident in tree.chunks.values():
+                self.ledger.removed(ident)
+        if not ok:
+            self.stats.writes_refused_disk_budget += 1
+            self.stats.keys_refused_disk_budget += len(job.keys)
+            for item in job.keys:
+                self._free(item)
+                self._lost(item.origin, "disk_budget")
+        return ok
 
     def _job_done(self) -> None:
         # Not from inside itself: without a thread (tests) the job it submits
@@ -303,47 +284,58 @@ class StoreWriter(JobQueue):
             self._in_job_done = False
 
     def flush(self) -> None:
-        """Commit what is staged, publish what it completes, drop the lock."""
+        """The queue ran empty: sync what is left, rewrite the pending
+        record, drop the lock."""
         try:
-            ready = self._join_commit()
             self._sync_dirs()
-            self._publish_ready(ready)
-            version = self.manifests.pending_version
+            version = self.book.pending_version
             if self._locked and self._pending_version != version:
-                self._pending_file.update(self.manifests.pending_chunks())
+                self._pending_file.update(self.book.pending_chunks())
                 if self.budget is not None and self._pending_file.path:
                     self.budget.landed(self._pending_file.path)
                 self._pending_version = version
         finally:
-            self._settle_budget()
             if self.budget is not None:
                 self.budget.record_written()  # rewritten above, or unchanged
-            self.manifests.listed = 0
+            self.ledger.record_written()
             self._unlock()
 
     def _publish_ready(self, ready: list[str]) -> None:
-        # Directories are synced in batches: the I/O thread syncs the
-        # directories of each batch it renames; the rest (new parents, files
-        # found on disk) here, once, before any manifest can name them.
-        if ready or len(self._dirty_dirs) > 4096:
+        # The library syncs the folders of the files it renames; the rest
+        # (new parents, files found on disk or deduplicated onto) here, in
+        # one batch, before any manifest can name them.
+        if ready or self.ledger.dirty_count > 4096:
             self._sync_dirs()
         for name in dict.fromkeys(ready):
-            self.manifests.publish(name)
+            self._publish(name)
 
-    def _start_checksums(self, job: CapturedJob) -> None:
-        for item in job.keys:
-            if item.checksum is None:
-                item.checksum = self._checksums.start(
-                    self.pool.view(item.offset, item.size)
-                )
+    def _publish(self, name: str) -> None:
+        candidate = self.book.take(name)
+        if candidate is None:
+            return
+        try:
+            done = self.publisher.publish(candidate)
+        except (OSError, fmt.FormatError) as e:
+            if self.budget is not None:
+                self.budget.stale = True  # renamed before its sync failed?
+            self.stats.manifests_dropped += 1
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                self._pause()
+            logger.warning("KV store: publishing manifest %s failed: %s", name, e)
+            return
+        if done is None:
+            return  # a named file missing or changed: counted, logged
+        self.stats.manifests_published += 1
+        if self.budget is not None:
+            self.budget.published(done.path, done.manifest)
+        self.published.add(name, done.manifest.chain)
+        self.ledger.published(done.named)
+        self.keep_k.retain(done.manifest)
 
     def _free(self, item: CapturedKey) -> None:
         if item.freed:
             return  # a failed job is released whole after some keys went
         item.freed = True
-        if item.checksum is not None:
-            item.checksum.settle()  # no checksum thread still reads the bytes
-            item.checksum = None
         self.pool.free(item.offset)
 
     def _lock_shared(self) -> None:
@@ -372,24 +364,30 @@ class StoreWriter(JobQueue):
 
     # -- chunks --------------------------------------------------------------
 
-    def _write_native(self, job: CapturedJob) -> list[str]:
+    def _write(self, job: CapturedJob) -> list[str]:
         """Dedup here, then every other key of the job in one library call;
         the manifests its durable files complete."""
         ready: list[str] = []
         requests: list[Any] = []
         writing: list[CapturedKey] = []
+        # A key already in this call: a later duplicate in the job waits.
+        in_call: set[Ident] = set()
         for item in job.keys:
             ident = (item.hash, item.group)
-            path = self.manifests.chunk_path(ident)
-            header = None if ident in self.failed else self.manifests.header(ident)
-            if header is not None or ident in self._staged:
+            path = self.lookup.path(ident)
+            # A key whose write failed, or whose file a reader refused, this
+            # boot is never taken from disk: only a complete new write clears it.
+            failed = self.ledger.is_failed(ident)
+            header = None if failed else self.lookup.header(ident)
+            if header is not None or ident in in_call:
                 if header is not None:
                     self.stats.keys_deduplicated += 1
-                    self._dirty_dirs.add(os.path.dirname(path))
                     if self.budget is not None:
                         self.budget.reused(path)
                     entry = (header.payload_length, header.payload_checksum)
-                    ready += self.manifests.mark_durable(ident, entry)
+                    # Its folder is synced before a manifest names it.
+                    self.ledger.found(ident, entry, os.path.dirname(path))
+                    ready += self.book.completed(ident)
                 self._free(item)
                 continue
             try:
@@ -398,7 +396,7 @@ class StoreWriter(JobQueue):
                 self._free(item)
                 self._failed_write(ident, path, e, item.origin)
                 continue
-            self._staged.add(ident)  # a later duplicate in this job waits
+            in_call.add(ident)
             requests.append(
                 native.WriteRequest(
                     path=path,
@@ -415,12 +413,17 @@ class StoreWriter(JobQueue):
             return ready
         start = time.perf_counter()
         try:
+            # The group knob's 0640 (store_perms), as for every other file:
+            # the library's default is 0600.
             results = self.store_lib.write_chunks(
-                requests, self.write_threads, key=self.key, rank=self.rank
+                requests,
+                self.write_threads,
+                group_read=store_perms.current().group_read,
+                key=self.key,
+                rank=self.rank,
             )
         finally:
             for item in writing:
-                self._staged.discard((item.hash, item.group))
                 self._free(item)
         self.stats.write_seconds += time.perf_counter() - start
         for item, request, result in zip(writing, requests, results, strict=True):
@@ -435,102 +438,22 @@ class StoreWriter(JobQueue):
                     ident, request.path, OSError(code, result.message), item.origin
                 )
                 continue
-            self.failed.discard(ident)  # written anew in full this boot
             if self.budget is not None:
                 self.budget.landed(request.path)
             self.stats.keys_written += 1
             self.stats.bytes_written += item.size
-            entry = (item.size, result.payload_checksum)
-            ready += self.manifests.mark_durable(ident, entry)
-        return ready
-
-    def _stage_key(self, item: CapturedKey) -> StagedFile | tuple[int, int] | None:
-        """Dedup, or write the key's temp file and start its writeback.
-
-        Returns the verified (length, checksum) of a file already there, a
-        staged temp file to commit, or None when the key is not written.
-        """
-        ident = (item.hash, item.group)
-        if ident in self._staged:
-            return None  # already on its way to disk
-        path = self.manifests.chunk_path(ident)
-        # A key whose write failed, or whose file a reader refused, this boot
-        # is never taken from disk: only a complete new write (temp, fsync,
-        # rename, dir fsync) clears it.
-        header = None if ident in self.failed else self.manifests.header(ident)
-        if header is not None:
-            # Dedup only on a header that verifies; anything else is rewritten.
-            self.stats.keys_deduplicated += 1
-            self._dirty_dirs.add(os.path.dirname(path))
-            if self.budget is not None:
-                self.budget.reused(path)
-            return header.payload_length, header.payload_checksum
-        start = time.perf_counter()
-        try:
-            self._make_dirs(os.path.dirname(path))
-            payload = self.pool.view(item.offset, item.size)
-            if item.checksum is None:
-                item.checksum = self._checksums.start(payload)
-            header = fmt.ChunkHeader(
-                namespace_hash=self.namespace,
-                group=item.group,
-                key_hash=item.hash,
-                boundary=item.boundary,
-                segments=tuple(item.segments),
-                payload_length=len(payload),
-                payload_checksum=item.checksum.result(),
-            )
-            head, trailer = fmt.encode_header(header), b""
-            if self.key is not None:
-                head, running = fmt.seal_header(self.key, head, rank=self.rank)
-                running.update(payload)
-                trailer = running.digest()
-            fd, tmp = durable_io.write_chunk_file(path, head, payload, trailer)
-        except OSError as e:
-            self._failed_write(ident, path, e, item.origin)
-            return None
-        self.stats.write_seconds += time.perf_counter() - start
-        return StagedFile(ident, path, tmp, fd, header, item.size, item.origin)
-
-    def _start_commit(self, staged: list[StagedFile]) -> None:
-        """fsync + rename on the I/O thread while this thread stages more."""
-        assert self._io_batch is None
-        if staged:
-            if self._io is None:
-                self._io = ThreadPoolExecutor(1, thread_name_prefix="kv-store-sync")
-            self._io_batch = (
-                staged,
-                self._io.submit(durable_io.sync_and_rename, staged),
-            )
-
-    def _join_commit(self) -> list[str]:
-        if self._io_batch is None:
-            return []
-        staged, future = self._io_batch
-        self._io_batch = None
-        future.result()
-        ready: list[str] = []
-        for f in staged:
-            self._staged.discard(f.ident)
-            if f.error is not None:
-                self._failed_write(f.ident, f.path, f.error, f.origin)
-                continue
-            self.failed.discard(f.ident)  # rewritten in full this boot
-            if self.budget is not None:
-                self.budget.landed(f.path)
-            self.stats.keys_written += 1
-            self.stats.bytes_written += f.size
-            entry = (f.header.payload_length, f.header.payload_checksum)
-            ready += self.manifests.mark_durable(f.ident, entry)
+            entry: Entry = (item.size, result.payload_checksum)
+            self.ledger.written(ident, entry)  # in full: no longer failed
+            ready += self.book.completed(ident)
         return ready
 
     def _failed_write(
         self, ident: Ident, path: str, e: OSError, origin: Any = None
     ) -> None:
-        self.manifests.mark_failed(ident)
+        self.ledger.failed(ident)
         self.stats.keys_failed += 1
         if self.budget is not None:
-            self.budget.stale = True  # a temp or a file it could not remove
+            self.budget.stale = True  # a file the library could not remove?
         if e.errno == errno.ENOSPC:
             self._pause()
         logger.warning(
@@ -547,7 +470,7 @@ class StoreWriter(JobQueue):
         problem = self.folders.problem(directory)
         if problem is not None:
             # A chunk folder made a symlink, or changeable by others: nothing
-            # is written there (nor taken from there: ManifestBook.header).
+            # is written there (nor taken from there: ChunkLookup.header).
             raise OSError(errno.EPERM, f"store folder not safe: {problem}")
         missing = []
         d = directory
@@ -557,14 +480,14 @@ class StoreWriter(JobQueue):
         for d in reversed(missing):
             store_perms.make_dir(d)
             # The new entry must be durable before files in it are named.
-            self._dirty_dirs.add(os.path.dirname(d))
+            self.ledger.folder_made(os.path.dirname(d))
         self._made_dirs.add(directory)
 
     def _sync_dirs(self) -> None:
-        # Deepest first, so a parent's entry lands after its children's.
-        for d in sorted(self._dirty_dirs, key=len, reverse=True):
+        folders = self.ledger.dirty_folders()  # deepest first
+        for d in folders:
             durable_io.fsync_dir(d)
-        self._dirty_dirs.clear()
+        self.ledger.synced(folders)
 
     # -- disk full -----------------------------------------------------------
 
