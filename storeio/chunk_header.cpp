@@ -1,6 +1,7 @@
 // The chunk-header calls of the C ABI (store_abi.h, ABI 5): a header read
-// from a path (the writer's dedup), parsed from bytes, and a keyed chunk
-// opened under its MAC, all through format/.
+// from a path (the writer's dedup), parsed from bytes or encoded from its
+// fields, and a whole chunk verified in memory or from a path, all through
+// format/ (the keyed ones' MAC: chunk_seal.cpp).
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -8,9 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <span>
+#include <variant>
 #include <vector>
 
+#include <unistd.h>
+
 #include "abi_result.h"
+#include "chunk_abi.h"
 #include "fd.h"
 #include "kvtier/format/chunk_verifier.h"
 #include "kvtier/format/header.h"
@@ -19,12 +25,12 @@
 #endif
 #include "kvtier/store_abi.h"
 #include "no_links.h"
+#include "segments.h"
 
 namespace storeio {
-namespace {
 
-void fill(const kvformat::ChunkHeader& h, kvtier_chunk_header* header, kvtier_segment* segments,
-          std::uint32_t capacity) {
+void fill_header(const kvformat::ChunkHeader& h, kvtier_chunk_header* header,
+                 kvtier_segment* segments, std::uint32_t capacity) {
   *header = kvtier_chunk_header{};
   header->format_version = h.format_version;
   header->checksum_algorithm = h.checksum_algorithm;
@@ -61,11 +67,32 @@ std::optional<std::int32_t> bad_outputs(kvtier_result* out, const kvtier_chunk_h
   return std::nullopt;
 }
 
-std::int32_t io_failure(kvtier_result* out, int err, const char* path, const std::string& what) {
-  return result_failure(out, KVTIER_E_IO, "io_error", err, path, what + ": " + std::strerror(err));
+std::variant<kvtier::Fd, std::int32_t> open_store_file(const char* path, kvtier_result* out,
+                                                       std::uint64_t* size) {
+  const auto io_failure = [&](int err, const char* what) {
+    return result_failure(out, KVTIER_E_IO, "io_error", err, path,
+                          std::string(what) + ": " + std::strerror(err));
+  };
+  if (!path || !*path) return result_bad_argument(out, "no path");
+  // No symlink as the file or as a folder on its path (FORMAT.md 2).
+  kvtier::Fd fd(open_no_links(path, O_RDONLY | O_NONBLOCK));
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ENOENT)
+      return result_failure(out, KVTIER_E_MISSING, "missing_file", err, path, std::strerror(err));
+    if (err == ELOOP)
+      return result_failure(out, KVTIER_E_IO, "io_error", err, path,
+                            "the file or a folder on its path is a symlink (the store follows none)");
+    return io_failure(err, "open");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_failure(errno, "fstat");
+  // A FIFO or device where a chunk belongs: never read it (FORMAT.md 2).
+  if (!S_ISREG(st.st_mode)) return io_failure(EINVAL, "not a regular file");
+  *size = static_cast<std::uint64_t>(st.st_size);
+  return fd;
 }
 
-}  // namespace
 }  // namespace storeio
 
 using storeio::result_bad_argument;
@@ -80,24 +107,11 @@ int32_t kvtier_read_chunk_header(const char* path, uint32_t flags, kvtier_chunk_
                                  kvtier_segment* segments, uint32_t capacity, kvtier_result* out) {
   return run_call(out, [&]() -> std::int32_t {
     if (auto r = storeio::bad_outputs(out, header, segments, capacity)) return *r;
-    if (!path || !*path) return result_bad_argument(out, "no path");
     if (flags & ~KVTIER_HEADER_SEALED) return result_bad_argument(out, "unknown flags");
-    // No symlink as the file or as a folder on its path (FORMAT.md 2).
-    kvtier::Fd fd(storeio::open_no_links(path, O_RDONLY | O_NONBLOCK));
-    if (!fd.valid()) {
-      const int err = errno;
-      if (err == ENOENT)
-        return result_failure(out, KVTIER_E_MISSING, "missing_file", err, path, std::strerror(err));
-      if (err == ELOOP)
-        return result_failure(out, KVTIER_E_IO, "io_error", err, path,
-                              "the file or a folder on its path is a symlink (the store follows none)");
-      return storeio::io_failure(out, err, path, "open");
-    }
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) return storeio::io_failure(out, errno, path, "fstat");
-    // A FIFO or device where a chunk belongs: never read it (FORMAT.md 2).
-    if (!S_ISREG(st.st_mode)) return storeio::io_failure(out, EINVAL, path, "not a regular file");
-    const auto size = static_cast<std::uint64_t>(st.st_size);
+    std::uint64_t size = 0;
+    auto opened = storeio::open_store_file(path, out, &size);
+    if (auto* status = std::get_if<std::int32_t>(&opened)) return *status;
+    const kvtier::Fd fd = std::move(std::get<kvtier::Fd>(opened));
     auto head = kvformat::read_head_fd(fd.get(), size);
     if (!head) return result_error(out, head.error(), path, errno);
     kvformat::Result<kvformat::ChunkHeader> parsed = kvformat::Error{};
@@ -115,7 +129,7 @@ int32_t kvtier_read_chunk_header(const char* path, uint32_t flags, kvtier_chunk_
       }
     }
     if (!parsed) return result_error(out, parsed.error(), path);
-    storeio::fill(*parsed, header, segments, capacity);
+    storeio::fill_header(*parsed, header, segments, capacity);
     return result_ok(out, {});
   });
 }
@@ -127,47 +141,109 @@ int32_t kvtier_parse_chunk_header(const uint8_t* bytes, size_t length, kvtier_ch
     if (!bytes && length) return result_bad_argument(out, "input is NULL with a nonzero length");
     auto parsed = kvformat::parse_header({bytes, length});
     if (!parsed) return result_error(out, parsed.error());
-    storeio::fill(*parsed, header, segments, capacity);
+    storeio::fill_header(*parsed, header, segments, capacity);
     return result_ok(out, {});
   });
 }
 
-int32_t kvtier_open_chunk(const uint8_t* file, size_t length, const uint8_t* mac_key,
-                          uint32_t mac_key_length, uint32_t mac_rank, kvtier_result* out) {
+int32_t kvtier_encode_chunk_header(const kvtier_chunk_header* header,
+                                   const kvtier_segment* segments, kvtier_result* out) {
   return run_call(out, [&]() -> std::int32_t {
+    if (!header) return result_bad_argument(out, "no header");
+    if (!segments && header->num_segments) return result_bad_argument(out, "no segments");
+    if (header->key_hash_length > sizeof header->key_hash)
+      return result_error(out, kvformat::make_error(kvformat::Reason::BadKeyHash,
+                                                    "key hash " + std::to_string(header->key_hash_length) + " B"));
+    auto table = storeio::to_segments(segments, header->num_segments);
+    if (!table)
+      return result_error(out, kvformat::make_error(kvformat::Reason::BadSegmentTable, "ndim > 6"));
+    kvformat::ChunkHeader h;
+    std::memcpy(h.namespace_hash.data(), header->namespace_hash, h.namespace_hash.size());
+    h.group = header->group;
+    h.key_hash.assign(header->key_hash, header->key_hash + header->key_hash_length);
+    h.boundary = header->boundary;
+    h.segments = std::move(*table);
+    h.payload_length = header->payload_length;
+    h.payload_checksum = header->payload_checksum;
+    h.checksum_algorithm = header->checksum_algorithm;
+    h.format_version = header->format_version;
+    auto bytes = kvformat::encode_header(h);
+    if (!bytes) return result_error(out, bytes.error());
+    return result_ok(out, {reinterpret_cast<const char*>(bytes->data()), bytes->size()});
+  });
+}
+
+int32_t kvtier_verify_chunk(const uint8_t* file, size_t length, const uint8_t* mac_key,
+                            uint32_t mac_key_length, uint32_t mac_rank, kvtier_chunk_header* header,
+                            kvtier_segment* segments, uint32_t capacity, kvtier_result* out) {
+  return run_call(out, [&]() -> std::int32_t {
+    if (auto r = storeio::bad_outputs(out, header, segments, capacity)) return *r;
     if (!file && length) return result_bad_argument(out, "input is NULL with a nonzero length");
-    if (!mac_key || !mac_key_length) return result_bad_argument(out, "no key");
+    std::span<const std::uint8_t> bytes(file, length);
+    std::vector<std::uint8_t> plain;
+    if (mac_key) {
 #if KVTIER_STORE_HAVE_MAC
-    using kvformat::Reason;
-    const std::span<const std::uint8_t> bytes(file, length);
-    switch (kvformat::check_chunk_mac({mac_key, mac_key_length}, mac_rank, bytes)) {
-      case kvformat::MacVerdict::Ok:
-        break;
-      case kvformat::MacVerdict::Missing:
-        return result_error(out, kvformat::make_error(Reason::MacMissing,
-                                                      "chunk has no MAC; the store is keyed"));
-      case kvformat::MacVerdict::Truncated:
-        return result_error(out, kvformat::make_error(Reason::Truncated,
-                                                      std::to_string(length) +
-                                                          " bytes, too short for a MAC"));
-      case kvformat::MacVerdict::Mismatch: {
-        const auto version = kvformat::raw_version(bytes);
-        if (version != kvformat::kSealedVersion && !kvformat::readable_version(version))
-          return result_error(out, kvformat::make_error(
-                                       Reason::MacMismatch,
-                                       "sealed chunk of format version " + std::to_string(version) +
-                                           ": no MAC this reader knows"));
-        return result_error(out, kvformat::make_error(Reason::MacMismatch, "chunk MAC differs"));
-      }
-    }
-    std::vector<std::uint8_t> plain(bytes.begin(), bytes.end() - kvformat::kMacSize);
-    if (!kvformat::unseal_header(plain))
-      return result_error(out, kvformat::make_error(Reason::BadHeaderLength, "header length"));
-    return result_ok(out, {reinterpret_cast<const char*>(plain.data()), plain.size()});
+      if (!mac_key_length) return result_bad_argument(out, "an empty key");
+      auto opened = storeio::open_sealed(bytes, {mac_key, mac_key_length}, mac_rank, out, nullptr);
+      if (auto* status = std::get_if<std::int32_t>(&opened)) return *status;
+      plain = std::move(std::get<std::vector<std::uint8_t>>(opened));
+      bytes = plain;
 #else
-    (void)mac_rank;
-    return result_bad_argument(out, "a keyed store, and this library was built without OpenSSL");
+      (void)mac_rank;
+      return result_bad_argument(out, "a keyed store, and this library was built without OpenSSL");
 #endif
+    }
+    auto verified = kvformat::verify_chunk(bytes);
+    if (!verified) return result_error(out, verified.error());
+    storeio::fill_header(*verified, header, segments, capacity);
+    return result_ok(out, {});
+  });
+}
+
+int32_t kvtier_verify_chunk_file(const char* path, uint64_t block_size, const uint8_t* mac_key,
+                                 uint32_t mac_key_length, uint32_t mac_rank,
+                                 kvtier_chunk_header* header, kvtier_segment* segments,
+                                 uint32_t capacity, kvtier_result* out) {
+  return run_call(out, [&]() -> std::int32_t {
+    if (auto r = storeio::bad_outputs(out, header, segments, capacity)) return *r;
+    if (mac_key && !mac_key_length) return result_bad_argument(out, "an empty key");
+    std::uint64_t size = 0;
+    auto opened = storeio::open_store_file(path, out, &size);
+    if (auto* status = std::get_if<std::int32_t>(&opened)) return *status;
+    const kvtier::Fd fd = std::move(std::get<kvtier::Fd>(opened));
+    kvformat::Result<kvformat::ChunkHeader> verified = kvformat::Error{};
+    if (mac_key) {
+#if KVTIER_STORE_HAVE_MAC
+      // Whole: the MAC comes first and covers every byte (FORMAT.md 3.6).
+      std::vector<std::uint8_t> file(static_cast<std::size_t>(size));
+      std::size_t have = 0;
+      while (have < file.size()) {
+        const ssize_t n = ::pread(fd.get(), file.data() + have, file.size() - have,
+                                  static_cast<off_t>(have));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+          return result_failure(out, KVTIER_E_IO, "io_error", errno, path,
+                                std::string("read: ") + std::strerror(errno));
+        if (n == 0) break;
+        have += static_cast<std::size_t>(n);
+      }
+      file.resize(have);
+      auto plain = storeio::open_sealed(file, {mac_key, mac_key_length}, mac_rank, out, path);
+      if (auto* status = std::get_if<std::int32_t>(&plain)) return *status;
+      verified = kvformat::verify_chunk(std::get<std::vector<std::uint8_t>>(plain));
+#else
+      (void)mac_rank;
+      return result_bad_argument(out, "a keyed store, and this library was built without OpenSSL");
+#endif
+    } else {
+      std::vector<std::uint8_t> buffer(static_cast<std::size_t>(
+          std::clamp<std::uint64_t>(block_size ? block_size : std::uint64_t{8} << 20, 1,
+                                    std::uint64_t{64} << 20)));
+      verified = kvformat::verify_chunk_fd(fd.get(), buffer);
+    }
+    if (!verified) return result_error(out, verified.error(), path, errno);
+    storeio::fill_header(*verified, header, segments, capacity);
+    return result_ok(out, {});
   });
 }
 

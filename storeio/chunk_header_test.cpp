@@ -153,6 +153,104 @@ TEST(ChunkHeaderAbi, ParseFromBytes) {
   EXPECT_EQ(kvtier_parse_chunk_header(nullptr, 3, &h, segs.data(), 4, &r), KVTIER_E_ARGUMENT);
 }
 
+kvtier_chunk_header fields_of(const kvformat::ChunkHeader& h, std::vector<kvtier_segment>& segs) {
+  kvtier_chunk_header out{};
+  kvtier_result r{};
+  const auto bytes = *kvformat::encode_header(h);
+  segs.resize(h.segments.size());
+  EXPECT_EQ(kvtier_parse_chunk_header(bytes.data(), bytes.size(), &out, segs.data(),
+                                      static_cast<std::uint32_t>(segs.size()), &r),
+            KVTIER_OK);
+  return out;
+}
+
+std::string encode_reason(const kvtier_chunk_header& h, const std::vector<kvtier_segment>& segs,
+                          std::vector<std::uint8_t>* bytes = nullptr) {
+  kvtier_result r{};
+  const auto status = kvtier_encode_chunk_header(&h, segs.data(), &r);
+  if (bytes && r.data) bytes->assign(r.data, r.data + r.length);
+  kvtier_free(r.data);
+  return status == KVTIER_OK ? "ok" : r.reason;
+}
+
+TEST(ChunkHeaderAbi, EncodeIsTheCodecsBytesAndRefusesWhatWouldNotParse) {
+  const kvformat::ChunkHeader want = *kvformat::verify_chunk(kFile);
+  std::vector<kvtier_segment> segs;
+  const kvtier_chunk_header h = fields_of(want, segs);
+  std::vector<std::uint8_t> bytes;
+  ASSERT_EQ(encode_reason(h, segs, &bytes), "ok");
+  EXPECT_EQ(bytes, *kvformat::encode_header(want));
+  const auto changed = [&](auto edit) {
+    auto c = h;
+    auto s = segs;
+    edit(c, s);
+    return encode_reason(c, s);
+  };
+  EXPECT_EQ(changed([](auto& c, auto&) { c.key_hash_length = 7; }), "bad_key_hash");
+  EXPECT_EQ(changed([](auto& c, auto&) { c.key_hash_length = 65; }), "bad_key_hash");
+  EXPECT_EQ(changed([](auto& c, auto&) { c.group = 1024; }), "field_out_of_range");
+  EXPECT_EQ(changed([](auto& c, auto&) { c.payload_length = 55; }), "bad_segment_table");
+  EXPECT_EQ(changed([](auto& c, auto&) { c.checksum_algorithm = 2; }),
+            "unsupported_checksum_algorithm");
+  EXPECT_EQ(changed([](auto& c, auto&) { c.format_version = 3; }), "unsupported_version");
+  EXPECT_EQ(changed([](auto& c, auto& s) {
+              c.format_version = 1;
+              s[1].part = 1;
+            }),
+            "reserved_nonzero");
+  EXPECT_EQ(changed([](auto&, auto& s) { s[0].ndim = 7; }), "bad_segment_table");
+  EXPECT_EQ(changed([](auto& c, auto&) { c.num_segments = 0; }), "bad_segment_table");
+  kvtier_result r{};
+  EXPECT_EQ(kvtier_encode_chunk_header(nullptr, nullptr, &r), KVTIER_E_ARGUMENT);
+  EXPECT_EQ(kvtier_encode_chunk_header(&h, nullptr, &r), KVTIER_E_ARGUMENT);
+}
+
+std::string verify_reason(const std::vector<std::uint8_t>& file, const std::vector<std::uint8_t>* key = nullptr,
+                          std::uint32_t rank = 0) {
+  kvtier_chunk_header h{};
+  std::vector<kvtier_segment> segs(8);
+  kvtier_result r{};
+  const auto status = kvtier_verify_chunk(file.data(), file.size(), key ? key->data() : nullptr,
+                                          key ? static_cast<std::uint32_t>(key->size()) : 0, rank, &h,
+                                          segs.data(), 8, &r);
+  kvtier_free(r.data);
+  if (status == KVTIER_OK) {
+    EXPECT_EQ(h.payload_length, 54u);
+  }
+  return status == KVTIER_OK ? "ok" : r.reason;
+}
+
+std::string verify_file_reason(const std::string& path, std::uint64_t block,
+                               const std::vector<std::uint8_t>* key = nullptr, std::uint32_t rank = 0) {
+  kvtier_chunk_header h{};
+  std::vector<kvtier_segment> segs(8);
+  kvtier_result r{};
+  const auto status = kvtier_verify_chunk_file(path.c_str(), block, key ? key->data() : nullptr,
+                                               key ? static_cast<std::uint32_t>(key->size()) : 0, rank,
+                                               &h, segs.data(), 8, &r);
+  kvtier_free(r.data);
+  return status == KVTIER_OK ? "ok" : r.reason;
+}
+
+TEST(ChunkHeaderAbi, VerifyInMemoryAndFromAPath) {
+  ScratchDir dir;
+  EXPECT_EQ(verify_reason(kFile), "ok");
+  auto flipped = kFile;
+  flipped.back() ^= 1;
+  EXPECT_EQ(verify_reason(flipped), "payload_checksum_mismatch");
+  EXPECT_EQ(verify_reason({kFile.begin(), kFile.end() - 1}), "truncated");
+  EXPECT_EQ(verify_reason({}), "truncated");
+  write_file(dir.file("c.bin"), kFile);
+  write_file(dir.file("bad.bin"), flipped);
+  for (std::uint64_t block : {1, 100, 0}) {
+    EXPECT_EQ(verify_file_reason(dir.file("c.bin"), block), "ok") << block;
+    EXPECT_EQ(verify_file_reason(dir.file("bad.bin"), block), "payload_checksum_mismatch") << block;
+  }
+  EXPECT_EQ(verify_file_reason(dir.file("none.bin"), 0), "missing_file");
+  ASSERT_EQ(::symlink(dir.file("c.bin").c_str(), dir.file("link.bin").c_str()), 0);
+  EXPECT_EQ(verify_file_reason(dir.file("link.bin"), 0), "io_error");
+}
+
 #if KVTIER_STORE_HAVE_MAC
 const std::vector<std::uint8_t> kKey(32, 0x5a);
 const std::vector<std::uint8_t> kOtherKey(32, 0xa5);
@@ -214,6 +312,47 @@ TEST(ChunkHeaderAbi, OpenChunkChecksTheMacFirst) {
   EXPECT_EQ(open_chunk(unknown, kKey, kRank).reason, "mac_mismatch");
   kvtier_result r{};
   EXPECT_EQ(kvtier_open_chunk(sealed.data(), sealed.size(), nullptr, 0, kRank, &r), KVTIER_E_ARGUMENT);
+}
+TEST(ChunkHeaderAbi, KeyedVerifyChecksTheMacThenTheChunk) {
+  ScratchDir dir;
+  const auto sealed = kvformat::seal_chunk(kKey, kRank, kSalt, kFile);
+  EXPECT_EQ(verify_reason(sealed, &kKey, kRank), "ok");
+  EXPECT_EQ(verify_reason(sealed, &kKey, kRank + 1), "mac_mismatch");
+  EXPECT_EQ(verify_reason(sealed, &kOtherKey, kRank), "mac_mismatch");
+  EXPECT_EQ(verify_reason(kFile, &kKey, kRank), "mac_missing");
+  EXPECT_EQ(verify_reason(sealed), "unsupported_version");  // keyless: version 3
+  write_file(dir.file("s.bin"), sealed);
+  EXPECT_EQ(verify_file_reason(dir.file("s.bin"), 0, &kKey, kRank), "ok");
+  EXPECT_EQ(verify_file_reason(dir.file("s.bin"), 0, &kKey, kRank + 1), "mac_mismatch");
+  write_file(dir.file("cut.bin"), {sealed.begin(), sealed.begin() + 100});
+  EXPECT_EQ(verify_file_reason(dir.file("cut.bin"), 0, &kKey, kRank), "truncated");
+}
+
+std::vector<std::uint8_t> seal(const std::vector<std::uint8_t>& chunk, const std::uint8_t* salt,
+                               std::uint32_t flags, std::string* reason = nullptr) {
+  kvtier_result r{};
+  const auto status = kvtier_seal_chunk(chunk.data(), chunk.size(), kKey.data(),
+                                        static_cast<std::uint32_t>(kKey.size()), kRank, salt, flags, &r);
+  std::vector<std::uint8_t> out(r.data, r.data + r.length);
+  if (reason) *reason = status == KVTIER_OK ? "ok" : r.reason;
+  kvtier_free(r.data);
+  return out;
+}
+
+TEST(ChunkHeaderAbi, SealIsTheCodecsSeal) {
+  EXPECT_EQ(seal(kFile, kSalt.data(), 0), kvformat::seal_chunk(kKey, kRank, kSalt, kFile));
+  EXPECT_EQ(seal(kFile, nullptr, KVTIER_SEAL_V2), kvformat::seal_chunk_v2(kKey, kFile));
+  const auto a = seal(kFile, nullptr, 0), b = seal(kFile, nullptr, 0);
+  EXPECT_NE(a, b);  // a fresh salt each time
+  EXPECT_EQ(open_chunk(a, kKey, kRank).data, kFile);
+  std::string reason;
+  seal({kFile.begin(), kFile.begin() + 100}, nullptr, 0, &reason);
+  EXPECT_EQ(reason, "bad_header_length");
+  seal(kFile, nullptr, 4, &reason);
+  EXPECT_EQ(reason, "bad_argument");
+  kvtier_result r{};
+  EXPECT_EQ(kvtier_seal_chunk(kFile.data(), kFile.size(), nullptr, 0, 0, nullptr, 0, &r),
+            KVTIER_E_ARGUMENT);
 }
 #endif
 

@@ -355,6 +355,48 @@ KVTIER_STORE_API int32_t kvtier_parse_chunk_header(const uint8_t* bytes, size_t 
                                                    kvtier_segment* segments, uint32_t capacity,
                                                    kvtier_result* out);
 
+/* The plain header (FORMAT.md 3.1: flags 0, version 1 or 2) of `header`'s
+ * fields and `header->num_segments` entries of `segments` (their offsets and
+ * lengths as given); header_length and reserved are not read. Refused as a
+ * reader would refuse the bytes (unsupported_version, bad_key_hash,
+ * field_out_of_range, bad_segment_table, reserved_nonzero for a v1 part).
+ * data: the header_length bytes. */
+KVTIER_STORE_API int32_t kvtier_encode_chunk_header(const kvtier_chunk_header* header,
+                                                    const kvtier_segment* segments,
+                                                    kvtier_result* out);
+
+/* A whole chunk file held in memory checked (FORMAT.md 3.5, every step, the
+ * payload's CRC included); with mac_key a keyed one, its MAC first as
+ * kvtier_open_chunk checks it (mac_rank: the rank whose store it is in),
+ * then the plain chunk it seals. The header as kvtier_parse_chunk_header
+ * gives it. */
+KVTIER_STORE_API int32_t kvtier_verify_chunk(const uint8_t* file, size_t length,
+                                             const uint8_t* mac_key, uint32_t mac_key_length,
+                                             uint32_t mac_rank, kvtier_chunk_header* header,
+                                             kvtier_segment* segments, uint32_t capacity,
+                                             kvtier_result* out);
+
+/* The chunk file at `path` checked as kvtier_verify_chunk checks bytes,
+ * opened as kvtier_read_chunk_header opens it; a plain one read in blocks of
+ * `block_size` bytes (0: 8 MiB), a keyed one (mac_key) read whole. */
+KVTIER_STORE_API int32_t kvtier_verify_chunk_file(const char* path, uint64_t block_size,
+                                                  const uint8_t* mac_key,
+                                                  uint32_t mac_key_length, uint32_t mac_rank,
+                                                  kvtier_chunk_header* header,
+                                                  kvtier_segment* segments, uint32_t capacity,
+                                                  kvtier_result* out);
+
+/* A plain chunk held in memory sealed for a keyed store (FORMAT.md 3.6):
+ * the v3 seal for `mac_rank` under `salt` (16 bytes; NULL: drawn at random,
+ * as a writer must), or with KVTIER_SEAL_V2 the v2 seal older stores hold
+ * (tests and vectors only: writers seal v3). data: the sealed file;
+ * bad_header_length when the bytes cannot hold their header. */
+#define KVTIER_SEAL_V2 1u
+KVTIER_STORE_API int32_t kvtier_seal_chunk(const uint8_t* chunk, size_t length,
+                                           const uint8_t* mac_key, uint32_t mac_key_length,
+                                           uint32_t mac_rank, const uint8_t* salt, uint32_t flags,
+                                           kvtier_result* out);
+
 /* A keyed chunk file held in memory, its MAC checked before anything else
  * (FORMAT.md 3.6: mac_missing, truncated, mac_mismatch; the v3 seal bound to
  * `mac_rank`, the rank whose store the file is in). data: the plain chunk it
