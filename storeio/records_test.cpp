@@ -250,17 +250,19 @@ Out kept(const std::string& chains, std::uint32_t keep) {
 
 TEST(Records, KeptManifestsIsTheWorkedExample) {
   const std::string chains =
-      R"({"M1":["a"],"M2":["a","b"],"M3":["a","b","c"],"M4":["a","b","c","d"],
-          "M3x":["a","b","x"],"M4x":["a","b","x","y"],"M5x":["a","b","x","y","z"]})";
-  EXPECT_EQ(kept(chains, 1).data, R"(["M4","M5x"])");
-  EXPECT_EQ(kept(chains, 2).data, R"(["M3","M4","M4x","M5x"])");
-  EXPECT_EQ(kept(chains, 3).data, R"(["M2","M3","M3x","M4","M4x","M5x"])");
-  EXPECT_EQ(kept(chains, 0).data, R"(["M1","M2","M3","M3x","M4","M4x","M5x"])");
-  EXPECT_EQ(kept("{}", 2).data, "[]");
+      "M1\ta\nM2\ta\tb\nM3\ta\tb\tc\nM4\ta\tb\tc\td\n"
+      "M3x\ta\tb\tx\nM4x\ta\tb\tx\ty\nM5x\ta\tb\tx\ty\tz\n";
+  EXPECT_EQ(kept(chains, 1).data, "M4\nM5x\n");
+  EXPECT_EQ(kept(chains, 2).data, "M3\nM4\nM4x\nM5x\n");
+  EXPECT_EQ(kept(chains, 3).data, "M2\nM3\nM3x\nM4\nM4x\nM5x\n");
+  EXPECT_EQ(kept(chains, 0).data, "M1\nM2\nM3\nM3x\nM4\nM4x\nM5x\n");
+  EXPECT_EQ(kept("", 2).data, "");
+  EXPECT_EQ(kept("lonely\n", 2).data, "lonely\n");  // an empty chain is its own leaf
   EXPECT_EQ(kept(chains, 1025).reason, "field_out_of_range");
-  EXPECT_EQ(kept(R"({"M1": "a"})", 2).reason, "bad_argument");
-  EXPECT_EQ(kept(R"({"M1": [1]})", 2).reason, "bad_argument");
-  EXPECT_EQ(kept(R"({"M1": ["a"])", 2).reason, "bad_argument");  // truncated
+  EXPECT_EQ(kept("M1\ta", 2).reason, "bad_argument");  // truncated: no last newline
+  EXPECT_EQ(kept("M1\ta\nM1\tb\n", 2).reason, "bad_argument");  // a name twice
+  EXPECT_EQ(call([](kvtier_result* r) { return kvtier_kept_manifests(nullptr, 3, 2, r); }).reason,
+            "bad_argument");
 }
 
 }  // namespace

@@ -383,6 +383,18 @@ def test_retention_random_forests_match_definition(f) -> None:
         assert f.kept_manifests(chains, keep) == _brute_force_kept(chains, keep)
 
 
+def test_native_keep_k_refuses_names_it_cannot_pass() -> None:
+    """The shipped keep-K hands the library tab-separated lines: a name or
+    key holding a tab or newline is refused, never split wrong."""
+    native = CODECS["native"]
+    for chains in ({"a\tb": ["x"]}, {"a": ["x\ny"]}, {"a\nb": []}):
+        with pytest.raises(native.FormatError) as err:
+            native.kept_manifests(chains, 2)
+        assert err.value.reason is native.Reason.BAD_NAME
+    odd = {"a\rb": ["x"], "\u00e9": ["x", "y"], "": []}
+    assert native.kept_manifests(odd, 1) == CODECS["oracle"].kept_manifests(odd, 1)
+
+
 # --- codec behaviour the vectors do not pin -------------------------------------
 
 

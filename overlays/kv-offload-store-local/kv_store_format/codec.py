@@ -338,10 +338,16 @@ def kept_manifests(chains: Mapping[str, Sequence[str]], keep: int) -> set[str]:
     """Names of the manifests keep-K retains (FORMAT.md 6: each leaf and its
     keep-1 deepest ancestors); every other one is superseded. keep == 0
     keeps everything; keep > 1024 is field_out_of_range."""
-    text = _dumps({name: list(chain) for name, chain in chains.items()}, False)
-    return set(
-        json.loads(_call("kvtier_kept_manifests", text, len(text), _fit(keep, 32)))
-    )
+    lines = []
+    for name, chain in chains.items():
+        line = "\t".join((name, *chain))
+        # The call's fields are tab-separated lines: none may hold either.
+        if line.count("\t") != len(chain) or "\n" in line:
+            raise FormatError(Reason.BAD_NAME, f"a tab or newline in {name[:80]!r}")
+        lines.append(line + "\n")
+    text = "".join(lines).encode("utf-8", "surrogatepass")
+    kept = _call("kvtier_kept_manifests", text, len(text), _fit(keep, 32))
+    return set(kept.decode("utf-8", "surrogatepass").split("\n")[:-1])
 
 
 def key_id(key: bytes) -> str:

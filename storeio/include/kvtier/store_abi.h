@@ -302,9 +302,10 @@ KVTIER_STORE_API int32_t kvtier_pending_record_encode(const char* chunks, size_t
 KVTIER_STORE_API int32_t kvtier_pending_record_decode(const uint8_t* bytes, size_t length,
                                                       kvtier_result* out);
 
-/* Keep-K retention (FORMAT.md 6): `chains` is a JSON object mapping each
- * manifest's name to its chain (an array of strings); data: the JSON array
- * of the names kept, ascending. keep 0 keeps all; keep > 1024:
+/* Keep-K retention (FORMAT.md 6): `chains` holds one line per manifest,
+ * each ended by a newline: its name, then each key of its chain, every field
+ * after a tab (names and keys hold no tab or newline). data: the names kept,
+ * ascending, each ended by a newline. keep 0 keeps all; keep > 1024:
  * field_out_of_range. */
 KVTIER_STORE_API int32_t kvtier_kept_manifests(const char* chains, size_t length, uint32_t keep,
                                                kvtier_result* out);
