@@ -108,15 +108,24 @@ class _Calls:
 
 _CALLS: dict[str, _Calls] = {}
 _CALLS_LOCK = threading.Lock()
+# (KVTIER_STORE_LIB as last seen, its calls): native.load() looks for the
+# file (a stat) each time; a codec call should not.
+_LAST: tuple[str | None, _Calls] | None = None
 
 
 def _calls() -> _Calls:
+    global _LAST
+    chosen = os.environ.get(native.ENV_LIBRARY)
+    last = _LAST
+    if last is not None and last[0] == chosen:
+        return last[1]
     library = native.load()
     with _CALLS_LOCK:
         calls = _CALLS.get(library.path)
         if calls is None:
             calls = _CALLS[library.path] = _Calls(library)
-        return calls
+    _LAST = (chosen, calls)
+    return calls
 
 
 def _call(name: str, *args: Any) -> bytes:
