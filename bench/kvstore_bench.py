@@ -51,6 +51,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
+# The format codec is the native store library's: this checkout's build
+# unless KVTIER_STORE_LIB names another.
+os.environ.setdefault(
+    "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
+)
 
 import kv_store_format as fmt  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402

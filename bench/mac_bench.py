@@ -12,8 +12,9 @@ Prints GB/s on one thread (the best of ``--repeat``) for:
 - ``gmac``: the v3 seal's AES-256-GMAC (subkey derivation included) through
   the same libcrypto (ctypes; PCLMULQDQ/AVX GHASH where the CPU has them);
 - ``crc32+hmac``, ``crc32+gmac``: what a keyed write or restore adds up to;
-- ``open_chunk``: kv_store_format.open_chunk on a v3 sealed chunk of that
-  size (one copy, the MAC check), then verify_chunk (CRC).
+- ``open_chunk``: the pure-Python codec's open_chunk (the oracle,
+  tests/oracle/kv_store_format_oracle) on a v3 sealed chunk of that size
+  (one copy, the MAC check), then verify_chunk (CRC).
 
 The 40 MiB default is restore_bench's chunk (Llama-3.1-70B at TP 2). The
 C++ codec's own figures (the library the restore runs): build/format/
@@ -33,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
+sys.path.insert(0, str(REPO / "tests" / "oracle"))
 
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format_oracle as fmt  # noqa: E402
 
 
 def _best(fn: Callable[[], object], nbytes: int, repeat: int) -> float:

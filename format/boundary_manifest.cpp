@@ -110,6 +110,46 @@ Result<std::uint32_t> body_crc(const json& body) {
   return crc32(std::span(reinterpret_cast<const std::uint8_t*>(text->data()), text->size()));
 }
 
+// FORMAT.md 5's reader order up to the checksum: format, then the algorithm.
+Result<std::uint16_t> judge_version(const json& value) {
+  const auto version = value.contains("format") ? json_int(value["format"]) : std::nullopt;
+  if (!version) return bad_field("format missing");
+  if (*version < 0 || !readable_version(static_cast<std::uint64_t>(*version)))
+    return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(*version));
+  const auto algorithm =
+      value.contains("checksum_algorithm") ? json_int(value["checksum_algorithm"]) : std::nullopt;
+  if (!algorithm) return bad_field("checksum_algorithm missing");
+  if (*algorithm != kChecksumCrc32)
+    return make_error(Reason::UnsupportedChecksumAlgorithm,
+                      "checksum algorithm " + std::to_string(*algorithm));
+  return static_cast<std::uint16_t>(*version);
+}
+
+// A body whose format, algorithm and checksum were judged: the field checks,
+// then the manifest they describe, then its structure.
+Result<BoundaryManifest> from_body(const json& value, std::uint16_t version) {
+  if (auto r = check_fields(value); !r) return r.error();
+  BoundaryManifest m;
+  m.format = version;
+  m.ns = value["namespace"].get<std::string>();
+  m.rank = static_cast<std::uint32_t>(*json_int(value["rank"]));
+  m.boundary = static_cast<std::uint64_t>(*json_int(value["boundary"]));
+  m.chunk_tokens = static_cast<std::uint64_t>(*json_int(value["chunk_tokens"]));
+  for (const auto& key : value["chain"]) m.chain.push_back(key.get<std::string>());
+  for (const auto& g : value["groups"]) {
+    ManifestGroup group;
+    group.group = static_cast<std::uint32_t>(*json_int(g["group"]));
+    group.kind = g["kind"] == "full" ? GroupKind::Full : GroupKind::State;
+    for (const auto& e : g["entries"])
+      group.entries.push_back(ManifestEntry{e[0].get<std::string>(),
+                                            static_cast<std::uint64_t>(*json_int(e[1])),
+                                            static_cast<std::uint32_t>(*json_int(e[2]))});
+    m.groups.push_back(std::move(group));
+  }
+  if (auto r = check_manifest_structure(m); !r) return r.error();
+  return m;
+}
+
 }  // namespace
 
 std::string_view group_kind_name(GroupKind kind) {
@@ -143,16 +183,8 @@ Result<BoundaryManifest> parse_manifest_json(std::string_view bytes) {
   if (!parsed) return parsed.error();
   json& value = *parsed;
   if (!value.is_object()) return bad_field("manifest must be an object");
-  const auto version = value.contains("format") ? json_int(value["format"]) : std::nullopt;
-  if (!version) return bad_field("format missing");
-  if (!readable_version(static_cast<std::uint64_t>(*version)))
-    return make_error(Reason::UnsupportedVersion, "format version " + std::to_string(*version));
-  const auto algorithm =
-      value.contains("checksum_algorithm") ? json_int(value["checksum_algorithm"]) : std::nullopt;
-  if (!algorithm) return bad_field("checksum_algorithm missing");
-  if (*algorithm != kChecksumCrc32)
-    return make_error(Reason::UnsupportedChecksumAlgorithm,
-                      "checksum algorithm " + std::to_string(*algorithm));
+  const auto version = judge_version(value);
+  if (!version) return version.error();
   std::string stored;
   if (auto it = value.find("checksum"); it != value.end() && it->is_string())
     stored = it->get<std::string>();
@@ -164,27 +196,19 @@ Result<BoundaryManifest> parse_manifest_json(std::string_view bytes) {
   if (hex8(*crc) != stored)
     return make_error(Reason::ManifestChecksumMismatch,
                       "manifest checksum " + stored + ", computed " + hex8(*crc));
-  if (auto r = check_fields(value); !r) return r.error();
+  return from_body(value, *version);
+}
 
-  BoundaryManifest m;
-  m.format = static_cast<std::uint16_t>(*version);
-  m.ns = value["namespace"].get<std::string>();
-  m.rank = static_cast<std::uint32_t>(*json_int(value["rank"]));
-  m.boundary = static_cast<std::uint64_t>(*json_int(value["boundary"]));
-  m.chunk_tokens = static_cast<std::uint64_t>(*json_int(value["chunk_tokens"]));
-  for (const auto& key : value["chain"]) m.chain.push_back(key.get<std::string>());
-  for (const auto& g : value["groups"]) {
-    ManifestGroup group;
-    group.group = static_cast<std::uint32_t>(*json_int(g["group"]));
-    group.kind = g["kind"] == "full" ? GroupKind::Full : GroupKind::State;
-    for (const auto& e : g["entries"])
-      group.entries.push_back(ManifestEntry{e[0].get<std::string>(),
-                                            static_cast<std::uint64_t>(*json_int(e[1])),
-                                            static_cast<std::uint32_t>(*json_int(e[2]))});
-    m.groups.push_back(std::move(group));
-  }
-  if (auto r = check_manifest_structure(m); !r) return r.error();
-  return m;
+Result<BoundaryManifest> parse_manifest_fields(std::string_view fields) {
+  auto parsed = parse_strict_json(fields, kMaxManifestBytes);
+  if (!parsed) return parsed.error();
+  const json& value = *parsed;
+  if (!value.is_object()) return bad_field("manifest must be an object");
+  if (value.contains("checksum") || value.contains("mac"))
+    return bad_field("a manifest's fields carry no checksum and no mac: the encoder adds them");
+  const auto version = judge_version(value);
+  if (!version) return version.error();
+  return from_body(value, *version);
 }
 
 Result<void> check_manifest_structure(const BoundaryManifest& m) {

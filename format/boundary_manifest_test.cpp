@@ -118,5 +118,40 @@ TEST(BoundaryManifest, SealedManifestSplitsItsMac) {
   EXPECT_EQ(bad.error().reason, Reason::BadField);
 }
 
+TEST(Manifest, FieldsAreJudgedAsAReaderJudgesAFile) {
+  auto fields = nlohmann::json::parse(*encode_manifest(sample()));
+  fields.erase("checksum");
+  auto m = parse_manifest_fields(fields.dump(2));  // any layout
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(*m, sample());
+  const auto reason = [&](const char* k, nlohmann::json v) {
+    auto c = fields;
+    if (v.is_discarded())
+      c.erase(k);
+    else
+      c[k] = v;
+    auto r = parse_manifest_fields(c.dump());
+    return r ? std::string("ok") : std::string(reason_name(r.error().reason));
+  };
+  const auto gone = nlohmann::json(nlohmann::json::value_t::discarded);
+  EXPECT_EQ(reason("format", 3), "unsupported_version");
+  EXPECT_EQ(reason("format", "2"), "bad_field");
+  EXPECT_EQ(reason("format", gone), "bad_field");
+  EXPECT_EQ(reason("checksum_algorithm", 2), "unsupported_checksum_algorithm");
+  EXPECT_EQ(reason("rank", -1), "bad_field");
+  EXPECT_EQ(reason("chain", nlohmann::json::array()), "bad_field");
+  EXPECT_EQ(reason("boundary", 47), "manifest_inconsistent");
+  EXPECT_EQ(reason("checksum", "00000000"), "bad_field");  // the encoder adds it
+  EXPECT_EQ(reason("mac", std::string(64, '0')), "bad_field");
+  EXPECT_EQ(reason("kind", "pending_chunks"), "bad_field");
+  for (const char* text : {"[]", "{", "{\"format\":2.5}"}) {
+    auto r = parse_manifest_fields(text);
+    ASSERT_FALSE(r) << text;
+  }
+  EXPECT_EQ(reason_name(parse_manifest_fields("[]").error().reason), "bad_field");
+  EXPECT_EQ(reason_name(parse_manifest_fields(std::string(kMaxManifestBytes + 1, ' ')).error().reason),
+            "bad_json");
+}
+
 }  // namespace
 }  // namespace kvformat

@@ -101,20 +101,32 @@ Result<ChunkHeader> verify_chunk_fd(int fd, std::span<std::uint8_t> buffer) {
 }
 
 Result<std::vector<std::uint8_t>> read_head_fd(int fd, std::uint64_t file_size) {
-  std::vector<std::uint8_t> head(static_cast<std::size_t>(
-      std::min<std::uint64_t>(file_size, kMaxHeaderLength)));
-  std::size_t have = 0;
-  while (have < head.size()) {
-    const ssize_t got = pread(fd, head.data() + have, head.size() - have,
-                              static_cast<off_t>(have));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return io_error("read");
+  // A first read this long covers a header of up to about 540 segments;
+  // only a longer one takes a second read, sized by its declared length
+  // (bounded first), so a short or lying file gets the verdict a read of
+  // kMaxHeaderLength bytes would give it.
+  constexpr std::uint64_t kFirstRead = std::uint64_t{64} << 10;
+  std::vector<std::uint8_t> head;
+  const auto read_to = [&](std::uint64_t want) -> Result<void> {
+    std::size_t have = head.size();
+    head.resize(static_cast<std::size_t>(want));
+    while (have < head.size()) {
+      const ssize_t got = pread(fd, head.data() + have, head.size() - have,
+                                static_cast<off_t>(have));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        return io_error("read");
+      }
+      if (got == 0) break;  // shrank: the parser names the verdict
+      have += static_cast<std::size_t>(got);
     }
-    if (got == 0) break;  // shrank: the parser names the verdict
-    have += static_cast<std::size_t>(got);
-  }
-  head.resize(have);
+    head.resize(have);
+    return {};
+  };
+  if (auto r = read_to(std::min(file_size, kFirstRead)); !r) return r.error();
+  const auto declared = declared_header_length(head);
+  if (declared && head.size() < *declared && *declared <= kMaxHeaderLength)
+    if (auto r = read_to(std::min<std::uint64_t>(file_size, *declared)); !r) return r.error();
   return head;
 }
 

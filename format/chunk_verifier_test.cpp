@@ -109,5 +109,25 @@ TEST(ChunkVerifier, FileDescriptorHelpers) {
   EXPECT_EQ(io.error().reason, Reason::IoError);
 }
 
+TEST(ChunkVerifier, HeaderLongerThanTheFirstReadIsReadWhole) {
+  // 600 segments: a header of 72,148 bytes, past read_head_fd's first 64 KiB.
+  std::vector<SegmentSpec> specs;
+  for (std::uint32_t layer = 0; layer < 600; ++layer)
+    specs.push_back({layer, SegmentKind::Kv, DType::Uint8, {2}, {1}});
+  ChunkHeader h = state_header();
+  h.segments = make_segments(specs);
+  const auto file = make_chunk(h, pattern_bytes(1200, 4));
+  ASSERT_GT(header_length_for(600), 64u << 10);
+  TempFile whole(file);
+  auto head = read_chunk_header_fd(whole.fd());
+  ASSERT_TRUE(head) << head.error().message;
+  EXPECT_EQ(head->segments.size(), 600u);
+  // Cut inside the header: truncated, as a read of the longest header says.
+  TempFile cut(std::vector<std::uint8_t>(file.begin(), file.begin() + (70 << 10)));
+  auto t = read_chunk_header_fd(cut.fd());
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().reason, Reason::Truncated);
+}
+
 }  // namespace
 }  // namespace kvformat

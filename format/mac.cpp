@@ -11,10 +11,30 @@
 #include <cstring>
 #include <new>
 
+#include <nlohmann/json.hpp>
+
+#include "kvtier/format/boundary_manifest.h"  // kMaxManifestBytes
+#include "kvtier/format/canonical_json.h"
+
 namespace kvformat {
 namespace {
 
 constexpr std::size_t kMinChunk = 148;  // fixed header + header checksum
+constexpr char kManifestMac[] = "mac";
+
+std::string hex(const Mac& mac) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * mac.size(), '0');
+  for (std::size_t i = 0; i < mac.size(); ++i) {
+    out[2 * i] = kHex[mac[i] >> 4];
+    out[2 * i + 1] = kHex[mac[i] & 15];
+  }
+  return out;
+}
+
+Mac text_mac(std::span<const std::uint8_t> key, std::string_view text) {
+  return hmac_sha256(key, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
+}
 
 }  // namespace
 
@@ -59,15 +79,8 @@ bool mac_equal(const std::uint8_t* a, const std::uint8_t* b) {
 
 std::string mac_key_id(std::span<const std::uint8_t> key) {
   static constexpr char kLabel[] = "kvtier key id";
-  const Mac mac = hmac_sha256(
-      key, {reinterpret_cast<const std::uint8_t*>(kLabel), sizeof kLabel - 1});
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < 8; ++i) {
-    out += kHex[mac[i] >> 4];
-    out += kHex[mac[i] & 15];
-  }
-  return out;
+  return hex(hmac_sha256(key, {reinterpret_cast<const std::uint8_t*>(kLabel), sizeof kLabel - 1}))
+      .substr(0, 16);
 }
 
 Mac chunk_subkey(std::span<const std::uint8_t> key, const Salt& salt, std::uint32_t rank) {
@@ -189,6 +202,38 @@ MacVerdict check_chunk_mac(std::span<const std::uint8_t> key, std::uint32_t rank
   ChunkMacCheck check(key, rank, raw_version(file), trailer);
   check.update(body);
   return check.matches() ? MacVerdict::Ok : MacVerdict::Mismatch;
+}
+
+Result<std::string> seal_manifest(std::span<const std::uint8_t> key, std::string_view manifest) {
+  auto value = parse_strict_json(manifest, kMaxManifestBytes);
+  if (!value) return value.error();
+  if (!value->is_object()) return make_error(Reason::BadJson, "manifest is not a JSON object");
+  value->erase(kManifestMac);
+  auto body = canonical_json(*value);
+  if (!body) return body.error();
+  (*value)[kManifestMac] = hex(text_mac(key, *body));
+  return canonical_json(*value);
+}
+
+Result<std::string> open_manifest(std::span<const std::uint8_t> key, std::string_view bytes) {
+  auto value = parse_strict_json(bytes, kMaxManifestBytes);
+  if (!value) return value.error();
+  if (!value->is_object()) return make_error(Reason::BadField, "manifest is not an object");
+  const auto it = value->find(kManifestMac);
+  if (it == value->end()) return make_error(Reason::MacMissing, "manifest has no mac; the store is keyed");
+  // Anything but 64 lowercase hex digits is no MAC of ours (issue 45).
+  if (!it->is_string() || it->get_ref<const std::string&>().size() != 2 * kMacSize ||
+      it->get_ref<const std::string&>().find_first_not_of("0123456789abcdef") != std::string::npos)
+    return make_error(Reason::MacMismatch, "manifest mac is not 64 lowercase hex digits");
+  const std::string stored = it->get<std::string>();
+  value->erase(it);
+  auto body = canonical_json(*value);
+  if (!body) return body.error();
+  const std::string want = hex(text_mac(key, *body));
+  // Constant time over the hex, as kvstore's check (mac_check.cpp) compares.
+  if (CRYPTO_memcmp(want.data(), stored.data(), want.size()) != 0)
+    return make_error(Reason::MacMismatch, "manifest mac differs");
+  return std::move(*body);
 }
 
 }  // namespace kvformat

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+
+#include "kvtier/format/boundary_manifest.h"
 #include <string>
 #include <vector>
 
@@ -140,6 +142,51 @@ TEST(Mac, RandomSaltsDiffer) {
   const auto a = kvformat::random_salt(), b = kvformat::random_salt();
   ASSERT_TRUE(a && b);
   EXPECT_NE(*a, *b);
+}
+
+// test_kv_mac.py's manifest vector: the MAC of {"boundary":16,"format":2,"groups":[]}.
+constexpr char kManifestMac[] = "73c0b7ac96107c9a0af4d3c718ddba263d019e13c3df93c5e1e2dfff3dd70a16";
+
+TEST(Mac, SealedManifestIsPythonsVector) {
+  const auto sealed = kvformat::seal_manifest(key(0), R"({"format": 2, "boundary": 16, "groups": []})");
+  ASSERT_TRUE(sealed) << sealed.error().message;
+  EXPECT_EQ(*sealed, std::string(R"({"boundary":16,"format":2,"groups":[],"mac":")") + kManifestMac + "\"}");
+  // Sealing again replaces the mac; opening gives the canonical rest.
+  const auto again = kvformat::seal_manifest(key(0), *sealed);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, *sealed);
+  const auto opened = kvformat::open_manifest(key(0), *sealed);
+  ASSERT_TRUE(opened) << opened.error().message;
+  EXPECT_EQ(*opened, R"({"boundary":16,"format":2,"groups":[]})");
+}
+
+TEST(Mac, OpenManifestVerdicts) {
+  using kvformat::Reason;
+  const auto sealed = *kvformat::seal_manifest(key(0), R"({"boundary":16,"format":2,"groups":[]})");
+  const auto reason = [](const kvformat::Result<std::string>& r) {
+    return r ? std::string("ok") : std::string(kvformat::reason_name(r.error().reason));
+  };
+  EXPECT_EQ(reason(kvformat::open_manifest(key(1), sealed)), "mac_mismatch");  // another key
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), R"({"boundary":16})")), "mac_missing");
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), "[1]")), "bad_field");
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), "{")), "bad_json");
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), sealed.substr(0, sealed.size() - 1))), "bad_json");
+  // A field changed under the mac; a mac that is not 64 lowercase hex.
+  auto changed = sealed;
+  changed.replace(changed.find("16"), 2, "32");
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), changed)), "mac_mismatch");
+  for (const char* mac : {R"("mac":1)", R"("mac":"ab")", R"("mac":"73C0")"}) {
+    EXPECT_EQ(reason(kvformat::open_manifest(key(0), std::string(R"({"boundary":16,)") + mac + "}")),
+              "mac_mismatch")
+        << mac;
+  }
+  auto upper = sealed;
+  upper.replace(upper.find("73c0"), 4, "73C0");
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), upper)), "mac_mismatch");
+  // Oversize: past the manifest limit before anything is parsed.
+  EXPECT_EQ(reason(kvformat::open_manifest(key(0), std::string(kvformat::kMaxManifestBytes + 1, ' '))),
+            "bad_json");
+  EXPECT_EQ(reason(kvformat::seal_manifest(key(0), "[1]")), "bad_json");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """The overlays' own modules, loaded straight from overlays/, outside vLLM.
 
 Inside vLLM they are files of the patched tree. The writer's logic, the
-format codec and the knob contract need no vLLM, so the unit tests, the
+format codec's binding and the knob contract need no vLLM, so the unit tests, the
 benchmark and tools import them from here::
 
     from overlay_modules import fmt, ksl, kv_offload_knobs
@@ -10,11 +10,17 @@ benchmark and tools import them from here::
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OVERLAYS = REPO / "overlays"
+# The format codec and the data path are the native store library's: this
+# checkout's build unless KVTIER_STORE_LIB names another.
+os.environ.setdefault(
+    "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
+)
 for _folder in (OVERLAYS / "kv-offload-store-local", OVERLAYS / "kv-offload-scope"):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))

@@ -3,7 +3,8 @@ oracle and benchmark baseline of the native read (libkvtier_store.so).
 
 This is the restore's per-file read as it was before the native library
 (kv_restore_read.check_header + read_into): the header checked in
-docs/FORMAT.md's order with kv_store_format, the manifest entry and this
+docs/FORMAT.md's order with the pure-Python codec (the oracle,
+tests/oracle/kv_store_format_oracle), the manifest entry and this
 boot's layout, the file size, then preadv into the memory runs and
 zlib's CRC. An independent second reader of FORMAT.md: tests compare its
 verdicts with the library's, and bench/restore_read_bench.py its speed.
@@ -13,9 +14,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-import kv_store_format as fmt
+_ORACLE = str(Path(__file__).resolve().parents[1] / "tests" / "oracle")
+if _ORACLE not in sys.path:
+    sys.path.insert(0, _ORACLE)
+
+import kv_store_format_oracle as fmt  # noqa: E402
 
 _IOV_MAX = 1024  # iovecs one preadv takes (Linux UIO_MAXIOV)
 
@@ -34,7 +42,7 @@ def check_header(
     boundary: int,
     length: int,
     checksum: int,
-    segments: Sequence[fmt.Segment],
+    segments: Sequence[Any],
 ) -> fmt.ChunkHeader:
     header = fmt.decode_header(head)
     if header.namespace_hash != namespace:
@@ -49,11 +57,26 @@ def check_header(
         raise Refused(
             "manifest_mismatch", "payload length or checksum differs from the manifest"
         )
-    if tuple(header.segments) != tuple(segments):
+    # Field by field: the layout may come in the shipped package's types.
+    if [_fields(s) for s in header.segments] != [_fields(s) for s in segments]:
         raise Refused(
             "layout_mismatch", "segment table differs from this boot's layout"
         )
     return header
+
+
+def _fields(s: Any) -> tuple:
+    shape, stride = tuple(s.shape), tuple(s.stride)
+    return (
+        s.layer,
+        int(s.kind),
+        int(s.dtype),
+        s.offset,
+        s.length,
+        shape,
+        stride,
+        s.part,
+    )
 
 
 def read_into(fd: int, offset: int, runs: Sequence[tuple[int, int]]) -> int:
@@ -109,7 +132,7 @@ def read_one(
     boundary: int,
     length: int,
     checksum: int,
-    segments: Sequence[fmt.Segment],
+    segments: Sequence[Any],
     runs: Sequence[tuple[int, int]],
     key: bytes | None = None,
     rank: int = 0,

@@ -32,7 +32,7 @@ from . import kv_restore_cost as cost
 from . import kv_restore_reports as reports
 from . import kv_store_format as fmt
 from .kv_restore_tier import MODULE_PATH, LocalStoreTier, find_tier
-from .kv_restore_worker import RestoreRefused, restore_requested
+from .kv_restore_worker import RestoreRefused, load_native, restore_requested
 from .kv_store_local import store_perms
 from .kv_store_local.vllm_scheduler import release_manager
 from .metrics import _ConnectorMetricName
@@ -132,6 +132,9 @@ class SchedulerRestore:
                 raise RestoreRefused(
                     f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {e}"
                 ) from None
+        # The manifests this side reads are judged by the store library's
+        # codec (kv_store_format.codec): missing, the boot fails here.
+        load_native()
         algorithm = str(vllm_config.cache_config.prefix_caching_hash_algo)
         if algorithm.startswith("xxhash") and "PYTHONHASHSEED" not in os.environ:
             raise RestoreRefused(

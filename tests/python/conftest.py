@@ -21,6 +21,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO_ROOT / "sim"))  # harness, hybrid layout, fakes
+# The pure-Python codec of FORMAT.md (kv_store_format_oracle): the oracle the
+# shipped codec (kv_store_format, the C++ one through ctypes) is checked by.
+sys.path.insert(0, str(REPO_ROOT / "tests" / "oracle"))
 
 import harness  # noqa: E402
 

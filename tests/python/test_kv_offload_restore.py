@@ -1090,8 +1090,12 @@ def test_restore_one_is_accepted_only_beside_the_restore_tier(tmp_path):
 
 
 def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
-    """read_header_bytes reads 64 KiB (and more only for a longer header) where
-    the worker once read MAX_HEADER_LENGTH; every file must be judged the same."""
+    """The header reads read 64 KiB (and more only for a longer header) where
+    the worker once read MAX_HEADER_LENGTH; every file must be judged the same:
+    the oracle's read_header_bytes, and the shipped read_chunk_header (the C++
+    read_head_fd) against the oracle's verdict on a full-length read."""
+    import kv_store_format_oracle as oracle
+
     kr = sys.modules.get(f"{OFFLOADING}.kv_restore_read") or ns.load(
         f"{OFFLOADING}.kv_restore_read"
     )
@@ -1122,11 +1126,14 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
         "length past the end": lying(small, 600_000),
     }
 
-    def verdict(head: bytes):
+    def verdict(head: bytes, size: int | None = None):
         try:
-            return fmt.decode_header(head)
-        except fmt.FormatError as e:
-            return e.reason
+            header = oracle.decode_header(head)
+            if size is not None:
+                oracle.check_file_size(header, size)
+            return "ok"
+        except oracle.FormatError as e:
+            return e.reason.value
 
     for name, data in files.items():
         path = tmp_path / name.replace(" ", "_")
@@ -1134,18 +1141,24 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            head = fmt.read_header_bytes(fd, size)
+            head = oracle.read_header_bytes(fd, size)
             full = os.pread(fd, min(size, fmt.MAX_HEADER_LENGTH), 0)
         finally:
             os.close(fd)
         assert verdict(head) == verdict(full), name
+        try:
+            fmt.read_chunk_header(str(path))
+            native = "ok"
+        except fmt.FormatError as e:
+            native = e.reason.value
+        assert native == verdict(full, size), name
         if name == "small":
             assert len(head) == len(small)  # one read, the file is that short
         if name == "length over the maximum":
             assert len(head) == 64 << 10  # a length past the bound sizes no read
     fd = os.open(tmp_path / "big", os.O_RDONLY)
     try:
-        head = fmt.read_header_bytes(fd, len(big))
+        head = oracle.read_header_bytes(fd, len(big))
     finally:
         os.close(fd)
     assert len(head) == fmt.decode_header(big).header_length

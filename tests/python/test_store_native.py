@@ -1,7 +1,7 @@
 """libkvtier_store.so through kv_store_format/native.py, against the Python
 codec as the independent oracle (sim/restore_read_py.py for reads,
-kv_store_format for writes): the same verdict for the same bytes, and the
-refusals of a missing or mismatched library (the restore then refuses to
+kv_store_format_oracle for writes): the same verdict for the same bytes, and
+the refusals of a missing or mismatched library (the restore then refuses to
 start)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ for folder in ("kv-offload-store-local", "kv-offload-restore"):
         sys.path.insert(0, str(REPO / "overlays" / folder))
 
 import kv_store_format as fmt  # noqa: E402
+import kv_store_format_oracle as pyfmt  # noqa: E402  (tests/oracle/)
 import restore_read_py as oracle  # noqa: E402  (sim/)
 from kv_store_format import native  # noqa: E402
 
@@ -133,7 +134,7 @@ def test_a_missing_or_mismatched_library_is_refused_naming_the_file(
     with pytest.raises(native.NativeLibraryError, match="library version '0.1.0'"):
         native.Library(lib.path)
     monkeypatch.setattr(native, "ABI_VERSION", 99)
-    with pytest.raises(native.NativeLibraryError, match="ABI version 4, this overlay"):
+    with pytest.raises(native.NativeLibraryError, match="ABI version 5, this overlay"):
         native.Library(lib.path)
 
 
@@ -232,6 +233,7 @@ def test_writes_are_what_the_python_codec_reads(lib, tmp_path):
     for p, r in zip(paths, results, strict=True):
         assert r.ok, r.message
         assert fmt.verify_chunk_file(str(p)) == want
+        assert pyfmt.verify_chunk_file(str(p)) == pyfmt.decode_header(chunk())
         assert p.read_bytes() == chunk()
         assert (r.payload_checksum, r.header_length, r.bytes) == (
             want.payload_checksum,

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Writes the shared format test vectors (v1 and v2) with the Python codec.
+"""Writes the shared format test vectors (v1 and v2) with the pure-Python codec
+(the oracle, tests/oracle/kv_store_format_oracle).
 
 Deterministic: the same codec gives the same bytes, so `--check` (used by the
 test suite) regenerates everything in memory and fails if any committed file
 differs. Run without arguments to rewrite tests/vectors/ after a deliberate
 format change (and update docs/FORMAT.md and the C++ codec with it).
 
-Every vector's expected verdict is asserted here against the Python codec and
-recorded in index.json; the C++ suite reads the same index and must agree.
+Every vector's expected verdict is asserted here against the oracle and
+recorded in index.json; the C++ suite (and, through it, the shipped
+kv_store_format: tests/python/test_format_vectors.py) must agree.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
+sys.path.insert(0, str(REPO / "tests" / "oracle"))
 
-import kv_store_format as f  # noqa: E402 (found through the path above)
+import kv_store_format_oracle as f  # noqa: E402 (found through the path above)
 
 OK = "ok"
 

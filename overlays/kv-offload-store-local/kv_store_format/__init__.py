@@ -1,56 +1,49 @@
 # SPDX-License-Identifier: Apache-2.0
 """Chunk store format v2: the on-disk contract of the worker-local KV tier.
 
-This package is the Python half of the codec described in docs/FORMAT.md of the
-kvtier project; `kvstore` (C++, format/) implements the other half. Both are
-checked against the same test vectors, so any change here must change the spec,
-the C++ codec and the vectors together. Standard library only: it runs inside
-vLLM.
+The format is docs/FORMAT.md of the kvtier project; its one codec in
+production is the C++ ``format/`` library, which this package calls through
+libkvtier_store.so (ctypes, the store library the writer and the restore
+load anyway). What is here: the binding and plain typed data. Import the
+package (`import kv_store_format as fmt`), which re-exports every public name:
 
-Everything a reader rejects raises `FormatError` carrying a `Reason`; the
-reason values are the names the C++ codec reports for the same bytes.
-
-One module a concept, named as in the C++ codec; import the package
-(`import kv_store_format as fmt`), which re-exports every public name:
-
-- constants: versions, magic, sizes and limits;
-- format_error: `Reason`, `FormatError`;
-- checksum: `crc32`, the checksum of headers, payloads and manifests;
-- segment: the segment table (`Segment`, `SegmentKind`, `DType`);
-- header: the chunk header (`ChunkHeader`, encode, decode);
-- chunk: a whole chunk file (`encode_chunk`, `verify_chunk_file`);
-- canonical_json: canonical JSON and the strict parser;
-- json_fields: the field checks the JSON records share;
-- namespace_record, boundary_manifest, pending_record: the JSON records;
+- constants: versions, magic, sizes and limits; format_error: `Reason`,
+  `FormatError` (a reader's refusal, named as the C++ codec names it);
+- segment, records: the segment table, the chunk header, the boundary
+  manifest and the namespace record as dataclasses;
+- codec: encode and judge them (manifests, namespace and pending records,
+  canonical JSON, keep-K, chunk headers and whole chunks, MACs);
 - names, layout: file names and one rank's paths (`StoreLayout`);
 - store_file: opening a store file for reading (never a link or a FIFO);
-- retention: keep-K retention (`kept_manifests`);
-- mac: keyed stores (`load_key`, `key_id`, `seal_chunk`, `open_chunk`; the
-  v3 seal's AES-GMAC through libcrypto).
+- mac: a keyed store's key file and key id; checksum: zlib's CRC-32;
+- native: the chunk reads and writes of the data path;
+
+The pure-Python codec this package used to carry is the tests' oracle
+(tests/oracle/kv_store_format_oracle/). Standard library only: it runs
+inside vLLM.
 """
 
-from .boundary_manifest import (
-    GROUP_KIND_FULL,
-    GROUP_KIND_STATE,
-    MANIFEST_KIND,
-    BoundaryManifest,
-    ManifestEntry,
-    ManifestGroup,
-    decode_manifest,
-    encode_manifest,
-)
-from .canonical_json import (
-    MAX_JSON_DEPTH,
-    canonical_json,
-    parse_json,
-)
 from .checksum import crc32
-from .chunk import (
-    check_file_size,
-    check_payload_checksum,
+from .codec import (
+    canonical_json,
+    check_fenced,
+    decode_header,
+    decode_manifest,
+    decode_namespace_record,
+    decode_pending_record,
     encode_chunk,
+    encode_header,
+    encode_manifest,
+    encode_namespace_record,
+    encode_pending_record,
+    kept_manifests,
+    key_id,
+    make_fenced,
+    namespace_hash,
+    open_chunk,
     read_chunk_header,
-    read_header_bytes,
+    seal_chunk,
+    seal_chunk_v2,
     verify_chunk,
     verify_chunk_file,
     verify_sealed_chunk,
@@ -62,10 +55,12 @@ from .constants import (
     FIXED_HEADER_SIZE,
     FORMAT_VERSION,
     HEADER_CHECKSUM_SIZE,
+    MAC_SIZE,
     MAGIC,
     MAX_CHAIN_LENGTH,
     MAX_GROUP_INDEX,
     MAX_HEADER_LENGTH,
+    MAX_JSON_DEPTH,
     MAX_KEEP_BOUNDARIES,
     MAX_KEY_HASH_BYTES,
     MAX_LAYER_INDEX,
@@ -74,6 +69,8 @@ from .constants import (
     MAX_NDIM,
     MAX_PART,
     MAX_PAYLOAD_LENGTH,
+    MAX_PENDING_BYTES,
+    MAX_PENDING_CHUNKS,
     MAX_RANK,
     MAX_RECORD_BYTES,
     MAX_SEGMENTS,
@@ -84,41 +81,13 @@ from .constants import (
     NS_SHORT_HEX,
     PENDING_FORMAT_VERSION,
     READABLE_VERSIONS,
-    SEGMENT_ENTRY_SIZE,
-)
-from .format_error import (
-    FormatError,
-    Reason,
-)
-from .header import (
-    ChunkHeader,
-    declared_header_length,
-    decode_header,
-    encode_header,
-    header_length_for,
-    make_header,
-)
-from .layout import StoreLayout
-from .mac import (
-    MAC_SIZE,
     SALT_SIZE,
     SEALED_VERSION,
-    ChunkSealer,
-    KeyFileError,
-    MacUnavailable,
-    chunk_subkey,
-    fence_key,
-    is_sealed,
-    key_id,
-    load_key,
-    open_chunk,
-    open_manifest,
-    plain_header_bytes,
-    seal_chunk,
-    seal_chunk_v2,
-    seal_header,
-    seal_manifest,
+    SEGMENT_ENTRY_SIZE,
 )
+from .format_error import FormatError, Reason
+from .layout import StoreLayout
+from .mac import KeyFileError, fence_key, load_key
 from .names import (
     LOCK_FILE,
     MANIFEST_DIR,
@@ -138,68 +107,67 @@ from .names import (
     sanitize_model,
     temp_name,
 )
-from .namespace_record import (
-    NamespaceRecord,
-    check_fenced,
-    decode_namespace_record,
-    encode_namespace_record,
-    make_fenced,
-    namespace_hash,
-)
-from .pending_record import (
-    MAX_PENDING_BYTES,
-    MAX_PENDING_CHUNKS,
+from .records import (
+    GROUP_KIND_FULL,
+    GROUP_KIND_STATE,
+    MANIFEST_KIND,
     PENDING_KIND,
-    decode_pending_record,
-    encode_pending_record,
+    BoundaryManifest,
+    ChunkHeader,
+    ManifestEntry,
+    ManifestGroup,
+    NamespaceRecord,
+    header_length_for,
+    make_header,
 )
-from .retention import kept_manifests
-from .segment import (
-    DTYPE_ITEMSIZE,
-    DType,
-    Segment,
-    SegmentKind,
-    make_segments,
-)
+from .segment import DTYPE_ITEMSIZE, DType, Segment, SegmentKind, make_segments
 from .store_file import open_nofollow, open_regular, read_regular
 
 __all__ = [
-    "seal_header",
-    "plain_header_bytes",
-    "is_sealed",
-    "MAC_SIZE",
-    "SALT_SIZE",
-    "SEALED_VERSION",
-    "ChunkSealer",
-    "MacUnavailable",
-    "chunk_subkey",
-    "seal_chunk_v2",
-    "verify_sealed_chunk",
-    "KeyFileError",
-    "fence_key",
-    "key_id",
-    "load_key",
-    "open_chunk",
-    "open_manifest",
-    "seal_chunk",
-    "seal_manifest",
     "BoundaryManifest",
+    "canonical_json",
+    "check_fenced",
     "CHECKSUM_CRC32",
     "CHECKSUM_CRC32C",
+    "chunk_rel_path",
     "ChunkHeader",
+    "crc32",
+    "decode_header",
+    "decode_manifest",
+    "decode_namespace_record",
+    "decode_pending_record",
     "DEFAULT_PREFIX",
-    "DTYPE_ITEMSIZE",
     "DType",
+    "DTYPE_ITEMSIZE",
+    "encode_chunk",
+    "encode_header",
+    "encode_manifest",
+    "encode_namespace_record",
+    "encode_pending_record",
+    "fence_key",
     "FIXED_HEADER_SIZE",
     "FORMAT_VERSION",
     "FormatError",
     "GROUP_KIND_FULL",
     "GROUP_KIND_STATE",
     "HEADER_CHECKSUM_SIZE",
+    "header_length_for",
+    "is_key_hex",
+    "kept_manifests",
+    "key_id",
+    "KeyFileError",
+    "load_key",
     "LOCK_FILE",
+    "MAC_SIZE",
     "MAGIC",
+    "make_fenced",
+    "make_header",
+    "make_segments",
     "MANIFEST_DIR",
+    "manifest_file_name",
     "MANIFEST_KIND",
+    "ManifestEntry",
+    "ManifestGroup",
     "MAX_CHAIN_LENGTH",
     "MAX_GROUP_INDEX",
     "MAX_HEADER_LENGTH",
@@ -221,60 +189,39 @@ __all__ = [
     "MIN_HEADER_LENGTH",
     "MIN_KEY_HASH_BYTES",
     "MODEL_NAME_MAX",
-    "ManifestEntry",
-    "ManifestGroup",
-    "NS_SHORT_HEX",
-    "NamespaceRecord",
-    "PENDING_DIR",
-    "PENDING_FORMAT_VERSION",
-    "PENDING_KIND",
-    "READABLE_VERSIONS",
-    "RankBaseName",
-    "Reason",
-    "SEGMENT_ENTRY_SIZE",
-    "Segment",
-    "SegmentKind",
-    "StoreLayout",
-    "canonical_json",
-    "check_fenced",
-    "check_file_size",
-    "check_payload_checksum",
-    "chunk_rel_path",
-    "crc32",
-    "declared_header_length",
-    "decode_header",
-    "decode_manifest",
-    "decode_namespace_record",
-    "decode_pending_record",
-    "encode_chunk",
-    "encode_header",
-    "encode_manifest",
-    "encode_namespace_record",
-    "encode_pending_record",
-    "header_length_for",
-    "is_key_hex",
-    "kept_manifests",
-    "make_fenced",
-    "make_header",
-    "make_segments",
-    "manifest_file_name",
     "namespace_hash",
     "namespace_record_name",
+    "NamespaceRecord",
+    "NS_SHORT_HEX",
+    "open_chunk",
     "open_nofollow",
     "open_regular",
     "parse_chunk_rel_path",
-    "parse_json",
     "parse_manifest_file_name",
     "parse_pending_file_name",
     "parse_rank_base_name",
     "parse_temp_name",
+    "PENDING_DIR",
     "pending_file_name",
+    "PENDING_FORMAT_VERSION",
+    "PENDING_KIND",
     "rank_base_name",
+    "RankBaseName",
     "read_chunk_header",
-    "read_header_bytes",
     "read_regular",
+    "READABLE_VERSIONS",
+    "Reason",
+    "SALT_SIZE",
     "sanitize_model",
+    "seal_chunk",
+    "seal_chunk_v2",
+    "SEALED_VERSION",
+    "Segment",
+    "SEGMENT_ENTRY_SIZE",
+    "SegmentKind",
+    "StoreLayout",
     "temp_name",
     "verify_chunk",
     "verify_chunk_file",
+    "verify_sealed_chunk",
 ]

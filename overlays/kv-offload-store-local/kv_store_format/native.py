@@ -34,8 +34,8 @@ from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
 LIBRARY_NAME = "libkvtier_store.so"
-ABI_VERSION = 4  # KVTIER_STORE_ABI_VERSION (2: keyed stores; 3: READ_SAFE_FOLDERS;
-# 4: mac_rank, the v3 seal)
+ABI_VERSION = 5  # KVTIER_STORE_ABI_VERSION (2: keyed stores; 3: READ_SAFE_FOLDERS;
+# 4: mac_rank, the v3 seal; 5: the record calls)
 LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
 
 # Status classes (KVTIER_OK, KVTIER_E_*): the reason string is the finer name.

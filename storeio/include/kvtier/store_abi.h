@@ -7,6 +7,8 @@
  *
  * Ownership: the library never keeps a pointer past the call's return and
  * never closes a descriptor it did not open. Every string is NUL-terminated.
+ * The record calls (below) hand back output of variable size in memory they
+ * allocate; the caller frees it with kvtier_free.
  *
  * Versioning: KVTIER_STORE_ABI_VERSION changes whenever a struct, a
  * function's signature or a status/flag value changes meaning; the binding
@@ -23,10 +25,12 @@
 extern "C" {
 #endif
 
-#define KVTIER_STORE_ABI_VERSION 4u /* 2: mac_key in both items (keyed stores);
+#define KVTIER_STORE_ABI_VERSION 5u /* 2: mac_key in both items (keyed stores);
                                        3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused;
                                        4: mac_rank in both items (the v3 seal),
-                                          kvtier_store_test_pace_reads */
+                                          kvtier_store_test_pace_reads;
+                                       5: the record calls (kvtier_result,
+                                          kvtier_free, kvtier_manifest_* ...) */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -211,6 +215,197 @@ typedef struct kvtier_write_item {
  * number of items not KVTIER_OK, or -1 for unusable arguments. */
 KVTIER_STORE_API int64_t kvtier_write_chunks(kvtier_write_item* items, size_t count,
                                              uint32_t threads, uint32_t flags);
+
+/* ---- records (ABI 5) ---------------------------------------------------------
+ *
+ * The store's JSON records, its chunk headers and its MACs, encoded and
+ * judged by format/ (docs/FORMAT.md 3-6, 9.1), so that the overlays run one
+ * codec: this one. JSON crosses the ABI as UTF-8 text: what a call takes is
+ * parsed strictly (FORMAT.md 4.1: no duplicate keys, no floats, at most 64
+ * levels, at most 64 MiB), what it gives back is canonical JSON.
+ *
+ * Every call fills a kvtier_result and returns its status:
+ *   KVTIER_OK;
+ *   KVTIER_E_FORMAT: reason is the codec's reason name (bad_json, bad_field,
+ *     unsupported_version, manifest_checksum_mismatch, manifest_inconsistent,
+ *     mac_missing, mac_mismatch, truncated, header_checksum_mismatch, ... =
+ *     kvformat::reason_name = fmt.Reason), for input a reader refuses or an
+ *     encoder would not write;
+ *   KVTIER_E_ARGUMENT (bad_argument): a NULL pointer where input belongs,
+ *     input that is not the JSON shape the call takes, a keyed call to a
+ *     library built without OpenSSL;
+ *   KVTIER_E_MISSING (missing_file) / KVTIER_E_IO (io_error, sys_errno set):
+ *     the calls that open a file.
+ * A NULL `out` returns KVTIER_E_ARGUMENT and writes nothing. */
+
+typedef struct kvtier_result {
+  int32_t status;    /* KVTIER_OK or KVTIER_E_* */
+  int32_t sys_errno; /* errno of an I/O failure, else 0 */
+  uint8_t* data;     /* the call's output (length bytes and a NUL after them),
+                        allocated here; free it with kvtier_free. NULL when the
+                        call failed or has no output */
+  uint64_t length;
+  char reason[KVTIER_REASON_BYTES];   /* "" when OK */
+  char message[KVTIER_MESSAGE_BYTES]; /* for a log line; names the path when given */
+} kvtier_result;
+
+/* Frees a kvtier_result's data (NULL is fine). */
+KVTIER_STORE_API void kvtier_free(void* data);
+
+/* A boundary manifest (FORMAT.md 5) from `fields`, the JSON object its file
+ * holds less "checksum" and "mac" (boundary, chain, checksum_algorithm,
+ * chunk_tokens, format, groups, kind, namespace, rank; any layout). data:
+ * the canonical file bytes, checksum filled in; with mac_key (a keyed store's
+ * secret, FORMAT.md 3.6; NULL: none) also "mac". Judged as a reader would
+ * judge the file: unsupported_version, bad_field, manifest_inconsistent ... */
+KVTIER_STORE_API int32_t kvtier_manifest_encode(const char* fields, size_t length,
+                                                const uint8_t* mac_key, uint32_t mac_key_length,
+                                                kvtier_result* out);
+
+/* A manifest file's bytes read in FORMAT.md 5's reader order; with mac_key
+ * its MAC first (mac_missing, mac_mismatch: 3.6). data: the canonical bytes
+ * of the manifest read, without "mac" (a v1 manifest stays v1). */
+KVTIER_STORE_API int32_t kvtier_manifest_decode(const uint8_t* bytes, size_t length,
+                                                const uint8_t* mac_key, uint32_t mac_key_length,
+                                                kvtier_result* out);
+
+/* A namespace record (FORMAT.md 4) from `record`, {"fenced": {...}, "info":
+ * {...}}: its fenced part checked (unsupported_version, bad_field). data:
+ * the canonical record bytes. */
+KVTIER_STORE_API int32_t kvtier_namespace_record_encode(const char* record, size_t length,
+                                                        kvtier_result* out);
+
+/* A namespace record file's bytes read in FORMAT.md 4's reader order (at most
+ * 1 MiB). data: the canonical bytes of the record read. */
+KVTIER_STORE_API int32_t kvtier_namespace_record_decode(const uint8_t* bytes, size_t length,
+                                                        kvtier_result* out);
+
+/* The namespace hash of `fenced` (a JSON object): sha256 of its canonical
+ * JSON, 32 bytes in data. With KVTIER_FENCED_CHECK its fields are checked
+ * first, as a writer fences them (FORMAT.md 4: extra keys allowed). */
+#define KVTIER_FENCED_CHECK 1u
+KVTIER_STORE_API int32_t kvtier_namespace_hash(const char* fenced, size_t length, uint32_t flags,
+                                               kvtier_result* out);
+
+/* Canonical JSON (FORMAT.md 4.1) of any JSON value. data: the text. */
+KVTIER_STORE_API int32_t kvtier_canonical_json(const char* json, size_t length,
+                                               kvtier_result* out);
+
+/* A pending record (FORMAT.md 9.1) listing `chunks`, a JSON array of
+ * [group, "key hex"] in any order (repeats listed once). data: the canonical
+ * record bytes (bad_field for a group or key the record cannot hold). */
+KVTIER_STORE_API int32_t kvtier_pending_record_encode(const char* chunks, size_t length,
+                                                      kvtier_result* out);
+
+/* A pending record file's bytes read in FORMAT.md 9.1's reader order. data:
+ * the canonical bytes of the record read. */
+KVTIER_STORE_API int32_t kvtier_pending_record_decode(const uint8_t* bytes, size_t length,
+                                                      kvtier_result* out);
+
+/* Keep-K retention (FORMAT.md 6): `chains` holds one line per manifest,
+ * each ended by a newline: its name, then each key of its chain, every field
+ * after a tab (names and keys hold no tab or newline). data: the names kept,
+ * ascending, each ended by a newline. keep 0 keeps all; keep > 1024:
+ * field_out_of_range. */
+KVTIER_STORE_API int32_t kvtier_kept_manifests(const char* chains, size_t length, uint32_t keep,
+                                               kvtier_result* out);
+
+/* The key's id a keyed store's fenced part carries as mac_key_id (FORMAT.md
+ * 3.6): 16 hex digits in data, never the key. */
+KVTIER_STORE_API int32_t kvtier_mac_key_id(const uint8_t* mac_key, uint32_t mac_key_length,
+                                           kvtier_result* out);
+
+/* A chunk header's fields (FORMAT.md 3.1). The segment table goes to the
+ * caller's kvtier_segment array: the first min(num_segments, capacity)
+ * entries; with num_segments > capacity, call again with room for all. */
+typedef struct kvtier_chunk_header {
+  uint16_t format_version; /* 1 or 2: a sealed file's is the plain header's */
+  uint8_t checksum_algorithm;
+  uint8_t key_hash_length;
+  uint32_t group;
+  uint64_t boundary;
+  uint64_t payload_length;
+  uint32_t payload_checksum;
+  uint32_t header_length;
+  uint32_t num_segments;
+  uint32_t reserved; /* 0 */
+  uint8_t namespace_hash[32];
+  uint8_t key_hash[64]; /* key_hash_length bytes, then 0 */
+} kvtier_chunk_header;
+
+/* The file a keyed store holds is sealed (FORMAT.md 3.6): without the MAC
+ * flag mac_missing, with no room for a MAC truncated; its header is read as
+ * the plain one it seals and the size checked less the MAC. The MAC itself
+ * needs the payload: kvtier_read_chunks checks it. */
+#define KVTIER_HEADER_SEALED 1u
+
+/* The header of the chunk file at `path` and its size checked (FORMAT.md
+ * 3.5 steps 1-14; not the payload): opened O_RDONLY|O_NONBLOCK, no symlink
+ * as the file or a folder on its path (io_error, ELOOP), a regular file only
+ * (io_error, EINVAL); ENOENT is missing_file. The writer's dedup. */
+KVTIER_STORE_API int32_t kvtier_read_chunk_header(const char* path, uint32_t flags,
+                                                  kvtier_chunk_header* header,
+                                                  kvtier_segment* segments, uint32_t capacity,
+                                                  kvtier_result* out);
+
+/* The plain header at the start of `bytes` (a file's first bytes, at least
+ * its header_length of them when it has that many: 3.5 steps 1-13); the
+ * file's size is not looked at. */
+KVTIER_STORE_API int32_t kvtier_parse_chunk_header(const uint8_t* bytes, size_t length,
+                                                   kvtier_chunk_header* header,
+                                                   kvtier_segment* segments, uint32_t capacity,
+                                                   kvtier_result* out);
+
+/* The plain header (FORMAT.md 3.1: flags 0, version 1 or 2) of `header`'s
+ * fields and `header->num_segments` entries of `segments` (their offsets and
+ * lengths as given); header_length and reserved are not read. Refused as a
+ * reader would refuse the bytes (unsupported_version, bad_key_hash,
+ * field_out_of_range, bad_segment_table, reserved_nonzero for a v1 part).
+ * data: the header_length bytes. */
+KVTIER_STORE_API int32_t kvtier_encode_chunk_header(const kvtier_chunk_header* header,
+                                                    const kvtier_segment* segments,
+                                                    kvtier_result* out);
+
+/* A whole chunk file held in memory checked (FORMAT.md 3.5, every step, the
+ * payload's CRC included); with mac_key a keyed one, its MAC first as
+ * kvtier_open_chunk checks it (mac_rank: the rank whose store it is in),
+ * then the plain chunk it seals. The header as kvtier_parse_chunk_header
+ * gives it. */
+KVTIER_STORE_API int32_t kvtier_verify_chunk(const uint8_t* file, size_t length,
+                                             const uint8_t* mac_key, uint32_t mac_key_length,
+                                             uint32_t mac_rank, kvtier_chunk_header* header,
+                                             kvtier_segment* segments, uint32_t capacity,
+                                             kvtier_result* out);
+
+/* The chunk file at `path` checked as kvtier_verify_chunk checks bytes,
+ * opened as kvtier_read_chunk_header opens it; a plain one read in blocks of
+ * `block_size` bytes (0: 8 MiB), a keyed one (mac_key) read whole. */
+KVTIER_STORE_API int32_t kvtier_verify_chunk_file(const char* path, uint64_t block_size,
+                                                  const uint8_t* mac_key,
+                                                  uint32_t mac_key_length, uint32_t mac_rank,
+                                                  kvtier_chunk_header* header,
+                                                  kvtier_segment* segments, uint32_t capacity,
+                                                  kvtier_result* out);
+
+/* A plain chunk held in memory sealed for a keyed store (FORMAT.md 3.6):
+ * the v3 seal for `mac_rank` under `salt` (16 bytes; NULL: drawn at random,
+ * as a writer must), or with KVTIER_SEAL_V2 the v2 seal older stores hold
+ * (tests and vectors only: writers seal v3). data: the sealed file;
+ * bad_header_length when the bytes cannot hold their header. */
+#define KVTIER_SEAL_V2 1u
+KVTIER_STORE_API int32_t kvtier_seal_chunk(const uint8_t* chunk, size_t length,
+                                           const uint8_t* mac_key, uint32_t mac_key_length,
+                                           uint32_t mac_rank, const uint8_t* salt, uint32_t flags,
+                                           kvtier_result* out);
+
+/* A keyed chunk file held in memory, its MAC checked before anything else
+ * (FORMAT.md 3.6: mac_missing, truncated, mac_mismatch; the v3 seal bound to
+ * `mac_rank`, the rank whose store the file is in). data: the plain chunk it
+ * seals (the flag cleared, version 3 back to 2), for the plain reader's
+ * checks. */
+KVTIER_STORE_API int32_t kvtier_open_chunk(const uint8_t* file, size_t length,
+                                           const uint8_t* mac_key, uint32_t mac_key_length,
+                                           uint32_t mac_rank, kvtier_result* out);
 
 /* ---- test seam --------------------------------------------------------------- */
 

@@ -60,6 +60,12 @@ Result<BoundaryManifest> parse_manifest(std::string_view bytes);
 // Tests hold parse_manifest to the same verdicts.
 Result<BoundaryManifest> parse_manifest_json(std::string_view bytes);
 
+// A manifest from the JSON of its fields as an encoder is given them: the
+// file's object without "checksum" (and "mac"), in any layout. Judged as a
+// reader judges a file (format, checksum_algorithm, the fields, the
+// structure), with no checksum to compare; encode_manifest then writes it.
+Result<BoundaryManifest> parse_manifest_fields(std::string_view fields);
+
 // A keyed store's manifest (FORMAT.md 3.6): its "mac" (64 hex, unchecked)
 // and the canonical JSON of the rest, which is what the MAC covers and what
 // parse_manifest then judges. nullopt for a manifest without "mac" (the

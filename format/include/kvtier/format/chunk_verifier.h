@@ -45,8 +45,10 @@ class ChunkVerifier {
 // IoError. The descriptor's offset is not used (pread).
 Result<ChunkHeader> verify_chunk_fd(int fd, std::span<std::uint8_t> buffer);
 
-// The first bytes of an open file of `file_size` bytes, as many as the longest
-// header can take (fewer when the file is shorter or shrank). I/O failures are
+// The first bytes of an open file of `file_size` bytes, enough for its header:
+// 64 KiB, or the header_length the bytes declare when that is more (and at
+// most kMaxHeaderLength); fewer when the file is shorter or shrank. Parsing
+// them gives the verdict the longest header's read would. I/O failures are
 // IoError. Shared by the plain and the sealed header readers.
 Result<std::vector<std::uint8_t>> read_head_fd(int fd, std::uint64_t file_size);
 

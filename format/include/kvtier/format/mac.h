@@ -11,8 +11,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "kvtier/format/format_error.h"
 #include "kvtier/format/header.h"  // kFlagMac, kMacSize, kSealedVersion
 
 namespace kvformat {
@@ -116,5 +118,15 @@ enum class MacVerdict { Ok, Missing, Mismatch, Truncated };
 // Checks a keyed file's MAC before anything else of it is used.
 MacVerdict check_chunk_mac(std::span<const std::uint8_t> key, std::uint32_t rank,
                            std::span<const std::uint8_t> file);
+
+// A keyed store's manifest (FORMAT.md 3.6). seal_manifest: the canonical
+// bytes of `manifest` (a manifest's JSON, e.g. encode_manifest's) with
+// "mac", the hex HMAC-SHA256 of the canonical JSON of the rest; bad_json if
+// it is no JSON object. open_manifest: the canonical JSON of a file's object
+// without "mac", its MAC checked first: bad_json / bad_field for bytes that
+// are no JSON object, mac_missing, mac_mismatch (a "mac" that is not 64
+// lowercase hex digits too: issue 45). parse_manifest then judges the rest.
+Result<std::string> seal_manifest(std::span<const std::uint8_t> key, std::string_view manifest);
+Result<std::string> open_manifest(std::span<const std::uint8_t> key, std::string_view bytes);
 
 }  // namespace kvformat
