@@ -76,7 +76,7 @@ unxz_to() {
 # patched one /tmp/vp; with MODELS=1 the model stages' ops into both trees and their
 # transformers into /tmp/site-models (MODELS_SITE). Status 1 with a line on what is missing.
 setup_trees() {
-  local a a2 w c c2 ops_sha so=$PV/_C_stable_libtorch.abi3.so
+  local a a2 w c c2 f k ops_sha so=$PV/_C_stable_libtorch.abi3.so
   # shellcheck disable=SC2034 # read by device-b.sh
   MODELS_SITE=
   mkdir -p "$PV"
@@ -121,10 +121,11 @@ def minimax_m3_msa_warmup(worker):
 PY
   fi
   cp "$so" /tmp/v/vllm/
-  # The model stages' ops: _moe_C, FlashKDA/FlashMLA, DeepSelect, deep_gemm into the tree;
-  # their transformers into a site of its own (model stages only).
+  # The model stages' ops: _moe_C, FlashKDA/FlashMLA, DeepSelect, deep_gemm and
+  # FlashAttention 3 (set F) into the tree; their transformers, tilelang with z3 and
+  # ml_dtypes (set K) and a second tvm_ffi into a site of their own (model stages only).
   if [ "${1:-0}" = 1 ]; then
-    c=$(set_dir C) && c2=$(set_dir C2) || return 1
+    c=$(set_dir C) && c2=$(set_dir C2) && f=$(set_dir F) && k=$(set_dir K) || return 1
     unxz_to "$c/moe_C.xz" /tmp/v/vllm/_moe_C_stable_libtorch.abi3.so || {
       echo "set C: _moe_C did not unpack" >&2
       return 1
@@ -133,10 +134,22 @@ PY
       echo "set C2: ops.tar.xz did not unpack" >&2
       return 1
     }
+    # DeepSeek-V2-Lite's MLA prefill: FA3 is what vLLM picks on SM90 once it loads (the
+    # FA2 placeholder above stays: FA2 is never picked on SM90 while FA3 loads).
+    unxz_to "$f/fa3_C.xz" /tmp/v/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so || {
+      echo "set F: _vllm_fa3_C did not unpack" >&2
+      return 1
+    }
+    # tilelang's libraries find libtvm_ffi and libz3 beside their package
+    # (RUNPATH $ORIGIN/../../tvm_ffi/lib, ../../z3/lib): W's apache-tvm-ffi goes here too.
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target /tmp/site-models "$c2"/whl/*.whl >/tmp/pip-models.log 2>&1 || {
+      --target /tmp/site-models "$c2"/whl/*.whl "$w"/apache_tvm_ffi-*.whl >/tmp/pip-models.log 2>&1 || {
       tail -5 /tmp/pip-models.log >&2
-      echo "set C2: the transformers wheel did not install into /tmp/site-models" >&2
+      echo "set C2: the transformers and tvm_ffi wheels did not install into /tmp/site-models" >&2
+      return 1
+    }
+    tar xJf "$k/site.tar.xz" -C /tmp/site-models || {
+      echo "set K: site.tar.xz did not unpack" >&2
       return 1
     }
     # shellcheck disable=SC2034 # read by device-b.sh

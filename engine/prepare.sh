@@ -15,6 +15,10 @@
 #   C   the model stages' MoE ops (_moe_C, xz; engine/suite_models.py)
 #   C2  their other ops (_flashkda_C, _flashmla_C(+_extension), _deepselect_C and the
 #       vendored deep_gemm, one tar.xz) and the transformers wheel with their config classes
+#   F   FlashAttention 3 (vllm_flash_attn/_vllm_fa3_C.abi3.so, xz): DeepSeek-V2-Lite's MLA
+#       prefill (on SM90 vLLM has no other MLA prefill backend)
+#   K   GLM-5.3's mHC kernels: tilelang, z3's library, ml_dtypes (engine/kernels.txt,
+#       sha256-checked), installed here into one site tree, site.tar.xz
 # Every set holds a file `engine` naming the release. The suite's own code and the model
 # configs (engine/) travel with the working tree.
 # Needs scripts/setup.sh done (the pinned wheel in the cache, sha256-checked here again).
@@ -56,7 +60,7 @@ if [ "$(cat "$OUT/wheel.sha256" 2>/dev/null)" != "$WHEEL_SHA" ]; then
 fi
 mkdir -p "$OUT/B"
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name A ! -name A2 ! -name B ! -name C ! -name C2 \
-  ! -name wheel.sha256 -exec rm -rf {} +
+  ! -name F ! -name K ! -name wheel.sha256 -exec rm -rf {} +
 find "$OUT/B" -mindepth 1 -maxdepth 1 ! -name vtree.tar.xz -exec rm -rf {} +
 rm -rf "$OUT/C2/whl"
 mkdir -p "$W/tree" "$W/whl" "$OUT/B/lib" "$OUT/W"
@@ -172,12 +176,54 @@ mkdir -p "$OUT/C2/whl"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${plat[@]}" -d "$OUT/C2/whl" "transformers==5.20.2"
 
+# 7. Set F (the model stages' FlashAttention 3), kept while the wheel is the same. Its
+#    stable-ABI torch symbols are _C's and FlashMLA's plus aoti_torch_aten_fill__Scalar.
+if [ ! -s "$OUT/F/fa3_C.xz" ]; then
+  rm -rf "$OUT/F" && mkdir -p "$OUT/F"
+  unzip -p "$WHEEL" vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so | xz -T0 -6 >"$OUT/F/fa3_C.xz.tmp"
+  mv "$OUT/F/fa3_C.xz.tmp" "$OUT/F/fa3_C.xz"
+fi
+# 8. Set K: the wheels of engine/kernels.txt (cached, each refused unless its sha256 is the
+#    listed one), installed by pip into one site tree as the device would (--target), then
+#    tar.xz: 35 MB against 80 MB of wheels. Two cuts, both in z3-solver: its z3 command-line
+#    binary (22 MB; tilelang links the library only) and the second copy of libz3 a zip
+#    cannot hold as a link. Kept while kernels.txt is the same.
+KWHL=$CACHE/kernel-wheels
+if ! cmp -s engine/kernels.txt "$OUT/K/kernels.txt" || [ ! -s "$OUT/K/site.tar.xz" ]; then
+  rm -rf "$OUT/K" && mkdir -p "$OUT/K" "$KWHL" "$W/ksite"
+  kwheels=()
+  while read -r req sha; do
+    [ -z "$req" ] || [[ $req == \#* ]] && continue
+    name=${req%%==*} && ver=${req#*==}
+    f=$(find "$KWHL" -maxdepth 1 -iname "${name//-/_}-$ver-*.whl" | head -1)
+    if [ -z "$f" ] || [ "$(sha256sum "$f" | cut -c1-64)" != "$sha" ]; then
+      rm -f "$f"
+      python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp "${plat[@]}" -d "$KWHL" "$req"
+      f=$(find "$KWHL" -maxdepth 1 -iname "${name//-/_}-$ver-*.whl" | head -1)
+    fi
+    if [ -z "$f" ] || [ "$(sha256sum "$f" | cut -c1-64)" != "$sha" ]; then
+      echo "prepare: $req: the wheel's sha256 is not engine/kernels.txt's $sha" >&2
+      exit 1
+    fi
+    kwheels+=("$f")
+  done <engine/kernels.txt
+  python3 -m pip install -q --no-deps --no-index --no-compile --only-binary=:all: \
+    --python-version 3.12 --implementation cp "${plat[@]}" --target "$W/ksite" "${kwheels[@]}"
+  rm -rf "$W/ksite/bin"
+  z3lib=$W/ksite/z3/lib
+  if cmp -s "$z3lib/libz3.so" "$z3lib/libz3.so.4.15"; then ln -sf libz3.so.4.15 "$z3lib/libz3.so"; fi
+  (cd "$W/ksite" && tar cf - . | xz -T0 -6 >"$OUT/K/site.tar.xz.tmp")
+  mv "$OUT/K/site.tar.xz.tmp" "$OUT/K/site.tar.xz"
+  cp engine/kernels.txt "$OUT/K/kernels.txt"
+fi
+
 # Which release every set is: device-a.sh stashes its sets in /tmp/pv-<version>, device-b.sh
 # hands it to the suite (--engine), so a warm machine never mixes two releases' sets.
-for s in A A2 W B C C2; do echo "$ENGINE" >"$OUT/$s/engine"; done
+for s in A A2 W B C C2 F K; do echo "$ENGINE" >"$OUT/$s/engine"; done
 # Every file of the sets B does not hold, which device-lib.sh checks before it uses them
 # (carried with its call or stashed by an earlier one).
-(cd "$OUT" && find A A2 W C C2 -type f -print0 | sort -z | xargs -0 sha256sum) >"$OUT/B/sets.sha256"
+(cd "$OUT" && find A A2 W C C2 F K -type f -print0 | sort -z | xargs -0 sha256sum) >"$OUT/B/sets.sha256"
 # Every set against its cap and every call of every chain, with the checkout, against what
 # one call takes less the margin for the checkout to grow; exit 1 naming the set to split.
 python3 engine/transfer.py check "$OUT"

@@ -14,12 +14,17 @@ from suite_stage import MODELS, Stage
 # argument set per model. Attention: TRITON_MLA for DeepSeek-V2-Lite's dense MLA; GLM-5.3's
 # MLA is sparse (the kpool indexer picks the keys), which TRITON_MLA refuses, so FlashMLA's
 # sparse backend (set C carries _flashmla_C; on SM90 it serves GLM-5.3's 512-wide NoPE
-# head). GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C.
+# head); its mHC ops run tilelang's kernels (set K). DeepSeek-V2-Lite's MLA prefill is
+# FlashAttention 3 (set F): on SM90 vLLM 0.34.0 lists no other MLA prefill backend.
+# GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C; the gated-DeltaNet
+# family's prefill (Qwen3-Next's layers, and the GDN metadata GLM-5.3's KDA layers share)
+# on FLA's Triton kernels too: "auto" picks FlashInfer on SM90, which is not carried.
+GDN = '"gdn_prefill_backend": "triton"'
 NEW_MODELS = {
     "glm5next": ["--hybrid", "--attention-backend", "FLASHMLA_SPARSE", "--additional-config",
-                 '{"kda_prefill_backend": "triton"}'],
+                 '{"kda_prefill_backend": "triton", ' + GDN + "}"],
     "dsv2lite": ["--attention-backend", "TRITON_MLA"],
-    "qwen3next": ["--hybrid"],
+    "qwen3next": ["--hybrid", "--additional-config", "{" + GDN + "}"],
 }  # fmt: skip
 
 
