@@ -120,6 +120,7 @@ COUNTERS: tuple[Row, ...] = (
 EXCLUDED: dict[tuple[str, str], str] = {
     (RESTORE, "read_rate"): "an estimate (bytes/s), not a count",
     (RESTORE, "key_bytes"): "an estimate (bytes a key), not a count",
+    (RESTORE, "job_reads"): "the newest jobs' reads, a list for the GPU suite's judge",
     (TIER, "last_estimate"): "the last decision's numbers, logged",
 }
 
