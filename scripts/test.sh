@@ -29,35 +29,6 @@ stage() {
   echo "== $line"
   ((rc == 0)) || status=1
 }
-# side NAME COMMAND...: starts it in the background, its output to a log and
-# its exit status and wall time to NAME.done; joined waits for every side
-# stage, then prints and records each as stage does.
-sides=()
-side() {
-  local name=$1
-  shift
-  (
-    t=$EPOCHREALTIME rc=0
-    "$@" >"$BUILD_DIR/$name.log" 2>&1 || rc=$?
-    printf '%s %s\n' "$rc" "$(seconds_since "$t")" >"$BUILD_DIR/$name.done"
-  ) &
-  sides+=("$name:$!")
-}
-joined() {
-  local entry name rc secs line
-  for entry in "${sides[@]}"; do
-    name=${entry%:*}
-    wait "${entry##*:}" || true
-    read -r rc secs <"$BUILD_DIR/$name.done" || { rc=1 secs="?"; }
-    echo "== $name"
-    sed 's/^/  /' "$BUILD_DIR/$name.log"
-    line=$(printf '%-12s %7s s  %s' "$name" "$secs" "$( ((rc)) && echo "FAILED (exit $rc)" || echo ok)")
-    times+=("$line")
-    echo "== $line"
-    ((rc == 0)) || status=1
-  done
-  sides=()
-}
 report() {
   echo "== stage times"
   printf '  %s\n' "${times[@]}"
@@ -106,17 +77,16 @@ fi
 # package tree (tests/real_release.py). KVTIER_REAL=0 skips it.
 releases=$(find fixtures -mindepth 2 -maxdepth 2 -name PINS -printf '%h\n' | xargs -rn1 basename | grep '^vllm-' | sort -Vr)
 if [ "${KVTIER_REAL:-1}" != 0 ]; then
-  # The releases' tests/realsched run side by side: each is one pytest process
-  # on about one core, so on CI's two cores the pair takes the longer one's time.
+  # One release at a time: a release's realsched already keeps both cores busy
+  # (side by side, at c66710e, each took twice as long).
   for release in $releases; do
     if [ -n "$real_python" ]; then
-      side "realsched-${release#vllm-}" env KVTIER_RELEASE="$release" KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" \
+      stage "realsched-${release#vllm-}" env KVTIER_RELEASE="$release" KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" \
         "$real_python" -m pytest -q tests/realsched
     else
       stage "realsched-${release#vllm-}" false # the venv build failed: its log is above
     fi
   done
-  joined
   # The upstream runner shards over every core itself: one release at a time.
   for release in $releases; do
     stage "upstream-${release#vllm-}" env KVTIER_RELEASE="$release" KVTIER_BUILD_DIR="$PWD/$BUILD_DIR" \

@@ -142,10 +142,12 @@ TEST(ChunkHeaderAbi, ParseFromBytes) {
   std::vector<kvtier_segment> segs(4);
   kvtier_result r{};
   ASSERT_EQ(kvtier_parse_chunk_header(kFile.data(), kFile.size(), &h, segs.data(), 4, &r), KVTIER_OK);
+  kvtier_free(r.data);
   EXPECT_EQ(h.num_segments, 3u);
   EXPECT_EQ(segs[2].length, 10u);
   // The size is not looked at: the header alone parses.
   ASSERT_EQ(kvtier_parse_chunk_header(kFile.data(), h.header_length, &h, segs.data(), 4, &r), KVTIER_OK);
+  kvtier_free(r.data);
   EXPECT_EQ(kvtier_parse_chunk_header(kFile.data(), h.header_length - 1, &h, segs.data(), 4, &r),
             KVTIER_E_FORMAT);
   EXPECT_STREQ(r.reason, "truncated");
@@ -161,6 +163,7 @@ kvtier_chunk_header fields_of(const kvformat::ChunkHeader& h, std::vector<kvtier
   EXPECT_EQ(kvtier_parse_chunk_header(bytes.data(), bytes.size(), &out, segs.data(),
                                       static_cast<std::uint32_t>(segs.size()), &r),
             KVTIER_OK);
+  kvtier_free(r.data);
   return out;
 }
 

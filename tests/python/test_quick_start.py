@@ -165,12 +165,11 @@ def test_test_sh_times_every_stage_and_builds_the_venv_beside_the_cxx_stages(tre
     assert any(c.startswith("venv-python -m pytest -q tests/realsched") for c in log)
     times = res.stdout[res.stdout.index("== stage times") :].splitlines()[1:]
     names = [line.split()[0] for line in times]
-    # The real-vLLM tier once per pinned release, newest first: the releases'
-    # tests/realsched side by side, then vLLM's own tests one release at a time.
+    # The real-vLLM tier once per pinned release, newest first: each release's
+    # tests/realsched, then vLLM's own tests, one release at a time.
     assert names == ["setup", "hardening", "ctest", "venv-wait", "pytest",
                      "realsched-0.34.0", "realsched-0.33.0", "upstream-0.34.0",
                      "upstream-0.33.0", "total"]  # fmt: skip
-    # Each side stage's output is printed under its name.
     assert "== realsched-0.33.0\n" in res.stdout
     assert "upstream-tests.sh " in log  # vLLM's own tests on both trees
     assert all(line.split()[2] == "s" for line in times)
