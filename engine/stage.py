@@ -49,6 +49,15 @@ def workload(name: str, rnd: int = 0) -> tuple[list[list[int]], int]:
         prompts = [list((i * 3) % 1000 + 1 for i in range(n)) for n in (300, 450, 600)]
         prompts.append([(11 * i) % 900 + 50 for i in range(500)])
         return prompts, 16
+    if name == "blocks":
+        # For KV blocks of 192-512 tokens (Qwen3-Next's attention block sized to its
+        # gated-DeltaNet state page; GLM-5.3's on FlashMLA sparse): 2-10 full blocks a
+        # prompt, shared prefixes again (the "small" prompts fill none, so nothing is stored).
+        prompts = [
+            list((i * 5) % 1000 + 1 for i in range(n)) for n in (1100, 1600, 2100)
+        ]
+        prompts.append([(13 * i) % 900 + 50 for i in range(1500)])
+        return prompts, 16
     if name.startswith("ttft:"):
         # Long prompts for the time-to-first-token stages, one per length; no two share
         # a first token, so no prompt is a prefix hit of another.

@@ -19,12 +19,15 @@ from suite_stage import MODELS, Stage
 # GLM-5.3's KDA prefill on FLA's Triton kernels, not _flashkda_C; the gated-DeltaNet
 # family's prefill (Qwen3-Next's layers, and the GDN metadata GLM-5.3's KDA layers share)
 # on FLA's Triton kernels too: "auto" picks FlashInfer on SM90, which is not carried.
+# The hybrid models' KV block is 512 (GLM-5.3) and 192 (Qwen3-Next) tokens: their stages
+# run the "blocks" workload, whose prompts fill several (run 28: "small" filled none).
 GDN = '"gdn_prefill_backend": "triton"'
+BLOCKS = ["--workload", "blocks"]
 NEW_MODELS = {
     "glm5next": ["--hybrid", "--attention-backend", "FLASHMLA_SPARSE", "--additional-config",
-                 '{"kda_prefill_backend": "triton", ' + GDN + "}"],
+                 '{"kda_prefill_backend": "triton", ' + GDN + "}"] + BLOCKS,
     "dsv2lite": ["--attention-backend", "TRITON_MLA"],
-    "qwen3next": ["--hybrid", "--additional-config", "{" + GDN + "}"],
+    "qwen3next": ["--hybrid", "--additional-config", "{" + GDN + "}"] + BLOCKS,
 }  # fmt: skip
 
 

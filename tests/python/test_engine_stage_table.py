@@ -96,6 +96,27 @@ def test_ttft_tokens_reaches_the_ttft_stages():
         assert cold["args"][cold["args"].index("--workload") + 1] == want
 
 
+# The KV block (tokens) vLLM 0.34.0 picked for each hybrid model stage in run 28 (its log's
+# "kv lcm block sizes"): GLM-5.3 on FlashMLA sparse, Qwen3-Next sized to its state page.
+HYBRID_BLOCKS = {"glm5next": 512, "qwen3next": 192}
+
+
+def test_the_hybrid_model_stages_prompts_fill_their_kv_blocks():
+    # Run 28: on the "small" prompts (40-100 tokens) those two stored nothing.
+    sys.path.insert(0, str(REPO / "engine"))
+    import stage
+
+    table = listing(None)["table"]
+    for model, block in HYBRID_BLOCKS.items():
+        stages = [s for s in table if s["name"].startswith(model + ".")]
+        stages = [s for s in stages if s["name"] != model + ".ops"]
+        assert len(stages) == 8, model  # pristine, two knobs, five restores
+        for st in stages:
+            args = st["args"]
+            prompts, _ = stage.workload(args[args.index("--workload") + 1])
+            assert all(len(p) >= 2 * block for p in prompts), (st["name"], block)
+
+
 if __name__ == "__main__":
     GOLDEN.write_text(json.dumps(recorded(), indent=1) + "\n")
     print(f"wrote {GOLDEN}")
