@@ -86,7 +86,7 @@ endif()
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/overlay ${PROJECT_SOURCE_DIR}/packaging/bash-completion/kvstore
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT runtime)
 # zsh and fish completion and the man pages: generated from the tools' --help
-# by packaging/gen-cli-docs.py and committed (tests/python/test_cli_docs.py
+# by packaging/gen-cli-docs.py and committed (tests/python/packaging/test_cli_docs.py
 # fails when they are stale). zsh reads $prefix/share/zsh/site-functions,
 # fish $prefix/share/fish/vendor_completions.d.
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/zsh/_overlay ${PROJECT_SOURCE_DIR}/packaging/zsh/_kvstore

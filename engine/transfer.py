@@ -7,7 +7,7 @@ call's checkout + sets must stay under that with room for the checkout to grow.
                                              each call with today's checkout (prepare.sh's
                                              last step); exit 1 naming the set to split
     python3 engine/transfer.py plan          the declared caps with today's checkout (what
-                                             tests/python/test_engine_transfer.py checks)
+                                             tests/python/engine/test_engine_transfer.py checks)
     python3 engine/transfer.py calls [DIR]   the device calls of each chain: command, carry
     python3 engine/transfer.py cut           the byte where the compiled ops are cut (A | A2)
 

@@ -1,5 +1,5 @@
 // kvformat_vectors: the C++ codec's side of the shared test vectors, for the
-// Python suite (tests/python/test_format_vectors.py).
+// Python suite (tests/python/store/test_format_vectors.py).
 //
 //   kvformat_vectors verdicts DIR      print {"<name>": "<verdict>", ...} for
 //                                      every vector in DIR/index.json

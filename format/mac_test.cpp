@@ -1,4 +1,4 @@
-// The keyed-store vectors of tests/python/test_kv_mac.py, byte for byte: the
+// The keyed-store vectors of tests/python/store/test_kv_mac.py, byte for byte: the
 // C++ MAC agrees with the Python codec's, for the v3 seal writers write and
 // the v2 seal older stores hold.
 #include "kvtier/format/mac.h"

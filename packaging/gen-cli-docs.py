@@ -8,7 +8,7 @@ subcommand's), so that they never say something `--help` does not.
 --bin-dir is a build folder (patcher/overlay, kvstore/kvstore) or a folder
 holding both tools. --check writes nothing and exits 1 naming each file that
 differs from what the tools' help makes now (CI runs it:
-tests/python/test_cli_docs.py); the files are committed, and `cmake
+tests/python/packaging/test_cli_docs.py); the files are committed, and `cmake
 --install` and the .deb install them (bash completion stays hand-written).
 """
 

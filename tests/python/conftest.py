@@ -18,8 +18,11 @@ from types import ModuleType
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# tests/python: this file and the support modules the tests in its subfolders import
+# (and the helper scripts they run import: pass it on PYTHONPATH or sys.path).
+TESTS_PYTHON = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_PYTHON.parents[1]
+sys.path.insert(0, str(TESTS_PYTHON))
 sys.path.insert(0, str(REPO_ROOT / "sim"))  # harness, hybrid layout, fakes
 # The pure-Python codec of FORMAT.md (kv_store_format_oracle): the oracle the
 # shipped codec (kv_store_format, the C++ one through ctypes) is checked by.

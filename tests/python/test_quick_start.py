@@ -34,8 +34,9 @@ def tree(tmp_path) -> Path:
         (root / "fixtures" / release).mkdir(parents=True)
         (root / "fixtures" / release / "PINS").write_text("")
     (root / "fixtures" / "fetch.py").write_text("")
-    (root / "tests" / "python").mkdir(parents=True)
-    (root / "tests" / "python" / "test_x.py").write_text("")
+    # Test files are in subfolders only: test.sh must still find them.
+    (root / "tests" / "python" / "store").mkdir(parents=True)
+    (root / "tests" / "python" / "store" / "test_x.py").write_text("")
     (root / "build").mkdir()
     (root / "build" / "build.ninja").write_text("")
     bin_ = tmp_path / "bin"

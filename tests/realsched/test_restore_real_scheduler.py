@@ -8,7 +8,7 @@ that, ``Workers`` plays what each rank's WorkerRestore reports through the worke
 READY, the keys its manifests prove (taken from the boundary-manifest candidates the real
 scheduler attached to A's store jobs), and its answer to each promotion the scheduler sent
 in its real connector metadata. The worker side itself (files, checks, rows) is covered by
-tests/python/test_kv_offload_restore.py.
+tests/python/restore/test_kv_offload_restore.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ format change (and update docs/FORMAT.md and the C++ codec with it).
 
 Every vector's expected verdict is asserted here against the oracle and
 recorded in index.json; the C++ suite (and, through it, the shipped
-kv_store_format: tests/python/test_format_vectors.py) must agree.
+kv_store_format: tests/python/store/test_format_vectors.py) must agree.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Which file: ``KVTIER_STORE_LIB`` (a path to the .so) when set, else
 library's ABI and library versions must equal ``ABI_VERSION`` and
 ``LIBRARY_VERSION``; anything else raises ``NativeLibraryError`` naming the
 file, and the caller refuses to start: there is no fallback to the Python
-codec (which stays as a test oracle: tests/python/test_store_native.py).
+codec (which stays as a test oracle: tests/python/store/test_store_native.py).
 
 Standard library only: it runs inside vLLM.
 """

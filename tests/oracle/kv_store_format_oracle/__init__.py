@@ -6,7 +6,7 @@ Until issue 46 this package shipped inside vLLM as the overlays'
 header and MAC in the C++ ``format/`` library through libkvtier_store.so
 (``kv_store_format.codec``), and this second, independent codec of the
 spec stays here, in the tests only: both are checked against the shared
-vectors (tests/python/test_format_vectors.py, test_kv_mac.py), the Python
+vectors (tests/python/store/test_format_vectors.py, test_kv_mac.py), the Python
 read of a promotion (sim/restore_read_py.py) and the vector generator
 (tests/vectors/generate.py) run on it. Standard library only.
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 for folder in ("kv-offload-store-local", "kv-offload-restore"):
     if str(REPO / "overlays" / folder) not in sys.path:
         sys.path.insert(0, str(REPO / "overlays" / folder))

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 GEN = REPO / "packaging/gen-cli-docs.py"
 COMMANDS = {"overlay": ["status", "plan", "apply", "check", "revert", "recover"],
             "kvstore": ["verify", "gc", "stat", "inspect"]}  # fmt: skip

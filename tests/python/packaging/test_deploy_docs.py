@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO_ROOT as REPO
 from kvstore_support import FULL_GROUP, Store, age_tree, flip_bit
 
-REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "packaging/deploy"
 KNOBS = REPO / "overlays/kv-offload-scope/kv_offload_knobs.py"
 

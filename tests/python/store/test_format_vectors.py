@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
 from conftest import load_module
 
-REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
 CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format"
 ORACLE = REPO / "tests" / "oracle" / "kv_store_format_oracle"

@@ -1,8 +1,8 @@
 """The GPU suite's stage table and what each ONLY / TOGETHER / GPUS runs, against a recorded
-listing (tests/python/engine_stage_table.json): a change to a stage, its order or what a
+listing (tests/python/engine/engine_stage_table.json): a change to a stage, its order or what a
 selection picks shows here as a diff before it costs device minutes. No GPU or vLLM needed.
 
-After a deliberate change to the table: `python3 tests/python/test_engine_stage_table.py`
+After a deliberate change to the table: `python3 tests/python/engine/test_engine_stage_table.py`
 writes the listing anew; the diff of the JSON is the change to review.
 """
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOLDEN = Path(__file__).resolve().parent / "engine_stage_table.json"
 
 # (ONLY, TOGETHER, GPUS) as engine/device-b.sh passes them to suite.py.

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
 from kvstore_support import FULL_GROUP, Store, age_tree, flip_bit, key_of, run
 
-REPO = Path(__file__).resolve().parents[2]
 FORK = (["a"], ["a", "b"], ["a", "b", "c"], ["a", "d"])
 RUN_SERIES = (
     "kvstore_last_run_timestamp_seconds",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import store_local_support as sls
+from conftest import REPO_ROOT, TESTS_PYTHON
 from kv_store_format import native
 
 HERE = Path(__file__).resolve().parent
@@ -30,7 +31,7 @@ def test_sigkill_at_random_points_never_leaves_a_bad_manifest(
     if not os.path.isfile(native.library_path()):
         pytest.skip(f"{native.library_path()} is not built")
     rng = random.Random(20261129)
-    env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{HERE.parents[1] / 'sim'}")
+    env = dict(os.environ, PYTHONPATH=f"{TESTS_PYTHON}{os.pathsep}{REPO_ROOT / 'sim'}")
     if writer == "budget":  # the store in a folder of its own: the marker beside it
         tmp_path = tmp_path / "store"
         tmp_path.mkdir(mode=0o700)

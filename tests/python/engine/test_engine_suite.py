@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
+sys.path.insert(0, str(REPO_ROOT / "engine"))
 
 import suite  # noqa: E402
 import suite_compare  # noqa: E402
@@ -704,7 +705,7 @@ def test_ttft_write_stage_needs_a_clean_verify():
 
 # -- knob-1 stages boot with launch.sh plan's connector JSON ------------------------------
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 RESTORE_TIER = {
     "type": "LocalStoreTier",
     "module_path": "vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_restore_tier",

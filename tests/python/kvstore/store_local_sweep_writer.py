@@ -25,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "sim"))
+# store_local_support is in tests/python, one folder up; sim/ is beside tests/.
+TESTS_PYTHON = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS_PYTHON))
+sys.path.insert(0, str(TESTS_PYTHON.parents[1] / "sim"))
 
 import store_local_support as sls  # noqa: E402
 from store_local_support import ksl  # noqa: E402

@@ -8,9 +8,10 @@ probe.restore_report's "stats" and "writer_stats", stage.scheduler_restore, and 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "engine"))
 
 import metrics_check  # noqa: E402
 

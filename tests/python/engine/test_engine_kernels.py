@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO_ROOT as REPO
+
 sys.path.insert(0, str(REPO / "engine"))
 
 import opsprobe  # noqa: E402

@@ -27,7 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# kvstore_support is in tests/python, one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvstore_support import (  # noqa: E402
     CHUNK_TOKENS,

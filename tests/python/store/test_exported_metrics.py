@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO_ROOT as REPO
+
 STORE_LOCAL = REPO / "overlays" / "kv-offload-store-local" / "kv_store_local"
 RESTORE = REPO / "overlays" / "kv-offload-restore"
 

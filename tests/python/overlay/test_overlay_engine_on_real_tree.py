@@ -42,7 +42,7 @@ def _manifest_path(pin_dir: Path, overlay: str) -> Path:
 
 def _python_only(pin_dir: Path, overlay: str) -> bool:
     """C/C++ overlays (sources from the sdist, [[built_files]]) have their own
-    real-tree test: tests/python/test_vllm_fs_durable.py."""
+    real-tree test: tests/python/fs_durable/test_vllm_fs_durable.py."""
     return "built_files" not in tomllib.loads(
         _manifest_path(pin_dir, overlay).read_text()
     )

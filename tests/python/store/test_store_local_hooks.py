@@ -13,18 +13,17 @@ import importlib
 import os
 import pickle
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import harness
 import pytest
+from conftest import REPO_ROOT as REPO
 from fake_offloading import make_spec
 from hybrid_layout import OFFLOADING, STATE_GROUPS, HybridVllm, scheduler_output
 from store_rig import StoreRig
 from trees import patched_copy, run_overlay
 
 OVERLAYS = "kv-offload-scope,kv-offload-store-local"
-REPO = Path(__file__).resolve().parents[2]
 BLOCK = 256
 HASH = 64
 NUM_BLOCKS = 64

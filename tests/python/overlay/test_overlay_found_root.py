@@ -1,7 +1,7 @@
 """`overlay` without ROOT, as the wheel's shim runs it: KVTIER_PIP_ENV names
 what the shim found on its Python's path (packaging/wheel/kvtier/found.py);
 the tool acts on the one tree, or refuses (exit 2) and writes nothing
-(patcher/found_root.cpp). tests/python/test_wheel.py runs the same through
+(patcher/found_root.cpp). tests/python/packaging/test_wheel.py runs the same through
 an installed wheel."""
 
 from __future__ import annotations

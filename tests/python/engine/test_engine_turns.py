@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
+sys.path.insert(0, str(REPO_ROOT / "engine"))
 
 from turns import Turns, TurnTimeout  # noqa: E402
 

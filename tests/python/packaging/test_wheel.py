@@ -23,9 +23,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 from kvstore_support import Store, age_tree
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSION = (REPO_ROOT / "VERSION").read_text().strip()
 REAL_VENV = Path(
     os.environ.get(

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "engine"))
 
 import transfer  # noqa: E402

@@ -19,8 +19,8 @@ import pickle
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parents[1] / "sim"))  # restore_rig, harness
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2] / "sim"))  # restore_rig, harness
 
 import torch.distributed as dist  # noqa: E402  (real torch, before the harness)
 

@@ -10,7 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO_ROOT as REPO
 
 
 def ov(overlay_bin, *args: str) -> subprocess.CompletedProcess:

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIM_SOURCE = REPO_ROOT / "tests" / "crash" / "kill_at_step.c"
 OVERLAY_DIR = REPO_ROOT / "overlays" / "kv-offload-store-local"
 if str(OVERLAY_DIR) not in sys.path:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO_ROOT as REPO
 from kvstore_support import Store, age_tree
 
-REPO = Path(__file__).resolve().parents[2]
 MON = REPO / "packaging/deploy/monitoring"
 RULES = MON / "kvtier-rules.yml"
 DASHBOARD = MON / "kvtier-dashboard.json"

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
 from store_local_support import kv_offload_knobs
 
-REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "overlays" / "kv-offload-scope" / "kv_offload_knobs.py"
 GOOD = {
     "GLM53_KV_OFFLOAD": "1",

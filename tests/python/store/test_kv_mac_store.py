@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import store_local_support as sls
+from conftest import REPO_ROOT
 from kv_store_format import native
 from kv_store_local.errors import StoreRefused
 from overlay_modules import fmt
 
-_RESTORE = Path(__file__).resolve().parents[2] / "overlays" / "kv-offload-restore"
+_RESTORE = REPO_ROOT / "overlays" / "kv-offload-restore"
 if str(_RESTORE) not in sys.path:
     sys.path.insert(0, str(_RESTORE))
 

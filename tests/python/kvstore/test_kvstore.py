@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, TESTS_PYTHON
 from kvstore_support import (
     FULL_GROUP,
     STATE_GROUP,
@@ -921,7 +922,7 @@ def test_bench_smoke(kvstore_bin, tmp_path):
     r = subprocess.run(
         [
             sys.executable,
-            str(HERE.parents[1] / "bench" / "kvstore_bench.py"),
+            str(REPO_ROOT / "bench" / "kvstore_bench.py"),
             "--smoke",
             "--kvstore",
             str(kvstore_bin),
@@ -1121,7 +1122,7 @@ def _hold_pending(
     )
     code = (
         "import fcntl, os, sys, threading\n"
-        f"sys.path.insert(0, {str(HERE)!r})\n"
+        f"sys.path.insert(0, {str(TESTS_PYTHON)!r})\n"
         "from kvstore_support import fmt\n"
         f"d = {store.layout.pending_dir!r}\n"
         "os.makedirs(d, exist_ok=True)\n"
