@@ -20,7 +20,7 @@ from suite_stage import MODELS, Stage
 # family's prefill (Qwen3-Next's layers, and the GDN metadata GLM-5.3's KDA layers share)
 # on FLA's Triton kernels too: "auto" picks FlashInfer on SM90, which is not carried.
 # The hybrid models' KV block is 512 (GLM-5.3) and 192 (Qwen3-Next) tokens: their stages
-# run the "blocks" workload, whose prompts fill several (run 28: "small" filled none).
+# run the "blocks" workload, whose prompts fill several (run 29: "small" filled none).
 GDN = '"gdn_prefill_backend": "triton"'
 BLOCKS = ["--workload", "blocks"]
 NEW_MODELS = {
