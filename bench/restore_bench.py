@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import mmap
 import os
 import sys
 import time
@@ -186,9 +187,14 @@ def plain_read(files: list[str], threads: int, buf_bytes: int) -> float:
 
 
 class Rows:
-    """CPU rows laid out like vLLM's offload region (one slot, LAYERS tensors)."""
+    """CPU rows laid out like vLLM's offload region (one slot, LAYERS tensors).
 
-    def __init__(self, rows: int, gpu: bool):
+    ``shm``: the memory vLLM 0.34.0's CPU tier has (shared_offload_region.py):
+    a MAP_SHARED file in /dev/shm, pre-faulted with MADV_POPULATE_WRITE and,
+    with ``gpu``, pinned in place by cudaHostRegister; else torch's pinned
+    memory (``gpu``) or a bytearray."""
+
+    def __init__(self, rows: int, gpu: bool, shm: bool = False):
         self.row_bytes = LAYERS * PAGE * BLOCKS_PER_CHUNK
         self.rows = rows
         self.torch = None
@@ -196,18 +202,41 @@ class Rows:
             import torch
 
             self.torch = torch
-            self.host = torch.empty(
-                rows * self.row_bytes, dtype=torch.uint8, pin_memory=True
-            )
-            source = self.host
+        size = rows * self.row_bytes
+        if shm:
+            self.host = shared_rows(size, self.torch)
+        elif gpu:
+            self.host = self.torch.empty(size, dtype=self.torch.uint8, pin_memory=True)
         else:
-            self.host = bytearray(rows * self.row_bytes)
-            source = self.host
+            self.host = bytearray(size)
+        source = self.host
         width = PAGE * BLOCKS_PER_CHUNK
         self.staging = [
             StagingTensor(source, i * width, self.row_bytes, width)
             for i in range(LAYERS)
         ]
+
+
+def shared_rows(size: int, torch=None):
+    """``size`` bytes of a /dev/shm file mapped MAP_SHARED and pre-faulted for
+    writing (the file unlinked at once: the mapping keeps it); pinned with
+    cudaHostRegister when ``torch`` is given."""
+    path = f"/dev/shm/kvtier_bench_rows_{os.getpid()}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.unlink(path)
+        os.ftruncate(fd, size)
+        region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+    region.madvise(getattr(mmap, "MADV_POPULATE_WRITE", 23), 0, size)
+    if torch is None:
+        return region
+    host = torch.frombuffer(region, dtype=torch.uint8)
+    rc = torch.cuda.cudart().cudaHostRegister(host.data_ptr(), size, 0)
+    if int(rc) != 0:
+        raise SystemExit(f"restore_bench: cudaHostRegister failed ({rc})")
+    return host
 
 
 def restore(store, keys, rows: Rows, gpu_dst) -> tuple[float, int]:

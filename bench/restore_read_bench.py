@@ -2,14 +2,16 @@
 read it had vs the native library (libkvtier_store.so), by thread count.
 
     python3 bench/restore_read_bench.py --dir /tmp/rrb [--tokens 8192] \
-        [--threads 1,2,4,8,16] [--rows 16] [--repeat 3] [--gpu] [--lib PATH] \
-        [--json out.json]
+        [--threads 1,2,4,8,16] [--rows 16] [--repeat 3] [--gpu] [--shm] \
+        [--lib PATH] [--json out.json]
 
 The store is restore_bench.py's (Llama-3.1-70B at TP 2, one rank: 40 MiB of
 payload a chunk file), written once and read once to warm the page cache;
 then every pass promotes every key in batches of ``--rows`` CPU rows laid
 out like vLLM's offload region (``--gpu``: pinned host memory through torch,
-as on the serving machine; no vLLM is imported either way):
+as on the serving machine; ``--shm``: a pre-faulted MAP_SHARED /dev/shm file,
+the memory vLLM 0.34.0's CPU tier has, registered in place with ``--gpu``;
+``--rows 512`` makes a job as big as run 30's; no vLLM is imported either way):
 
 - ``python``: the restore's former read (sim/restore_read_py.py: header
   checks with kv_store_format, preadv into the rows, zlib CRC) on a thread
@@ -217,6 +219,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16, help="CPU rows per job")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--gpu", action="store_true", help="pinned rows (torch)")
+    parser.add_argument(
+        "--shm",
+        action="store_true",
+        help="rows in a pre-faulted MAP_SHARED /dev/shm file, as vLLM 0.34.0's CPU tier "
+        "(with --gpu: cudaHostRegister'd in place)",
+    )
     parser.add_argument("--lib", help="libkvtier_store.so (else KVTIER_STORE_LIB)")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
@@ -240,16 +248,19 @@ def main() -> None:
         with open(path, "rb") as f:
             while f.read(8 << 20):
                 pass
-    rows = rb.Rows(args.rows, args.gpu)
+    rows = rb.Rows(args.rows, args.gpu, args.shm)
     store.staging = rows.staging
     restorer = krw.WorkerRestore(rescan_seconds=1e9)
     restorer.bind(store)
     if not restorer.active:
         raise SystemExit(f"restore_read_bench: restore off: {restorer.disabled_reason}")
     lib = restorer._native
+    kind = {(True, True): "shm, registered", (True, False): "shm"}.get(
+        (args.shm, args.gpu), "pinned" if args.gpu else "bytearray"
+    )
     print(
         f"shape: {rb.SHAPE}; {len(files)} chunk files, {size / 1e9:.2f} GB, "
-        f"page cache warm; rows {'pinned' if args.gpu else 'bytearray'}; "
+        f"page cache warm; rows {kind}; "
         f"{os.cpu_count()} cores; library {lib.path} ({lib.version})"
     )
     print(
