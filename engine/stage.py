@@ -16,7 +16,10 @@ JSON file given by --out:
     through LLM.collective_rpc), the writer's state, its stats, the eligible groups, and for
     every store job the worker saw, the payload of each chunk file compared byte for byte with
     the KV-cache bytes of the GPU block the scheduler stored it from, read straight from the
-    engine's KV-cache tensors (engine/probe.py).
+    engine's KV-cache tensors (engine/probe.py);
+  - the host's memory counters (engine/memstat.py): snapshots at boot, once up, before the
+    timed rounds and at the end, and each round's vmstat deltas (page-cache refaults, faults,
+    reclaim: what a read "from the page cache" really did).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import memstat  # noqa: E402
 import metrics_check  # noqa: E402
 import probe  # noqa: E402  (the functions collective_rpc sends to the workers)
 from turns import Turns  # noqa: E402
@@ -333,8 +337,10 @@ def main() -> int:
     if args.connector_json:
         with open(args.connector_json) as f:
             result["connector_json"] = f.read()  # the text booted with, for the suite
+    memory = {"boot": memstat.snapshot()}
     t0 = time.time()
     llm = LLM(**engine_kwargs(args))
+    memory["up"] = memstat.snapshot()
     result["engine_up_s"] = round(time.time() - t0, 2)
     result["kv_transfer_config"] = engine_connector(llm)
     print(f"ENGINE_UP {result['engine_up_s']}s", flush=True)
@@ -389,6 +395,8 @@ def main() -> int:
         block_ids.clear()
     if args.restore_probe:
         result["restore_before"] = llm.collective_rpc(probe.restore_stats)
+    memory["rounds"] = memstat.snapshot()
+    memory["warmup_vmstat"] = memstat.delta(memory["up"], memory["rounds"])
     if turns:
         turns.ready()
     rounds = []
@@ -398,6 +406,7 @@ def main() -> int:
             prompts, _ = workload(args.workload, rnd)
             requests = [{"prompt_token_ids": ids} for ids in prompts]
         cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
+        mem0 = memstat.snapshot()
         if args.sample:
             llm.collective_rpc(probe.start_sampler)
         t = time.time()
@@ -432,6 +441,7 @@ def main() -> int:
             llm.collective_rpc(probe.wait_writer_idle)
         drain = time.time() - t_drain
         cpu1 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
+        vmstat = memstat.delta(mem0, memstat.snapshot())
         sampled = llm.collective_rpc(probe.stop_sampler)[0] if args.sample else {}
         generated = sum(len(o.outputs[0].token_ids) for o in outs)
         prompt_tokens = sum(len(o.prompt_token_ids) for o in outs)
@@ -451,6 +461,7 @@ def main() -> int:
                 "num_cached_tokens": [o.num_cached_tokens for o in outs],
                 "kv_digests": digests,
                 "sampled": sampled,
+                "vmstat": vmstat,
                 "thread_cpu": {
                     k: round(v - cpu0.get(k, 0.0), 2)
                     for k, v in cpu1.items()
@@ -462,6 +473,8 @@ def main() -> int:
         if turns:
             turns.done(rnd)
     result["rounds"] = rounds
+    memory["end"] = memstat.snapshot()
+    result["memory"] = memory
     if args.probe:
         result["workers"] = llm.collective_rpc(
             probe.inspect_worker, kwargs={"compare": args.compare}

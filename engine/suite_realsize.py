@@ -394,6 +394,11 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             "timed_read_vs_plain": round(timed["gb_per_s"] / plain["best_gb_per_s"], 3)
             if timed.get("gb_per_s") and plain.get("best_gb_per_s")
             else None,
+            # Whether the files were still cached and what the kernel did meanwhile
+            # (engine/memstat.py): the timed round's vmstat deltas, the cgroup before it.
+            "vmstat": res["rounds"][0].get("vmstat"),
+            "memory": (res.get("memory") or {}).get("rounds"),
+            "warmup_vmstat": (res.get("memory") or {}).get("warmup_vmstat"),
             "logprobs": lp,
             "kv": kv,
             "kv_vs_write": kv_write,

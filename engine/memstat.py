@@ -1,0 +1,72 @@
+"""The host's memory counters around a timed phase.
+
+A restore "from the page cache" is judged against a plain read of the same files. When it
+runs several times slower, these say whether the files were still cached (refaults, major
+faults, pages read in), whether the kernel was reclaiming to make room (direct reclaim,
+allocation stalls), whether the destination memory was faulted in during the read (minor
+faults) and how close the container's memory cgroup was to its limit.
+"""
+
+from __future__ import annotations
+
+VMSTAT = (
+    "pgfault",
+    "pgmajfault",
+    "pgpgin",
+    "workingset_refault_file",
+    "pgscan_direct",
+    "pgsteal_direct",
+    "pgscan_kswapd",
+    "pgsteal_kswapd",
+    "allocstall_normal",
+    "allocstall_movable",
+    "thp_fault_alloc",
+)
+MEMINFO = ("MemTotal", "MemFree", "MemAvailable", "Cached", "Shmem", "Dirty")
+CGROUP_STAT = ("anon", "file", "shmem", "file_dirty", "workingset_refault_file")
+
+
+def _pairs(path: str) -> dict[str, int]:
+    """``name value`` lines (vmstat, memory.stat); ``name: value kB`` (meminfo)."""
+    out: dict[str, int] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.replace(":", " ").split()
+                if len(parts) >= 2 and parts[1].isdigit():
+                    out[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def _one(path: str) -> int | str | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+def snapshot(cgroup: str = "/sys/fs/cgroup") -> dict:
+    """The counters now: vmstat (counts), meminfo (kB), the cgroup's limit, use and
+    memory.stat (bytes). Missing files leave their fields out."""
+    vm = _pairs("/proc/vmstat")
+    mi = _pairs("/proc/meminfo")
+    cg = _pairs(f"{cgroup}/memory.stat")
+    return {
+        "vmstat": {k: vm[k] for k in VMSTAT if k in vm},
+        "meminfo_kb": {k: mi[k] for k in MEMINFO if k in mi},
+        "cgroup": {
+            "max": _one(f"{cgroup}/memory.max"),
+            "current": _one(f"{cgroup}/memory.current"),
+            **{k: cg[k] for k in CGROUP_STAT if k in cg},
+        },
+    }
+
+
+def delta(before: dict, after: dict) -> dict[str, int]:
+    """What the vmstat counters grew by between two snapshots."""
+    a, b = before.get("vmstat", {}), after.get("vmstat", {})
+    return {k: b[k] - a[k] for k in b if k in a}
