@@ -508,6 +508,18 @@ def restore_stats(worker: Any) -> dict[str, Any] | None:
     return stats
 
 
+def page_cache(worker: Any) -> dict[str, Any]:
+    """How much of this rank's store folder the page cache holds now (memstat.py)."""
+    _, store = _store(worker)
+    writer = getattr(store, "writer", None)
+    if writer is None:
+        return {"base": None}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import memstat
+
+    return {"base": writer.layout.base, **memstat.resident(writer.layout.base)}
+
+
 def restore_report(worker: Any) -> dict[str, Any]:
     connector_worker, store = _store(worker)
     restore = getattr(connector_worker, "_kv_restore", None)

@@ -395,6 +395,8 @@ def main() -> int:
         block_ids.clear()
     if args.restore_probe:
         result["restore_before"] = llm.collective_rpc(probe.restore_stats)
+    if args.restore_probe:
+        memory["page_cache"] = llm.collective_rpc(probe.page_cache)
     memory["rounds"] = memstat.snapshot()
     memory["warmup_vmstat"] = memstat.delta(memory["up"], memory["rounds"])
     if turns:

@@ -399,6 +399,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             "vmstat": res["rounds"][0].get("vmstat"),
             "memory": (res.get("memory") or {}).get("rounds"),
             "warmup_vmstat": (res.get("memory") or {}).get("warmup_vmstat"),
+            "page_cache": (res.get("memory") or {}).get("page_cache"),
             "logprobs": lp,
             "kv": kv,
             "kv_vs_write": kv_write,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
+import pytest
 from conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "engine"))
@@ -38,3 +40,26 @@ def test_the_host_counters_grow_and_the_delta_is_their_growth():
     assert grown["pgfault"] > 0
     assert all(v >= 0 for v in grown.values())
     assert memstat.delta({"vmstat": {"a": 1, "b": 5}}, {"vmstat": {"a": 4}}) == {"a": 3}
+
+
+def test_residency_counts_the_cached_pages_of_the_files_under_a_folder(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "chunk").write_bytes(b"x" * (1 << 20))  # just written: cached
+    (tmp_path / "empty").write_bytes(b"")
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "chunk")  # not counted twice
+    got = memstat.resident(str(tmp_path))
+    assert got["files"] == 2 and got["bytes"] == 1 << 20
+    assert got["cached_bytes"] == 1 << 20
+
+
+def test_an_evicted_file_counts_as_not_cached(tmp_path):
+    path = tmp_path / "chunk"
+    with open(path, "wb") as f:
+        f.write(b"y" * (4 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    got = memstat.resident(str(tmp_path))
+    if got["cached_bytes"] == got["bytes"]:
+        pytest.skip("this file system keeps its pages (tmpfs)")
+    assert got["cached_bytes"] < got["bytes"] // 2
