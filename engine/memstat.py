@@ -52,14 +52,29 @@ def _one(path: str) -> int | str | None:
     return int(text) if text.isdigit() else text
 
 
+CPU = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def _cpu() -> dict[str, int]:
+    """The host's CPU time by kind, all cores summed (clock ticks; /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return {}
+    return {k: int(v) for k, v in zip(CPU, fields)}
+
+
 def snapshot(cgroup: str = "/sys/fs/cgroup") -> dict:
-    """The counters now: vmstat (counts), meminfo (kB), the cgroup's limit, use and
-    memory.stat (bytes). Missing files leave their fields out."""
+    """The counters now: vmstat (counts), the host's CPU time by kind (ticks), meminfo
+    (kB), the cgroup's limit, use and memory.stat (bytes). Missing files leave their
+    fields out."""
     vm = _pairs("/proc/vmstat")
     mi = _pairs("/proc/meminfo")
     cg = _pairs(f"{cgroup}/memory.stat")
     return {
         "vmstat": {k: vm[k] for k in VMSTAT if k in vm},
+        "cpu": _cpu(),
         "meminfo_kb": {k: mi[k] for k in MEMINFO if k in mi},
         "cgroup": {
             "max": _one(f"{cgroup}/memory.max"),
@@ -70,9 +85,13 @@ def snapshot(cgroup: str = "/sys/fs/cgroup") -> dict:
 
 
 def delta(before: dict, after: dict) -> dict[str, int]:
-    """What the vmstat counters grew by between two snapshots."""
-    a, b = before.get("vmstat", {}), after.get("vmstat", {})
-    return {k: b[k] - a[k] for k in b if k in a}
+    """What the vmstat counters and the host's CPU time (``cpu_<kind>``, ticks: how
+    busy all cores were, steal included) grew by between two snapshots."""
+    out = {}
+    for part, prefix in (("vmstat", ""), ("cpu", "cpu_")):
+        a, b = before.get(part, {}), after.get(part, {})
+        out.update({prefix + k: b[k] - a[k] for k in b if k in a})
+    return out
 
 
 def resident(root: str) -> dict:

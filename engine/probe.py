@@ -97,7 +97,8 @@ def install_recorder(worker: Any) -> dict[str, Any]:
 def thread_cpu(worker: Any) -> dict[str, float]:
     """CPU seconds (user + system) of this process's threads, summed by name
     without trailing digits (kv-store-writer-r0 and -r1 count as kv-store-writer-r); the
-    thread that runs this call (the engine's, in-process) is also "(caller)"."""
+    thread that runs this call (the engine's, in-process) is also "(caller)", and the
+    whole process, threads that ended included, "(process)"."""
     tick = os.sysconf("SC_CLK_TCK")
     me = threading.get_native_id()
     out: dict[str, float] = {}
@@ -114,6 +115,9 @@ def thread_cpu(worker: Any) -> dict[str, float]:
         out[key] = out.get(key, 0.0) + seconds
         if int(tid) == me:
             out["(caller)"] = seconds
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    out["(process)"] = (int(fields[11]) + int(fields[12])) / tick
     return out
 
 

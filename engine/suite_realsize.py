@@ -88,7 +88,7 @@ def real_size_stages() -> list[Stage]:
     # recompute from (issue 47: from the 48-144-token tails alone it could not).
     ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
                    "--sequential", "--rounds", "1",
-                   "--warmup-prefill", str(WARMUP_PREFILL)]  # fmt: skip
+                   "--warmup-prefill", str(WARMUP_PREFILL), "--thread-cpu"]  # fmt: skip
     tier = ["--connector", "--cpu-bytes", str(24 << 30)]
     # A CPU tier and a capture budget that hold the longest prompt whole (15.5 GiB).
     budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "16384"}
@@ -397,6 +397,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             # Whether the files were still cached and what the kernel did meanwhile
             # (engine/memstat.py): the timed round's vmstat deltas, the cgroup before it.
             "vmstat": res["rounds"][0].get("vmstat"),
+            "thread_cpu": res["rounds"][0].get("thread_cpu"),
             "memory": (res.get("memory") or {}).get("rounds"),
             "warmup_vmstat": (res.get("memory") or {}).get("warmup_vmstat"),
             "page_cache": (res.get("memory") or {}).get("page_cache"),
