@@ -23,9 +23,11 @@ from suite_stage import MODELS, Stage
 # run the "blocks" workload, whose prompts fill several (run 29: "small" filled none).
 GDN = '"gdn_prefill_backend": "triton"'
 BLOCKS = ["--workload", "blocks"]
+# GLM-5.3's backends, also what its real-width TTFT set boots with (suite_realsize.py).
+GLM5 = ["--hybrid", "--attention-backend", "FLASHMLA_SPARSE", "--additional-config",
+        '{"kda_prefill_backend": "triton", ' + GDN + "}"]  # fmt: skip
 NEW_MODELS = {
-    "glm5next": ["--hybrid", "--attention-backend", "FLASHMLA_SPARSE", "--additional-config",
-                 '{"kda_prefill_backend": "triton", ' + GDN + "}"] + BLOCKS,
+    "glm5next": GLM5 + BLOCKS,
     "dsv2lite": ["--attention-backend", "TRITON_MLA"],
     "qwen3next": ["--hybrid", "--additional-config", "{" + GDN + "}"] + BLOCKS,
 }  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from suite_compare import same_first_logprobs, same_kv
+from suite_models import GLM5
 from suite_stage import CPU_GB, MODELS, Stage
 
 # Timed rounds of each pressure.turns engine: as many off / on pairs.
@@ -62,6 +63,11 @@ def pressure_stages() -> list[Stage]:
 
 
 LLAMA_8B = os.path.join(MODELS, "llama-8b")
+GLM5_WIDE = os.path.join(MODELS, "glm5wide")
+# Each TTFT set's chunk (blocks_per_chunk 1): the 8B's 16-token blocks; GLM-5.3 at
+# real width gets 4,608-token blocks (the MLA page aligned to the KDA state's;
+# tests/realsched/test_model_layouts.py checks vLLM's planner still says so).
+TTFT_SETS = {"ttft.llama8b": 16, "ttft.glm5wide": 4608}
 # The prompt lengths of the TTFT stages (TTFT_TOKENS=32768 for a shorter run).
 TTFT_TOKENS = tuple(
     int(n) for n in os.environ.get("TTFT_TOKENS", "32768,126976").split(",")
@@ -78,6 +84,37 @@ LEARN_PREFIX = 2048
 SLOW_VS_COLD = 1.1
 
 
+def ttft_set(
+    store: str,
+    model: str,
+    args: list[str],
+    budget: dict[str, str],
+    wave: int,
+    models_site: bool = False,
+) -> list[Stage]:
+    """A model's time to first token: cold (pristine), then knob 1 writing the store,
+    restoring it from disk (page cache evicted) and from the page cache; waves
+    ``wave``..``wave+3``. ``args`` hold the stock connector's: the pristine engine drops
+    them (it runs no tier)."""
+    pristine = args[: args.index("--connector")] + args[args.index("--cpu-bytes") + 2 :]
+    restore = budget | {"GLM53_KV_OFFLOAD_RESTORE": "1"}
+    out = [
+        Stage(f"{store}.cold", model, "pristine", None, pristine, wave=wave, timeout=480),
+        Stage(f"{store}.write", model, "patched", "1", args + ["--probe"],
+              budget | {"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=wave + 1, store=store,
+              timeout=480),
+        Stage(f"{store}.disk", model, "patched", "1", args + ["--restore-probe"],
+              restore, wave=wave + 2, store=store, verify=False, before="evict",
+              timeout=480),
+        Stage(f"{store}.cache", model, "patched", "1", args + ["--restore-probe"],
+              restore, wave=wave + 3, store=store, verify=False, before="warm",
+              timeout=480),
+    ]  # fmt: skip
+    for st in out:
+        st.models_site = models_site
+    return out
+
+
 def real_size_stages() -> list[Stage]:
     """Llama-3.1-8B's shape (dummy weights): time to first token cold, restored from disk
     and restored from the page cache (ttft.*), and a burst of long prompts tier off / on
@@ -86,30 +123,31 @@ def real_size_stages() -> list[Stage]:
     long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
     # The warm-up's full prefill steps are what the restore cost guard predicts a
     # recompute from (issue 47: from the 48-144-token tails alone it could not).
-    ttft = long + ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
-                   "--sequential", "--rounds", "1",
-                   "--warmup-prefill", str(WARMUP_PREFILL), "--thread-cpu"]  # fmt: skip
+    timed = ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
+             "--sequential", "--rounds", "1",
+             "--warmup-prefill", str(WARMUP_PREFILL), "--thread-cpu"]  # fmt: skip
+    ttft = long + timed
     tier = ["--connector", "--cpu-bytes", str(24 << 30)]
     # A CPU tier and a capture budget that hold the longest prompt whole (15.5 GiB).
     budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "16384"}
     on = budget | {"GLM53_KV_OFFLOAD_RESTORE": "1"}
     store = "ttft.llama8b"
-    out = [
-        Stage(f"{store}.cold", LLAMA_8B, "pristine", None, ttft, wave=30, timeout=480),
-        Stage(f"{store}.write", LLAMA_8B, "patched", "1", ttft + tier + ["--probe"],
-              budget | {"GLM53_KV_OFFLOAD_RESTORE": "0"}, wave=31, store=store, timeout=480),
-        Stage(f"{store}.disk", LLAMA_8B, "patched", "1", ttft + tier + ["--restore-probe"],
-              on, wave=32, store=store, verify=False, before="evict", timeout=480),
-        Stage(f"{store}.cache", LLAMA_8B, "patched", "1", ttft + tier + ["--restore-probe"],
-              on, wave=33, store=store, verify=False, before="warm", timeout=480),
-        # A store slower than recomputing (reads paced to SLOW_READ): the first prompt's
-        # first LEARN_PREFIX tokens restore, so the tier knows its read rate; then the
-        # guard must decline every prompt, and each serves about as fast as cold.
+    out = ttft_set(store, LLAMA_8B, ttft + tier, budget, wave=30)
+    # A store slower than recomputing (reads paced to SLOW_READ): the first prompt's
+    # first LEARN_PREFIX tokens restore, so the tier knows its read rate; then the
+    # guard must decline every prompt, and each serves about as fast as cold.
+    out.append(
         Stage(f"{store}.slow", LLAMA_8B, "patched", "1",
               ttft + tier + ["--restore-probe", "--slow-read", str(SLOW_READ),
                              "--learn-prefix", str(LEARN_PREFIX)],
-              on, wave=36, store=store, verify=False, timeout=480),
-    ]  # fmt: skip
+              on, wave=36, store=store, verify=False, timeout=480)
+    )  # fmt: skip
+    # GLM-5.3 at real width (engine/models/glm5wide: four layers, the 3:1 KDA:MLA
+    # pattern, 288 experts; about 62 GB of dummy weights, so an H100 holds it), its
+    # KV small beside the 8B's: 8 GiB of GPU KV cache is room for 127k tokens.
+    wide = ["--max-model-len", "131072", "--kv-cache-gb", "8", "--warmup"] + timed
+    out += ttft_set("ttft.glm5wide", GLM5_WIDE, wide + GLM5 + tier, budget, wave=40,
+                    models_site=True)  # fmt: skip
     burst = long + ["--workload", "burst", "--rounds", "1", "--logprobs", "0",
                     "--max-num-seqs", "16", "--thread-cpu"]  # fmt: skip
     # The same 8 GiB CPU tier both ways (launch.sh sizes the knob-1 one from CPU_GB).
@@ -341,14 +379,23 @@ def slow_store_judge(results: dict[str, dict]) -> dict[str, dict]:
 
 
 def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Every TTFT set's verdicts (TTFT_SETS), those of the sets that ran."""
+    verdicts: dict[str, dict] = {}
+    for store, chunk in TTFT_SETS.items():
+        verdicts.update(ttft_set_judge(results, store, chunk))
+    return verdicts
+
+
+def ttft_set_judge(results: dict[str, dict], store: str, chunk: int) -> dict[str, dict]:
     """Per prompt length: the TTFT cold, restored from disk and from the page cache, the
     restore's read phase against the plain parallel read of the same files in the same
-    run; restored first-step logprobs and KV bytes must equal the cold engine's."""
+    run; restored first-step logprobs and KV bytes must equal the cold engine's. A
+    restore covers every full chunk (``chunk`` tokens) before the prompt's last token."""
     verdicts: dict[str, dict] = {}
-    cold = results.get("ttft.llama8b.cold")
+    cold = results.get(f"{store}.cold")
     if not cold or not cold.get("rounds"):
         return verdicts
-    write = results.get("ttft.llama8b.write") or {}
+    write = results.get(f"{store}.write") or {}
     rows = []
     for i, tokens in enumerate(TTFT_TOKENS):
         row: dict = {
@@ -359,7 +406,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             row["write_engine_s"] = write["rounds"][0]["request_seconds"][i]
         rows.append(row)
     for kind in ("disk", "cache"):
-        res = results.get(f"ttft.llama8b.{kind}")
+        res = results.get(f"{store}.{kind}")
         if not res or not res.get("rounds"):
             continue
         stats = [w.get("stats", {}) for w in res.get("restore_workers") or []]
@@ -379,7 +426,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
         # written is the tier's promise; cold == written says whether the two engines
         # computed the same bytes at all (another chunking or kernel would differ).
         kv_write = same_kv(write, res) if digested and write.get("rounds") else None
-        verdicts[f"ttft.llama8b.{kind}: restored, logprobs and KV bytes == cold"] = {
+        verdicts[f"{store}.{kind}: restored, logprobs and KV bytes == cold"] = {
             "stats": stats,
             "estimate": _estimate_row(res, rows),
             "plain_read": plain,
@@ -411,7 +458,7 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
             and (kv_write is None or kv_write["ok"]),
         }
     if write.get("rounds"):
-        verdicts["ttft.llama8b.write: store written, kvstore verify clean"] = {
+        verdicts[f"{store}.write: store written, kvstore verify clean"] = {
             "stats": [w.get("stats", {}) for w in write.get("workers") or []],
             "kvstore_verify": write.get("kvstore_verify"),
             # Recorded, not judged: whether the pristine and the writing engine computed
@@ -423,7 +470,6 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
     # Every full chunk of each prompt reached the store (the tail of the last request
     # included, written at the clean shutdown): a restore then covers the prompt up to the
     # chunk holding its last token, which vLLM always computes.
-    chunk = 16  # launch.sh's blocks_per_chunk 1 of 16-token blocks
     covered = {
         kind: [
             (row.get(f"{kind}_cached_tokens") or 0)
@@ -434,11 +480,11 @@ def ttft_judge(results: dict[str, dict]) -> dict[str, dict]:
         if f"{kind}_s" in rows[0]
     }
     if covered:
-        verdicts["ttft.llama8b: each prompt restored up to its last chunk"] = {
+        verdicts[f"{store}: each prompt restored up to its last chunk"] = {
             "covered": covered,
             "ok": all(all(v) for v in covered.values()),
         }
-    verdicts["ttft.llama8b: time to first token (s), cold vs restore (benchmark)"] = {
+    verdicts[f"{store}: time to first token (s), cold vs restore (benchmark)"] = {
         "rows": rows,
         "ok": True,
     }

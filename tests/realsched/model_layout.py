@@ -43,7 +43,10 @@ RESTORE_TIER = {
     ".kv_restore_tier",
 }
 # What engine/suite_models.py gives each model's stages beyond the common arguments.
-ADDITIONAL = {"glm5next": {"kda_prefill_backend": "triton"}}
+ADDITIONAL = {
+    "glm5next": {"kda_prefill_backend": "triton"},
+    "glm5wide": {"kda_prefill_backend": "triton"},
+}
 
 
 def cpu_platform_for_layouts() -> None:

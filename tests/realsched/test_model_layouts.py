@@ -325,6 +325,23 @@ def test_glm5next_with_its_mtp_drafter_restores_after_a_restart():
     assert_restored(out)
 
 
+def test_glm5_at_real_width_plans_4608_token_blocks_for_its_ttft_set():
+    """engine/models/glm5wide (GLM-5.3's widths: 64 KDA heads of 128, 288 experts; four
+    layers, the real 3:1 KDA:MLA pattern): the KDA state page is 4.5 MiB, vLLM aligns the
+    MLA page to it with 4,608-token blocks, and the GPU suite's TTFT set judges its
+    restores by that chunk (engine/suite_realsize.py TTFT_SETS)."""
+    out = layout("glm5wide", False, {})
+    assert "error" not in out, out.get("error")
+    assert kinds(out) == ["MambaSpec"] * 3 + ["MLAAttentionSpec", "CircularBufferSpec"]
+    assert out["block_size"] == 4608
+    assert {g["page_size_bytes"] for g in out["groups"][:3]} == {4608 << 10}
+    assert out["offloaded_groups"] == [0, 1, 2, 3]
+    sys.path.insert(0, str(REPO / "engine"))
+    import suite_realsize
+
+    assert suite_realsize.TTFT_SETS["ttft.glm5wide"] == out["block_size"]
+
+
 def _plan() -> dict[str, list[Key]]:
     """The boots each test asks for (every parametrization), by function name."""
     mtp = ("--mtp",)
@@ -335,6 +352,9 @@ def _plan() -> dict[str, list[Key]]:
         return _key(model, True, tier_on(True), args)
 
     return {
+        "test_glm5_at_real_width_plans_4608_token_blocks_for_its_ttft_set": [
+            _key("glm5wide", False, {})
+        ],
         "test_glm5next_is_four_kda_groups_an_mla_indexer_group_and_the_tail_ring": [
             pristine["glm5next"]
         ],

@@ -165,13 +165,13 @@ def test_diagnosis_stages_run_only_when_named_exactly():
     # The three engines of the interleaved judge boot together, in one wave.
     assert len({s.wave for s in every if s.name in turns}) == 1
     # The real-size stages (minutes each) run when their prefix is named, never by default.
-    assert {s.name for s in suite.selected(every, ["ttft"], gpus=1)} == {
-        "ttft.llama8b.cold",
-        "ttft.llama8b.write",
-        "ttft.llama8b.disk",
-        "ttft.llama8b.cache",
-        "ttft.llama8b.slow",
-    }
+    llama = {"ttft.llama8b.cold", "ttft.llama8b.write", "ttft.llama8b.disk",
+             "ttft.llama8b.cache", "ttft.llama8b.slow"}  # fmt: skip
+    wide = {"ttft.glm5wide.cold", "ttft.glm5wide.write", "ttft.glm5wide.disk",
+            "ttft.glm5wide.cache"}  # fmt: skip
+    assert {s.name for s in suite.selected(every, ["ttft.llama8b"], gpus=1)} == llama
+    assert {s.name for s in suite.selected(every, ["ttft.glm5wide"], gpus=1)} == wide
+    assert {s.name for s in suite.selected(every, ["ttft"], gpus=1)} == llama | wide
     assert {s.name for s in suite.selected(every, ["burst8b"], gpus=1)} == {
         "burst8b.off",
         "burst8b.on",
@@ -932,3 +932,45 @@ def test_a_keyed_run_expects_the_flipped_chunk_refused_by_its_mac(monkeypatch):
     monkeypatch.setenv("KVTIER_SUITE_KEY", "1")
     assert suite.judge(keyed, CORRUPTED)[BAD]["ok"]
     assert not suite.judge(restore_results(), CORRUPTED)[BAD]["ok"]
+
+
+def test_the_glm5wide_set_boots_glm_backends_and_the_cold_engine_runs_no_tier():
+    every = {s.name: s for s in suite.stages()}
+    cold, cache = every["ttft.glm5wide.cold"], every["ttft.glm5wide.cache"]
+    for st in (cold, cache):
+        assert st.model.endswith("engine/models/glm5wide") and st.models_site
+        glm = st.args.index(suite_models.GLM5[0])
+        assert st.args[glm : glm + len(suite_models.GLM5)] == suite_models.GLM5
+        assert st.args[st.args.index("--kv-cache-gb") + 1] == "8"
+    assert "--connector" not in cold.args and "--cpu-bytes" not in cold.args
+    assert cold.tree == "pristine" and cold.knob is None
+    assert "--connector" in cache.args and cache.before == "warm"
+    assert (
+        cache.store == "ttft.glm5wide" and cache.env["GLM53_KV_OFFLOAD_RESTORE"] == "1"
+    )
+    # The llama set's stages are what they were: the cold engine has no connector.
+    assert "--connector" not in every["ttft.llama8b.cold"].args
+    assert every["ttft.llama8b.cold"].args[:5] == [
+        "--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"
+    ]  # fmt: skip
+
+
+def test_a_glm5wide_restore_covers_its_4608_token_chunks_not_16():
+    results = {
+        n.replace("ttft.llama8b", "ttft.glm5wide"): r for n, r in ttft_results().items()
+    }
+    chunk = suite_realsize.TTFT_SETS["ttft.glm5wide"]
+    tokens = suite_realsize.TTFT_TOKENS
+    full = [(t - 1) // chunk * chunk for t in tokens]  # 32,256 and 124,416
+    for kind in ("disk", "cache"):
+        results[f"ttft.glm5wide.{kind}"]["rounds"][0]["num_cached_tokens"] = full
+    verdicts = suite_realsize.ttft_judge(results)
+    covered = "ttft.glm5wide: each prompt restored up to its last chunk"
+    assert verdicts[covered]["ok"]
+    assert not any(k.startswith("ttft.llama8b") for k in verdicts)
+    # One chunk short of that is a failed restore.
+    results["ttft.glm5wide.cache"]["rounds"][0]["num_cached_tokens"] = [
+        full[0] - chunk,
+        full[1],
+    ]
+    assert not suite_realsize.ttft_judge(results)[covered]["ok"]
