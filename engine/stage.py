@@ -29,6 +29,7 @@ import json
 import os
 import random
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,6 +92,23 @@ def workload(name: str, rnd: int = 0) -> tuple[list[list[int]], int]:
     raise SystemExit(f"unknown workload {name}")
 
 
+def mtp_folder(model: str) -> str:
+    """A folder whose config.json wraps the model's text config as GLM-5.3's checkpoint
+    does (model_type glm5_next, the text config inside): vLLM derives the MTP drafter
+    (Glm5NextMTPModel) from that outer config only. The same path in every stage (the
+    store's folder is named after the model folder's)."""
+    with open(os.path.join(model, "config.json")) as f:
+        text = json.load(f)
+    folder = os.path.join(tempfile.gettempdir(), "kvtier-mtp", os.path.basename(model))
+    os.makedirs(folder, exist_ok=True)
+    outer = {"architectures": text["architectures"], "model_type": "glm5_next"}
+    fd, tmp = tempfile.mkstemp(dir=folder)  # stages of one wave write it side by side
+    with os.fdopen(fd, "w") as f:
+        json.dump({**outer, "text_config": text}, f)
+    os.replace(tmp, os.path.join(folder, "config.json"))
+    return folder
+
+
 def engine_kwargs(args: argparse.Namespace) -> dict:
     kw: dict = dict(
         model=args.model,
@@ -116,6 +134,9 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     if getattr(args, "additional_config", ""):
         # e.g. GLM-5.3's KDA prefill on its Triton kernels ({"kda_prefill_backend": "triton"})
         kw["additional_config"] = json.loads(args.additional_config)
+    if getattr(args, "mtp", False):
+        kw["model"] = mtp_folder(args.model)
+        kw["speculative_config"] = {"method": "mtp", "num_speculative_tokens": 1}
     if args.eagle:
         kw["speculative_config"] = {
             "method": "eagle",
@@ -266,6 +287,12 @@ def main() -> int:
         "--additional-config", default="", help="vLLM additional_config JSON"
     )
     p.add_argument("--eagle", default="")
+    p.add_argument(
+        "--mtp",
+        action="store_true",
+        help="GLM-5.3's MTP drafter, one speculative token (the model folder's config "
+        "wrapped as the checkpoint's outer config: mtp_folder)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--probe", action="store_true", help="knob 1: inspect every worker")
     p.add_argument("--compare", action="store_true", help="compare chunk bytes to GPU")

@@ -30,7 +30,11 @@ NEW_MODELS = {
     "glm5next": GLM5 + BLOCKS,
     "dsv2lite": ["--attention-backend", "TRITON_MLA"],
     "qwen3next": ["--hybrid", "--additional-config", "{" + GDN + "}"] + BLOCKS,
+    # GLM-5.3 with its MTP drafter (one speculative token): the same folder and ops.
+    "glm5mtp": GLM5 + BLOCKS + ["--mtp"],
 }  # fmt: skip
+# A stage set whose model folder (and import probe) is another set's.
+SAME_MODEL = {"glm5mtp": "glm5next"}
 
 
 def model_stages() -> list[Stage]:
@@ -42,11 +46,14 @@ def model_stages() -> list[Stage]:
     on = {"GLM53_KV_OFFLOAD_RESTORE": "1"}
     out = []
     for m, extra in NEW_MODELS.items():
-        path, ops = os.path.join(MODELS, m), f"{m}.ops"
+        folder = SAME_MODEL.get(m, m)
+        path, ops = os.path.join(MODELS, folder), f"{folder}.ops"
         seq = small + ["--sequential"] + extra
         store = f"{m}.restore"
-        mine = [
-            Stage(ops, m, "patched", None, [], wave=20, timeout=120, verify=False),
+        mine = [] if m in SAME_MODEL else [
+            Stage(ops, m, "patched", None, [], wave=20, timeout=120, verify=False)
+        ]  # fmt: skip
+        mine += [
             Stage(f"{m}.pristine", path, "pristine", None, small + extra, wave=21),
             Stage(f"{m}.knob0", path, "patched", "0", small + extra, wave=21),
             Stage(f"{m}.knob1", path, "patched", "1", small + extra + probe, wave=21),

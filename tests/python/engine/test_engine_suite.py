@@ -974,3 +974,36 @@ def test_a_glm5wide_restore_covers_its_4608_token_chunks_not_16():
         full[1],
     ]
     assert not suite_realsize.ttft_judge(results)[covered]["ok"]
+
+
+def test_glm5_with_its_mtp_drafter_is_a_stage_set_on_glm5nexts_folder_and_probe():
+    every = {s.name: s for s in suite.stages()}
+    mtp = {n: s for n, s in every.items() if n.startswith("glm5mtp.")}
+    assert set(mtp) == {
+        "glm5mtp.pristine", "glm5mtp.knob0", "glm5mtp.knob1", "glm5mtp.restore.cold",
+        "glm5mtp.restore.write", "glm5mtp.restore.hit", "glm5mtp.restore.bad",
+        "glm5mtp.restore.healed",
+    }  # fmt: skip
+    for st in mtp.values():
+        assert st.model == every["glm5next.pristine"].model and "--mtp" in st.args
+        assert st.needs == "glm5next.ops" and st.diagnosis and st.models_site
+    assert "--mtp" not in every["glm5next.knob1"].args
+
+
+def test_the_mtp_folder_wraps_the_text_config_at_one_path_for_every_stage(tmp_path):
+    import stage
+
+    model = tmp_path / f"glm5-test-{os.getpid()}"
+    model.mkdir()
+    text = {"architectures": ["Glm5NextForCausalLM"], "num_nextn_predict_layers": 1}
+    (model / "config.json").write_text(json.dumps(text))
+    first = stage.mtp_folder(str(model))
+    assert stage.mtp_folder(str(model)) == first  # the store folder's name follows it
+    assert os.path.basename(first) == model.name
+    assert json.loads(Path(first, "config.json").read_text()) == {
+        "architectures": ["Glm5NextForCausalLM"],
+        "model_type": "glm5_next",
+        "text_config": text,
+    }
+    assert os.listdir(first) == ["config.json"]  # no temporary file left
+    shutil.rmtree(first)
