@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memstat  # noqa: E402
 import metrics_check  # noqa: E402
 import probe  # noqa: E402  (the functions collective_rpc sends to the workers)
+import stall  # noqa: E402
 from turns import Turns  # noqa: E402
 
 
@@ -349,6 +350,13 @@ def main() -> int:
         "slow store for the restore cost guard, probe.slow_reads)",
     )
     p.add_argument(
+        "--stall",
+        type=int,
+        default=0,
+        help="instead of the timed rounds: this many decoders generate, then the "
+        "workload's first prompt arrives and restores beside them (engine/stall.py)",
+    )
+    p.add_argument(
         "--learn-prefix",
         type=int,
         default=0,
@@ -428,8 +436,11 @@ def main() -> int:
     memory["warmup_vmstat"] = memstat.delta(memory["up"], memory["rounds"])
     if turns:
         turns.ready()
+    if args.stall:
+        result["stall"] = stall.run(llm, prompts[0], args.stall)
+        print("STALL", json.dumps(result["stall"]), flush=True)
     rounds = []
-    for rnd in range(args.rounds):
+    for rnd in range(0 if args.stall else args.rounds):
         waited = turns.wait(rnd) if turns else 0.0
         if rnd:
             prompts, _ = workload(args.workload, rnd)

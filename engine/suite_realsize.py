@@ -82,6 +82,10 @@ SLOW_READ = 128 << 20
 LEARN_PREFIX = 2048
 # A declined prompt's time to first token may exceed cold's by this much.
 SLOW_VS_COLD = 1.1
+# The stall check: decoders beside a restore, and the goal for their p99 gap against
+# their p99 alone (issue 44).
+STALL_DECODERS = 8
+STALL_GOAL = 1.25
 
 
 def ttft_set(
@@ -148,6 +152,14 @@ def real_size_stages() -> list[Stage]:
     wide = ["--max-model-len", "131072", "--kv-cache-gb", "8", "--warmup"] + timed
     out += ttft_set("ttft.glm5wide", GLM5_WIDE, wide + GLM5 + tier, budget, wave=40,
                     models_site=True)  # fmt: skip
+    # The stall check (issue 44): eight decoders generate while the first prompt
+    # restores from disk beside them (engine/stall.py).
+    stall = Stage("ttft.glm5wide.stall", GLM5_WIDE, "patched", "1",
+                  wide + GLM5 + tier + ["--restore-probe", "--stall", str(STALL_DECODERS)],
+                  on, wave=44, store="ttft.glm5wide", verify=False, before="evict",
+                  timeout=480)  # fmt: skip
+    stall.models_site = True
+    out.append(stall)
     burst = long + ["--workload", "burst", "--rounds", "1", "--logprobs", "0",
                     "--max-num-seqs", "16", "--thread-cpu"]  # fmt: skip
     # The same 8 GiB CPU tier both ways (launch.sh sizes the knob-1 one from CPU_GB).
@@ -181,6 +193,7 @@ def real_size_judge(results: dict[str, dict]) -> dict[str, dict]:
     verdicts.update(turns_judge(results))
     verdicts.update(ttft_judge(results))
     verdicts.update(slow_store_judge(results))
+    verdicts.update(stall_judge(results))
     verdicts.update(burst_judge(results))
     return verdicts
 
@@ -330,6 +343,30 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             "ok": all(x.get("rc") == 0 for x in runs.values()),
         }
     }
+
+
+def stall_judge(results: dict[str, dict]) -> dict[str, dict]:
+    """Each stage that ran the stall check (engine/stall.py): the decoders' p99 gap
+    while the long prompt restored against their p99 alone (a benchmark: the goal is
+    STALL_GOAL). Judged: the stage ran, the long prompt was restored (at least one
+    chunk cached) and the window held decoder steps to time."""
+    verdicts = {}
+    for name in sorted(results):
+        st = results[name].get("stall")
+        if st is None:
+            continue
+        store = name.rsplit(".", 1)[0]
+        chunk = TTFT_SETS.get(store, 16)
+        ratio = st.get("p99_restore_vs_alone")
+        verdicts[f"{name}: decoders' pace beside a restore (benchmark)"] = {
+            **st,
+            "goal": STALL_GOAL,
+            "goal_met": ratio is not None and ratio <= STALL_GOAL,
+            "ok": results[name].get("rc") == 0
+            and (st.get("long_cached_tokens") or 0) >= chunk
+            and (st.get("restore") or {}).get("gaps", 0) > 0,
+        }
+    return verdicts
 
 
 def slow_store_judge(results: dict[str, dict]) -> dict[str, dict]:

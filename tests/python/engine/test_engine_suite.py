@@ -168,7 +168,7 @@ def test_diagnosis_stages_run_only_when_named_exactly():
     llama = {"ttft.llama8b.cold", "ttft.llama8b.write", "ttft.llama8b.disk",
              "ttft.llama8b.cache", "ttft.llama8b.slow"}  # fmt: skip
     wide = {"ttft.glm5wide.cold", "ttft.glm5wide.write", "ttft.glm5wide.disk",
-            "ttft.glm5wide.cache"}  # fmt: skip
+            "ttft.glm5wide.cache", "ttft.glm5wide.stall"}  # fmt: skip
     assert {s.name for s in suite.selected(every, ["ttft.llama8b"], gpus=1)} == llama
     assert {s.name for s in suite.selected(every, ["ttft.glm5wide"], gpus=1)} == wide
     assert {s.name for s in suite.selected(every, ["ttft"], gpus=1)} == llama | wide
@@ -1007,3 +1007,83 @@ def test_the_mtp_folder_wraps_the_text_config_at_one_path_for_every_stage(tmp_pa
     }
     assert os.listdir(first) == ["config.json"]  # no temporary file left
     shutil.rmtree(first)
+
+
+class _Out:
+    def __init__(self, rid: str, tokens: int, finished: bool = False, cached: int = 0):
+        self.request_id, self.finished, self.num_cached_tokens = rid, finished, cached
+        self.outputs = [type("C", (), {"token_ids": [0] * tokens})()]
+
+
+class _SteppedEngine:
+    """LLMEngine's add_request / step / abort_request, played: every decoder gains a
+    token a step; a step takes ``step_s`` (``slow_s`` while the long prompt waits for its
+    restore, ``restore_steps`` steps), and the long prompt finishes the step after."""
+
+    def __init__(self, step_s=0.001, slow_s=0.001, restore_steps=5):
+        self.step_s, self.slow_s, self.restore_steps = step_s, slow_s, restore_steps
+        self.decoders: dict[str, int] = {}
+        self.long_wait: int | None = None
+        self.added: list[tuple[str, int]] = []
+
+    def add_request(self, rid, prompt, params):
+        self.added.append((rid, len(prompt["prompt_token_ids"])))
+        if rid == "stall-long":
+            self.long_wait = self.restore_steps
+        else:
+            self.decoders[rid] = 0
+
+    def step(self):
+        import time as t
+
+        waiting = self.long_wait is not None and self.long_wait > 0
+        t.sleep(self.slow_s if waiting else self.step_s)
+        outs = []
+        for rid in self.decoders:
+            self.decoders[rid] += 1
+            outs.append(_Out(rid, self.decoders[rid]))
+        if self.long_wait is not None:
+            if self.long_wait == 0:
+                outs.append(_Out("stall-long", 1, finished=True, cached=4608))
+                self.long_wait = None
+            else:
+                self.long_wait -= 1
+        return outs
+
+    def abort_request(self, rids):
+        for rid in rids:
+            self.decoders.pop(rid)
+
+    def has_unfinished_requests(self):
+        return bool(self.decoders)
+
+
+def test_the_stall_check_times_the_decoders_alone_in_the_restore_window_and_after():
+    import stall
+
+    engine = _SteppedEngine(step_s=0.001, slow_s=0.004, restore_steps=6)
+    llm = type("L", (), {"llm_engine": engine})()
+    got = stall.run(llm, [7] * 9000, decoders=3, alone_steps=40, after_steps=10,
+                    sampling=dict)  # fmt: skip
+    assert [n for n, _ in engine.added] == ["stall-dec0", "stall-dec1", "stall-dec2",
+                                            "stall-long"]  # fmt: skip
+    assert engine.added[-1][1] == 9000 and not engine.decoders  # aborted at the end
+    assert got["long_cached_tokens"] == 4608 and got["decoders"] == 3
+    assert got["restore"]["gaps"] == 3 * 6  # the six steps it waited, each decoder
+    assert got["restore"]["p50_s"] >= 0.004 > got["alone"]["p99_s"]
+    assert got["p99_restore_vs_alone"] > 2
+    assert got["restore_window_s"] >= 6 * 0.004 and got["after"]["gaps"] == 3 * 10
+
+
+def test_the_stall_verdict_needs_a_restored_prompt_and_reports_the_goal():
+    st = {
+        "long_cached_tokens": 4608,
+        "restore": {"gaps": 48},
+        "p99_restore_vs_alone": 1.3,
+    }
+    results = {"ttft.glm5wide.stall": {"rc": 0, "stall": st}}
+    name = "ttft.glm5wide.stall: decoders' pace beside a restore (benchmark)"
+    v = suite_realsize.stall_judge(results)[name]
+    assert v["ok"] and not v["goal_met"] and v["goal"] == suite_realsize.STALL_GOAL
+    st["long_cached_tokens"] = 4607  # less than one 4,608-token chunk: recomputed
+    assert not suite_realsize.stall_judge(results)[name]["ok"]

@@ -1,0 +1,106 @@
+"""Decoders beside a restore: does a long prefix read from the store stall the requests
+that are already generating?
+
+Run in the stage's engine (in-process, LLM.llm_engine stepped by hand): ``decoders``
+requests with short prompts of their own generate alone for ``alone_steps`` steps; then
+the long prompt (one the store holds) arrives; the steps until it finishes are the
+restore window, the step that finishes it runs its prefill tail (the tokens after the
+last restored chunk) and is reported apart; then ``after_steps`` more. Each decoder's
+inter-token gaps are timed at the step that produced the token.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+WARM_STEPS = 20  # the decoders' own prefills and first steps are not timed
+
+
+def _summary(gaps: list[float]) -> dict:
+    if not gaps:
+        return {"gaps": 0}
+    xs = sorted(gaps)
+
+    def pick(q: float) -> float:
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))], 5)
+
+    return {
+        "gaps": len(xs),
+        "p50_s": pick(0.5),
+        "p99_s": pick(0.99),
+        "max_s": round(xs[-1], 5),
+    }
+
+
+def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
+        after_steps: int = 50, prompt_tokens: int = 512,
+        sampling: Any = None) -> dict:  # fmt: skip
+    """The decoders' gaps alone, in the restore window and after, and the window's
+    length; the long request's cached tokens (what the restore gave it). ``sampling``:
+    vLLM's SamplingParams unless given."""
+    if sampling is None:
+        from vllm import SamplingParams as sampling
+
+    engine = llm.llm_engine
+    rng = random.Random(time.time_ns())
+    decode = sampling(max_tokens=8192, ignore_eos=True, detokenize=False)
+    once = sampling(max_tokens=1, detokenize=False)
+    names = [f"stall-dec{i}" for i in range(decoders)]
+    for name in names:
+        ids = [rng.randrange(5, 30000) for _ in range(prompt_tokens)]
+        engine.add_request(name, {"prompt_token_ids": ids}, decode)
+    produced = dict.fromkeys(names, 0)
+    last: dict[str, float] = {}
+    gaps: dict[str, list[float]] = {"alone": [], "restore": [], "tail": [], "after": []}
+    phase, steps, arrival, window_s, tail_s, cached = "alone", 0, 0.0, None, None, None
+    after = 0
+    while True:
+        start = time.perf_counter()
+        outputs = engine.step()
+        now = time.perf_counter()
+        steps += 1
+        long = [o for o in outputs if o.request_id == "stall-long" and o.finished]
+        finished_long = bool(long)  # the step that ran the long prompt's tail
+        if long:
+            cached = long[0].num_cached_tokens
+        for out in outputs:
+            count = len(out.outputs[0].token_ids)
+            if out.request_id in produced and count > produced[out.request_id]:
+                produced[out.request_id] = count
+                if out.request_id in last and steps > WARM_STEPS:
+                    kind = "tail" if finished_long else phase
+                    gaps[kind].append(now - last[out.request_id])
+                last[out.request_id] = now
+        if phase == "alone" and steps >= alone_steps:
+            engine.add_request("stall-long", {"prompt_token_ids": long_prompt}, once)
+            phase, arrival = "restore", now
+        elif phase == "restore" and finished_long:
+            phase, window_s, tail_s = "after", start - arrival, now - start
+        elif phase == "after":
+            after += 1
+            if after >= after_steps:
+                break
+    engine.abort_request(names)
+    while engine.has_unfinished_requests():
+        engine.step()
+    alone = _summary(gaps["alone"])
+    restore = _summary(gaps["restore"])
+    ratio = (
+        round(restore["p99_s"] / alone["p99_s"], 3)
+        if restore.get("p99_s") and alone.get("p99_s")
+        else None
+    )
+    return {
+        "decoders": decoders,
+        "long_tokens": len(long_prompt),
+        "long_cached_tokens": cached,
+        "restore_window_s": round(window_s, 4) if window_s is not None else None,
+        "tail_step_s": round(tail_s, 4) if tail_s is not None else None,
+        "alone": alone,
+        "restore": restore,
+        "tail": _summary(gaps["tail"]),
+        "after": _summary(gaps["after"]),
+        "p99_restore_vs_alone": ratio,
+    }
