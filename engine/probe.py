@@ -461,7 +461,42 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
     restore._probe = (promotions, failures, describe)
     if os.environ.get("KVTIER_SUITE_SAMPLE_STACKS") == "1":
         restore._probe_samples = _sample_stacks()
+        restore._probe_tasks = _sample_tasks(restore)
     return {"restore": True}
+
+
+def _sample_tasks(restore: Any, every_s: float = 0.002) -> collections.Counter:
+    """What the kernel says each thread of this process is doing, every ``every_s``
+    while a promotion runs (the native readers have no Python frame): counts of
+    (state, wait channel) over the threads, and of how many were runnable at once.
+    Tells a read that waits (a lock, the disk) from one that computes or queues for a
+    core."""
+    counts: collections.Counter = collections.Counter()
+
+    def run() -> None:
+        me = threading.get_native_id()
+        while True:
+            time.sleep(every_s)
+            if not getattr(restore, "_running", None):
+                continue
+            runnable = 0
+            for tid in os.listdir("/proc/self/task"):
+                if int(tid) == me:
+                    continue
+                try:
+                    with open(f"/proc/self/task/{tid}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                    with open(f"/proc/self/task/{tid}/wchan") as f:
+                        wchan = f.read().strip() or "-"
+                except OSError:
+                    continue  # the thread ended meanwhile
+                runnable += state == "R"
+                counts[f"{state} {wchan}"] += 1
+            counts[f"runnable {runnable}"] += 1
+            counts["samples"] += 1
+
+    threading.Thread(target=run, name="kvtier-task-sampler", daemon=True).start()
+    return counts
 
 
 def _sample_stacks(every_s: float = 0.005) -> collections.Counter:
@@ -557,5 +592,8 @@ def restore_report(worker: Any) -> dict[str, Any]:
                 restore, "_probe_samples", collections.Counter()
             ).most_common(40)
         ],
+        "task_samples": dict(
+            getattr(restore, "_probe_tasks", collections.Counter()).most_common(40)
+        ),
         **_rank_info(store),
     }

@@ -485,6 +485,10 @@ def ttft_set_judge(results: dict[str, dict], store: str, chunk: int) -> dict[str
             "memory": (res.get("memory") or {}).get("rounds"),
             "warmup_vmstat": (res.get("memory") or {}).get("warmup_vmstat"),
             "page_cache": (res.get("memory") or {}).get("page_cache"),
+            # KVTIER_SUITE_SAMPLE_STACKS=1: each thread's kernel state while it read.
+            "task_samples": [
+                w.get("task_samples") for w in res.get("restore_workers") or []
+            ],
             "logprobs": lp,
             "kv": kv,
             "kv_vs_write": kv_write,
