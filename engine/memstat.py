@@ -4,7 +4,8 @@ A restore "from the page cache" is judged against a plain read of the same files
 runs several times slower, these say whether the files were still cached (refaults, major
 faults, pages read in), whether the kernel was reclaiming to make room (direct reclaim,
 allocation stalls), whether the destination memory was faulted in during the read (minor
-faults) and how close the container's memory cgroup was to its limit.
+faults), how busy the cores were, and how close the container's memory cgroup was to
+its limit.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ VMSTAT = (
     "thp_fault_alloc",
 )
 MEMINFO = ("MemTotal", "MemFree", "MemAvailable", "Cached", "Shmem", "Dirty")
-_LOW_BIT = bytes(b & 1 for b in range(256))
 CGROUP_STAT = ("anon", "file", "shmem", "file_dirty", "workingset_refault_file")
+CPU = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+_LOW_BIT = bytes(b & 1 for b in range(256))  # mincore: bit 0 of a page's byte
 
 
 def _pairs(path: str) -> dict[str, int]:
@@ -50,9 +52,6 @@ def _one(path: str) -> int | str | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else text
-
-
-CPU = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
 def _cpu() -> dict[str, int]:
@@ -121,7 +120,7 @@ def resident(root: str) -> dict:
                 vec = ctypes.create_string_buffer((length + page - 1) // page)
                 rc = libc.mincore(ctypes.addressof(view), length, vec)
                 del view
-                if rc == 0:  # the low bit of each page's byte: resident
+                if rc == 0:
                     cached += vec.raw.translate(_LOW_BIT).count(1) * page
             finally:
                 m.close()

@@ -19,7 +19,9 @@ JSON file given by --out:
     engine's KV-cache tensors (engine/probe.py);
   - the host's memory counters (engine/memstat.py): snapshots at boot, once up, before the
     timed rounds and at the end, and each round's vmstat deltas (page-cache refaults, faults,
-    reclaim: what a read "from the page cache" really did).
+    reclaim: what a read "from the page cache" really did);
+  - with --stall, instead of the timed rounds, decoders' inter-token gaps beside a restore
+    (engine/stall.py).
 """
 
 from __future__ import annotations
@@ -430,7 +432,6 @@ def main() -> int:
         block_ids.clear()
     if args.restore_probe:
         result["restore_before"] = llm.collective_rpc(probe.restore_stats)
-    if args.restore_probe:
         memory["page_cache"] = llm.collective_rpc(probe.page_cache)
     memory["rounds"] = memstat.snapshot()
     memory["warmup_vmstat"] = memstat.delta(memory["up"], memory["rounds"])
