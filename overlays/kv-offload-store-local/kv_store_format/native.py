@@ -57,56 +57,70 @@ _TYPES: dict[str, Any] = {
 
 
 def _type(token: str) -> Any:
-    """``u64``, ``u64*6`` (an array of 6) or ``&segment`` (a pointer)."""
+    """``u64``, ``u64*6`` (an array of 6) or ``&SegmentEntry`` (a pointer)."""
     if token.startswith("&"):
-        return ctypes.POINTER(_TYPES[token[1:]])
+        return ctypes.POINTER(globals()[token[1:]])
     name, _, count = token.partition("*")
     return _TYPES[name] * int(count) if count else _TYPES[name]
 
 
-def _struct(name: str, spec: str) -> Any:
-    """The C struct kvtier_``name`` from its "field type" pairs, in order."""
+def _fields(spec: str) -> list[tuple[str, Any]]:
+    """A struct's ``_fields_`` from store_abi.h's "field type" pairs, in order."""
     w = spec.split()
-    fields = [(f, _type(t)) for f, t in zip(w[::2], w[1::2], strict=True)]
-    _TYPES[name] = type(name, (ctypes.Structure,), {"_fields_": fields})
-    return _TYPES[name]
+    return [(f, _type(t)) for f, t in zip(w[::2], w[1::2], strict=True)]
 
 
 _OUT = "status i32 sys_errno i32"
 _TEXT = "reason char*40 message char*256"  # KVTIER_REASON_BYTES, _MESSAGE_BYTES
-_Run = _struct("run", "address u64 length u64")
-SegmentEntry = _struct(
-    "segment",
-    "layer u32 kind u8 dtype u8 ndim u8 part u8 offset u64 length u64"
-    " shape u64*6 stride u64*6",
-)
 _MAC = "mac_key str mac_key_length u32 mac_rank u32"
-_ReadItem = _struct(
-    "read_item",
-    "path str fd i32 group u32 namespace_hash str key_hash str key_hash_length u32"
-    " num_segments u32 boundary u64 payload_length u64 payload_checksum u32"
-    f" num_runs u32 segments &segment runs &run {_MAC} {_OUT} bytes_read u64 {_TEXT}",
-)
-_WriteItem = _struct(
-    "write_item",
-    "path str group u32 key_hash_length u32 namespace_hash str key_hash str"
-    " boundary u64 payload_length u64 num_segments u32 num_runs u32"
-    f" segments &segment runs &run {_MAC} {_OUT} payload_checksum u32"
-    f" header_length u32 file_size u64 {_TEXT}",
-)
-_Result = _struct("result", f"{_OUT} data ptr length u64 {_TEXT}")
-Header = _struct(
-    "chunk_header",
-    "format_version u16 checksum_algorithm u8 key_hash_length u8 group u32"
-    " boundary u64 payload_length u64 payload_checksum u32 header_length u32"
-    " num_segments u32 reserved u32 namespace_hash u8*32 key_hash u8*64",
-)
+
+
+class Run(ctypes.Structure):  # kvtier_run
+    _fields_ = _fields("address u64 length u64")
+
+
+class SegmentEntry(ctypes.Structure):  # kvtier_segment
+    _fields_ = _fields(
+        "layer u32 kind u8 dtype u8 ndim u8 part u8 offset u64 length u64"
+        " shape u64*6 stride u64*6"
+    )
+
+
+class ReadItem(ctypes.Structure):  # kvtier_read_item
+    _fields_ = _fields(
+        "path str fd i32 group u32 namespace_hash str key_hash str"
+        " key_hash_length u32 num_segments u32 boundary u64 payload_length u64"
+        " payload_checksum u32 num_runs u32 segments &SegmentEntry runs &Run"
+        f" {_MAC} {_OUT} bytes_read u64 {_TEXT}"
+    )
+
+
+class WriteItem(ctypes.Structure):  # kvtier_write_item
+    _fields_ = _fields(
+        "path str group u32 key_hash_length u32 namespace_hash str key_hash str"
+        " boundary u64 payload_length u64 num_segments u32 num_runs u32"
+        f" segments &SegmentEntry runs &Run {_MAC} {_OUT} payload_checksum u32"
+        f" header_length u32 file_size u64 {_TEXT}"
+    )
+
+
+class CResult(ctypes.Structure):  # kvtier_result
+    _fields_ = _fields(f"{_OUT} data ptr length u64 {_TEXT}")
+
+
+class Header(ctypes.Structure):  # kvtier_chunk_header
+    _fields_ = _fields(
+        "format_version u16 checksum_algorithm u8 key_hash_length u8 group u32"
+        " boundary u64 payload_length u64 payload_checksum u32 header_length u32"
+        " num_segments u32 reserved u32 namespace_hash u8*32 key_hash u8*64"
+    )
+
 
 # Every call: the return type, then the arguments (store_abi.h's order).
-_IN, _KEY, _TABLE = "str size", "str u32", "&chunk_header &segment u32"
+_IN, _KEY, _TABLE = "str size", "str u32", "&Header &SegmentEntry u32"
 _SIGNATURES = {
-    "kvtier_read_chunks": "i64 &read_item size u32 u32",
-    "kvtier_write_chunks": "i64 &write_item size u32 u32",
+    "kvtier_read_chunks": "i64 &ReadItem size u32 u32",
+    "kvtier_write_chunks": "i64 &WriteItem size u32 u32",
     "kvtier_open": "i32 str i32 u32 u32",
     "kvtier_free": "void ptr",
     "kvtier_store_test_fault": "void i32 i32 u32 u32",
@@ -124,7 +138,7 @@ _SIGNATURES = {
     "kvtier_mac_key_id": _KEY,
     "kvtier_read_chunk_header": f"str u32 {_TABLE}",
     "kvtier_parse_chunk_header": f"{_IN} {_TABLE}",
-    "kvtier_encode_chunk_header": "&chunk_header &segment",
+    "kvtier_encode_chunk_header": "&Header &SegmentEntry",
     "kvtier_verify_chunk": f"{_IN} {_KEY} u32 {_TABLE}",
     "kvtier_verify_chunk_file": f"str u64 {_KEY} u32 {_TABLE}",
     "kvtier_open_chunk": f"{_IN} {_KEY} u32",
@@ -214,7 +228,7 @@ class Result:
 def segment_table(segments: Sequence[Segment]) -> ctypes.Array:
     """kvtier_segment[] of a table (values out of a field's range as ``fit``
     gives them: the codec refuses them)."""
-    out = (SegmentEntry * max(1, len(segments)))()
+    out: ctypes.Array[SegmentEntry] = (SegmentEntry * max(1, len(segments)))()
     for e, seg in zip(out, segments, strict=False):
         if len(seg.shape) != len(seg.stride) or len(seg.shape) > len(e.shape):
             raise FormatError(Reason.BAD_SEGMENT_TABLE, "shape/stride rank")
@@ -253,7 +267,9 @@ class _SegmentCache:
             return converted
 
 
-def _fill(item: Any, r: ReadRequest | WriteRequest, cache: _SegmentCache) -> array:
+def _fill(
+    item: ReadItem | WriteItem, r: ReadRequest | WriteRequest, cache: _SegmentCache
+) -> array:
     """The fields a read and a write item share; returns the runs array the
     item points into (it must outlive the call)."""
     flat = array("Q", itertools.chain.from_iterable(r.runs)) or array("Q", [0])
@@ -262,15 +278,18 @@ def _fill(item: Any, r: ReadRequest | WriteRequest, cache: _SegmentCache) -> arr
     item.key_hash_length, item.payload_length = len(r.key_hash), r.payload_length
     item.num_segments, item.num_runs = len(r.segments), len(r.runs)
     item.segments = cache.get(r.segments)
-    item.runs = ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_Run))
+    item.runs = ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(Run))
     return flat
 
 
 class PreparedRead:
     """One kvtier_read_chunks call's items (``Library.prepare_read``)."""
 
-    def __init__(self, lib: Library, items: ctypes.Array, count: int, keep: list):
-        self._lib, self._items, self._count, self._keep = lib, items, count, keep
+    def __init__(
+        self, lib: Library, items: ctypes.Array[ReadItem], count: int, keep: list
+    ):
+        self._lib, self._count, self._keep = lib, count, keep  # keep: the runs
+        self._items: ctypes.Array[ReadItem] = items
 
     def run(
         self,
@@ -336,7 +355,7 @@ class Library:
         for name, spec in _SIGNATURES.items():
             f, types = getattr(fn, name), spec.split()
             if name in _RESULT_CALLS:
-                types = ["i32", *types, "&result"]
+                types = ["i32", *types, "&CResult"]
             f.restype, f.argtypes = _type(types[0]), [_type(t) for t in types[1:]]
         self.fn = fn
         self._segment_arrays = _SegmentCache()
@@ -344,7 +363,7 @@ class Library:
     def call(self, name: str, *args: Any) -> bytes:
         """A call that fills a kvtier_result: its output bytes, or its verdict
         raised (FormatError, OSError for a file, ValueError for an argument)."""
-        out = _Result()
+        out = CResult()
         status = getattr(self.fn, name)(*args, ctypes.byref(out))
         data = ctypes.string_at(out.data, out.length) if out.data else b""
         self.fn.kvtier_free(out.data)
@@ -384,7 +403,7 @@ class Library:
         """The items of one read call, built now; ``PreparedRead.run`` is then
         the call alone (the restore builds on the step's thread and runs on
         its promotion thread, which so needs the GIL only around the call)."""
-        items = (_ReadItem * max(1, len(requests)))()
+        items: ctypes.Array[ReadItem] = (ReadItem * max(1, len(requests)))()
         keep = []
         for item, r in zip(items, requests, strict=False):
             keep.append(_fill(item, r, self._segment_arrays))
@@ -409,7 +428,7 @@ class Library:
         fsync); one Result per request, in order. Files are 0600, or 0640
         with group_read. ``key``: sealed for a keyed store (FORMAT.md 3.6,
         the v3 seal bound to ``rank``, the writing rank; ``bytes`` counts it)."""
-        items = (_WriteItem * max(1, len(requests)))()
+        items: ctypes.Array[WriteItem] = (WriteItem * max(1, len(requests)))()
         keep = []
         for item, r in zip(items, requests, strict=False):
             keep.append(_fill(item, r, self._segment_arrays))
