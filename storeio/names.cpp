@@ -1,6 +1,7 @@
-// The name and open calls of the C ABI (store_abi.h, ABI 6): FORMAT.md 2's
-// file and folder names built and parsed by format/'s layout, and the one
-// way a store file is opened, so that the overlays keep no copy of either.
+// The name, open and key-file calls of the C ABI (store_abi.h, ABI 6):
+// FORMAT.md 2's file and folder names built and parsed by format/'s layout,
+// the one way a store file is opened, and a keyed store's key file loaded,
+// so that the overlays keep no copy of any of them.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +11,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "abi_result.h"
+#include "kvtier/format/key_file.h"
 #include "kvtier/format/layout.h"
 #include "kvtier/store_abi.h"
 #include "no_links.h"
@@ -155,6 +158,20 @@ int32_t kvtier_open(const char* path, int32_t flags, uint32_t mode, uint32_t opt
     }
   }
   return fd;
+}
+
+int32_t kvtier_load_key(const char* path, const char* store, kvtier_result* out) {
+  return run_call(out, [&]() -> std::int32_t {
+    if (!path) return result_bad_argument(out, "no key file path");
+    std::vector<std::uint8_t> key;
+    const std::string refusal = kvformat::load_key_file(path, key, store ? store : "");
+    if (refusal.empty())
+      return result_ok(out, {reinterpret_cast<const char*>(key.data()), key.size()});
+    // The whole refusal in data as well: a long path could push the problem
+    // out of the message's 256 bytes.
+    if (const auto r = result_ok(out, refusal); r != KVTIER_OK) return r;
+    return storeio::result_failure(out, KVTIER_E_UNSAFE, "unsafe_key_file", 0, nullptr, refusal);
+  });
 }
 
 }  // extern "C"

@@ -134,6 +134,59 @@ TEST_P(StoreOpen, RefusesLinksAndNonRegularFiles) {
   fs::remove_all(dir);
 }
 
+TEST(StoreKeyFile, LoadsAPrivateKeyAndNamesEachRefusal) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kvtier_key_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "store");
+  auto write_key = [](const fs::path& p, mode_t mode, std::size_t n = 32) {
+    std::FILE* f = std::fopen(p.c_str(), "w");
+    for (std::size_t i = 0; i < n; ++i) std::fputc(static_cast<int>(i + 1), f);
+    std::fclose(f);
+    ::chmod(p.c_str(), mode);
+  };
+  auto load = [](const fs::path& p, const char* store = nullptr) {
+    kvtier_result r{};
+    const std::int32_t status = kvtier_load_key(p.c_str(), store, &r);
+    Out out{status, r.reason, r.data ? std::string(reinterpret_cast<char*>(r.data), r.length) : ""};
+    if (status != KVTIER_OK) EXPECT_EQ(out.data.substr(0, 40), std::string(r.message).substr(0, 40));
+    kvtier_free(r.data);
+    return out;
+  };
+  write_key(dir / "key", 0600);
+  const Out ok = load(dir / "key");
+  ASSERT_EQ(ok.status, KVTIER_OK);
+  ASSERT_EQ(ok.data.size(), 32u);
+  EXPECT_EQ(ok.data[0], 1);
+
+  write_key(dir / "open", 0640);
+  write_key(dir / "short", 0600, 31);
+  write_key(dir / "store" / "key", 0600);
+  fs::create_symlink(dir / "key", dir / "link");
+  const std::string store = (dir / "store").string();
+  for (auto [path, problem] : {std::pair{dir / "open", std::string("has mode 0640")},
+                               {dir / "short", "holds 31 bytes"},
+                               {dir / "link", "is a symlink"},
+                               {dir / "missing", "No such file"},
+                               {dir / "store" / "key", "inside the store folder"}}) {
+    const Out out = load(path, store.c_str());
+    EXPECT_EQ(out.status, KVTIER_E_UNSAFE) << path;
+    EXPECT_EQ(out.reason, "unsafe_key_file");
+    EXPECT_NE(out.data.find("key file " + path.string()), std::string::npos) << out.data;
+    EXPECT_NE(out.data.find(problem), std::string::npos) << out.data;
+  }
+  // A path too long for the message: data still holds the problem.
+  fs::path deep = dir;
+  for (int i = 0; i < 6; ++i) deep /= std::string(50, 'd');
+  fs::create_directories(deep);
+  write_key(deep / "key", 0644);
+  const Out long_path = load(deep / "key");
+  EXPECT_GT(long_path.data.size(), std::size_t{KVTIER_MESSAGE_BYTES});
+  EXPECT_NE(long_path.data.find("(chmod 600)"), std::string::npos);
+  EXPECT_EQ(kvtier_load_key(nullptr, nullptr, nullptr), KVTIER_E_ARGUMENT);
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(OpenAt2AndWalk, StoreOpen, ::testing::Values(0u, KVTIER_OPEN_WALK));
 
 }  // namespace

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .format_error import FormatError, Reason
+from .format_error import FormatError, KeyFileError, Reason
 from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
@@ -150,6 +150,7 @@ _SIGNATURES = {
     "kvtier_pending_file_name": "u64 u64",
     "kvtier_temp_name": f"{_IN} u64 u64",
     "kvtier_parse_name": f"u32 {_IN}",
+    "kvtier_load_key": "str str",
 }
 _RESULT_CALLS = list(_SIGNATURES)[6:]
 
@@ -376,6 +377,8 @@ class Library:
             raise OSError(out.sys_errno, message)
         if status == E_ARGUMENT:
             raise ValueError(message)
+        if reason == "unsafe_key_file":  # the whole refusal is in data
+            raise KeyFileError(_text(data))
         raise RuntimeError(f"{name}: {reason}: {message}")
 
     def read_chunks(

@@ -32,7 +32,8 @@ extern "C" {
                                        5: the record calls (kvtier_result,
                                           kvtier_free, kvtier_manifest_* ...);
                                        6: the name calls (kvtier_rank_base_name ...,
-                                          kvtier_parse_name) and kvtier_open */
+                                          kvtier_parse_name), kvtier_open,
+                                          kvtier_load_key */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -245,7 +246,8 @@ typedef struct kvtier_result {
   int32_t sys_errno; /* errno of an I/O failure, else 0 */
   uint8_t* data;     /* the call's output (length bytes and a NUL after them),
                         allocated here; free it with kvtier_free. NULL when the
-                        call failed or has no output */
+                        call failed (but for kvtier_load_key's refusal) or has
+                        no output */
   uint64_t length;
   char reason[KVTIER_REASON_BYTES];   /* "" when OK */
   char message[KVTIER_MESSAGE_BYTES]; /* for a log line; names the path when given */
@@ -409,7 +411,7 @@ KVTIER_STORE_API int32_t kvtier_open_chunk(const uint8_t* file, size_t length,
                                            const uint8_t* mac_key, uint32_t mac_key_length,
                                            uint32_t mac_rank, kvtier_result* out);
 
-/* ---- names and opens (ABI 6) -------------------------------------------------
+/* ---- names, opens and the key file (ABI 6) ---------------------------------
  *
  * FORMAT.md 2's file and folder names, built and parsed by format/'s layout
  * (the same code kvstore walks a store with), and the open every store path
@@ -474,6 +476,18 @@ KVTIER_STORE_API int32_t kvtier_parse_name(uint32_t kind, const char* name, size
                                   not tried */
 KVTIER_STORE_API int32_t kvtier_open(const char* path, int32_t flags, uint32_t mode,
                                      uint32_t options);
+
+/* A keyed store's key file (FORMAT.md 3.6) loaded after the checks ssh
+ * makes of a private key (format/'s load_key_file, the same as kvstore's):
+ * a regular file, not a symlink, owned by the calling user, no group or
+ * other permission bit, 32..4096 bytes, not all zero, and not inside the
+ * store folder `store` (NULL: no store to compare). data: the key. A
+ * refusal (a missing file too) is KVTIER_E_UNSAFE, reason unsafe_key_file:
+ * message names the file and the problem, never the key's bytes, and, unlike
+ * every other failure, data holds the whole refusal (a long path may push
+ * the problem out of message's bytes). */
+KVTIER_STORE_API int32_t kvtier_load_key(const char* path, const char* store,
+                                         kvtier_result* out);
 
 /* ---- test seam --------------------------------------------------------------- */
 
