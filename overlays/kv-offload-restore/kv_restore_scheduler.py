@@ -122,9 +122,8 @@ class SchedulerRestore:
             raise RestoreRefused(
                 f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: store folder not safe: {unsafe}"
             )
-        # The manifests this side reads are judged by the store library's
-        # codec (kv_store_format.codec), and a key file is checked by it:
-        # missing, the boot fails here.
+        # The manifests this side reads and the key file are judged by the
+        # store library (kv_store_format.codec, .mac): missing, the boot fails.
         load_native()
         key_file = os.environ.get("GLM53_KV_OFFLOAD_KEY_FILE")
         if key_file:

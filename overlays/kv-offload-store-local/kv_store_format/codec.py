@@ -34,8 +34,10 @@ _SEAL_V2 = 1  # KVTIER_SEAL_V2
 _TABLE_ROOM = 256  # segment entries a header call gets room for at first
 
 
-def _bytes(data: bytes | bytearray | memoryview) -> bytes:
-    return data if isinstance(data, bytes) else bytes(data)
+def _in(data: bytes | bytearray | memoryview) -> tuple[bytes, int]:
+    """A call's input bytes and their length."""
+    raw = data if isinstance(data, bytes) else bytes(data)
+    return raw, len(raw)
 
 
 def _key(key: bytes | None) -> tuple[bytes | None, int]:
@@ -54,7 +56,7 @@ def _string_keys(value: Any) -> None:
             _string_keys(v)
 
 
-def _dumps(value: Any, check_keys: bool = True) -> bytes:
+def _json(value: Any, check_keys: bool = True) -> tuple[bytes, int]:
     """Plain data as JSON text for a record call (floats, NaN and types JSON
     lacks are refused here or by the codec's strict parse: bad_json)."""
     if check_keys:
@@ -63,9 +65,10 @@ def _dumps(value: Any, check_keys: bool = True) -> bytes:
         except RecursionError:
             raise FormatError(Reason.BAD_JSON, "nesting too deep") from None
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":")).encode("ascii")
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as e:
         raise FormatError(Reason.BAD_JSON, f"not JSON: {e}") from None
+    return _in(text.encode("ascii"))
 
 
 # -- JSON records ----------------------------------------------------------------
@@ -73,8 +76,7 @@ def _dumps(value: Any, check_keys: bool = True) -> bytes:
 
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, no whitespace, ASCII only; integers, no floats (4.1)."""
-    text = _dumps(value)
-    return call("kvtier_canonical_json", text, len(text))
+    return call("kvtier_canonical_json", *_json(value))
 
 
 def encode_manifest(m: BoundaryManifest, key: bytes | None = None) -> bytes:
@@ -98,8 +100,7 @@ def encode_manifest(m: BoundaryManifest, key: bytes | None = None) -> bytes:
         "namespace": m.namespace,
         "rank": m.rank,
     }
-    text = _dumps(fields, check_keys=False)  # built here: every key a string
-    return call("kvtier_manifest_encode", text, len(text), *_key(key))
+    return call("kvtier_manifest_encode", *_json(fields, check_keys=False), *_key(key))
 
 
 def decode_manifest(
@@ -107,8 +108,7 @@ def decode_manifest(
 ) -> BoundaryManifest:
     """The manifest, every check of FORMAT.md 5 made; with ``key`` its MAC
     first (mac_missing, mac_mismatch), then the rest as a plain manifest."""
-    raw = _bytes(data)
-    v = json.loads(call("kvtier_manifest_decode", raw, len(raw), *_key(key)))
+    v = json.loads(call("kvtier_manifest_decode", *_in(data), *_key(key)))
     return BoundaryManifest(
         namespace=v["namespace"],
         rank=v["rank"],
@@ -129,14 +129,12 @@ def check_fenced(fenced: Mapping[str, Any]) -> None:
     """The fenced part's fields, as FORMAT.md 4 says (extra keys allowed)."""
     if not isinstance(fenced, Mapping):
         raise FormatError(Reason.BAD_FIELD, "fenced must be an object")
-    text = _dumps(dict(fenced))
-    call("kvtier_namespace_hash", text, len(text), _FENCED_CHECK)
+    call("kvtier_namespace_hash", *_json(dict(fenced)), _FENCED_CHECK)
 
 
 def namespace_hash(fenced: Mapping[str, Any]) -> bytes:
     """sha256 of the canonical JSON of the fenced part (32 bytes)."""
-    text = _dumps(dict(fenced))
-    return call("kvtier_namespace_hash", text, len(text), 0)
+    return call("kvtier_namespace_hash", *_json(dict(fenced)), 0)
 
 
 def make_fenced(
@@ -198,28 +196,30 @@ def encode_namespace_record(record: NamespaceRecord) -> bytes:
     for name, part in (("fenced", record.fenced), ("info", record.info)):
         if not isinstance(part, Mapping):
             raise FormatError(Reason.BAD_FIELD, f"{name} must be an object")
-    text = _dumps({"fenced": dict(record.fenced), "info": dict(record.info)})
-    return call("kvtier_namespace_record_encode", text, len(text))
+    return call(
+        "kvtier_namespace_record_encode",
+        *_json({"fenced": dict(record.fenced), "info": dict(record.info)}),
+    )
 
 
 def decode_namespace_record(data: bytes | bytearray | memoryview) -> NamespaceRecord:
-    raw = _bytes(data)
-    v = json.loads(call("kvtier_namespace_record_decode", raw, len(raw)))
+    v = json.loads(call("kvtier_namespace_record_decode", *_in(data)))
     return NamespaceRecord(fenced=v["fenced"], info=v["info"])
 
 
 def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
     """Canonical JSON naming the chunks (group, key hex) a live writer still
     means to name in a manifest; sorted, each once (FORMAT.md 9.1)."""
-    text = _dumps([[g, k] for g, k in chunks], check_keys=False)
-    return call("kvtier_pending_record_encode", text, len(text))
+    return call(
+        "kvtier_pending_record_encode",
+        *_json([[g, k] for g, k in chunks], check_keys=False),
+    )
 
 
 def decode_pending_record(
     data: bytes | bytearray | memoryview,
 ) -> list[tuple[int, str]]:
-    raw = _bytes(data)
-    record = json.loads(call("kvtier_pending_record_decode", raw, len(raw)))
+    record = json.loads(call("kvtier_pending_record_decode", *_in(data)))
     return [(g, k) for g, k in record["chunks"]]
 
 
@@ -234,8 +234,8 @@ def kept_manifests(chains: Mapping[str, Sequence[str]], keep: int) -> set[str]:
         if line.count("\t") != len(chain) or "\n" in line:
             raise FormatError(Reason.BAD_NAME, f"a tab or newline in {name[:80]!r}")
         lines.append(line + "\n")
-    text = "".join(lines).encode("utf-8", "surrogatepass")
-    kept = call("kvtier_kept_manifests", text, len(text), fit(keep, 32))
+    text = _in("".join(lines).encode("utf-8", "surrogatepass"))
+    kept = call("kvtier_kept_manifests", *text, fit(keep, 32))
     return set(kept.decode("utf-8", "surrogatepass").split("\n")[:-1])
 
 
@@ -315,8 +315,7 @@ def read_chunk_header(path: str, key: bytes | None = None) -> ChunkHeader:
 
 def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
     """The header at the start of a chunk file's bytes (3.5 steps 1-13)."""
-    raw = _bytes(data)
-    return _header_call("kvtier_parse_chunk_header", raw, len(raw))
+    return _header_call("kvtier_parse_chunk_header", *_in(data))
 
 
 def encode_header(header: ChunkHeader) -> bytes:
@@ -350,8 +349,7 @@ def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -
 
 def verify_chunk(data: bytes | bytearray | memoryview) -> ChunkHeader:
     """Every check of FORMAT.md 3.5 on a whole chunk file held in memory."""
-    raw = _bytes(data)
-    return _header_call("kvtier_verify_chunk", raw, len(raw), None, 0, 0)
+    return _header_call("kvtier_verify_chunk", *_in(data), None, 0, 0)
 
 
 def verify_sealed_chunk(
@@ -359,8 +357,7 @@ def verify_sealed_chunk(
 ) -> ChunkHeader:
     """A keyed chunk of rank ``rank``'s store held in memory: the MAC first,
     then every check of ``verify_chunk`` on the plain chunk it seals."""
-    raw = _bytes(data)
-    return _header_call("kvtier_verify_chunk", raw, len(raw), *_key(key), fit(rank, 32))
+    return _header_call("kvtier_verify_chunk", *_in(data), *_key(key), fit(rank, 32))
 
 
 def verify_chunk_file(
@@ -386,8 +383,7 @@ def verify_chunk_file(
 def open_chunk(key: bytes, data: bytes | bytearray | memoryview, *, rank: int) -> bytes:
     """The plain chunk of a keyed file of rank ``rank``'s store, the MAC
     checked before any byte is parsed (mac_missing, truncated, mac_mismatch)."""
-    raw = _bytes(data)
-    return call("kvtier_open_chunk", raw, len(raw), *_key(key), fit(rank, 32))
+    return call("kvtier_open_chunk", *_in(data), *_key(key), fit(rank, 32))
 
 
 def seal_chunk(
@@ -401,15 +397,12 @@ def seal_chunk(
     random unless given: vectors fix it)."""
     if salt is not None and len(salt) != SALT_SIZE:
         raise ValueError(f"salt of {len(salt)} bytes, needs {SALT_SIZE}")
-    raw = _bytes(chunk)
+    raw = _in(chunk)
     salt_arg = None if salt is None else bytes(salt)
-    return call(
-        "kvtier_seal_chunk", raw, len(raw), *_key(key), fit(rank, 32), salt_arg, 0
-    )
+    return call("kvtier_seal_chunk", *raw, *_key(key), fit(rank, 32), salt_arg, 0)
 
 
 def seal_chunk_v2(key: bytes, chunk: bytes | bytearray | memoryview) -> bytes:
     """The v2 seal (HMAC-SHA256, no rank) stores written before v3 hold:
     for tests and vectors, never written by the tier."""
-    raw = _bytes(chunk)
-    return call("kvtier_seal_chunk", raw, len(raw), *_key(key), 0, None, _SEAL_V2)
+    return call("kvtier_seal_chunk", *_in(chunk), *_key(key), 0, None, _SEAL_V2)

@@ -30,7 +30,7 @@ from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
 LIBRARY_NAME = "libkvtier_store.so"
-ABI_VERSION = 6  # KVTIER_STORE_ABI_VERSION (6: the name calls, kvtier_open)
+ABI_VERSION = 6  # KVTIER_STORE_ABI_VERSION (6: names, kvtier_open, kvtier_load_key)
 LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
 
 # KVTIER_OK, KVTIER_E_*: the status class; an item's reason is the finer name.
@@ -41,19 +41,12 @@ WRITE_GROUP_READ = 1  # files 0640, not 0600
 OPEN_REGULAR, OPEN_WALK = 1, 2  # kvtier_open's options
 FAULT_NONE, FAULT_WRITE, FAULT_SYNC, FAULT_RENAME, FAULT_DIR_SYNC, FAULT_READ = range(6)
 
+_CTYPES = "u8:uint8 u16:uint16 u32:uint32 u64:uint64 i32:int32 i64:int64 size:size_t"
 _TYPES: dict[str, Any] = {
-    "u8": ctypes.c_uint8,
-    "u16": ctypes.c_uint16,
-    "u32": ctypes.c_uint32,
-    "u64": ctypes.c_uint64,
-    "i32": ctypes.c_int32,
-    "i64": ctypes.c_int64,
-    "size": ctypes.c_size_t,
-    "str": ctypes.c_char_p,  # also const uint8_t*: bytes pass as they are
-    "ptr": ctypes.c_void_p,
-    "char": ctypes.c_char,
-    "void": None,
+    k: getattr(ctypes, "c_" + v) for k, v in (t.split(":") for t in _CTYPES.split())
 }
+# "str" is also a const uint8_t*: bytes pass as they are.
+_TYPES.update(str=ctypes.c_char_p, ptr=ctypes.c_void_p, char=ctypes.c_char, void=None)
 
 
 def _type(token: str) -> Any:
@@ -125,34 +118,33 @@ _SIGNATURES = {
     "kvtier_free": "void ptr",
     "kvtier_store_test_fault": "void i32 i32 u32 u32",
     "kvtier_store_test_pace_reads": "void u64",
-    # The calls that fill a kvtier_result (the last argument, added below).
-    "kvtier_manifest_encode": f"{_IN} {_KEY}",
-    "kvtier_manifest_decode": f"{_IN} {_KEY}",
-    "kvtier_namespace_record_encode": _IN,
-    "kvtier_namespace_record_decode": _IN,
-    "kvtier_namespace_hash": f"{_IN} u32",
-    "kvtier_canonical_json": _IN,
-    "kvtier_pending_record_encode": _IN,
-    "kvtier_pending_record_decode": _IN,
-    "kvtier_kept_manifests": f"{_IN} u32",
-    "kvtier_mac_key_id": _KEY,
-    "kvtier_read_chunk_header": f"str u32 {_TABLE}",
-    "kvtier_parse_chunk_header": f"{_IN} {_TABLE}",
-    "kvtier_encode_chunk_header": "&Header &SegmentEntry",
-    "kvtier_verify_chunk": f"{_IN} {_KEY} u32 {_TABLE}",
-    "kvtier_verify_chunk_file": f"str u64 {_KEY} u32 {_TABLE}",
-    "kvtier_open_chunk": f"{_IN} {_KEY} u32",
-    "kvtier_seal_chunk": f"{_IN} {_KEY} u32 str u32",
-    "kvtier_sanitize_model": _IN,
-    "kvtier_rank_base_name": f"{_IN} {_IN} str u32",
-    "kvtier_chunk_rel_path": f"{_IN} u32",
-    "kvtier_manifest_file_name": f"u64 {_IN}",
-    "kvtier_pending_file_name": "u64 u64",
-    "kvtier_temp_name": f"{_IN} u64 u64",
-    "kvtier_parse_name": f"u32 {_IN}",
-    "kvtier_load_key": "str str",
+    # "res": returns its status and fills a kvtier_result (a last argument).
+    "kvtier_manifest_encode": f"res {_IN} {_KEY}",
+    "kvtier_manifest_decode": f"res {_IN} {_KEY}",
+    "kvtier_namespace_record_encode": f"res {_IN}",
+    "kvtier_namespace_record_decode": f"res {_IN}",
+    "kvtier_namespace_hash": f"res {_IN} u32",
+    "kvtier_canonical_json": f"res {_IN}",
+    "kvtier_pending_record_encode": f"res {_IN}",
+    "kvtier_pending_record_decode": f"res {_IN}",
+    "kvtier_kept_manifests": f"res {_IN} u32",
+    "kvtier_mac_key_id": f"res {_KEY}",
+    "kvtier_read_chunk_header": f"res str u32 {_TABLE}",
+    "kvtier_parse_chunk_header": f"res {_IN} {_TABLE}",
+    "kvtier_encode_chunk_header": "res &Header &SegmentEntry",
+    "kvtier_verify_chunk": f"res {_IN} {_KEY} u32 {_TABLE}",
+    "kvtier_verify_chunk_file": f"res str u64 {_KEY} u32 {_TABLE}",
+    "kvtier_open_chunk": f"res {_IN} {_KEY} u32",
+    "kvtier_seal_chunk": f"res {_IN} {_KEY} u32 str u32",
+    "kvtier_sanitize_model": f"res {_IN}",
+    "kvtier_rank_base_name": f"res {_IN} {_IN} str u32",
+    "kvtier_chunk_rel_path": f"res {_IN} u32",
+    "kvtier_manifest_file_name": f"res u64 {_IN}",
+    "kvtier_pending_file_name": "res u64 u64",
+    "kvtier_temp_name": f"res {_IN} u64 u64",
+    "kvtier_parse_name": f"res u32 {_IN}",
+    "kvtier_load_key": "res str str",
 }
-_RESULT_CALLS = list(_SIGNATURES)[6:]
 
 
 class NativeLibraryError(RuntimeError):
@@ -355,8 +347,8 @@ class Library:
             )
         for name, spec in _SIGNATURES.items():
             f, types = getattr(fn, name), spec.split()
-            if name in _RESULT_CALLS:
-                types = ["i32", *types, "&CResult"]
+            if types[0] == "res":
+                types = ["i32", *types[1:], "&CResult"]
             f.restype, f.argtypes = _type(types[0]), [_type(t) for t in types[1:]]
         self.fn = fn
         self._segment_arrays = _SegmentCache()
