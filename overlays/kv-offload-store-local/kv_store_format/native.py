@@ -166,6 +166,12 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def _result(i: ReadItem | WriteItem, count: int, *written: int) -> Result:
+    return Result(
+        i.status, _text(i.reason), _text(i.message), i.sys_errno, count, *written
+    )
+
+
 @dataclass(frozen=True)
 class ReadRequest:
     """One chunk file to read and verify: what the manifest entry and this
@@ -227,12 +233,8 @@ def segment_table(segments: Sequence[Segment]) -> ctypes.Array:
             raise FormatError(Reason.BAD_SEGMENT_TABLE, "shape/stride rank")
         if not 0 <= seg.part <= 255:
             raise FormatError(Reason.BAD_SEGMENT_TABLE, f"part {seg.part}")
-        e.layer, e.kind, e.dtype = (
-            fit(seg.layer, 32),
-            fit(seg.kind, 8),
-            fit(seg.dtype, 8),
-        )
-        e.ndim, e.part = len(seg.shape), seg.part
+        e.layer, e.kind = fit(seg.layer, 32), fit(seg.kind, 8)
+        e.dtype, e.ndim, e.part = fit(seg.dtype, 8), len(seg.shape), seg.part
         e.offset, e.length = fit(seg.offset, 64), fit(seg.length, 64)
         for i, (d, s) in enumerate(zip(seg.shape, seg.stride, strict=True)):
             e.shape[i], e.stride[i] = fit(d, 64), fit(s, 64)
@@ -261,10 +263,15 @@ class _SegmentCache:
 
 
 def _fill(
-    item: ReadItem | WriteItem, r: ReadRequest | WriteRequest, cache: _SegmentCache
+    item: ReadItem | WriteItem,
+    r: ReadRequest | WriteRequest,
+    cache: _SegmentCache,
+    key: bytes | None,
+    rank: int,
 ) -> array:
     """The fields a read and a write item share; returns the runs array the
     item points into (it must outlive the call)."""
+    item.mac_key, item.mac_key_length, item.mac_rank = key, len(key or b""), rank
     flat = array("Q", itertools.chain.from_iterable(r.runs)) or array("Q", [0])
     item.group, item.boundary = r.group, r.boundary
     item.namespace_hash, item.key_hash = bytes(r.namespace_hash), bytes(r.key_hash)
@@ -297,22 +304,15 @@ class PreparedRead:
             | (READ_WILLNEED if willneed else 0)
             | (READ_SAFE_FOLDERS if safe_folders else 0)
         )
-        if (
-            self._lib.fn.kvtier_read_chunks(self._items, self._count, threads, flags)
-            < 0
-        ):
+        n = self._lib.fn.kvtier_read_chunks(self._items, self._count, threads, flags)
+        if n < 0:
             raise ValueError(
                 f"{self._lib.path}: kvtier_read_chunks refused its arguments"
             )
 
     def results(self) -> list[Result]:
         """One Result per request, in order (after ``run``)."""
-        return [
-            Result(
-                i.status, _text(i.reason), _text(i.message), i.sys_errno, i.bytes_read
-            )
-            for i in self._items[: self._count]
-        ]
+        return [_result(i, i.bytes_read) for i in self._items[: self._count]]
 
 
 class Library:
@@ -401,14 +401,9 @@ class Library:
         items: ctypes.Array[ReadItem] = (ReadItem * max(1, len(requests)))()
         keep = []
         for item, r in zip(items, requests, strict=False):
-            keep.append(_fill(item, r, self._segment_arrays))
+            keep.append(_fill(item, r, self._segment_arrays, key, rank))
             item.path = None if r.path is None else os.fsencode(r.path)
             item.fd, item.payload_checksum = r.fd, r.payload_checksum
-            item.mac_key, item.mac_key_length, item.mac_rank = (
-                key,
-                len(key or b""),
-                rank,
-            )
         return PreparedRead(self, items, len(requests), keep)
 
     def write_chunks(
@@ -426,26 +421,13 @@ class Library:
         items: ctypes.Array[WriteItem] = (WriteItem * max(1, len(requests)))()
         keep = []
         for item, r in zip(items, requests, strict=False):
-            keep.append(_fill(item, r, self._segment_arrays))
+            keep.append(_fill(item, r, self._segment_arrays, key, rank))
             item.path = os.fsencode(r.path)
-            item.mac_key, item.mac_key_length, item.mac_rank = (
-                key,
-                len(key or b""),
-                rank,
-            )
         flags = WRITE_GROUP_READ if group_read else 0
         if self.fn.kvtier_write_chunks(items, len(requests), threads, flags) < 0:
             raise ValueError(f"{self.path}: kvtier_write_chunks refused its arguments")
         return [
-            Result(
-                i.status,
-                _text(i.reason),
-                _text(i.message),
-                i.sys_errno,
-                i.file_size,
-                i.payload_checksum,
-                i.header_length,
-            )
+            _result(i, i.file_size, i.payload_checksum, i.header_length)
             for i in items[: len(requests)]
         ]
 
