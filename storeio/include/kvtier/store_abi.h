@@ -88,7 +88,8 @@ enum {
   KVTIER_E_ARGUMENT = 6,  /* reason bad_argument: the item itself is inconsistent */
   KVTIER_E_SKIPPED = 7,   /* reason skipped: not attempted (KVTIER_READ_STOP_ON_FAILURE) */
   KVTIER_E_UNSAFE = 8,    /* reason unsafe_folder: others could change the file's folder
-                             (KVTIER_READ_SAFE_FOLDERS) */
+                             (KVTIER_READ_SAFE_FOLDERS); kvtier_load_key: reason
+                             unsafe_key_file, the key file refused */
 };
 
 #define KVTIER_REASON_BYTES 40
