@@ -198,6 +198,14 @@ std::string temp_name(std::string_view final_name, std::uint64_t pid, std::uint6
   return std::string(final_name) + ".tmp." + std::to_string(pid) + "." + std::to_string(tid);
 }
 
+Result<std::string> pending_file_name(std::uint64_t pid, std::uint64_t tid) {
+  constexpr std::uint64_t kLimit = 10'000'000'000'000'000'000ULL;  // 20 digits
+  if (pid == 0 || tid == 0 || pid >= kLimit || tid >= kLimit)
+    return make_error(Reason::BadName,
+                      "pending name for " + std::to_string(pid) + ", " + std::to_string(tid));
+  return std::to_string(pid) + "." + std::to_string(tid) + ".json";
+}
+
 std::optional<PendingName> parse_pending_file_name(std::string_view name) {
   if (!name.ends_with(".json")) return std::nullopt;
   name.remove_suffix(5);

@@ -88,6 +88,23 @@ TEST(Layout, ManifestAndTempNames) {
   EXPECT_FALSE(parse_temp_name("x.tmp.1."));
 }
 
+TEST(Layout, PendingNames) {
+  auto name = pending_file_name(12, 34);
+  ASSERT_TRUE(name);
+  EXPECT_EQ(*name, "12.34.json");
+  auto parsed = parse_pending_file_name(*name);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->pid, 12u);
+  EXPECT_EQ(parsed->tid, 34u);
+  EXPECT_TRUE(pending_file_name(9'999'999'999'999'999'999ULL, 1));
+  for (auto [pid, tid] : {std::pair<std::uint64_t, std::uint64_t>{0, 1}, {1, 0},
+                          {10'000'000'000'000'000'000ULL, 1}, {1, ~0ULL}}) {
+    auto bad = pending_file_name(pid, tid);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().reason, Reason::BadName);
+  }
+}
+
 TEST(Layout, Hex) {
   const std::vector<std::uint8_t> bytes = {0x00, 0xab, 0xff};
   EXPECT_EQ(to_hex(bytes), "00abff");

@@ -13,7 +13,8 @@ namespace kvstore::mac_check {
 
 bool available();
 
-// The key file's checks (as the overlays' kv_store_format.mac.load_key, as
+// The key file's checks (kvformat::load_key_file, key_file.h, which the
+// overlays' kv_store_format.mac.load_key calls through the store library; as
 // ssh's of a private key): a regular file, not a symlink, owned by this user,
 // no group or other permission bit, 32..4096 bytes, not inside the store
 // folder `store`, not all zero bytes; opened without blocking and judged on

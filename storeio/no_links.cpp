@@ -50,8 +50,8 @@ int walk(const char* path, int flags, mode_t mode) {
 
 }  // namespace
 
-int open_no_links(const char* path, int flags, mode_t mode) {
-  if (!g_no_openat2.load(std::memory_order_relaxed)) {
+int open_no_links(const char* path, int flags, mode_t mode, bool walk_only) {
+  if (!walk_only && !g_no_openat2.load(std::memory_order_relaxed)) {
     struct open_how how {};
     how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
     how.mode = (flags & O_CREAT) ? mode : 0;

@@ -11,6 +11,7 @@ namespace storeio {
 // as the file or as any folder on the way: openat2's RESOLVE_NO_SYMLINKS,
 // or a walk of the path one component at a time (O_NOFOLLOW each) on a
 // kernel without openat2. A descriptor, or -1 with errno set.
-int open_no_links(const char* path, int flags, mode_t mode = 0);
+// `walk_only`: skip openat2 (tests of the walk on a kernel that has it).
+int open_no_links(const char* path, int flags, mode_t mode = 0, bool walk_only = false);
 
 }  // namespace storeio

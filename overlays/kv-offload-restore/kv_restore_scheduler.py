@@ -122,6 +122,9 @@ class SchedulerRestore:
             raise RestoreRefused(
                 f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: store folder not safe: {unsafe}"
             )
+        # The manifests this side reads and the key file are judged by the
+        # store library (kv_store_format.codec, .mac): missing, the boot fails.
+        load_native()
         key_file = os.environ.get("GLM53_KV_OFFLOAD_KEY_FILE")
         if key_file:
             # The workers read with the writer's key; a key file they would
@@ -132,9 +135,6 @@ class SchedulerRestore:
                 raise RestoreRefused(
                     f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {e}"
                 ) from None
-        # The manifests this side reads are judged by the store library's
-        # codec (kv_store_format.codec): missing, the boot fails here.
-        load_native()
         algorithm = str(vllm_config.cache_config.prefix_caching_hash_algo)
         if algorithm.startswith("xxhash") and "PYTHONHASHSEED" not in os.environ:
             raise RestoreRefused(

@@ -1,32 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Chunk store format v2: the on-disk contract of the worker-local KV tier.
-
-The format is docs/FORMAT.md of the kvtier project; its one codec in
-production is the C++ ``format/`` library, which this package calls through
-libkvtier_store.so (ctypes, the store library the writer and the restore
-load anyway). What is here: the binding and plain typed data. Import the
-package (`import kv_store_format as fmt`), which re-exports every public name:
-
-- constants: versions, magic, sizes and limits; format_error: `Reason`,
-  `FormatError` (a reader's refusal, named as the C++ codec names it);
-- segment, records: the segment table, the chunk header, the boundary
-  manifest and the namespace record as dataclasses;
-- codec: encode and judge them (manifests, namespace and pending records,
-  canonical JSON, keep-K, chunk headers and whole chunks, MACs);
-- names, layout: file names and one rank's paths (`StoreLayout`);
-- store_file: opening a store file for reading (never a link or a FIFO);
-- mac: a keyed store's key file and key id; checksum: zlib's CRC-32;
-- native: the chunk reads and writes of the data path;
-
-The pure-Python codec this package used to carry is the tests' oracle
-(tests/oracle/kv_store_format_oracle/). Standard library only: it runs
-inside vLLM.
+"""Chunk store format v2 (docs/FORMAT.md of the kvtier project): the binding
+to its one codec in production, the C++ ``format/`` library behind
+libkvtier_store.so (native.py: the data path's reads and writes, codec.py:
+records, headers and MACs, names.py: file names, store_file.py: the no-links
+open), and plain typed data (records, segment, layout, constants). Import the
+package (`import kv_store_format as fmt`): it re-exports what callers use.
+Standard library only: it runs inside vLLM. The pure-Python codec it used to
+carry is the tests' oracle (tests/oracle/kv_store_format_oracle/).
 """
+# ruff: noqa: F401 (the re-exports are the package's interface)
 
 from .checksum import crc32
 from .codec import (
     canonical_json,
-    check_fenced,
     decode_header,
     decode_manifest,
     decode_namespace_record,
@@ -49,39 +35,17 @@ from .codec import (
     verify_sealed_chunk,
 )
 from .constants import (
-    CHECKSUM_CRC32,
     CHECKSUM_CRC32C,
     DEFAULT_PREFIX,
     FIXED_HEADER_SIZE,
     FORMAT_VERSION,
     HEADER_CHECKSUM_SIZE,
     MAC_SIZE,
-    MAGIC,
-    MAX_CHAIN_LENGTH,
     MAX_GROUP_INDEX,
     MAX_HEADER_LENGTH,
-    MAX_JSON_DEPTH,
-    MAX_KEEP_BOUNDARIES,
-    MAX_KEY_HASH_BYTES,
-    MAX_LAYER_INDEX,
     MAX_MANIFEST_BYTES,
-    MAX_MANIFEST_GROUPS,
-    MAX_NDIM,
-    MAX_PART,
-    MAX_PAYLOAD_LENGTH,
-    MAX_PENDING_BYTES,
-    MAX_PENDING_CHUNKS,
-    MAX_RANK,
     MAX_RECORD_BYTES,
-    MAX_SEGMENTS,
-    MAX_TOKEN_INDEX,
-    MIN_HEADER_LENGTH,
-    MIN_KEY_HASH_BYTES,
-    MODEL_NAME_MAX,
-    NS_SHORT_HEX,
     PENDING_FORMAT_VERSION,
-    READABLE_VERSIONS,
-    SALT_SIZE,
     SEALED_VERSION,
     SEGMENT_ENTRY_SIZE,
 )
@@ -89,12 +53,8 @@ from .format_error import FormatError, Reason
 from .layout import StoreLayout
 from .mac import KeyFileError, fence_key, load_key
 from .names import (
-    LOCK_FILE,
     MANIFEST_DIR,
-    PENDING_DIR,
-    RankBaseName,
     chunk_rel_path,
-    is_key_hex,
     manifest_file_name,
     namespace_record_name,
     parse_chunk_rel_path,
@@ -110,7 +70,6 @@ from .names import (
 from .records import (
     GROUP_KIND_FULL,
     GROUP_KIND_STATE,
-    MANIFEST_KIND,
     PENDING_KIND,
     BoundaryManifest,
     ChunkHeader,
@@ -122,106 +81,3 @@ from .records import (
 )
 from .segment import DTYPE_ITEMSIZE, DType, Segment, SegmentKind, make_segments
 from .store_file import open_nofollow, open_regular, read_regular
-
-__all__ = [
-    "BoundaryManifest",
-    "canonical_json",
-    "check_fenced",
-    "CHECKSUM_CRC32",
-    "CHECKSUM_CRC32C",
-    "chunk_rel_path",
-    "ChunkHeader",
-    "crc32",
-    "decode_header",
-    "decode_manifest",
-    "decode_namespace_record",
-    "decode_pending_record",
-    "DEFAULT_PREFIX",
-    "DType",
-    "DTYPE_ITEMSIZE",
-    "encode_chunk",
-    "encode_header",
-    "encode_manifest",
-    "encode_namespace_record",
-    "encode_pending_record",
-    "fence_key",
-    "FIXED_HEADER_SIZE",
-    "FORMAT_VERSION",
-    "FormatError",
-    "GROUP_KIND_FULL",
-    "GROUP_KIND_STATE",
-    "HEADER_CHECKSUM_SIZE",
-    "header_length_for",
-    "is_key_hex",
-    "kept_manifests",
-    "key_id",
-    "KeyFileError",
-    "load_key",
-    "LOCK_FILE",
-    "MAC_SIZE",
-    "MAGIC",
-    "make_fenced",
-    "make_header",
-    "make_segments",
-    "MANIFEST_DIR",
-    "manifest_file_name",
-    "MANIFEST_KIND",
-    "ManifestEntry",
-    "ManifestGroup",
-    "MAX_CHAIN_LENGTH",
-    "MAX_GROUP_INDEX",
-    "MAX_HEADER_LENGTH",
-    "MAX_JSON_DEPTH",
-    "MAX_KEEP_BOUNDARIES",
-    "MAX_KEY_HASH_BYTES",
-    "MAX_LAYER_INDEX",
-    "MAX_MANIFEST_BYTES",
-    "MAX_MANIFEST_GROUPS",
-    "MAX_NDIM",
-    "MAX_PART",
-    "MAX_PAYLOAD_LENGTH",
-    "MAX_PENDING_BYTES",
-    "MAX_PENDING_CHUNKS",
-    "MAX_RANK",
-    "MAX_RECORD_BYTES",
-    "MAX_SEGMENTS",
-    "MAX_TOKEN_INDEX",
-    "MIN_HEADER_LENGTH",
-    "MIN_KEY_HASH_BYTES",
-    "MODEL_NAME_MAX",
-    "namespace_hash",
-    "namespace_record_name",
-    "NamespaceRecord",
-    "NS_SHORT_HEX",
-    "open_chunk",
-    "open_nofollow",
-    "open_regular",
-    "parse_chunk_rel_path",
-    "parse_manifest_file_name",
-    "parse_pending_file_name",
-    "parse_rank_base_name",
-    "parse_temp_name",
-    "PENDING_DIR",
-    "pending_file_name",
-    "PENDING_FORMAT_VERSION",
-    "PENDING_KIND",
-    "rank_base_name",
-    "RankBaseName",
-    "read_chunk_header",
-    "read_regular",
-    "READABLE_VERSIONS",
-    "Reason",
-    "SALT_SIZE",
-    "sanitize_model",
-    "seal_chunk",
-    "seal_chunk_v2",
-    "SEALED_VERSION",
-    "Segment",
-    "SEGMENT_ENTRY_SIZE",
-    "SegmentKind",
-    "StoreLayout",
-    "temp_name",
-    "verify_chunk",
-    "verify_chunk_file",
-    "verify_sealed_chunk",
-]

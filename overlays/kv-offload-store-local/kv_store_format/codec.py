@@ -1,16 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The format codec: the C++ ``format/`` library through libkvtier_store.so.
-
-Every record, header and MAC the overlays encode or judge goes through the
-record calls of storeio/include/kvtier/store_abi.h (ABI 5): JSON crosses as
-text (``json.dumps`` of the plain data in records.py, canonical JSON back),
-a chunk header as its fields. The verdicts are the C++ codec's, raised as
+"""The format codec: the C++ ``format/`` library through the record and
+header calls of libkvtier_store.so (native.py). JSON crosses as text
+(``json.dumps`` of the plain data in records.py, canonical JSON back), a
+chunk header as its fields. The verdicts are the C++ codec's, raised as
 ``FormatError`` with the same ``Reason``; a file's refusal to open is an
-``OSError`` (FileNotFoundError, ELOOP for a link, EINVAL for a FIFO). The
-pure-Python codec that preceded it lives on as the tests' oracle
-(tests/oracle/kv_store_format_oracle/). The library is the one native.load()
-finds; there is no fallback.
-"""
+``OSError`` (FileNotFoundError, ELOOP for a link, EINVAL for a FIFO)."""
 
 from __future__ import annotations
 
@@ -21,10 +15,9 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from . import native
 from .constants import CHECKSUM_CRC32, FORMAT_VERSION, SALT_SIZE
 from .format_error import FormatError, Reason
-from .native import _Segment  # kvtier_segment
+from .native import Header, SegmentEntry, call, fit, segment_table
 from .records import (
     MANIFEST_KIND,
     BoundaryManifest,
@@ -41,125 +34,14 @@ _SEAL_V2 = 1  # KVTIER_SEAL_V2
 _TABLE_ROOM = 256  # segment entries a header call gets room for at first
 
 
-class _Result(ctypes.Structure):  # kvtier_result
-    _fields_ = [
-        ("status", ctypes.c_int32),
-        ("sys_errno", ctypes.c_int32),
-        ("data", ctypes.c_void_p),
-        ("length", ctypes.c_uint64),
-        ("reason", ctypes.c_char * native._REASON_BYTES),
-        ("message", ctypes.c_char * native._MESSAGE_BYTES),
-    ]
-
-
-class _Header(ctypes.Structure):  # kvtier_chunk_header
-    _fields_ = [
-        ("format_version", ctypes.c_uint16),
-        ("checksum_algorithm", ctypes.c_uint8),
-        ("key_hash_length", ctypes.c_uint8),
-        ("group", ctypes.c_uint32),
-        ("boundary", ctypes.c_uint64),
-        ("payload_length", ctypes.c_uint64),
-        ("payload_checksum", ctypes.c_uint32),
-        ("header_length", ctypes.c_uint32),
-        ("num_segments", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("namespace_hash", ctypes.c_uint8 * 32),
-        ("key_hash", ctypes.c_uint8 * 64),
-    ]
-
-
-_P, _N, _U32, _U64 = ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint64
-_TABLE = (ctypes.POINTER(_Header), ctypes.POINTER(_Segment), _U32)
-_SIGNATURES: dict[str, tuple[Any, ...]] = {
-    "kvtier_manifest_encode": (_P, _N, _P, _U32),
-    "kvtier_manifest_decode": (_P, _N, _P, _U32),
-    "kvtier_namespace_record_encode": (_P, _N),
-    "kvtier_namespace_record_decode": (_P, _N),
-    "kvtier_namespace_hash": (_P, _N, _U32),
-    "kvtier_canonical_json": (_P, _N),
-    "kvtier_pending_record_encode": (_P, _N),
-    "kvtier_pending_record_decode": (_P, _N),
-    "kvtier_kept_manifests": (_P, _N, _U32),
-    "kvtier_mac_key_id": (_P, _U32),
-    "kvtier_read_chunk_header": (_P, _U32, *_TABLE),
-    "kvtier_parse_chunk_header": (_P, _N, *_TABLE),
-    "kvtier_encode_chunk_header": _TABLE[:2],
-    "kvtier_verify_chunk": (_P, _N, _P, _U32, _U32, *_TABLE),
-    "kvtier_verify_chunk_file": (_P, _U64, _P, _U32, _U32, *_TABLE),
-    "kvtier_open_chunk": (_P, _N, _P, _U32, _U32),
-    "kvtier_seal_chunk": (_P, _N, _P, _U32, _U32, _P, _U32),
-}
-
-
-class _Calls:
-    """One loaded library's record calls, their types declared once."""
-
-    def __init__(self, library: native.Library) -> None:
-        lib = library._lib
-        for name, args in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.restype = ctypes.c_int32
-            fn.argtypes = [*args, ctypes.POINTER(_Result)]
-        lib.kvtier_free.restype = None
-        lib.kvtier_free.argtypes = [ctypes.c_void_p]
-        self.lib = lib
-
-
-_CALLS: dict[str, _Calls] = {}
-_CALLS_LOCK = threading.Lock()
-# (KVTIER_STORE_LIB as last seen, its calls): native.load() looks for the
-# file (a stat) each time; a codec call should not.
-_LAST: tuple[str | None, _Calls] | None = None
-
-
-def _calls() -> _Calls:
-    global _LAST
-    chosen = os.environ.get(native.ENV_LIBRARY)
-    last = _LAST
-    if last is not None and last[0] == chosen:
-        return last[1]
-    library = native.load()
-    with _CALLS_LOCK:
-        calls = _CALLS.get(library.path)
-        if calls is None:
-            calls = _CALLS[library.path] = _Calls(library)
-    _LAST = (chosen, calls)
-    return calls
-
-
-def _call(name: str, *args: Any) -> bytes:
-    """The call's output bytes, or its verdict raised."""
-    lib = _calls().lib
-    out = _Result()
-    status = getattr(lib, name)(*args, ctypes.byref(out))
-    data = ctypes.string_at(out.data, out.length) if out.data else b""
-    lib.kvtier_free(out.data)
-    if status == native.OK:
-        return data
-    reason = out.reason.decode("ascii", "replace")
-    message = out.message.decode("utf-8", "replace")
-    if status == native.E_FORMAT and reason in Reason._value2member_map_:
-        raise FormatError(Reason(reason), message)
-    if status in (native.E_MISSING, native.E_IO) and out.sys_errno:
-        raise OSError(out.sys_errno, message)
-    if status == native.E_ARGUMENT:
-        raise ValueError(message)
-    raise RuntimeError(f"{name}: {reason}: {message}")
-
-
-def _bytes(data: bytes | bytearray | memoryview) -> bytes:
-    return data if isinstance(data, bytes) else bytes(data)
+def _in(data: bytes | bytearray | memoryview) -> tuple[bytes, int]:
+    """A call's input bytes and their length."""
+    raw = data if isinstance(data, bytes) else bytes(data)
+    return raw, len(raw)
 
 
 def _key(key: bytes | None) -> tuple[bytes | None, int]:
     return (None, 0) if key is None else (bytes(key), len(key))
-
-
-def _fit(value: int, bits: int) -> int:
-    """``value`` as the ABI's unsigned field holds it; out of its range the
-    field's maximum, which the codec then refuses as the value would be."""
-    return value if 0 <= value < 1 << bits else (1 << bits) - 1
 
 
 def _string_keys(value: Any) -> None:
@@ -174,7 +56,7 @@ def _string_keys(value: Any) -> None:
             _string_keys(v)
 
 
-def _dumps(value: Any, check_keys: bool = True) -> bytes:
+def _json(value: Any, check_keys: bool = True) -> tuple[bytes, int]:
     """Plain data as JSON text for a record call (floats, NaN and types JSON
     lacks are refused here or by the codec's strict parse: bad_json)."""
     if check_keys:
@@ -183,9 +65,10 @@ def _dumps(value: Any, check_keys: bool = True) -> bytes:
         except RecursionError:
             raise FormatError(Reason.BAD_JSON, "nesting too deep") from None
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":")).encode("ascii")
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as e:
         raise FormatError(Reason.BAD_JSON, f"not JSON: {e}") from None
+    return _in(text.encode("ascii"))
 
 
 # -- JSON records ----------------------------------------------------------------
@@ -193,8 +76,7 @@ def _dumps(value: Any, check_keys: bool = True) -> bytes:
 
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, no whitespace, ASCII only; integers, no floats (4.1)."""
-    text = _dumps(value)
-    return _call("kvtier_canonical_json", text, len(text))
+    return call("kvtier_canonical_json", *_json(value))
 
 
 def encode_manifest(m: BoundaryManifest, key: bytes | None = None) -> bytes:
@@ -218,8 +100,7 @@ def encode_manifest(m: BoundaryManifest, key: bytes | None = None) -> bytes:
         "namespace": m.namespace,
         "rank": m.rank,
     }
-    text = _dumps(fields, check_keys=False)  # built here: every key a string
-    return _call("kvtier_manifest_encode", text, len(text), *_key(key))
+    return call("kvtier_manifest_encode", *_json(fields, check_keys=False), *_key(key))
 
 
 def decode_manifest(
@@ -227,8 +108,7 @@ def decode_manifest(
 ) -> BoundaryManifest:
     """The manifest, every check of FORMAT.md 5 made; with ``key`` its MAC
     first (mac_missing, mac_mismatch), then the rest as a plain manifest."""
-    raw = _bytes(data)
-    v = json.loads(_call("kvtier_manifest_decode", raw, len(raw), *_key(key)))
+    v = json.loads(call("kvtier_manifest_decode", *_in(data), *_key(key)))
     return BoundaryManifest(
         namespace=v["namespace"],
         rank=v["rank"],
@@ -249,14 +129,12 @@ def check_fenced(fenced: Mapping[str, Any]) -> None:
     """The fenced part's fields, as FORMAT.md 4 says (extra keys allowed)."""
     if not isinstance(fenced, Mapping):
         raise FormatError(Reason.BAD_FIELD, "fenced must be an object")
-    text = _dumps(dict(fenced))
-    _call("kvtier_namespace_hash", text, len(text), _FENCED_CHECK)
+    call("kvtier_namespace_hash", *_json(dict(fenced)), _FENCED_CHECK)
 
 
 def namespace_hash(fenced: Mapping[str, Any]) -> bytes:
     """sha256 of the canonical JSON of the fenced part (32 bytes)."""
-    text = _dumps(dict(fenced))
-    return _call("kvtier_namespace_hash", text, len(text), 0)
+    return call("kvtier_namespace_hash", *_json(dict(fenced)), 0)
 
 
 def make_fenced(
@@ -318,28 +196,30 @@ def encode_namespace_record(record: NamespaceRecord) -> bytes:
     for name, part in (("fenced", record.fenced), ("info", record.info)):
         if not isinstance(part, Mapping):
             raise FormatError(Reason.BAD_FIELD, f"{name} must be an object")
-    text = _dumps({"fenced": dict(record.fenced), "info": dict(record.info)})
-    return _call("kvtier_namespace_record_encode", text, len(text))
+    return call(
+        "kvtier_namespace_record_encode",
+        *_json({"fenced": dict(record.fenced), "info": dict(record.info)}),
+    )
 
 
 def decode_namespace_record(data: bytes | bytearray | memoryview) -> NamespaceRecord:
-    raw = _bytes(data)
-    v = json.loads(_call("kvtier_namespace_record_decode", raw, len(raw)))
+    v = json.loads(call("kvtier_namespace_record_decode", *_in(data)))
     return NamespaceRecord(fenced=v["fenced"], info=v["info"])
 
 
 def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
     """Canonical JSON naming the chunks (group, key hex) a live writer still
     means to name in a manifest; sorted, each once (FORMAT.md 9.1)."""
-    text = _dumps([[g, k] for g, k in chunks], check_keys=False)
-    return _call("kvtier_pending_record_encode", text, len(text))
+    return call(
+        "kvtier_pending_record_encode",
+        *_json([[g, k] for g, k in chunks], check_keys=False),
+    )
 
 
 def decode_pending_record(
     data: bytes | bytearray | memoryview,
 ) -> list[tuple[int, str]]:
-    raw = _bytes(data)
-    record = json.loads(_call("kvtier_pending_record_decode", raw, len(raw)))
+    record = json.loads(call("kvtier_pending_record_decode", *_in(data)))
     return [(g, k) for g, k in record["chunks"]]
 
 
@@ -354,15 +234,15 @@ def kept_manifests(chains: Mapping[str, Sequence[str]], keep: int) -> set[str]:
         if line.count("\t") != len(chain) or "\n" in line:
             raise FormatError(Reason.BAD_NAME, f"a tab or newline in {name[:80]!r}")
         lines.append(line + "\n")
-    text = "".join(lines).encode("utf-8", "surrogatepass")
-    kept = _call("kvtier_kept_manifests", text, len(text), _fit(keep, 32))
+    text = _in("".join(lines).encode("utf-8", "surrogatepass"))
+    kept = call("kvtier_kept_manifests", *text, fit(keep, 32))
     return set(kept.decode("utf-8", "surrogatepass").split("\n")[:-1])
 
 
 def key_id(key: bytes) -> str:
     """What the namespace record fences (mac_key_id): never the key, a keyed
     hash of a constant, so two keys give two namespaces."""
-    return _call("kvtier_mac_key_id", *_key(key)).decode("ascii")
+    return call("kvtier_mac_key_id", *_key(key)).decode("ascii")
 
 
 # -- chunk headers and whole chunks ----------------------------------------------
@@ -378,18 +258,18 @@ def _header_call(name: str, *args: Any) -> ChunkHeader:
     while True:
         if room == _TABLE_ROOM:
             if not hasattr(_SCRATCH, "segments"):
-                _SCRATCH.segments = (_Segment * _TABLE_ROOM)()
+                _SCRATCH.segments = (SegmentEntry * _TABLE_ROOM)()
             segments = _SCRATCH.segments
         else:
-            segments = (_Segment * room)()
-        h = _Header()
-        _call(name, *args, ctypes.byref(h), segments, room)
+            segments = (SegmentEntry * room)()
+        h = Header()
+        call(name, *args, ctypes.byref(h), segments, room)
         if h.num_segments <= room:
             return _header(h, segments)
         room = h.num_segments  # a longer table: again with room for all of it
 
 
-def _segment(e: _Segment) -> Segment:
+def _segment(e: SegmentEntry) -> Segment:
     return Segment(
         e.layer,
         SegmentKind(e.kind),
@@ -402,25 +282,9 @@ def _segment(e: _Segment) -> Segment:
     )
 
 
-def _fill_segment(e: _Segment, seg: Segment) -> None:
-    if len(seg.shape) != len(seg.stride) or len(seg.shape) > len(e.shape):
-        raise FormatError(Reason.BAD_SEGMENT_TABLE, "shape/stride rank")
-    if not 0 <= seg.part <= 255:
-        raise FormatError(Reason.BAD_SEGMENT_TABLE, f"part {seg.part}")
-    e.layer, e.kind, e.dtype = (
-        _fit(seg.layer, 32),
-        _fit(seg.kind, 8),
-        _fit(seg.dtype, 8),
-    )
-    e.ndim, e.part = len(seg.shape), seg.part
-    e.offset, e.length = _fit(seg.offset, 64), _fit(seg.length, 64)
-    for i, (d, s) in enumerate(zip(seg.shape, seg.stride, strict=True)):
-        e.shape[i], e.stride[i] = _fit(d, 64), _fit(s, 64)
-
-
-def _header(h: _Header, segments: ctypes.Array) -> ChunkHeader:
+def _header(h: Header, segments: ctypes.Array) -> ChunkHeader:
     n = h.num_segments
-    raw = ctypes.string_at(segments, n * ctypes.sizeof(_Segment))
+    raw = ctypes.string_at(segments, n * ctypes.sizeof(SegmentEntry))
     table = _TABLES.get(raw)
     if table is None:
         table = tuple(_segment(e) for e in segments[:n])
@@ -451,8 +315,7 @@ def read_chunk_header(path: str, key: bytes | None = None) -> ChunkHeader:
 
 def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
     """The header at the start of a chunk file's bytes (3.5 steps 1-13)."""
-    raw = _bytes(data)
-    return _header_call("kvtier_parse_chunk_header", raw, len(raw))
+    return _header_call("kvtier_parse_chunk_header", *_in(data))
 
 
 def encode_header(header: ChunkHeader) -> bytes:
@@ -462,22 +325,20 @@ def encode_header(header: ChunkHeader) -> bytes:
     if not 0 <= header.payload_checksum <= 0xFFFFFFFF:
         raise FormatError(Reason.FIELD_OUT_OF_RANGE, "payload checksum")
     key = bytes(header.key_hash)
-    h = _Header(
-        format_version=_fit(header.format_version, 16),
-        checksum_algorithm=_fit(header.checksum_algorithm, 8),
-        key_hash_length=_fit(len(key), 8),
-        group=_fit(header.group, 32),
-        boundary=_fit(header.boundary, 64),
-        payload_length=_fit(header.payload_length, 64),
+    h = Header(
+        format_version=fit(header.format_version, 16),
+        checksum_algorithm=fit(header.checksum_algorithm, 8),
+        key_hash_length=fit(len(key), 8),
+        group=fit(header.group, 32),
+        boundary=fit(header.boundary, 64),
+        payload_length=fit(header.payload_length, 64),
         payload_checksum=header.payload_checksum,
-        num_segments=_fit(len(header.segments), 32),
+        num_segments=fit(len(header.segments), 32),
     )
     ctypes.memmove(h.namespace_hash, bytes(header.namespace_hash), 32)
     ctypes.memmove(h.key_hash, key, min(len(key), 64))
-    table = (_Segment * max(1, len(header.segments)))()
-    for e, seg in zip(table, header.segments, strict=False):
-        _fill_segment(e, seg)
-    return _call("kvtier_encode_chunk_header", ctypes.byref(h), table)
+    table = segment_table(header.segments)
+    return call("kvtier_encode_chunk_header", ctypes.byref(h), table)
 
 
 def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -> bytes:
@@ -488,8 +349,7 @@ def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -
 
 def verify_chunk(data: bytes | bytearray | memoryview) -> ChunkHeader:
     """Every check of FORMAT.md 3.5 on a whole chunk file held in memory."""
-    raw = _bytes(data)
-    return _header_call("kvtier_verify_chunk", raw, len(raw), None, 0, 0)
+    return _header_call("kvtier_verify_chunk", *_in(data), None, 0, 0)
 
 
 def verify_sealed_chunk(
@@ -497,10 +357,7 @@ def verify_sealed_chunk(
 ) -> ChunkHeader:
     """A keyed chunk of rank ``rank``'s store held in memory: the MAC first,
     then every check of ``verify_chunk`` on the plain chunk it seals."""
-    raw = _bytes(data)
-    return _header_call(
-        "kvtier_verify_chunk", raw, len(raw), *_key(key), _fit(rank, 32)
-    )
+    return _header_call("kvtier_verify_chunk", *_in(data), *_key(key), fit(rank, 32))
 
 
 def verify_chunk_file(
@@ -517,17 +374,16 @@ def verify_chunk_file(
     return _header_call(
         "kvtier_verify_chunk_file",
         os.fsencode(path),
-        _fit(block_size, 64),
+        fit(block_size, 64),
         *_key(key),
-        _fit(rank or 0, 32),
+        fit(rank or 0, 32),
     )
 
 
 def open_chunk(key: bytes, data: bytes | bytearray | memoryview, *, rank: int) -> bytes:
     """The plain chunk of a keyed file of rank ``rank``'s store, the MAC
     checked before any byte is parsed (mac_missing, truncated, mac_mismatch)."""
-    raw = _bytes(data)
-    return _call("kvtier_open_chunk", raw, len(raw), *_key(key), _fit(rank, 32))
+    return call("kvtier_open_chunk", *_in(data), *_key(key), fit(rank, 32))
 
 
 def seal_chunk(
@@ -541,15 +397,12 @@ def seal_chunk(
     random unless given: vectors fix it)."""
     if salt is not None and len(salt) != SALT_SIZE:
         raise ValueError(f"salt of {len(salt)} bytes, needs {SALT_SIZE}")
-    raw = _bytes(chunk)
+    raw = _in(chunk)
     salt_arg = None if salt is None else bytes(salt)
-    return _call(
-        "kvtier_seal_chunk", raw, len(raw), *_key(key), _fit(rank, 32), salt_arg, 0
-    )
+    return call("kvtier_seal_chunk", *raw, *_key(key), fit(rank, 32), salt_arg, 0)
 
 
 def seal_chunk_v2(key: bytes, chunk: bytes | bytearray | memoryview) -> bytes:
     """The v2 seal (HMAC-SHA256, no rank) stores written before v3 hold:
     for tests and vectors, never written by the tier."""
-    raw = _bytes(chunk)
-    return _call("kvtier_seal_chunk", raw, len(raw), *_key(key), 0, None, _SEAL_V2)
+    return call("kvtier_seal_chunk", *_in(chunk), *_key(key), 0, None, _SEAL_V2)

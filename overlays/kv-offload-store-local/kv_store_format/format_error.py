@@ -36,3 +36,8 @@ class FormatError(ValueError):
         super().__init__(f"{reason.value}: {message}")
         self.reason = reason
         self.message = message
+
+
+class KeyFileError(ValueError):
+    """A key file the tier refuses (mac.load_key): names the file and the
+    problem, never the key's bytes."""

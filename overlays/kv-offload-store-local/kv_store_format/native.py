@@ -1,20 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The store's data path in C++: libkvtier_store.so through ctypes.
+"""The binding: libkvtier_store.so (storeio/include/kvtier/store_abi.h)
+through ctypes, declared once here: the structs, one table of signatures and
+one result helper (``call``) for every call that fills a kvtier_result.
 
-The chunk reads of a restore and the chunk writes of the writer run in the
-C++ ``format/`` codec behind the C ABI of storeio/include/kvtier/store_abi.h.
 A ctypes call releases the GIL for its whole duration, and the library runs
-its own threads, so neither the engine thread nor the other Python threads
-wait on the per-byte work.
-
-Which file: ``KVTIER_STORE_LIB`` (a path to the .so) when set, else
-``libkvtier_store.so`` beside this module (where the image bakes it). The
-library's ABI and library versions must equal ``ABI_VERSION`` and
-``LIBRARY_VERSION``; anything else raises ``NativeLibraryError`` naming the
-file, and the caller refuses to start: there is no fallback to the Python
-codec (which stays as a test oracle: tests/python/store/test_store_native.py).
-
-Standard library only: it runs inside vLLM.
+its own threads, so the engine thread never waits on per-byte work. Which
+file: ``KVTIER_STORE_LIB`` when set, else ``libkvtier_store.so`` beside this
+module (where the image bakes it), else the installed kvtier wheel's. Its ABI
+and library versions must equal ``ABI_VERSION`` and ``LIBRARY_VERSION``;
+anything else raises ``NativeLibraryError`` naming the file, and the caller
+refuses to start: there is no fallback (the pure-Python codec is the tests'
+oracle, tests/oracle/). Standard library only: it runs inside vLLM.
 """
 
 from __future__ import annotations
@@ -29,40 +25,126 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .constants import MAX_NDIM
+from .format_error import FormatError, KeyFileError, Reason
 from .segment import Segment
 
 ENV_LIBRARY = "KVTIER_STORE_LIB"
 LIBRARY_NAME = "libkvtier_store.so"
-ABI_VERSION = 5  # KVTIER_STORE_ABI_VERSION (2: keyed stores; 3: READ_SAFE_FOLDERS;
-# 4: mac_rank, the v3 seal; 5: the record calls)
+ABI_VERSION = 6  # KVTIER_STORE_ABI_VERSION (6: names, kvtier_open, kvtier_load_key)
 LIBRARY_VERSION = "0.1.0"  # the repository's VERSION (a test keeps them equal)
 
-# Status classes (KVTIER_OK, KVTIER_E_*): the reason string is the finer name.
-OK = 0
-E_FORMAT = 1
-E_MISMATCH = 2
-E_MISSING = 3
-E_IO = 4
-E_NO_SPACE = 5
-E_ARGUMENT = 6
-E_SKIPPED = 7
-E_UNSAFE = 8  # unsafe_folder (READ_SAFE_FOLDERS)
+# KVTIER_OK, KVTIER_E_*: the status class; an item's reason is the finer name.
+OK, E_FORMAT, E_MISMATCH, E_MISSING, E_IO, E_NO_SPACE, E_ARGUMENT = range(7)
+E_SKIPPED, E_UNSAFE = 7, 8
+READ_STOP_ON_FAILURE, READ_WILLNEED, READ_SAFE_FOLDERS = 1, 2, 4
+WRITE_GROUP_READ = 1  # files 0640, not 0600
+OPEN_REGULAR, OPEN_WALK = 1, 2  # kvtier_open's options
+FAULT_NONE, FAULT_WRITE, FAULT_SYNC, FAULT_RENAME, FAULT_DIR_SYNC, FAULT_READ = range(6)
 
-READ_STOP_ON_FAILURE = 1
-READ_WILLNEED = 2
-READ_SAFE_FOLDERS = 4  # a chunk file's two folders checked before its open
-WRITE_GROUP_READ = 1  # kvtier_write_chunks: files 0640, not 0600
+_CTYPES = "u8:uint8 u16:uint16 u32:uint32 u64:uint64 i32:int32 i64:int64 size:size_t"
+_TYPES: dict[str, Any] = {
+    k: getattr(ctypes, "c_" + v) for k, v in (t.split(":") for t in _CTYPES.split())
+}
+# "str" is also a const uint8_t*: bytes pass as they are.
+_TYPES.update(str=ctypes.c_char_p, ptr=ctypes.c_void_p, char=ctypes.c_char, void=None)
 
-FAULT_NONE = 0
-FAULT_WRITE = 1
-FAULT_SYNC = 2
-FAULT_RENAME = 3
-FAULT_DIR_SYNC = 4
-FAULT_READ = 5
 
-_REASON_BYTES = 40
-_MESSAGE_BYTES = 256
+def _type(token: str) -> Any:
+    """``u64``, ``u64*6`` (an array of 6) or ``&SegmentEntry`` (a pointer)."""
+    if token.startswith("&"):
+        return ctypes.POINTER(globals()[token[1:]])
+    name, _, count = token.partition("*")
+    return _TYPES[name] * int(count) if count else _TYPES[name]
+
+
+def _fields(spec: str) -> list[tuple[str, Any]]:
+    """A struct's ``_fields_`` from store_abi.h's "field type" pairs, in order."""
+    w = spec.split()
+    return [(f, _type(t)) for f, t in zip(w[::2], w[1::2], strict=True)]
+
+
+_OUT = "status i32 sys_errno i32"
+_TEXT = "reason char*40 message char*256"  # KVTIER_REASON_BYTES, _MESSAGE_BYTES
+_MAC = "mac_key str mac_key_length u32 mac_rank u32"
+
+
+class Run(ctypes.Structure):  # kvtier_run
+    _fields_ = _fields("address u64 length u64")
+
+
+class SegmentEntry(ctypes.Structure):  # kvtier_segment
+    _fields_ = _fields(
+        "layer u32 kind u8 dtype u8 ndim u8 part u8 offset u64 length u64"
+        " shape u64*6 stride u64*6"
+    )
+
+
+class ReadItem(ctypes.Structure):  # kvtier_read_item
+    _fields_ = _fields(
+        "path str fd i32 group u32 namespace_hash str key_hash str"
+        " key_hash_length u32 num_segments u32 boundary u64 payload_length u64"
+        " payload_checksum u32 num_runs u32 segments &SegmentEntry runs &Run"
+        f" {_MAC} {_OUT} bytes_read u64 {_TEXT}"
+    )
+
+
+class WriteItem(ctypes.Structure):  # kvtier_write_item
+    _fields_ = _fields(
+        "path str group u32 key_hash_length u32 namespace_hash str key_hash str"
+        " boundary u64 payload_length u64 num_segments u32 num_runs u32"
+        f" segments &SegmentEntry runs &Run {_MAC} {_OUT} payload_checksum u32"
+        f" header_length u32 file_size u64 {_TEXT}"
+    )
+
+
+class CResult(ctypes.Structure):  # kvtier_result
+    _fields_ = _fields(f"{_OUT} data ptr length u64 {_TEXT}")
+
+
+class Header(ctypes.Structure):  # kvtier_chunk_header
+    _fields_ = _fields(
+        "format_version u16 checksum_algorithm u8 key_hash_length u8 group u32"
+        " boundary u64 payload_length u64 payload_checksum u32 header_length u32"
+        " num_segments u32 reserved u32 namespace_hash u8*32 key_hash u8*64"
+    )
+
+
+# Every call: the return type, then the arguments (store_abi.h's order).
+_IN, _KEY, _TABLE = "str size", "str u32", "&Header &SegmentEntry u32"
+_SIGNATURES = {
+    "kvtier_read_chunks": "i64 &ReadItem size u32 u32",
+    "kvtier_write_chunks": "i64 &WriteItem size u32 u32",
+    "kvtier_open": "i32 str i32 u32 u32",
+    "kvtier_free": "void ptr",
+    "kvtier_store_test_fault": "void i32 i32 u32 u32",
+    "kvtier_store_test_pace_reads": "void u64",
+    # "res": returns its status and fills a kvtier_result (a last argument).
+    "kvtier_manifest_encode": f"res {_IN} {_KEY}",
+    "kvtier_manifest_decode": f"res {_IN} {_KEY}",
+    "kvtier_namespace_record_encode": f"res {_IN}",
+    "kvtier_namespace_record_decode": f"res {_IN}",
+    "kvtier_namespace_hash": f"res {_IN} u32",
+    "kvtier_canonical_json": f"res {_IN}",
+    "kvtier_pending_record_encode": f"res {_IN}",
+    "kvtier_pending_record_decode": f"res {_IN}",
+    "kvtier_kept_manifests": f"res {_IN} u32",
+    "kvtier_mac_key_id": f"res {_KEY}",
+    "kvtier_read_chunk_header": f"res str u32 {_TABLE}",
+    "kvtier_parse_chunk_header": f"res {_IN} {_TABLE}",
+    "kvtier_encode_chunk_header": "res &Header &SegmentEntry",
+    "kvtier_verify_chunk": f"res {_IN} {_KEY} u32 {_TABLE}",
+    "kvtier_verify_chunk_file": f"res str u64 {_KEY} u32 {_TABLE}",
+    "kvtier_open_chunk": f"res {_IN} {_KEY} u32",
+    "kvtier_seal_chunk": f"res {_IN} {_KEY} u32 str u32",
+    "kvtier_sanitize_model": f"res {_IN}",
+    "kvtier_rank_base_name": f"res {_IN} {_IN} str u32",
+    "kvtier_chunk_rel_path": f"res {_IN} u32",
+    "kvtier_manifest_file_name": f"res u64 {_IN}",
+    "kvtier_pending_file_name": "res u64 u64",
+    "kvtier_temp_name": f"res {_IN} u64 u64",
+    "kvtier_parse_name": f"res u32 {_IN}",
+    "kvtier_load_key": "res str str",
+}
 
 
 class NativeLibraryError(RuntimeError):
@@ -74,74 +156,20 @@ class NativeLibraryError(RuntimeError):
         self.problem = problem
 
 
-class _Run(ctypes.Structure):
-    _fields_ = [("address", ctypes.c_uint64), ("length", ctypes.c_uint64)]
+def fit(value: int, bits: int) -> int:
+    """``value`` as the ABI's unsigned field holds it; out of its range the
+    field's maximum, which the codec then refuses as the value would be."""
+    return value if 0 <= value < 1 << bits else (1 << bits) - 1
 
 
-class _Segment(ctypes.Structure):
-    _fields_ = [
-        ("layer", ctypes.c_uint32),
-        ("kind", ctypes.c_uint8),
-        ("dtype", ctypes.c_uint8),
-        ("ndim", ctypes.c_uint8),
-        ("part", ctypes.c_uint8),
-        ("offset", ctypes.c_uint64),
-        ("length", ctypes.c_uint64),
-        ("shape", ctypes.c_uint64 * MAX_NDIM),
-        ("stride", ctypes.c_uint64 * MAX_NDIM),
-    ]
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
-class _ReadItem(ctypes.Structure):
-    _fields_ = [
-        ("path", ctypes.c_char_p),
-        ("fd", ctypes.c_int32),
-        ("group", ctypes.c_uint32),
-        ("namespace_hash", ctypes.c_char_p),
-        ("key_hash", ctypes.c_char_p),
-        ("key_hash_length", ctypes.c_uint32),
-        ("num_segments", ctypes.c_uint32),
-        ("boundary", ctypes.c_uint64),
-        ("payload_length", ctypes.c_uint64),
-        ("payload_checksum", ctypes.c_uint32),
-        ("num_runs", ctypes.c_uint32),
-        ("segments", ctypes.POINTER(_Segment)),
-        ("runs", ctypes.POINTER(_Run)),
-        ("mac_key", ctypes.c_char_p),
-        ("mac_key_length", ctypes.c_uint32),
-        ("mac_rank", ctypes.c_uint32),
-        ("status", ctypes.c_int32),
-        ("sys_errno", ctypes.c_int32),
-        ("bytes_read", ctypes.c_uint64),
-        ("reason", ctypes.c_char * _REASON_BYTES),
-        ("message", ctypes.c_char * _MESSAGE_BYTES),
-    ]
-
-
-class _WriteItem(ctypes.Structure):
-    _fields_ = [
-        ("path", ctypes.c_char_p),
-        ("group", ctypes.c_uint32),
-        ("key_hash_length", ctypes.c_uint32),
-        ("namespace_hash", ctypes.c_char_p),
-        ("key_hash", ctypes.c_char_p),
-        ("boundary", ctypes.c_uint64),
-        ("payload_length", ctypes.c_uint64),
-        ("num_segments", ctypes.c_uint32),
-        ("num_runs", ctypes.c_uint32),
-        ("segments", ctypes.POINTER(_Segment)),
-        ("runs", ctypes.POINTER(_Run)),
-        ("mac_key", ctypes.c_char_p),
-        ("mac_key_length", ctypes.c_uint32),
-        ("mac_rank", ctypes.c_uint32),
-        ("status", ctypes.c_int32),
-        ("sys_errno", ctypes.c_int32),
-        ("payload_checksum", ctypes.c_uint32),
-        ("header_length", ctypes.c_uint32),
-        ("file_size", ctypes.c_uint64),
-        ("reason", ctypes.c_char * _REASON_BYTES),
-        ("message", ctypes.c_char * _MESSAGE_BYTES),
-    ]
+def _result(i: ReadItem | WriteItem, count: int, *written: int) -> Result:
+    return Result(
+        i.status, _text(i.reason), _text(i.message), i.sys_errno, count, *written
+    )
 
 
 @dataclass(frozen=True)
@@ -157,7 +185,7 @@ class ReadRequest:
     payload_checksum: int
     segments: Sequence[Segment]
     runs: Sequence[tuple[int, int]]  # (address, length), in payload order
-    path: str | None = None  # opened by the library (O_NOFOLLOW, regular only)
+    path: str | None = None  # opened by the library (no link, regular only)
     fd: int = -1  # or an open descriptor the caller keeps
 
 
@@ -181,7 +209,7 @@ class WriteRequest:
 @dataclass(frozen=True)
 class Result:
     """One item's outcome. ``reason`` is "" when ``ok``; else the name the
-    Python codec and the restore use (truncated, wrong_key, no_space, ...)."""
+    codec and the restore use (truncated, wrong_key, no_space, ...)."""
 
     status: int
     reason: str
@@ -196,38 +224,27 @@ class Result:
         return self.status == OK
 
 
-def _segments(segments: Sequence[Segment]) -> ctypes.Array:
-    out: ctypes.Array[_Segment] = (_Segment * max(1, len(segments)))()
-    for dst, seg in zip(out, segments, strict=False):
-        dst.layer = seg.layer
-        dst.kind = int(seg.kind)
-        dst.dtype = int(seg.dtype)
-        dst.ndim = len(seg.shape)
-        dst.part = seg.part
-        dst.offset = seg.offset
-        dst.length = seg.length
-        for i, d in enumerate(seg.shape):
-            dst.shape[i] = d
-        for i, s in enumerate(seg.stride):
-            dst.stride[i] = s
+def segment_table(segments: Sequence[Segment]) -> ctypes.Array:
+    """kvtier_segment[] of a table (values out of a field's range as ``fit``
+    gives them: the codec refuses them)."""
+    out: ctypes.Array[SegmentEntry] = (SegmentEntry * max(1, len(segments)))()
+    for e, seg in zip(out, segments, strict=False):
+        if len(seg.shape) != len(seg.stride) or len(seg.shape) > len(e.shape):
+            raise FormatError(Reason.BAD_SEGMENT_TABLE, "shape/stride rank")
+        if not 0 <= seg.part <= 255:
+            raise FormatError(Reason.BAD_SEGMENT_TABLE, f"part {seg.part}")
+        e.layer, e.kind = fit(seg.layer, 32), fit(seg.kind, 8)
+        e.dtype, e.ndim, e.part = fit(seg.dtype, 8), len(seg.shape), seg.part
+        e.offset, e.length = fit(seg.offset, 64), fit(seg.length, 64)
+        for i, (d, s) in enumerate(zip(seg.shape, seg.stride, strict=True)):
+            e.shape[i], e.stride[i] = fit(d, 64), fit(s, 64)
     return out
-
-
-def _runs(runs: Sequence[tuple[int, int]]) -> tuple[array, Any]:
-    """The runs as kvtier_run[] (two uint64 each), built at C speed; the
-    array must outlive the call."""
-    flat = array("Q", itertools.chain.from_iterable(runs))
-    if not flat:
-        flat.append(0)
-    return flat, ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_Run))
 
 
 class _SegmentCache:
     """kvtier_segment[] per segment table: a promotion passes the same few
-    tables (one per group and sub-block count) for every file, so each is
-    converted once. Keyed by the table object, which the cache keeps alive."""
-
-    LIMIT = 64
+    tables for every file, so each is converted once. Keyed by the table
+    object, which the cache keeps alive."""
 
     def __init__(self) -> None:
         self._arrays: dict[int, tuple[Sequence[Segment], ctypes.Array]] = {}
@@ -238,31 +255,41 @@ class _SegmentCache:
             hit = self._arrays.get(id(segments))
             if hit is not None and hit[0] is segments:
                 return hit[1]
-            if len(self._arrays) >= self.LIMIT:
+            if len(self._arrays) >= 64:
                 self._arrays.clear()
-            converted = _segments(segments)
+            converted = segment_table(segments)
             self._arrays[id(segments)] = (segments, converted)
             return converted
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
+def _fill(
+    item: ReadItem | WriteItem,
+    r: ReadRequest | WriteRequest,
+    cache: _SegmentCache,
+    key: bytes | None,
+    rank: int,
+) -> array:
+    """The fields a read and a write item share; returns the runs array the
+    item points into (it must outlive the call)."""
+    item.mac_key, item.mac_key_length, item.mac_rank = key, len(key or b""), rank
+    flat = array("Q", itertools.chain.from_iterable(r.runs)) or array("Q", [0])
+    item.group, item.boundary = r.group, r.boundary
+    item.namespace_hash, item.key_hash = bytes(r.namespace_hash), bytes(r.key_hash)
+    item.key_hash_length, item.payload_length = len(r.key_hash), r.payload_length
+    item.num_segments, item.num_runs = len(r.segments), len(r.runs)
+    item.segments = cache.get(r.segments)
+    item.runs = ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(Run))
+    return flat
 
 
 class PreparedRead:
     """One kvtier_read_chunks call's items (``Library.prepare_read``)."""
 
     def __init__(
-        self,
-        lib: Library,
-        items: ctypes.Array[_ReadItem],
-        count: int,
-        keep: list[object],
+        self, lib: Library, items: ctypes.Array[ReadItem], count: int, keep: list
     ):
-        self._lib = lib
-        self._items: ctypes.Array[_ReadItem] = items
-        self._count = count
-        self._keep = keep  # the runs arrays the items point into
+        self._lib, self._count, self._keep = lib, count, keep  # keep: the runs
+        self._items: ctypes.Array[ReadItem] = items
 
     def run(
         self,
@@ -277,7 +304,7 @@ class PreparedRead:
             | (READ_WILLNEED if willneed else 0)
             | (READ_SAFE_FOLDERS if safe_folders else 0)
         )
-        n = self._lib._lib.kvtier_read_chunks(self._items, self._count, threads, flags)
+        n = self._lib.fn.kvtier_read_chunks(self._items, self._count, threads, flags)
         if n < 0:
             raise ValueError(
                 f"{self._lib.path}: kvtier_read_chunks refused its arguments"
@@ -285,20 +312,12 @@ class PreparedRead:
 
     def results(self) -> list[Result]:
         """One Result per request, in order (after ``run``)."""
-        return [
-            Result(
-                item.status,
-                _text(item.reason),
-                _text(item.message),
-                item.sys_errno,
-                item.bytes_read,
-            )
-            for item in self._items[: self._count]
-        ]
+        return [_result(i, i.bytes_read) for i in self._items[: self._count]]
 
 
 class Library:
-    """A loaded, version-checked libkvtier_store.so."""
+    """A loaded, version-checked libkvtier_store.so; ``fn`` its functions,
+    typed from the signature table."""
 
     def __init__(self, path: str):
         self.path = path
@@ -307,52 +326,52 @@ class Library:
                 path, "no such file (build or bake libkvtier_store.so)"
             )
         try:
-            lib = ctypes.CDLL(path)
+            fn = ctypes.CDLL(path)
         except OSError as e:
             raise NativeLibraryError(path, f"cannot be loaded: {e}") from e
         try:
-            lib.kvtier_store_abi_version.restype = ctypes.c_uint32
-            lib.kvtier_store_abi_version.argtypes = []
-            lib.kvtier_store_library_version.restype = ctypes.c_char_p
-            lib.kvtier_store_library_version.argtypes = []
-            abi = lib.kvtier_store_abi_version()
-            version = _text(lib.kvtier_store_library_version() or b"")
+            fn.kvtier_store_abi_version.restype = ctypes.c_uint32
+            fn.kvtier_store_library_version.restype = ctypes.c_char_p
+            self.abi = fn.kvtier_store_abi_version()
+            self.version = _text(fn.kvtier_store_library_version() or b"")
         except AttributeError as e:
             raise NativeLibraryError(path, f"not a kvtier store library: {e}") from e
-        if abi != ABI_VERSION:
+        if self.abi != ABI_VERSION:
             raise NativeLibraryError(
-                path, f"ABI version {abi}, this overlay needs {ABI_VERSION}"
+                path, f"ABI version {self.abi}, this overlay needs {ABI_VERSION}"
             )
-        if version != LIBRARY_VERSION:
+        if self.version != LIBRARY_VERSION:
             raise NativeLibraryError(
                 path,
-                f"library version {version!r}, this overlay needs {LIBRARY_VERSION!r}",
+                f"library version {self.version!r}, this overlay needs {LIBRARY_VERSION!r}",
             )
-        self.version = version
-        self.abi = abi
-        for name, item in (
-            ("kvtier_read_chunks", _ReadItem),
-            ("kvtier_write_chunks", _WriteItem),
-        ):
-            fn = getattr(lib, name)
-            fn.restype = ctypes.c_int64
-            fn.argtypes = [
-                ctypes.POINTER(item),
-                ctypes.c_size_t,
-                ctypes.c_uint32,
-                ctypes.c_uint32,
-            ]
-        lib.kvtier_store_test_pace_reads.restype = None
-        lib.kvtier_store_test_pace_reads.argtypes = [ctypes.c_uint64]
-        lib.kvtier_store_test_fault.restype = None
-        lib.kvtier_store_test_fault.argtypes = [
-            ctypes.c_int32,
-            ctypes.c_int32,
-            ctypes.c_uint32,
-            ctypes.c_uint32,
-        ]
-        self._lib = lib
+        for name, spec in _SIGNATURES.items():
+            f, types = getattr(fn, name), spec.split()
+            if types[0] == "res":
+                types = ["i32", *types[1:], "&CResult"]
+            f.restype, f.argtypes = _type(types[0]), [_type(t) for t in types[1:]]
+        self.fn = fn
         self._segment_arrays = _SegmentCache()
+
+    def call(self, name: str, *args: Any) -> bytes:
+        """A call that fills a kvtier_result: its output bytes, or its verdict
+        raised (FormatError, OSError for a file, ValueError for an argument)."""
+        out = CResult()
+        status = getattr(self.fn, name)(*args, ctypes.byref(out))
+        data = ctypes.string_at(out.data, out.length) if out.data else b""
+        self.fn.kvtier_free(out.data)
+        if status == OK:
+            return data
+        reason, message = out.reason.decode("ascii", "replace"), _text(out.message)
+        if status == E_FORMAT and reason in Reason._value2member_map_:
+            raise FormatError(Reason(reason), message)
+        if status in (E_MISSING, E_IO) and out.sys_errno:
+            raise OSError(out.sys_errno, message)
+        if status == E_ARGUMENT:
+            raise ValueError(message)
+        if reason == "unsafe_key_file":  # the whole refusal is in data
+            raise KeyFileError(_text(data))
+        raise RuntimeError(f"{name}: {reason}: {message}")
 
     def read_chunks(
         self,
@@ -366,47 +385,25 @@ class Library:
     ) -> list[Result]:
         """Read and verify every request (one call, ``threads`` threads);
         one Result per request, in order. A failed item's memory is garbage.
-        ``willneed``: fadvise each payload before reading it (a disk hint).
-        ``key``: a keyed store's secret; every file's MAC is checked
-        (mac_missing, mac_mismatch) before the item is OK; ``rank``: the
-        rank whose store the files are in, which the v3 seal binds. ``safe_folders``:
-        each path is a chunk file whose two folders must be safe
-        (unsafe_folder otherwise; READ_SAFE_FOLDERS)."""
+        ``willneed``: fadvise each payload first. ``key``: a keyed store's
+        secret, every MAC checked (the v3 seal binds ``rank``, whose store the
+        files are in). ``safe_folders``: READ_SAFE_FOLDERS."""
         read = self.prepare_read(requests, key, rank=rank)
         read.run(threads, stop_on_failure, willneed, safe_folders)
         return read.results()
 
     def prepare_read(
-        self,
-        requests: Sequence[ReadRequest],
-        key: bytes | None = None,
-        rank: int = 0,
+        self, requests: Sequence[ReadRequest], key: bytes | None = None, rank: int = 0
     ) -> PreparedRead:
         """The items of one read call, built now; ``PreparedRead.run`` is then
         the call alone (the restore builds on the step's thread and runs on
         its promotion thread, which so needs the GIL only around the call)."""
-        items: ctypes.Array[_ReadItem] = (_ReadItem * max(1, len(requests)))()
-        keep: list[object] = []  # the arrays the items point into
+        items: ctypes.Array[ReadItem] = (ReadItem * max(1, len(requests)))()
+        keep = []
         for item, r in zip(items, requests, strict=False):
-            segments = self._segment_arrays.get(r.segments)
-            flat, runs = _runs(r.runs)
-            keep.append(flat)
+            keep.append(_fill(item, r, self._segment_arrays, key, rank))
             item.path = None if r.path is None else os.fsencode(r.path)
-            item.fd = r.fd
-            item.group = r.group
-            item.namespace_hash = bytes(r.namespace_hash)
-            item.key_hash = bytes(r.key_hash)
-            item.key_hash_length = len(r.key_hash)
-            item.num_segments = len(r.segments)
-            item.boundary = r.boundary
-            item.payload_length = r.payload_length
-            item.payload_checksum = r.payload_checksum
-            item.num_runs = len(r.runs)
-            item.segments = segments
-            item.runs = runs
-            item.mac_key = key
-            item.mac_key_length = len(key or b"")
-            item.mac_rank = rank
+            item.fd, item.payload_checksum = r.fd, r.payload_checksum
         return PreparedRead(self, items, len(requests), keep)
 
     def write_chunks(
@@ -419,50 +416,23 @@ class Library:
     ) -> list[Result]:
         """Write every request durably (temp, fdatasync, rename, folder
         fsync); one Result per request, in order. Files are 0600, or 0640
-        with group_read (store_perms.Modes.group_read). ``key``: sealed
-        for a keyed store (FORMAT.md 3.6, the v3 seal, bound to ``rank``, the
-        writing rank; ``bytes`` counts the MAC)."""
-        items: ctypes.Array[_WriteItem] = (_WriteItem * max(1, len(requests)))()
-        keep: list[object] = []
+        with group_read. ``key``: sealed for a keyed store (FORMAT.md 3.6,
+        the v3 seal bound to ``rank``, the writing rank; ``bytes`` counts it)."""
+        items: ctypes.Array[WriteItem] = (WriteItem * max(1, len(requests)))()
+        keep = []
         for item, r in zip(items, requests, strict=False):
-            segments = self._segment_arrays.get(r.segments)
-            flat, runs = _runs(r.runs)
-            keep.append(flat)
+            keep.append(_fill(item, r, self._segment_arrays, key, rank))
             item.path = os.fsencode(r.path)
-            item.group = r.group
-            item.key_hash_length = len(r.key_hash)
-            item.namespace_hash = bytes(r.namespace_hash)
-            item.key_hash = bytes(r.key_hash)
-            item.boundary = r.boundary
-            item.payload_length = r.payload_length
-            item.num_segments = len(r.segments)
-            item.num_runs = len(r.runs)
-            item.segments = segments
-            item.runs = runs
-            item.mac_key = key
-            item.mac_key_length = len(key or b"")
-            item.mac_rank = rank
         flags = WRITE_GROUP_READ if group_read else 0
-        n = self._lib.kvtier_write_chunks(items, len(requests), threads, flags)
-        if n < 0:
+        if self.fn.kvtier_write_chunks(items, len(requests), threads, flags) < 0:
             raise ValueError(f"{self.path}: kvtier_write_chunks refused its arguments")
         return [
-            Result(
-                item.status,
-                _text(item.reason),
-                _text(item.message),
-                item.sys_errno,
-                item.file_size,
-                item.payload_checksum,
-                item.header_length,
-            )
-            for item in items[: len(requests)]
+            _result(i, i.file_size, i.payload_checksum, i.header_length)
+            for i in items[: len(requests)]
         ]
 
     def supports_mac(self) -> bool:
-        """Whether this build seals and checks MACs (it links libcrypto):
-        a keyed item is refused as bad_argument before any file is opened
-        when it does not."""
+        """Whether this build seals and checks MACs (it links libcrypto)."""
         probe = ReadRequest(0, bytes(32), b"", 0, 0, 0, (), (), path="/")
         (result,) = self.read_chunks([probe], 1, key=b"\0" * 32)
         return "OpenSSL" not in result.message
@@ -470,24 +440,22 @@ class Library:
     def test_fault(self, op: int, err: int = 0, skip: int = 0, count: int = 0) -> None:
         """Tests only: the next ``count`` ops of kind ``op`` after ``skip``
         fail with ``err``; ``test_fault(FAULT_NONE)`` clears."""
-        self._lib.kvtier_store_test_fault(op, err, skip, count)
+        self.fn.kvtier_store_test_fault(op, err, skip, count)
 
     def test_pace_reads(self, bytes_per_second: int) -> None:
-        """Benchmarks and the GPU suite only: every payload read of this
-        process, all threads together, at most ``bytes_per_second`` (0: as
-        fast as the files come)."""
-        self._lib.kvtier_store_test_pace_reads(bytes_per_second)
+        """Benchmarks and the GPU suite only: this process's payload reads
+        paced to ``bytes_per_second`` in all (0: as fast as they come)."""
+        self.fn.kvtier_store_test_pace_reads(bytes_per_second)
 
 
 def library_path(environ: Mapping[str, str] | None = None) -> str:
     """KVTIER_STORE_LIB; else the library beside this file (a bake or the
     image put it there); else the installed kvtier wheel's (`pip install
-    kvtier && overlay apply`: the apply copies no binary). The wheel is found
-    without importing it."""
+    kvtier && overlay apply`: the apply copies no binary), found without
+    importing it."""
     env = os.environ if environ is None else environ
-    chosen = env.get(ENV_LIBRARY)
-    if chosen:
-        return chosen
+    if env.get(ENV_LIBRARY):
+        return env[ENV_LIBRARY]
     beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
     if os.path.exists(beside):
         return beside
@@ -506,6 +474,9 @@ def library_path(environ: Mapping[str, str] | None = None) -> str:
 
 _LOADED: dict[str, Library] = {}
 _LOCK = threading.Lock()
+# (KVTIER_STORE_LIB as last seen, its library): load() looks for the file (a
+# stat) each time; a codec or name call should not.
+_LAST: tuple[str | None, Library] | None = None
 
 
 def load(path: str | None = None) -> Library:
@@ -517,3 +488,17 @@ def load(path: str | None = None) -> Library:
         if lib is None:
             lib = _LOADED[path] = Library(path)
         return lib
+
+
+def current() -> Library:
+    """The library ``load()`` finds, kept until KVTIER_STORE_LIB changes."""
+    global _LAST
+    chosen, last = os.environ.get(ENV_LIBRARY), _LAST
+    if last is None or last[0] != chosen:
+        last = _LAST = (chosen, load())
+    return last[1]
+
+
+def call(name: str, *args: Any) -> bytes:
+    """``Library.call`` on the current library."""
+    return current().call(name, *args)

@@ -25,12 +25,15 @@
 extern "C" {
 #endif
 
-#define KVTIER_STORE_ABI_VERSION 5u /* 2: mac_key in both items (keyed stores);
+#define KVTIER_STORE_ABI_VERSION 6u /* 2: mac_key in both items (keyed stores);
                                        3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused;
                                        4: mac_rank in both items (the v3 seal),
                                           kvtier_store_test_pace_reads;
                                        5: the record calls (kvtier_result,
-                                          kvtier_free, kvtier_manifest_* ...) */
+                                          kvtier_free, kvtier_manifest_* ...);
+                                       6: the name calls (kvtier_rank_base_name ...,
+                                          kvtier_parse_name), kvtier_open,
+                                          kvtier_load_key */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -85,7 +88,8 @@ enum {
   KVTIER_E_ARGUMENT = 6,  /* reason bad_argument: the item itself is inconsistent */
   KVTIER_E_SKIPPED = 7,   /* reason skipped: not attempted (KVTIER_READ_STOP_ON_FAILURE) */
   KVTIER_E_UNSAFE = 8,    /* reason unsafe_folder: others could change the file's folder
-                             (KVTIER_READ_SAFE_FOLDERS) */
+                             (KVTIER_READ_SAFE_FOLDERS); kvtier_load_key: reason
+                             unsafe_key_file, the key file refused */
 };
 
 #define KVTIER_REASON_BYTES 40
@@ -243,7 +247,8 @@ typedef struct kvtier_result {
   int32_t sys_errno; /* errno of an I/O failure, else 0 */
   uint8_t* data;     /* the call's output (length bytes and a NUL after them),
                         allocated here; free it with kvtier_free. NULL when the
-                        call failed or has no output */
+                        call failed (but for kvtier_load_key's refusal) or has
+                        no output */
   uint64_t length;
   char reason[KVTIER_REASON_BYTES];   /* "" when OK */
   char message[KVTIER_MESSAGE_BYTES]; /* for a log line; names the path when given */
@@ -406,6 +411,84 @@ KVTIER_STORE_API int32_t kvtier_seal_chunk(const uint8_t* chunk, size_t length,
 KVTIER_STORE_API int32_t kvtier_open_chunk(const uint8_t* file, size_t length,
                                            const uint8_t* mac_key, uint32_t mac_key_length,
                                            uint32_t mac_rank, kvtier_result* out);
+
+/* ---- names, opens and the key file (ABI 6) ---------------------------------
+ *
+ * FORMAT.md 2's file and folder names, built and parsed by format/'s layout
+ * (the same code kvstore walks a store with), and the open every store path
+ * gets. The name calls fill a kvtier_result as the record calls do; a name
+ * that breaks FORMAT.md 2 is KVTIER_E_FORMAT, reason bad_name. Names cross
+ * as bytes (pointer and length: no NUL needed); data is the name. */
+
+/* <model> of a rank base name: FORMAT.md 2's sanitising (never fails). */
+KVTIER_STORE_API int32_t kvtier_sanitize_model(const char* model, size_t length,
+                                               kvtier_result* out);
+
+/* <prefix>_<model>_<ns>_r<rank>: the model sanitised, <ns> the first 16 hex
+ * digits of `namespace_hash` (32 bytes); bad_name for a prefix other than
+ * [a-z0-9]{1,32} or a rank above 65535. */
+KVTIER_STORE_API int32_t kvtier_rank_base_name(const char* prefix, size_t prefix_length,
+                                               const char* model, size_t model_length,
+                                               const uint8_t* namespace_hash, uint32_t rank,
+                                               kvtier_result* out);
+
+/* <hhh>/<hh>_g<g>/<hash>.bin of a chunk key (hex) and group (0..1023). */
+KVTIER_STORE_API int32_t kvtier_chunk_rel_path(const char* key_hex, size_t length,
+                                               uint32_t group, kvtier_result* out);
+
+/* b<boundary>_<tip>.json (boundary 1..2^40, tip a key's hex). */
+KVTIER_STORE_API int32_t kvtier_manifest_file_name(uint64_t boundary, const char* tip,
+                                                   size_t length, kvtier_result* out);
+
+/* <pid>.<tid>.json of pending/ (FORMAT.md 9.1; each 1..10^19-1). */
+KVTIER_STORE_API int32_t kvtier_pending_file_name(uint64_t pid, uint64_t tid,
+                                                  kvtier_result* out);
+
+/* <final>.tmp.<pid>.<tid>, the temp of any of the names above. */
+KVTIER_STORE_API int32_t kvtier_temp_name(const char* final_name, size_t length, uint64_t pid,
+                                          uint64_t tid, kvtier_result* out);
+
+/* A name of kind `kind` parsed back (bad_name when it is not one; an unknown
+ * kind is bad_argument). data: its parts in decimal or as written, each
+ * after the first preceded by a newline, in this order: */
+enum {
+  KVTIER_NAME_KEY_HEX = 1,    /* a chunk key's hex: the key itself */
+  KVTIER_NAME_RANK_BASE = 2,  /* prefix, model, ns (16 hex), rank */
+  KVTIER_NAME_CHUNK_PATH = 3, /* <hhh>/<hh>_g<g>/<hash>.bin: key hex, group */
+  KVTIER_NAME_MANIFEST = 4,   /* boundary, tip */
+  KVTIER_NAME_PENDING = 5,    /* pid, tid */
+  KVTIER_NAME_TEMP = 6,       /* pid, tid, then the final name (last: it may
+                                 hold a newline itself) */
+};
+KVTIER_STORE_API int32_t kvtier_parse_name(uint32_t kind, const char* name, size_t length,
+                                           kvtier_result* out);
+
+/* open(2) of a store path, as every reader and the writer open one
+ * (FORMAT.md 2, issue 45): O_CLOEXEC added, and a symlink as the file or as
+ * any folder on the way refused with ELOOP (openat2's RESOLVE_NO_SYMLINKS,
+ * or one component at a time with O_NOFOLLOW on a kernel without it).
+ * `flags` and `mode` are open(2)'s. Returns the descriptor (the caller's to
+ * close), or -errno: -ENOENT, -ELOOP for a link, ...; unknown options
+ * -EINVAL. */
+#define KVTIER_OPEN_REGULAR 1u /* a regular file only: anything else (a FIFO,
+                                  which a read would wait on, a device, a
+                                  folder) is closed again, -EINVAL */
+#define KVTIER_OPEN_WALK 2u    /* tests only: the component walk, openat2
+                                  not tried */
+KVTIER_STORE_API int32_t kvtier_open(const char* path, int32_t flags, uint32_t mode,
+                                     uint32_t options);
+
+/* A keyed store's key file (FORMAT.md 3.6) loaded after the checks ssh
+ * makes of a private key (format/'s load_key_file, the same as kvstore's):
+ * a regular file, not a symlink, owned by the calling user, no group or
+ * other permission bit, 32..4096 bytes, not all zero, and not inside the
+ * store folder `store` (NULL: no store to compare). data: the key. A
+ * refusal (a missing file too) is KVTIER_E_UNSAFE, reason unsafe_key_file:
+ * message names the file and the problem, never the key's bytes, and, unlike
+ * every other failure, data holds the whole refusal (a long path may push
+ * the problem out of message's bytes). */
+KVTIER_STORE_API int32_t kvtier_load_key(const char* path, const char* store,
+                                         kvtier_result* out);
 
 /* ---- test seam --------------------------------------------------------------- */
 

@@ -152,7 +152,7 @@ def test_a_store_open_never_follows_a_link_on_the_path(tmp_path, monkeypatch, wa
     from kv_store_format import store_file
 
     if walk:
-        monkeypatch.setattr(store_file, "_openat2", [None])
+        monkeypatch.setattr(store_file, "_WALK", native.OPEN_WALK)
     real = tmp_path / "real" / "leaf"
     real.mkdir(parents=True)
     (real / "f").write_bytes(b"bytes")

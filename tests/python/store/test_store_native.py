@@ -134,7 +134,7 @@ def test_a_missing_or_mismatched_library_is_refused_naming_the_file(
     with pytest.raises(native.NativeLibraryError, match="library version '0.1.0'"):
         native.Library(lib.path)
     monkeypatch.setattr(native, "ABI_VERSION", 99)
-    with pytest.raises(native.NativeLibraryError, match="ABI version 5, this overlay"):
+    with pytest.raises(native.NativeLibraryError, match="ABI version 6, this overlay"):
         native.Library(lib.path)
 
 
@@ -343,3 +343,68 @@ def test_every_keyed_verdict_equals_the_python_oracles(lib, tmp_path):
     assert seen["genuine, another group"] == "wrong_group"
     assert seen["genuine, another namespace"] == "foreign_namespace"
     assert seen["genuine, an older payload"] == "manifest_mismatch"
+
+
+# --- the name calls and kvtier_open (ABI 6) -------------------------------------
+
+
+def test_names_are_the_librarys_built_and_parsed_back(lib) -> None:
+    """FORMAT.md 2's names come from format/'s layout through the name calls,
+    the same verdicts as the oracle's, and parse back to their parts."""
+    base = fmt.rank_base_name("glm53kv", "zai-org/GLM-5.3", NS, 3)
+    assert base == pyfmt.rank_base_name("glm53kv", "zai-org/GLM-5.3", NS, 3)
+    assert fmt.parse_rank_base_name(base) == fmt.names.RankBaseName(
+        "glm53kv", "zai-org-GLM-5.3", NS.hex()[:16], 3
+    )
+    assert fmt.pending_file_name(12, 34) == "12.34.json"
+    assert fmt.parse_pending_file_name("12.34.json") == (12, 34)
+    # A final name may hold a newline: it comes back whole, last.
+    assert fmt.parse_temp_name(fmt.temp_name("a\nb.json", 5, 6)) == ("a\nb.json", 5, 6)
+    assert fmt.sanitize_model("M\u00f6del/\udcff") == "M-del"
+    for bad in (
+        lambda: fmt.rank_base_name("Glm", "m", NS, 0),
+        lambda: fmt.rank_base_name("glm", "m", NS, -1),
+        lambda: fmt.rank_base_name("glm", "m", NS[:16], 0),
+        lambda: fmt.chunk_rel_path("ab" * 8, 1024),
+        lambda: fmt.manifest_file_name(-1, "ab" * 8),
+        lambda: fmt.pending_file_name(0, 1),
+        lambda: fmt.parse_pending_file_name("01.2.json"),
+        lambda: fmt.parse_manifest_file_name("b1_xyz.json"),
+    ):
+        with pytest.raises(fmt.FormatError) as err:
+            bad()
+        assert err.value.reason is fmt.Reason.BAD_NAME
+    assert fmt.parse_temp_name("x.tmp.0.1") is None
+    with pytest.raises(ValueError, match="unknown name kind"):
+        native.call("kvtier_parse_name", 99, b"x", 1)
+
+
+@pytest.mark.parametrize("walk", [0, native.OPEN_WALK], ids=["openat2", "walk"])
+def test_open_regular_refuses_what_a_read_would_wait_on(
+    lib, tmp_path, monkeypatch, walk
+) -> None:
+    """kvtier_open's OSErrors as the Python open raised them: EINVAL naming
+    the path for a FIFO or a folder, FileNotFoundError, ELOOP for a link."""
+    from kv_store_format import store_file
+
+    monkeypatch.setattr(store_file, "_WALK", walk)
+    (tmp_path / "f").write_bytes(b"12345")
+    os.mkfifo(tmp_path / "fifo")
+    assert fmt.read_regular(str(tmp_path / "f"), 3) == b"1234"
+    for path in ("fifo", "."):
+        with pytest.raises(OSError) as err:
+            fmt.open_regular(str(tmp_path / path))
+        assert err.value.errno == errno.EINVAL
+        assert err.value.filename == str(tmp_path / path)
+        assert "not a regular file" in str(err.value)
+    with pytest.raises(FileNotFoundError):
+        fmt.open_regular(str(tmp_path / "missing"))
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    with pytest.raises(OSError) as err:
+        fmt.read_regular(str(tmp_path / "link"), 9)
+    assert err.value.errno == errno.ELOOP and "symlink" in str(err.value)
+    fd = fmt.open_nofollow(str(tmp_path / "f"), os.O_RDONLY)
+    try:
+        assert os.get_inheritable(fd) is False  # O_CLOEXEC added
+    finally:
+        os.close(fd)

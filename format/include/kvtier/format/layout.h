@@ -79,6 +79,8 @@ struct ManifestName {
 Result<ManifestName> parse_manifest_file_name(std::string_view name);
 
 // <pid>.<tid>.json in pending/: one writer's pending record (FORMAT.md 9.1).
+// pid and tid are positive decimals of at most 19 digits.
+Result<std::string> pending_file_name(std::uint64_t pid, std::uint64_t tid);
 struct PendingName {
   std::uint64_t pid = 0;
   std::uint64_t tid = 0;
