@@ -13,6 +13,7 @@ for the unpadded page size vLLM's spec reports. Our writer's layout code is not 
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
 import importlib
 import os
@@ -436,8 +437,14 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
             item["error"] = f"{type(e).__name__}: {e}"
         return item
 
+    replay = os.environ.get("KVTIER_SUITE_READ_REPLAY") == "1"
+
     def recorded_finish(job: Any) -> bool:
         ok = finish(job)
+        kept = getattr(restore, "_probe_replay", None)
+        if replay and ok and job.read is not None:
+            if kept is None or len(job.keys) > kept[0]:
+                restore._probe_replay = (len(job.keys), job.read)
         # Only the keys here: this runs on the step's thread as the job is
         # reported, so reading each file's header now would hold the step up
         # (seen on the H200: a 2,048-file promotion took about 30 s more). The
@@ -463,6 +470,105 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
         restore._probe_samples = _sample_stacks()
         restore._probe_tasks = _sample_tasks(restore)
     return {"restore": True}
+
+
+# The read call's flags as the restore passes them (kv_restore_read.run_job).
+_ENGINE_FLAGS = {"stop_on_failure": True, "willneed": True, "safe_folders": True}
+
+
+def _timed(read: Any, threads: int, flags: dict[str, bool]) -> dict[str, Any]:
+    """One run of a prepared read call: wall time, rate, and the process's CPU."""
+    t0, c0 = time.perf_counter(), os.times()
+    read.run(threads, **flags)
+    dt, c1 = time.perf_counter() - t0, os.times()
+    results = read.results()
+    nbytes = sum(r.bytes for r in results)
+    return {
+        "files": len(results),
+        "failed": sum(not r.ok for r in results),
+        "bytes": nbytes,
+        "threads": threads,
+        "flags": sorted(k for k, v in flags.items() if v),
+        "seconds": round(dt, 4),
+        "gb_per_s": round(nbytes / dt / 1e9, 3) if dt else None,
+        "cpu_user_s": round(c1.user - c0.user, 3),
+        "cpu_sys_s": round(c1.system - c0.system, 3),
+    }
+
+
+def _private_copy(read: Any, count: int) -> tuple[Any, list]:
+    """The first ``count`` items of a prepared read, each payload landing in one
+    run of a new anonymous mapping instead of the CPU tier's rows."""
+    import mmap
+    from array import array
+
+    native = type(read)
+    module = sys.modules[native.__module__]
+    items = (module.ReadItem * count)()
+    ctypes.memmove(items, read._items, ctypes.sizeof(module.ReadItem) * count)
+    total = sum(i.payload_length for i in items)
+    buf = mmap.mmap(-1, total)
+    buf.write(bytes(total))  # every page faulted in before the timing
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    keep: list = [buf, read]
+    offset = 0
+    for item in items:
+        run = array("Q", [base + offset, item.payload_length])
+        keep.append(run)
+        item.runs = ctypes.cast(run.buffer_info()[0], ctypes.POINTER(module.Run))
+        item.num_runs = 1
+        offset += item.payload_length
+    return native(read._lib, items, count, keep), keep
+
+
+def replay_reads(restore: Any) -> list[dict[str, Any]]:
+    """Diagnosis (KVTIER_SUITE_READ_REPLAY=1), at the stage's end only: the largest
+    promotion's read call run again, as the engine ran it and varied one thing at a
+    time (threads, flags, calls of 32 files, the destination), so an in-engine read
+    slower than the library's bench says which of these it is. It rewrites the same
+    bytes into the CPU tier's rows the job filled; nothing reads them afterwards."""
+    kept = getattr(restore, "_probe_replay", None)
+    if kept is None:
+        return []
+    _, read = kept
+    native = type(read)
+    count = read._count
+    first = min(64, count)
+    head = native(read._lib, read._items, first, [read])
+    private, _ = _private_copy(read, first)
+    variants = [
+        ("as the engine", read, 16, _ENGINE_FLAGS),
+        ("again", read, 16, _ENGINE_FLAGS),
+        ("no willneed", read, 16, {**_ENGINE_FLAGS, "willneed": False}),
+        ("no safe_folders", read, 16, {**_ENGINE_FLAGS, "safe_folders": False}),
+        ("no flags", read, 16, dict.fromkeys(_ENGINE_FLAGS, False)),
+        ("32 threads", read, 32, _ENGINE_FLAGS),
+        ("4 threads", read, 4, _ENGINE_FLAGS),
+        (f"first {first}, 1 thread", head, 1, _ENGINE_FLAGS),
+        (f"first {first}, 16 threads", head, 16, _ENGINE_FLAGS),
+        (f"first {first} into private memory", private, 16, _ENGINE_FLAGS),
+    ]
+    out = [{"variant": name, **_timed(r, t, f)} for name, r, t, f in variants]
+    # The job as calls of 32 files, one after another.
+    item = type(read._items[0])
+    base = ctypes.addressof(read._items)
+    t0, parts = time.perf_counter(), []
+    for start in range(0, count, 32):
+        items = ctypes.cast(base + start * ctypes.sizeof(item), ctypes.POINTER(item))
+        part = native(read._lib, items, min(32, count - start), [read])
+        parts.append(_timed(part, 16, _ENGINE_FLAGS))
+    dt = time.perf_counter() - t0
+    out.append(
+        {
+            "variant": "calls of 32 files",
+            "calls": len(parts),
+            "failed": sum(p["failed"] for p in parts),
+            "seconds": round(dt, 4),
+            "gb_per_s": round(sum(p["bytes"] for p in parts) / dt / 1e9, 3),
+            "slowest_call_s": max(p["seconds"] for p in parts),
+        }
+    )
+    return out
 
 
 def _sample_tasks(restore: Any, every_s: float = 0.002) -> collections.Counter:
@@ -592,6 +698,7 @@ def restore_report(worker: Any) -> dict[str, Any]:
                 restore, "_probe_samples", collections.Counter()
             ).most_common(40)
         ],
+        "read_replay": replay_reads(restore),
         "task_samples": dict(
             getattr(restore, "_probe_tasks", collections.Counter()).most_common(40)
         ),

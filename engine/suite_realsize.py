@@ -489,6 +489,10 @@ def ttft_set_judge(results: dict[str, dict], store: str, chunk: int) -> dict[str
             "task_samples": [
                 w.get("task_samples") for w in res.get("restore_workers") or []
             ],
+            # KVTIER_SUITE_READ_REPLAY=1: the largest job's read run again, varied.
+            "read_replay": [
+                w.get("read_replay") for w in res.get("restore_workers") or []
+            ],
             "logprobs": lp,
             "kv": kv,
             "kv_vs_write": kv_write,

@@ -1,0 +1,99 @@
+"""engine/probe.py's read replay (KVTIER_SUITE_READ_REPLAY=1): the largest
+promotion's prepared read call run again with one thing varied at a time, on
+the real store library and real chunk files."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from types import SimpleNamespace
+
+import pytest
+from conftest import REPO_ROOT as REPO
+
+for folder in ("overlays/kv-offload-store-local", "engine"):
+    if str(REPO / folder) not in sys.path:
+        sys.path.insert(0, str(REPO / folder))
+
+import kv_store_format as fmt  # noqa: E402
+import probe  # noqa: E402
+from kv_store_format import native  # noqa: E402
+
+NS = bytes(range(32))
+SPECS = [(0, fmt.SegmentKind.KV, fmt.DType.BFLOAT16, (2, 16, 64), (1024, 64, 1))]
+SEGMENTS = fmt.make_segments(SPECS)
+LENGTH = sum(s.length for s in SEGMENTS)
+FILES = 70  # more than the replay's "first 64" and than two calls of 32
+
+
+@pytest.fixture(scope="module")
+def lib() -> native.Library:
+    path = native.library_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
+    return native.load(path)
+
+
+def payload(i: int) -> bytes:
+    return bytes((i * 7 + j) % 251 for j in range(LENGTH))
+
+
+def prepared(lib, tmp_path) -> tuple[native.PreparedRead, bytearray, list]:
+    """FILES chunk files read into one buffer, two runs a file (as rows)."""
+    dest = bytearray(FILES * LENGTH)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(dest))
+    requests, paths = [], []
+    for i in range(FILES):
+        key = i.to_bytes(32, "big")
+        header = fmt.make_header(NS, 0, key, 64 * (i + 1), SEGMENTS, payload(i))
+        path = tmp_path / f"{i}.bin"
+        path.write_bytes(fmt.encode_chunk(header, payload(i)))
+        paths.append(path)
+        at = base + i * LENGTH
+        requests.append(
+            native.ReadRequest(
+                group=0,
+                namespace_hash=NS,
+                key_hash=key,
+                boundary=64 * (i + 1),
+                payload_length=LENGTH,
+                payload_checksum=header.payload_checksum,
+                segments=SEGMENTS,
+                runs=[(at, 100), (at + 100, LENGTH - 100)],
+                path=str(path),
+            )
+        )
+    return lib.prepare_read(requests), dest, paths
+
+
+def test_every_variant_reads_every_file_and_leaves_the_rows_as_they_were(lib, tmp_path):
+    read, dest, _ = prepared(lib, tmp_path)
+    read.run(4, **probe._ENGINE_FLAGS)
+    assert all(r.ok for r in read.results())
+    restore = SimpleNamespace(_probe_replay=(FILES, read))
+    rows = probe.replay_reads(restore)
+    names = [r["variant"] for r in rows]
+    assert names[0] == "as the engine" and "first 64 into private memory" in names
+    for row in rows:
+        assert row["failed"] == 0, row
+        assert row["gb_per_s"] and row["gb_per_s"] > 0, row
+    by = {r["variant"]: r for r in rows}
+    assert by["as the engine"]["files"] == FILES
+    assert by["first 64, 1 thread"]["files"] == 64
+    assert by["calls of 32 files"]["calls"] == 3
+    assert bytes(dest) == b"".join(payload(i) for i in range(FILES))
+
+
+def test_a_refused_file_shows_in_every_variant_that_reads_it(lib, tmp_path):
+    read, _, paths = prepared(lib, tmp_path)
+    read.run(4, **probe._ENGINE_FLAGS)
+    raw = bytearray(paths[3].read_bytes())
+    raw[-1] ^= 1  # a payload byte: the CRC refuses the file
+    paths[3].write_bytes(bytes(raw))
+    rows = probe.replay_reads(SimpleNamespace(_probe_replay=(FILES, read)))
+    assert all(r["failed"] >= 1 for r in rows), rows
+
+
+def test_no_kept_job_replays_nothing():
+    assert probe.replay_reads(SimpleNamespace()) == []
