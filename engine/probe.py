@@ -469,7 +469,67 @@ def install_restore_recorder(worker: Any) -> dict[str, Any]:
     if os.environ.get("KVTIER_SUITE_SAMPLE_STACKS") == "1":
         restore._probe_samples = _sample_stacks()
         restore._probe_tasks = _sample_tasks(restore)
+    if os.environ.get("KVTIER_SUITE_GIL_WATCH") == "1":
+        restore._probe_gil = _watch_gil(restore)
     return {"restore": True}
+
+
+def _watch_gil(restore: Any, every_s: float = 0.001, gap_s: float = 0.03) -> dict:
+    """Diagnosis (KVTIER_SUITE_GIL_WATCH=1): when this process's GIL was held
+    for long, and by what. A thread that wakes every ``every_s`` records each
+    wake-up later than ``gap_s`` (another thread held the GIL in a call that
+    does not release it) with the main thread's innermost frames as it let go;
+    a gc callback records each collection over 5 ms; each promotion's read is
+    timed from the promotion thread (its end includes getting the GIL back).
+    Times are seconds since the watch began."""
+    import gc
+
+    t0 = time.perf_counter()
+    stop = threading.Event()
+    out: dict[str, Any] = {"gaps": [], "gc": [], "reads": [], "stop": stop}
+    main = threading.main_thread().ident
+    started = [0.0]
+
+    def collected(phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            started[0] = now
+        elif now - started[0] > 0.005:
+            out["gc"].append(
+                [round(started[0] - t0, 4), round(now - started[0], 4),
+                 info.get("generation"), info.get("collected")]
+            )  # fmt: skip
+
+    def run() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            time.sleep(every_s)
+            late = time.perf_counter() - t - every_s
+            if late > gap_s:
+                frame = sys._current_frames().get(main)
+                where = []
+                while frame is not None and len(where) < 4:
+                    code = frame.f_code
+                    where.append(
+                        f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}"
+                    )
+                    frame = frame.f_back
+                out["gaps"].append([round(t - t0, 4), round(late, 4), where])
+
+    read = restore._read
+
+    def timed_read(job: Any) -> None:
+        t = time.perf_counter()
+        read(job)
+        out["reads"].append(
+            [round(t - t0, 4), round(time.perf_counter() - t, 4), len(job.keys)]
+        )
+
+    restore._read = timed_read
+    gc.callbacks.append(collected)
+    out["collected"] = collected  # for stop_gil_watch
+    threading.Thread(target=run, name="kvtier-gil-watch", daemon=True).start()
+    return out
 
 
 # The read call's flags as the restore passes them (kv_restore_read.run_job).
@@ -665,6 +725,29 @@ def page_cache(worker: Any) -> dict[str, Any]:
     return {"base": writer.layout.base, **memstat.resident(writer.layout.base)}
 
 
+def stop_gil_watch(watch: dict) -> None:
+    """End a watch: its thread and its gc callback (tests)."""
+    import gc
+
+    watch["stop"].set()
+    gc.callbacks.remove(watch["collected"])
+
+
+def _gil_report(watch: dict | None, top: int = 40) -> dict | None:
+    """The watch's longest GIL gaps and collections, and every read, in time order."""
+    if watch is None:
+        return None
+    longest = sorted(watch["gaps"], key=lambda g: -g[1])[:top]
+    slowest = sorted(watch["gc"], key=lambda g: -g[1])[:top]
+    return {
+        "gaps": sorted(longest),
+        "gaps_total": len(watch["gaps"]),
+        "gc": sorted(slowest),
+        "gc_total": len(watch["gc"]),
+        "reads": list(watch["reads"]),
+    }
+
+
 def restore_report(worker: Any) -> dict[str, Any]:
     connector_worker, store = _store(worker)
     restore = getattr(connector_worker, "_kv_restore", None)
@@ -699,6 +782,7 @@ def restore_report(worker: Any) -> dict[str, Any]:
             ).most_common(40)
         ],
         "read_replay": replay_reads(restore),
+        "gil_watch": _gil_report(getattr(restore, "_probe_gil", None)),
         "task_samples": dict(
             getattr(restore, "_probe_tasks", collections.Counter()).most_common(40)
         ),

@@ -97,3 +97,33 @@ def test_a_refused_file_shows_in_every_variant_that_reads_it(lib, tmp_path):
 
 def test_no_kept_job_replays_nothing():
     assert probe.replay_reads(SimpleNamespace()) == []
+
+
+def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
+    import gc
+    import time
+
+    def hold_the_gil() -> int:
+        # One C call (no bytecode, so no switch point) that runs ~0.1-0.5 s.
+        return sum(range(20_000_000))
+
+    reads = []
+    restore = SimpleNamespace(_read=lambda job: reads.append(job))
+    watch = probe._watch_gil(restore)
+    time.sleep(0.05)  # the watch thread is running
+    hold_the_gil()
+    garbage = [[i] for i in range(300_000)]
+    for a, b in zip(garbage, garbage[1:]):
+        a.append(b)
+        b.append(a)  # cycles: only the collector frees them
+    del garbage, a, b
+    gc.collect()
+    restore._read(SimpleNamespace(keys=[b"k"] * 3))
+    time.sleep(0.05)
+    report = probe._gil_report(watch)
+    probe.stop_gil_watch(watch)
+    assert report["gaps"], report
+    assert any("hold_the_gil" in " ".join(where) for _, _, where in report["gaps"])
+    assert any(gen == 2 and n > 0 for _, _, gen, n in report["gc"]), report["gc"]
+    assert [r[2] for r in report["reads"]] == [3] and len(reads) == 1
+    assert probe._gil_report(None) is None
