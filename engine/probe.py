@@ -15,11 +15,9 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
-import faulthandler
 import importlib
 import os
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -520,21 +518,9 @@ def _watch_gil(restore: Any, every_s: float = 0.001, gap_s: float = 0.03) -> dic
 
     read = restore._read
 
-    # Every thread's Python stack, every 0.1 s while a read runs, written by
-    # faulthandler's own thread, which needs no GIL: the thread that holds it
-    # in a long call shows there (the watch thread only sees who let go).
-    dumps = tempfile.TemporaryFile(mode="w+")
-    out["dumps"] = dumps
-
     def timed_read(job: Any) -> None:
         t = time.perf_counter()
-        dumps.write(f"read at {t - t0:.4f}\n")
-        dumps.flush()
-        faulthandler.dump_traceback_later(0.1, repeat=True, file=dumps)
-        try:
-            read(job)
-        finally:
-            faulthandler.cancel_dump_traceback_later()
+        read(job)
         out["reads"].append(
             [round(t - t0, 4), round(time.perf_counter() - t, 4), len(job.keys)]
         )
@@ -753,12 +739,7 @@ def _gil_report(watch: dict | None, top: int = 40) -> dict | None:
         return None
     longest = sorted(watch["gaps"], key=lambda g: -g[1])[:top]
     slowest = sorted(watch["gc"], key=lambda g: -g[1])[:top]
-    dumps = watch["dumps"]
-    dumps.seek(0)
-    names = {f"0x{t.ident:016x}": t.name for t in threading.enumerate() if t.ident}
     return {
-        "dumps": dumps.read(200_000),
-        "thread_names": names,
         "gaps": sorted(longest),
         "gaps_total": len(watch["gaps"]),
         "gc": sorted(slowest),

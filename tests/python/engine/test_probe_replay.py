@@ -108,11 +108,7 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
         return sum(range(20_000_000))
 
     reads = []
-    def slow_read(job):
-        reads.append(job)
-        hold_the_gil()  # faulthandler's thread dumps the stacks meanwhile
-
-    restore = SimpleNamespace(_read=slow_read)
+    restore = SimpleNamespace(_read=lambda job: reads.append(job))
     watch = probe._watch_gil(restore)
     time.sleep(0.05)  # the watch thread is running
     hold_the_gil()
@@ -130,5 +126,4 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
     assert any("hold_the_gil" in " ".join(where) for _, _, where in report["gaps"])
     assert any(gen == 2 and n > 0 for _, _, gen, n in report["gc"]), report["gc"]
     assert [r[2] for r in report["reads"]] == [3] and len(reads) == 1
-    assert "read at" in report["dumps"] and "hold_the_gil" in report["dumps"]
     assert probe._gil_report(None) is None
