@@ -267,7 +267,8 @@ def _items(
     until the call returns)."""
     items = (kind * max(1, len(requests)))()
     keep = []
-    for item, r in zip(items, requests, strict=False):
+    for i, r in enumerate(requests):
+        item: ReadItem | WriteItem = items[i]
         flat = array("Q", itertools.chain.from_iterable(r.runs)) or array("Q", [0])
         keep.append(flat)
         item.path = None if r.path is None else os.fsencode(r.path)
