@@ -49,9 +49,9 @@ from .constants import (
     SEALED_VERSION,
     SEGMENT_ENTRY_SIZE,
 )
-from .format_error import FormatError, Reason
+from .format_error import FormatError, KeyFileError, Reason
 from .layout import StoreLayout
-from .mac import KeyFileError, fence_key, load_key
+from .mac import fence_key, load_key
 from .names import (
     MANIFEST_DIR,
     chunk_rel_path,

@@ -32,11 +32,12 @@ _FENCED_CHECK = 1  # KVTIER_FENCED_CHECK
 _HEADER_SEALED = 1  # KVTIER_HEADER_SEALED
 _SEAL_V2 = 1  # KVTIER_SEAL_V2
 _TABLE_ROOM = 256  # segment entries a header call gets room for at first
+BytesLike = bytes | bytearray | memoryview  # what the calls take as input
 
 
-def _in(data: bytes | bytearray | memoryview) -> tuple[bytes, int]:
+def _in(data: BytesLike) -> tuple[bytes, int]:
     """A call's input bytes and their length."""
-    raw = data if isinstance(data, bytes) else bytes(data)
+    raw = bytes(data)  # bytes as they are, no copy
     return raw, len(raw)
 
 
@@ -103,9 +104,7 @@ def encode_manifest(m: BoundaryManifest, key: bytes | None = None) -> bytes:
     return call("kvtier_manifest_encode", *_json(fields, check_keys=False), *_key(key))
 
 
-def decode_manifest(
-    data: bytes | bytearray | memoryview, key: bytes | None = None
-) -> BoundaryManifest:
+def decode_manifest(data: BytesLike, key: bytes | None = None) -> BoundaryManifest:
     """The manifest, every check of FORMAT.md 5 made; with ``key`` its MAC
     first (mac_missing, mac_mismatch), then the rest as a plain manifest."""
     v = json.loads(call("kvtier_manifest_decode", *_in(data), *_key(key)))
@@ -202,7 +201,7 @@ def encode_namespace_record(record: NamespaceRecord) -> bytes:
     )
 
 
-def decode_namespace_record(data: bytes | bytearray | memoryview) -> NamespaceRecord:
+def decode_namespace_record(data: BytesLike) -> NamespaceRecord:
     v = json.loads(call("kvtier_namespace_record_decode", *_in(data)))
     return NamespaceRecord(fenced=v["fenced"], info=v["info"])
 
@@ -216,9 +215,7 @@ def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
     )
 
 
-def decode_pending_record(
-    data: bytes | bytearray | memoryview,
-) -> list[tuple[int, str]]:
+def decode_pending_record(data: BytesLike) -> list[tuple[int, str]]:
     record = json.loads(call("kvtier_pending_record_decode", *_in(data)))
     return [(g, k) for g, k in record["chunks"]]
 
@@ -250,36 +247,28 @@ def key_id(key: bytes) -> str:
 # Segment tables as the library handed them back -> segments (immutable, so
 # shared): a store's chunks share a few tables. Bounded, cleared when full.
 _TABLES: dict[bytes, tuple[Segment, ...]] = {}
-_SCRATCH = threading.local()  # per thread: the GIL is off during a call
+_SCRATCH = threading.local()
 
 
 def _header_call(name: str, *args: Any) -> ChunkHeader:
-    room = _TABLE_ROOM
+    """A header call, the table into this thread's scratch room (the GIL is
+    off during the call) or, when longer, again with room for all of it."""
+    if not hasattr(_SCRATCH, "segments"):
+        _SCRATCH.segments = (SegmentEntry * _TABLE_ROOM)()
+    segments, room = _SCRATCH.segments, _TABLE_ROOM
     while True:
-        if room == _TABLE_ROOM:
-            if not hasattr(_SCRATCH, "segments"):
-                _SCRATCH.segments = (SegmentEntry * _TABLE_ROOM)()
-            segments = _SCRATCH.segments
-        else:
-            segments = (SegmentEntry * room)()
         h = Header()
         call(name, *args, ctypes.byref(h), segments, room)
         if h.num_segments <= room:
             return _header(h, segments)
-        room = h.num_segments  # a longer table: again with room for all of it
+        room = h.num_segments
+        segments = (SegmentEntry * room)()
 
 
 def _segment(e: SegmentEntry) -> Segment:
-    return Segment(
-        e.layer,
-        SegmentKind(e.kind),
-        DType(e.dtype),
-        e.offset,
-        e.length,
-        tuple(e.shape[: e.ndim]),
-        tuple(e.stride[: e.ndim]),
-        e.part,
-    )
+    kind, dtype = SegmentKind(e.kind), DType(e.dtype)
+    shape, stride = tuple(e.shape[: e.ndim]), tuple(e.stride[: e.ndim])
+    return Segment(e.layer, kind, dtype, e.offset, e.length, shape, stride, e.part)
 
 
 def _header(h: Header, segments: ctypes.Array) -> ChunkHeader:
@@ -313,7 +302,7 @@ def read_chunk_header(path: str, key: bytes | None = None) -> ChunkHeader:
     return _header_call("kvtier_read_chunk_header", os.fsencode(path), flags)
 
 
-def decode_header(data: bytes | bytearray | memoryview) -> ChunkHeader:
+def decode_header(data: BytesLike) -> ChunkHeader:
     """The header at the start of a chunk file's bytes (3.5 steps 1-13)."""
     return _header_call("kvtier_parse_chunk_header", *_in(data))
 
@@ -341,20 +330,18 @@ def encode_header(header: ChunkHeader) -> bytes:
     return call("kvtier_encode_chunk_header", ctypes.byref(h), table)
 
 
-def encode_chunk(header: ChunkHeader, payload: bytes | bytearray | memoryview) -> bytes:
+def encode_chunk(header: ChunkHeader, payload: BytesLike) -> bytes:
     """Header + payload in one buffer (tests and small writers); ``header`` is
     make_header's for this payload."""
     return encode_header(header) + bytes(payload)
 
 
-def verify_chunk(data: bytes | bytearray | memoryview) -> ChunkHeader:
+def verify_chunk(data: BytesLike) -> ChunkHeader:
     """Every check of FORMAT.md 3.5 on a whole chunk file held in memory."""
     return _header_call("kvtier_verify_chunk", *_in(data), None, 0, 0)
 
 
-def verify_sealed_chunk(
-    key: bytes, data: bytes | bytearray | memoryview, *, rank: int
-) -> ChunkHeader:
+def verify_sealed_chunk(key: bytes, data: BytesLike, *, rank: int) -> ChunkHeader:
     """A keyed chunk of rank ``rank``'s store held in memory: the MAC first,
     then every check of ``verify_chunk`` on the plain chunk it seals."""
     return _header_call("kvtier_verify_chunk", *_in(data), *_key(key), fit(rank, 32))
@@ -380,29 +367,24 @@ def verify_chunk_file(
     )
 
 
-def open_chunk(key: bytes, data: bytes | bytearray | memoryview, *, rank: int) -> bytes:
+def open_chunk(key: bytes, data: BytesLike, *, rank: int) -> bytes:
     """The plain chunk of a keyed file of rank ``rank``'s store, the MAC
     checked before any byte is parsed (mac_missing, truncated, mac_mismatch)."""
     return call("kvtier_open_chunk", *_in(data), *_key(key), fit(rank, 32))
 
 
 def seal_chunk(
-    key: bytes,
-    chunk: bytes | bytearray | memoryview,
-    *,
-    rank: int,
-    salt: bytes | None = None,
+    key: bytes, chunk: BytesLike, *, rank: int, salt: bytes | None = None
 ) -> bytes:
     """The plain chunk as rank ``rank``'s keyed file, v3 seal (``salt``
     random unless given: vectors fix it)."""
     if salt is not None and len(salt) != SALT_SIZE:
         raise ValueError(f"salt of {len(salt)} bytes, needs {SALT_SIZE}")
-    raw = _in(chunk)
-    salt_arg = None if salt is None else bytes(salt)
-    return call("kvtier_seal_chunk", *raw, *_key(key), fit(rank, 32), salt_arg, 0)
+    salt = None if salt is None else bytes(salt)
+    return call("kvtier_seal_chunk", *_in(chunk), *_key(key), fit(rank, 32), salt, 0)
 
 
-def seal_chunk_v2(key: bytes, chunk: bytes | bytearray | memoryview) -> bytes:
+def seal_chunk_v2(key: bytes, chunk: BytesLike) -> bytes:
     """The v2 seal (HMAC-SHA256, no rank) stores written before v3 hold:
     for tests and vectors, never written by the tier."""
     return call("kvtier_seal_chunk", *_in(chunk), *_key(key), 0, None, _SEAL_V2)

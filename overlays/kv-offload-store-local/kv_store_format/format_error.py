@@ -24,7 +24,7 @@ class Reason(str, enum.Enum):  # noqa: UP042 (StrEnum would change str() of a me
     MANIFEST_CHECKSUM_MISMATCH = "manifest_checksum_mismatch"
     MANIFEST_INCONSISTENT = "manifest_inconsistent"
     BAD_NAME = "bad_name"
-    # Keyed stores (FORMAT.md 3.6); Python codec only so far.
+    # Keyed stores (FORMAT.md 3.6).
     MAC_MISSING = "mac_missing"
     MAC_MISMATCH = "mac_mismatch"
 

@@ -10,21 +10,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .codec import key_id
-from .constants import MAC_SIZE, SALT_SIZE, SEALED_VERSION
-from .format_error import KeyFileError
+from .codec import key_id  # doctor_probe calls mac.key_id
 from .native import call
-
-__all__ = [
-    "FENCED_KEY_ID",
-    "MAC_SIZE",
-    "SALT_SIZE",
-    "SEALED_VERSION",
-    "KeyFileError",
-    "fence_key",
-    "key_id",
-    "load_key",
-]
 
 FENCED_KEY_ID = "mac_key_id"
 

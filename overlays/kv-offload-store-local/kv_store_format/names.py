@@ -26,8 +26,10 @@ def _name(fn: str, *args: Any) -> str:
     return call(fn, *args).decode("utf-8", "surrogatepass")
 
 
-def _parse(kind: int, name: str, parts: int) -> list[str]:
-    return _name("kvtier_parse_name", kind, *_raw(name)).split("\n", parts - 1)
+def _parse(kind: int, name: str, *types: type) -> tuple[Any, ...]:
+    """The fields kvtier_parse_name reads in ``name`` (one a line), typed."""
+    fields = _name("kvtier_parse_name", kind, *_raw(name)).split("\n", len(types) - 1)
+    return tuple(t(f) for t, f in zip(types, fields, strict=True))
 
 
 def sanitize_model(model: str) -> str:
@@ -56,8 +58,7 @@ class RankBaseName:
 
 
 def parse_rank_base_name(name: str) -> RankBaseName:
-    prefix, model, ns_short, rank = _parse(_RANK_BASE, name, 4)
-    return RankBaseName(prefix, model, ns_short, int(rank))
+    return RankBaseName(*_parse(_RANK_BASE, name, str, str, str, int))
 
 
 def namespace_record_name(rank_base: str) -> str:
@@ -71,8 +72,7 @@ def chunk_rel_path(key_hex: str, group: int) -> str:
 
 def parse_chunk_rel_path(rel: str) -> tuple[str, int]:
     """Inverse of chunk_rel_path; returns (key hex, group)."""
-    key, group = _parse(_CHUNK, rel, 2)
-    return key, int(group)
+    return _parse(_CHUNK, rel, str, int)
 
 
 def manifest_file_name(boundary: int, tip: str) -> str:
@@ -80,8 +80,7 @@ def manifest_file_name(boundary: int, tip: str) -> str:
 
 
 def parse_manifest_file_name(name: str) -> tuple[int, str]:
-    boundary, tip = _parse(_MANIFEST, name, 2)
-    return int(boundary), tip
+    return _parse(_MANIFEST, name, int, str)
 
 
 def pending_file_name(pid: int, tid: int) -> str:
@@ -90,8 +89,7 @@ def pending_file_name(pid: int, tid: int) -> str:
 
 
 def parse_pending_file_name(name: str) -> tuple[int, int]:
-    pid, tid = _parse(_PENDING, name, 2)
-    return int(pid), int(tid)
+    return _parse(_PENDING, name, int, int)
 
 
 def temp_name(final_name: str, pid: int, tid: int) -> str:
@@ -101,7 +99,7 @@ def temp_name(final_name: str, pid: int, tid: int) -> str:
 
 def parse_temp_name(name: str) -> tuple[str, int, int] | None:
     try:
-        pid, tid, final = _parse(_TEMP, name, 3)
+        pid, tid, final = _parse(_TEMP, name, int, int, str)
     except FormatError:
         return None
-    return final, int(pid), int(tid)
+    return final, pid, tid

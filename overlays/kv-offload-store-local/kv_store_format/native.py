@@ -174,8 +174,7 @@ def _result(i: ReadItem | WriteItem, count: int, *written: int) -> Result:
 
 @dataclass(frozen=True)
 class ReadRequest:
-    """One chunk file to read and verify: what the manifest entry and this
-    boot's layout expect, and where its payload goes."""
+    """One chunk file to read and verify, and where its payload goes."""
 
     group: int
     namespace_hash: bytes  # 32 bytes
@@ -225,8 +224,8 @@ class Result:
 
 
 def segment_table(segments: Sequence[Segment]) -> ctypes.Array:
-    """kvtier_segment[] of a table (values out of a field's range as ``fit``
-    gives them: the codec refuses them)."""
+    """kvtier_segment[] of a table (a value out of its field's range as
+    ``fit`` gives it: the codec refuses it)."""
     out: ctypes.Array[SegmentEntry] = (SegmentEntry * max(1, len(segments)))()
     for e, seg in zip(out, segments, strict=False):
         if len(seg.shape) != len(seg.stride) or len(seg.shape) > len(e.shape):
@@ -241,55 +240,68 @@ def segment_table(segments: Sequence[Segment]) -> ctypes.Array:
     return out
 
 
-class _SegmentCache:
-    """kvtier_segment[] per segment table: a promotion passes the same few
-    tables for every file, so each is converted once. Keyed by the table
-    object, which the cache keeps alive."""
-
-    def __init__(self) -> None:
-        self._arrays: dict[int, tuple[Sequence[Segment], ctypes.Array]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, segments: Sequence[Segment]) -> ctypes.Array:
-        with self._lock:
-            hit = self._arrays.get(id(segments))
-            if hit is not None and hit[0] is segments:
-                return hit[1]
-            if len(self._arrays) >= 64:
-                self._arrays.clear()
-            converted = segment_table(segments)
-            self._arrays[id(segments)] = (segments, converted)
-            return converted
+# id(table) -> (table, its kvtier_segment[]): a promotion passes the same few
+# tables for every file, so each is converted once (the entry keeps the table
+# alive, so its id is not reused while cached). Bounded, cleared when full.
+_ARRAYS: dict[int, tuple[Sequence[Segment], ctypes.Array]] = {}
+_ARRAYS_LOCK = threading.Lock()
 
 
-def _fill(
-    item: ReadItem | WriteItem,
-    r: ReadRequest | WriteRequest,
-    cache: _SegmentCache,
+def _segment_array(segments: Sequence[Segment]) -> ctypes.Array:
+    with _ARRAYS_LOCK:
+        hit = _ARRAYS.get(id(segments))
+        if hit is None or hit[0] is not segments:
+            if len(_ARRAYS) >= 64:
+                _ARRAYS.clear()
+            hit = _ARRAYS[id(segments)] = (segments, segment_table(segments))
+        return hit[1]
+
+
+def _items(
+    kind: type[ReadItem] | type[WriteItem],
+    requests: Sequence[ReadRequest] | Sequence[WriteRequest],
     key: bytes | None,
     rank: int,
-) -> array:
-    """The fields a read and a write item share; returns the runs array the
-    item points into (it must outlive the call)."""
-    item.mac_key, item.mac_key_length, item.mac_rank = key, len(key or b""), rank
-    flat = array("Q", itertools.chain.from_iterable(r.runs)) or array("Q", [0])
-    item.group, item.boundary = r.group, r.boundary
-    item.namespace_hash, item.key_hash = bytes(r.namespace_hash), bytes(r.key_hash)
-    item.key_hash_length, item.payload_length = len(r.key_hash), r.payload_length
-    item.num_segments, item.num_runs = len(r.segments), len(r.runs)
-    item.segments = cache.get(r.segments)
-    item.runs = ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(Run))
-    return flat
+) -> tuple[ctypes.Array, list[array]]:
+    """The items of one call, and the runs arrays they point into (kept
+    until the call returns)."""
+    items = (kind * max(1, len(requests)))()
+    keep = []
+    for i, r in enumerate(requests):
+        item: ReadItem | WriteItem = items[i]
+        flat = array("Q", itertools.chain.from_iterable(r.runs)) or array("Q", [0])
+        keep.append(flat)
+        item.path = None if r.path is None else os.fsencode(r.path)
+        item.mac_key, item.mac_key_length, item.mac_rank = key, len(key or b""), rank
+        item.group, item.boundary = r.group, r.boundary
+        item.namespace_hash, item.key_hash = bytes(r.namespace_hash), bytes(r.key_hash)
+        item.key_hash_length, item.payload_length = len(r.key_hash), r.payload_length
+        item.num_segments, item.num_runs = len(r.segments), len(r.runs)
+        item.segments = _segment_array(r.segments)
+        item.runs = ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(Run))
+        if kind is ReadItem:
+            item.fd, item.payload_checksum = r.fd, r.payload_checksum
+    return items, keep
+
+
+def _run(lib: Library, name: str, items: ctypes.Array, *args: int) -> None:
+    """kvtier_read_chunks or kvtier_write_chunks on ``items``."""
+    if getattr(lib.fn, name)(items, *args) < 0:
+        raise ValueError(f"{lib.path}: {name} refused its arguments")
 
 
 class PreparedRead:
     """One kvtier_read_chunks call's items (``Library.prepare_read``)."""
 
     def __init__(
-        self, lib: Library, items: ctypes.Array[ReadItem], count: int, keep: list
+        self,
+        lib: Library,
+        requests: Sequence[ReadRequest],
+        key: bytes | None,
+        rank: int,
     ):
-        self._lib, self._count, self._keep = lib, count, keep  # keep: the runs
-        self._items: ctypes.Array[ReadItem] = items
+        self._lib, self._count = lib, len(requests)
+        self._items, self._runs = _items(ReadItem, requests, key, rank)
 
     def run(
         self,
@@ -304,11 +316,7 @@ class PreparedRead:
             | (READ_WILLNEED if willneed else 0)
             | (READ_SAFE_FOLDERS if safe_folders else 0)
         )
-        n = self._lib.fn.kvtier_read_chunks(self._items, self._count, threads, flags)
-        if n < 0:
-            raise ValueError(
-                f"{self._lib.path}: kvtier_read_chunks refused its arguments"
-            )
+        _run(self._lib, "kvtier_read_chunks", self._items, self._count, threads, flags)
 
     def results(self) -> list[Result]:
         """One Result per request, in order (after ``run``)."""
@@ -316,8 +324,7 @@ class PreparedRead:
 
 
 class Library:
-    """A loaded, version-checked libkvtier_store.so; ``fn`` its functions,
-    typed from the signature table."""
+    """A loaded, version-checked libkvtier_store.so; ``fn``: its typed calls."""
 
     def __init__(self, path: str):
         self.path = path
@@ -351,7 +358,6 @@ class Library:
                 types = ["i32", *types[1:], "&CResult"]
             f.restype, f.argtypes = _type(types[0]), [_type(t) for t in types[1:]]
         self.fn = fn
-        self._segment_arrays = _SegmentCache()
 
     def call(self, name: str, *args: Any) -> bytes:
         """A call that fills a kvtier_result: its output bytes, or its verdict
@@ -398,13 +404,7 @@ class Library:
         """The items of one read call, built now; ``PreparedRead.run`` is then
         the call alone (the restore builds on the step's thread and runs on
         its promotion thread, which so needs the GIL only around the call)."""
-        items: ctypes.Array[ReadItem] = (ReadItem * max(1, len(requests)))()
-        keep = []
-        for item, r in zip(items, requests, strict=False):
-            keep.append(_fill(item, r, self._segment_arrays, key, rank))
-            item.path = None if r.path is None else os.fsencode(r.path)
-            item.fd, item.payload_checksum = r.fd, r.payload_checksum
-        return PreparedRead(self, items, len(requests), keep)
+        return PreparedRead(self, requests, key, rank)
 
     def write_chunks(
         self,
@@ -418,14 +418,9 @@ class Library:
         fsync); one Result per request, in order. Files are 0600, or 0640
         with group_read. ``key``: sealed for a keyed store (FORMAT.md 3.6,
         the v3 seal bound to ``rank``, the writing rank; ``bytes`` counts it)."""
-        items: ctypes.Array[WriteItem] = (WriteItem * max(1, len(requests)))()
-        keep = []
-        for item, r in zip(items, requests, strict=False):
-            keep.append(_fill(item, r, self._segment_arrays, key, rank))
-            item.path = os.fsencode(r.path)
+        items, _runs = _items(WriteItem, requests, key, rank)  # _runs: for the call
         flags = WRITE_GROUP_READ if group_read else 0
-        if self.fn.kvtier_write_chunks(items, len(requests), threads, flags) < 0:
-            raise ValueError(f"{self.path}: kvtier_write_chunks refused its arguments")
+        _run(self, "kvtier_write_chunks", items, len(requests), threads, flags)
         return [
             _result(i, i.file_size, i.payload_checksum, i.header_length)
             for i in items[: len(requests)]

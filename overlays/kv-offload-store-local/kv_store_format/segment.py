@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -59,9 +60,7 @@ class Segment:
     part: int = 0
 
 
-def make_segments(
-    specs: Iterable[tuple[Any, ...]],
-) -> tuple[Segment, ...]:
+def make_segments(specs: Iterable[tuple[Any, ...]]) -> tuple[Segment, ...]:
     """Lay out (layer, kind, dtype, shape, stride[, part]) tuples back to back.
 
     Lengths come from shape and dtype; describe opaque bytes as shape (n,),
@@ -71,21 +70,10 @@ def make_segments(
     offset = 0
     for spec in specs:
         layer, kind, dtype, shape, stride = spec[:5]
-        part = spec[5] if len(spec) > 5 else 0
-        length = DTYPE_ITEMSIZE[DType(dtype)]
-        for dim in shape:
-            length *= int(dim)
-        out.append(
-            Segment(
-                layer=layer,
-                kind=SegmentKind(kind),
-                dtype=DType(dtype),
-                offset=offset,
-                length=length,
-                shape=tuple(int(d) for d in shape),
-                stride=tuple(int(s) for s in stride),
-                part=int(part),
-            )
-        )
+        dtype, shape = DType(dtype), tuple(map(int, shape))
+        length = DTYPE_ITEMSIZE[dtype] * math.prod(shape)
+        kind, stride = SegmentKind(kind), tuple(map(int, stride))
+        part = int(spec[5]) if len(spec) > 5 else 0
+        out.append(Segment(layer, kind, dtype, offset, length, shape, stride, part))
         offset += length
     return tuple(out)
