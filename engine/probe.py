@@ -556,14 +556,21 @@ def _timed(read: Any, threads: int, flags: dict[str, bool]) -> dict[str, Any]:
     }
 
 
+def _sub_read(read: Any, items: Any, count: int, keep: list) -> Any:
+    """A prepared read of ``count`` items at ``items`` (a part of ``read``'s,
+    or copies of them), keeping ``keep`` alive as long as it is."""
+    sub = object.__new__(type(read))
+    sub._lib, sub._count, sub._items, sub._runs = read._lib, count, items, keep
+    return sub
+
+
 def _private_copy(read: Any, count: int) -> tuple[Any, list]:
     """The first ``count`` items of a prepared read, each payload landing in one
     run of a new anonymous mapping instead of the CPU tier's rows."""
     import mmap
     from array import array
 
-    native = type(read)
-    module = sys.modules[native.__module__]
+    module = sys.modules[type(read).__module__]
     items = (module.ReadItem * count)()
     ctypes.memmove(items, read._items, ctypes.sizeof(module.ReadItem) * count)
     total = sum(i.payload_length for i in items)
@@ -578,7 +585,7 @@ def _private_copy(read: Any, count: int) -> tuple[Any, list]:
         item.runs = ctypes.cast(run.buffer_info()[0], ctypes.POINTER(module.Run))
         item.num_runs = 1
         offset += item.payload_length
-    return native(read._lib, items, count, keep), keep
+    return _sub_read(read, items, count, keep), keep
 
 
 def replay_reads(restore: Any) -> list[dict[str, Any]]:
@@ -591,10 +598,9 @@ def replay_reads(restore: Any) -> list[dict[str, Any]]:
     if kept is None:
         return []
     _, read = kept
-    native = type(read)
     count = read._count
     first = min(64, count)
-    head = native(read._lib, read._items, first, [read])
+    head = _sub_read(read, read._items, first, [read])
     private, _ = _private_copy(read, first)
     variants = [
         ("as the engine", read, 16, _ENGINE_FLAGS),
@@ -615,7 +621,7 @@ def replay_reads(restore: Any) -> list[dict[str, Any]]:
     t0, parts = time.perf_counter(), []
     for start in range(0, count, 32):
         items = ctypes.cast(base + start * ctypes.sizeof(item), ctypes.POINTER(item))
-        part = native(read._lib, items, min(32, count - start), [read])
+        part = _sub_read(read, items, min(32, count - start), [read])
         parts.append(_timed(part, 16, _ENGINE_FLAGS))
     dt = time.perf_counter() - t0
     out.append(
