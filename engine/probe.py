@@ -524,6 +524,12 @@ def _watch_gil(restore: Any, every_s: float = 0.001, gap_s: float = 0.03) -> dic
         out["reads"].append(
             [round(t - t0, 4), round(time.perf_counter() - t, 4), len(job.keys)]
         )
+        # Where the promotion thread may run (the readers it starts inherit
+        # it): CPUs allowed, nice and policy, against the main thread's.
+        out["threads"] = {
+            "promotion": _sched(threading.get_native_id()),
+            "main": _sched(threading.main_thread().native_id),
+        }
 
     restore._read = timed_read
     gc.callbacks.append(collected)
@@ -731,6 +737,29 @@ def page_cache(worker: Any) -> dict[str, Any]:
     return {"base": writer.layout.base, **memstat.resident(writer.layout.base)}
 
 
+def _sched(tid: int | None) -> dict[str, Any]:
+    """A thread's CPUs allowed, nice, scheduling policy and last CPU (/proc)."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/self/task/{tid}/status") as f:
+            allowed = next(
+                line.split(":", 1)[1].strip()
+                for line in f
+                if line.startswith("Cpus_allowed_list")
+            )
+    except (OSError, StopIteration) as e:
+        return {"error": str(e)}
+    # stat's fields after the name: nice is the 17th, processor the 37th,
+    # policy the 39th (proc(5), counting from state as the first).
+    return {
+        "cpus": allowed,
+        "nice": int(fields[16]),
+        "processor": int(fields[36]),
+        "policy": int(fields[38]),
+    }
+
+
 def stop_gil_watch(watch: dict) -> None:
     """End a watch: its thread and its gc callback (tests)."""
     import gc
@@ -751,6 +780,7 @@ def _gil_report(watch: dict | None, top: int = 40) -> dict | None:
         "gc": sorted(slowest),
         "gc_total": len(watch["gc"]),
         "reads": list(watch["reads"]),
+        "threads": watch.get("threads"),
     }
 
 

@@ -126,4 +126,7 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
     assert any("hold_the_gil" in " ".join(where) for _, _, where in report["gaps"])
     assert any(gen == 2 and n > 0 for _, _, gen, n in report["gc"]), report["gc"]
     assert [r[2] for r in report["reads"]] == [3] and len(reads) == 1
+    mine = report["threads"]["promotion"]  # this thread ran the read here
+    assert mine["cpus"] and mine["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
+    assert report["threads"]["main"]["policy"] == os.sched_getscheduler(0)
     assert probe._gil_report(None) is None
