@@ -21,7 +21,9 @@ JSON file given by --out:
     timed rounds and at the end, and each round's vmstat deltas (page-cache refaults, faults,
     reclaim: what a read "from the page cache" really did);
   - with --stall, instead of the timed rounds, decoders' inter-token gaps beside a restore
-    (engine/stall.py).
+    (engine/stall.py);
+  - with KVTIER_SUITE_PYSPY=1, py-spy's samples of the thread holding the GIL over the timed
+    rounds (engine/pyspy.py): the file beside --out (.pyspy.txt), a summary as "pyspy".
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memstat  # noqa: E402
 import metrics_check  # noqa: E402
 import probe  # noqa: E402  (the functions collective_rpc sends to the workers)
+import pyspy  # noqa: E402
 import stall  # noqa: E402
 from turns import Turns  # noqa: E402
 
@@ -437,6 +440,9 @@ def main() -> int:
     memory["warmup_vmstat"] = memstat.delta(memory["up"], memory["rounds"])
     if turns:
         turns.ready()
+    spy = pyspy.start(args.out + ".pyspy.txt") if pyspy.enabled() else None
+    if spy is not None:
+        print("PYSPY_START", spy.get("error") or " ".join(spy["argv"]), flush=True)
     if args.stall:
         result["stall"] = stall.run(llm, prompts[0], args.stall)
         print("STALL", json.dumps(result["stall"]), flush=True)
@@ -514,6 +520,10 @@ def main() -> int:
         if turns:
             turns.done(rnd)
     result["rounds"] = rounds
+    if spy is not None:
+        result["pyspy"] = pyspy.stop(spy)
+        print("PYSPY", json.dumps({k: v for k, v in result["pyspy"].items()
+              if k not in ("top", "top_leaves", "argv")}), flush=True)  # fmt: skip
     memory["end"] = memstat.snapshot()
     result["memory"] = memory
     if args.probe:

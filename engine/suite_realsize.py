@@ -495,6 +495,8 @@ def ttft_set_judge(results: dict[str, dict], store: str, chunk: int) -> dict[str
             ],
             # KVTIER_SUITE_GIL_WATCH=1: when the GIL was held long, and each read's span.
             "gil_watch": [w.get("gil_watch") for w in res.get("restore_workers") or []],
+            # KVTIER_SUITE_PYSPY=1: py-spy's samples of the GIL's holder over the round.
+            "pyspy": res.get("pyspy"),
             "logprobs": lp,
             "kv": kv,
             "kv_vs_write": kv_write,

@@ -41,7 +41,8 @@ SETS = {
     "A": OPS_CUT + 100_000,
     # A2: the rest of them: 18,992,668 / 23,729,584
     "A2": 25_000_000,
-    # W: the dependency wheels the device image lacks (engine/wheels.txt): 20,991,440
+    # W: the dependency wheels the device image lacks (engine/wheels.txt), py-spy among
+    # them: 23,755,050 (20,991,712 before py-spy 0.4.1, 2,763,338)
     "W": 24_000_000,
     # B: the .py tree, the overlays' files, kvstore and its libraries, the launcher, the
     # other sets' sha256 list: 16,518,993 / 15,477,198
