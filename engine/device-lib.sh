@@ -26,6 +26,16 @@ PV_ROOT=${KVTIER_PV_ROOT:-/tmp}
 # pv_dir ENGINE: the stash of one release (a warm machine may hold another release's too).
 pv_dir() { echo "$PV_ROOT/pv-${1#vllm-}"; }
 
+# clear_run [ROOT]: what the last suite call left under ROOT (/tmp): the trees, the models'
+# site and the stores. KVTIER_KEEP_STORES=1 keeps ROOT/kvstores, for a call that needs a store
+# an earlier call wrote on this warm machine (ttft.glm5wide.stall after its .write).
+clear_run() {
+  local root=${1:-/tmp}
+  rm -rf "$root/v" "$root/vp" "$root/site-models"
+  [ "${KVTIER_KEEP_STORES:-0}" = 1 ] || rm -rf "$root/kvstores"
+  mkdir -p "$root/v"
+}
+
 # set_ok SET DIR: DIR holds every file that $B/sets.sha256 lists for SET, with its sha256.
 set_ok() {
   local lines
@@ -100,7 +110,7 @@ setup_trees() {
     echo "set W: the wheels did not install into /tmp/site" >&2
     return 1
   }
-  rm -rf /tmp/v /tmp/vp /tmp/kvstores /tmp/site-models && mkdir -p /tmp/v
+  clear_run /tmp
   tar xJf "$B/vtree.tar.xz" -C /tmp/v || return 1
   # vllm.vllm_flash_attn is imported at module level on CUDA (fa_utils); the Triton attention
   # backend never calls it, and the real extension is too big to carry: an empty

@@ -277,3 +277,21 @@ def test_the_model_stages_need_sets_c_and_c2(rig):
     assert run.returncode == 0, run.stderr
     for only in ("", "llama,restore", "ttft.llama8b"):
         assert bash(root, env, LIB + 'needs_models "$1"', only).returncode == 1, only
+
+
+def test_a_call_clears_the_last_ones_stores_unless_told_to_keep_them(rig, tmp_path):
+    root, _, env, _ = rig
+    run_root = tmp_path / "run"
+    for folder in ("v/vllm", "vp", "site-models", "kvstores/ttft.glm5wide"):
+        (run_root / folder).mkdir(parents=True)
+    (run_root / "kvstores/ttft.glm5wide/m.json").write_text("{}")
+    kept = bash(
+        root, {**env, "KVTIER_KEEP_STORES": "1"}, LIB + 'clear_run "$1"', run_root
+    )
+    assert kept.returncode == 0, kept.stderr
+    assert (run_root / "kvstores/ttft.glm5wide/m.json").exists()
+    assert not (run_root / "vp").exists() and not (run_root / "site-models").exists()
+    assert (run_root / "v").is_dir() and not (run_root / "v/vllm").exists()
+    cleared = bash(root, env, LIB + 'clear_run "$1"', run_root)
+    assert cleared.returncode == 0, cleared.stderr
+    assert not (run_root / "kvstores").exists()
