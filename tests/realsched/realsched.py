@@ -17,6 +17,7 @@ The layout (7 groups, as vLLM groups these layers):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
@@ -210,6 +211,25 @@ def shut_down_booted() -> None:
 def offload_regions() -> set[str]:
     """vLLM's CPU-tier region files now in /dev/shm."""
     return {p.name for p in Path("/dev/shm").glob("vllm_offload_*.mmap")}
+
+
+def held_by_others(names: set[str]) -> set[str]:
+    """Those of ``names`` (files in /dev/shm) that another live process has open or
+    mapped: a boot still running for another test, not a file left behind."""
+    paths = {f"/dev/shm/{n}": n for n in names}
+    held: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            with open(f"/proc/{pid}/maps") as f:
+                held.update(line.split(None, 5)[-1].strip() for line in f)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return {n for p, n in paths.items() if p in held}
 
 
 def boot(

@@ -63,6 +63,18 @@ def _boot(key: Key, number: int) -> dict:
     return out
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_boot_leaves_a_region():
+    """Once every boot of the module ended, no CPU-tier region any of them made is
+    left in /dev/shm (each test's own check excuses a boot still running)."""
+    before = realsched.offload_regions()
+    yield
+    for boot in list(_boots.values()):
+        boot.exception()  # waits; a failed boot already failed its test
+    left = realsched.offload_regions() - before
+    assert not left, f"left in /dev/shm by a model_layout.py boot: {sorted(left)}"
+
+
 def _start(key: Key) -> Future:
     if key not in _boots:
         _boots[key] = _pool.submit(_boot, key, len(_boots))

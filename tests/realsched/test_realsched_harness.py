@@ -6,6 +6,11 @@ step's token budget (max_num_batched_tokens 256) is sampled only in its last pre
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
+
 import realsched
 
 BUDGET = 256  # realsched.engine_config's max_num_batched_tokens
@@ -36,3 +41,30 @@ def test_a_chunked_prefill_samples_only_when_the_prompt_is_computed(knobs):
     # acknowledge store jobs).
     decode = [st.scheduled for st in engine.steps[prefill_steps:] if st.scheduled]
     assert decode == [{"long": 1}]
+
+
+def test_a_region_another_process_holds_is_excused_one_only_we_hold_is_not(tmp_path):
+    """The leak check excuses a /dev/shm region only while another live process holds it
+    (a boot test_model_layouts started ahead), never one this process keeps."""
+    name = f"vllm_offload_harness-{uuid.uuid4()}.mmap"
+    path = f"/dev/shm/{name}"
+    with open(path, "wb") as mine:
+        mine.write(b"x")
+        assert realsched.held_by_others({name}) == set()  # held by this process only
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"f = open({path!r}); print(1, flush=True); input()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout.readline() == "1\n"
+            assert realsched.held_by_others({name}) == {name}
+        finally:
+            holder.communicate("")
+        assert realsched.held_by_others({name}) == set()
+    os.unlink(path)
