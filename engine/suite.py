@@ -14,7 +14,7 @@ whole table (plan), the runner every stage shares (the launch.sh plan, the env, 
 page-cache step) and the judge that calls every other. Apart: the Stage record
 (suite_stage.py), the comparisons of two stages' logprobs and KV bytes (suite_compare.py),
 the restore sets' judge (suite_restore.py), the real-size stages with their judges
-(suite_realsize.py: pressure.*, ttft.*, burst8b.*), the model stages (suite_models.py:
+(suite_pressure.py: pressure.*; suite_realsize.py: ttft.*, burst8b.*), the model stages (suite_models.py:
 glm5next.*, dsv2lite.*, qwen3next.*), the plain disk speeds (diskspeed.py) and the model
 stages' import probe (opsprobe.py).
 """
@@ -35,7 +35,8 @@ import diskspeed  # noqa: E402
 import metrics_check  # noqa: E402
 from suite_compare import same_logprobs  # noqa: E402
 from suite_models import NEW_MODELS, model_stages, ops_failed  # noqa: E402
-from suite_realsize import pressure_stages, real_size_judge, real_size_stages  # noqa: E402
+from suite_pressure import pressure_stages  # noqa: E402
+from suite_realsize import real_size_judge, real_size_stages  # noqa: E402
 from suite_restore import (  # noqa: E402
     ENV_SUITE_KEY,
     corrupt_chunk,

@@ -1,6 +1,7 @@
-"""The GPU suite's real-size stages and their judges, each engine alone on the GPU: the
-throughput pairs tier off / on and their diagnosis runs (pressure.*, Llama-big), Llama-3.1-8B's
-time to first token cold and restored (ttft.*) and its burst tier off / on (burst8b.*).
+"""The GPU suite's real-size stages and their judges, each engine alone on the GPU:
+Llama-3.1-8B's and GLM-5.3's time to first token cold and restored (ttft.*), the stall
+check, and the 8B's burst tier off / on (burst8b.*); real_size_judge gathers them with the
+throughput stages' (suite_pressure.py: pressure.*).
 Benchmarks mostly: their figures print, only what a verdict names can fail.
 """
 
@@ -10,57 +11,8 @@ import os
 
 from suite_compare import same_first_logprobs, same_kv
 from suite_models import GLM5
-from suite_stage import CPU_GB, MODELS, Stage
-
-# Timed rounds of each pressure.turns engine: as many off / on pairs.
-TURN_ROUNDS = 8
-
-
-def pressure_stages() -> list[Stage]:
-    """The throughput pairs and their diagnosis runs on llama-big (waves 3-6, 11-16)."""
-    big = os.path.join(MODELS, "llama-big")
-    press = ["--connector", "--cpu-bytes", str(CPU_GB << 30), "--workload", "pressure",
-             "--kv-cache-gb", "8", "--logprobs", "0", "--max-num-seqs", "32",
-             "--warmup", "--thread-cpu"]  # fmt: skip
-    out = []
-    # Throughput tier off vs on (wave 17): three engines boot side by side and time their
-    # rounds one at a time, in turn (engine/turns.py): off, on, ref, then ref, on, off, and
-    # so on, a new burst every round. Each round gives a pair on / off; ref, a second
-    # tier-off engine, gives off / off, what the machine alone varies by. The "on" engine is
-    # also the pressure run (small CPU tier, a burst far above the capture budget).
-    turns = ["--rounds", str(TURN_ROUNDS), "--turns"]
-    for role, knob in (("off", "0"), ("on", "1"), ("ref", "0")):
-        extra = ["--probe"] if knob == "1" else []
-        order = f"pressure.turns:{role}:off,on,ref"
-        out.append(
-            Stage(f"pressure.turns.{role}", big, "patched", knob,
-                  press + extra + turns + [order], wave=17, timeout=480)
-        )  # fmt: skip
-    # The earlier judge, one engine a stage (waves 3-6, 15, 16): three off / on pairs,
-    # round 0 each, one boot per round; by exact name.
-    for wave, name, knob in ((3, "pressure.off", "0"), (4, "pressure.on", "1"),
-                             (5, "pressure.on2", "1"), (6, "pressure.off2", "0"),
-                             (15, "pressure.off3", "0"), (16, "pressure.on3", "1")):  # fmt: skip
-        extra = ["--probe"] if knob == "1" else []
-        out.append(
-            Stage(name, big, "patched", knob, press + extra, wave=wave, timeout=300,
-                  diagnosis=True)
-        )  # fmt: skip
-    # Diagnosis of the throughput cost, each alone on the GPU: the tier on with the writer
-    # releasing each captured job unwritten (the capture and hooks alone), with no capture
-    # at all (the hooks alone; probe.ablate_writer), and on and off with the engine thread's
-    # Python stack sampled (probe.start_sampler).
-    for wave, name, more in ((11, "pressure.capture", ["--ablate", "capture"]),
-                             (12, "pressure.hooks", ["--ablate", "hooks"]),
-                             (13, "pressure.sampled", ["--sample", "--probe"]),
-                             (14, "pressure.off.sampled", ["--sample"])):  # fmt: skip
-        knob = "0" if ".off" in name else "1"
-        out.append(
-            Stage(name, big, "patched", knob, press + more, wave=wave, timeout=300,
-                  verify=False, diagnosis=True)
-        )  # fmt: skip
-    return out
-
+from suite_pressure import engine_cpu, throughput_judge, tokens_rate, turns_judge
+from suite_stage import MODELS, Stage
 
 LLAMA_8B = os.path.join(MODELS, "llama-8b")
 GLM5_WIDE = os.path.join(MODELS, "glm5wide")
@@ -196,153 +148,6 @@ def real_size_judge(results: dict[str, dict]) -> dict[str, dict]:
     verdicts.update(stall_judge(results))
     verdicts.update(burst_judge(results))
     return verdicts
-
-
-def _rate(r: dict) -> float:
-    return r["rounds"][0]["tokens_per_s"]
-
-
-def _engine_cpu(r: dict) -> float | None:
-    return r["rounds"][0].get("thread_cpu", {}).get("(caller)")
-
-
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
-def throughput_judge(results: dict[str, dict]) -> dict[str, dict]:
-    """Tier on / off, round 0: per pair (off, on), (off2, on2), (off3, on3) the ratio of
-    tokens/s and of the engine thread's CPU seconds; the figure is the median ratio. A
-    benchmark: it prints, it does not fail; the pressure verdicts below can."""
-    verdicts: dict[str, dict] = {}
-    pairs = []
-    for suffix in ("", "2", "3"):
-        off, on = (
-            results.get(f"pressure.off{suffix}"),
-            results.get(f"pressure.on{suffix}"),
-        )
-        if off and on and off.get("rounds") and on.get("rounds"):
-            pairs.append((f"pressure.off{suffix}", off, f"pressure.on{suffix}", on))
-    if pairs:
-        ratios = [round(_rate(on) / _rate(off), 3) for _, off, _, on in pairs]
-        cpu = [
-            round(_engine_cpu(on) / _engine_cpu(off), 3)
-            for _, off, _, on in pairs
-            if _engine_cpu(on) and _engine_cpu(off)
-        ]
-        stats = [w.get("stats", {}) for *_, on in pairs for w in on.get("workers", [])]
-        verdicts[
-            "throughput tier on / off (round 0, tokens/s; median of the pairs)"
-        ] = {
-            "pairs": [[a, b] for a, _, b, _ in pairs],
-            "off_tokens_per_s": [_rate(off) for _, off, _, _ in pairs],
-            "on_tokens_per_s": [_rate(on) for *_, on in pairs],
-            "ratios": ratios,
-            "ratio": _median(ratios),
-            "engine_thread_cpu_ratios": cpu,
-            "engine_thread_cpu_ratio": _median(cpu) if cpu else None,
-            "capture_seconds": [round(s.get("capture_seconds", 0.0), 3) for s in stats],
-            # Where the first capture ran (the GPU's copy engine when queued on
-            # the device) and what the engine thread still copied (last chances).
-            "jobs_queued_on_device": [s.get("jobs_queued_on_device") for s in stats],
-            "capture_fence_waits": [s.get("capture_fence_waits") for s in stats],
-            "keys_recaptured_last_chance": [
-                s.get("keys_recaptured_last_chance") for s in stats
-            ],
-            "last_chance_seconds": [
-                round(s.get("last_chance_seconds", 0.0), 3) for s in stats
-            ],
-            "ok": True,
-        }
-    for name in ("pressure.on", "pressure.on2", "pressure.on3", "pressure.turns.on"):
-        r = results.get(name)
-        if not r or not r.get("rounds"):
-            continue
-        st = [w.get("stats", {}) for w in r.get("workers", [])]
-        toks = [t for rnd in r["rounds"] for t in rnd["tokens"]]
-        full = all(len(t) == 32 for t in toks)
-        verify = r.get("kvstore_verify", {}).get("rc")
-        verdicts[f"{name}: all requests served, drops counted, store clean"] = {
-            "requests_finished": len(toks),
-            "all_full_length": full,
-            "stats": st,
-            "kvstore_verify_rc": verify,
-            "ok": r.get("rc") == 0
-            and full
-            and sum(x.get("keys_dropped_budget", 0) for x in st) > 0
-            and verify == 0,
-        }
-    return verdicts
-
-
-# The goal of the interleaved judge (issue 47): the median pair and the worst one.
-TURNS_GOAL_MEDIAN, TURNS_GOAL_WORST = 0.95, 0.85
-
-
-def _spread(xs: list[float]) -> dict:
-    return {
-        "median": round(_median(xs), 3),
-        "worst": min(xs),
-        "best": max(xs),
-        "spread": round(max(xs) - min(xs), 3),
-    }
-
-
-def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
-    """pressure.turns: round i of the tier-on engine against round i of the tier-off
-    one, timed one after the other on the same GPU; the same for the second tier-off
-    engine (ref), the machine's own variation. A benchmark (it prints the median, the
-    spread, the worst pair and the goal); it fails only when an engine failed."""
-    runs = {r: results.get(f"pressure.turns.{r}") for r in ("off", "on", "ref")}
-    if not all(x and x.get("rounds") for x in runs.values()):
-        return {}
-    off, on, ref = (runs[r]["rounds"] for r in ("off", "on", "ref"))
-    n = min(len(off), len(on), len(ref))
-    ratios = [
-        round(on[i]["tokens_per_s"] / off[i]["tokens_per_s"], 3) for i in range(n)
-    ]
-    noise = [
-        round(ref[i]["tokens_per_s"] / off[i]["tokens_per_s"], 3) for i in range(n)
-    ]
-
-    def cpu(rnd: dict) -> float | None:
-        return rnd.get("thread_cpu", {}).get("(caller)")
-
-    cpu_ratios = [
-        round(cpu(on[i]) / cpu(off[i]), 3)
-        for i in range(n)
-        if cpu(on[i]) and cpu(off[i])
-    ]
-    worst = ratios.index(min(ratios))
-    stats = [w.get("stats", {}) for w in runs["on"].get("workers", [])]
-    return {
-        "throughput tier on / off, interleaved turns (tokens/s; benchmark)": {
-            "pairs": n,
-            "off_tokens_per_s": [r["tokens_per_s"] for r in off[:n]],
-            "on_tokens_per_s": [r["tokens_per_s"] for r in on[:n]],
-            "ref_tokens_per_s": [r["tokens_per_s"] for r in ref[:n]],
-            "ratios": ratios,
-            **_spread(ratios),
-            "ref_ratios": noise,
-            "ref": _spread(noise),
-            "engine_thread_cpu_ratios": cpu_ratios,
-            # What the worst pair's tier-on round spent, by thread, against its off round.
-            "worst_pair": {
-                "round": worst,
-                "on_thread_cpu": on[worst].get("thread_cpu", {}),
-                "off_thread_cpu": off[worst].get("thread_cpu", {}),
-            },
-            # The writer's backlog of each tier-on round, drained before the next turn.
-            "on_drain_s": [r.get("drain_s") for r in on[:n]],
-            "keys_dropped_budget": sum(s.get("keys_dropped_budget", 0) for s in stats),
-            "goal": {"median": TURNS_GOAL_MEDIAN, "worst": TURNS_GOAL_WORST},
-            "goal_met": _median(ratios) >= TURNS_GOAL_MEDIAN
-            and min(ratios) >= TURNS_GOAL_WORST,
-            "ok": all(x.get("rc") == 0 for x in runs.values()),
-        }
-    }
 
 
 def stall_judge(results: dict[str, dict]) -> dict[str, dict]:
@@ -597,10 +402,10 @@ def burst_judge(results: dict[str, dict]) -> dict[str, dict]:
     writer_rate = written / write_s / 1e9 if write_s else None
     return {
         "burst8b: tier on / off, writer vs disk (benchmark)": {
-            "off_tokens_per_s": _rate(off),
-            "on_tokens_per_s": _rate(on),
-            "ratio": round(_rate(on) / _rate(off), 3),
-            "engine_thread_cpu": [_engine_cpu(off), _engine_cpu(on)],
+            "off_tokens_per_s": tokens_rate(off),
+            "on_tokens_per_s": tokens_rate(on),
+            "ratio": round(tokens_rate(on) / tokens_rate(off), 3),
+            "engine_thread_cpu": [engine_cpu(off), engine_cpu(on)],
             "writer_bytes": written,
             "writer_seconds": round(write_s, 3),
             "writer_gb_per_s": round(writer_rate, 3) if writer_rate else None,

@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO_ROOT / "engine"))
 import suite  # noqa: E402
 import suite_compare  # noqa: E402
 import suite_models  # noqa: E402
+import suite_pressure  # noqa: E402
 import suite_realsize  # noqa: E402
 import suite_restore  # noqa: E402
 
@@ -463,7 +464,7 @@ def test_throughput_is_the_median_of_three_pairs():
         "pressure.off3": rate_stage(100.0, 2.0),
         "pressure.on3": rate_stage(98.0, 2.0, workers=[]),
     }
-    v = suite_realsize.throughput_judge(results)[
+    v = suite_pressure.throughput_judge(results)[
         "throughput tier on / off (round 0, tokens/s; median of the pairs)"
     ]
     assert v["ratios"] == [0.5, 0.96, 0.98]
@@ -496,7 +497,7 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
         "pressure.turns.ref": turn_rounds(ref),
     }
     results["pressure.turns.on"]["workers"] = [{"stats": {"keys_dropped_budget": 5}}]
-    v = suite_realsize.turns_judge(results)[
+    v = suite_pressure.turns_judge(results)[
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
     ]
     assert v["pairs"] == 8 and v["ratios"][3] == 0.8
@@ -506,12 +507,12 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     assert v["engine_thread_cpu_ratios"] == [1.5] * 8
     assert not v["goal_met"] and v["ok"]  # a benchmark: the worst pair misses 0.85
     results["pressure.turns.on"]["rounds"][3]["tokens_per_s"] = 90.0
-    v = suite_realsize.turns_judge(results)[
+    v = suite_pressure.turns_judge(results)[
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
     ]
     assert v["goal_met"]
     results["pressure.turns.ref"]["rc"] = 1
-    assert not suite_realsize.turns_judge(results)[
+    assert not suite_pressure.turns_judge(results)[
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
     ]["ok"]
     # The tier-on engine is the pressure run: every round's every request in full.

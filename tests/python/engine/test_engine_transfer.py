@@ -269,7 +269,7 @@ def test_device_dir_picks_another_release(rig):
 
 def test_the_model_stages_need_sets_c_and_c2(rig):
     root, _, env, _ = rig
-    for name in ("suite_stage.py", "suite_models.py", "suite_realsize.py",
+    for name in ("suite_stage.py", "suite_models.py", "suite_realsize.py", "suite_pressure.py",
                  "suite_restore.py", "suite_compare.py", "diskspeed.py",
                  "metrics_check.py", "transfer.py"):  # fmt: skip
         (root / "engine" / name).symlink_to(REPO / "engine" / name)
