@@ -1,4 +1,4 @@
-"""engine/probe.py's read replay (KVTIER_SUITE_READ_REPLAY=1): the largest
+"""engine/read_diag.py's read replay (KVTIER_SUITE_READ_REPLAY=1): the largest
 promotion's prepared read call run again with one thing varied at a time, on
 the real store library and real chunk files."""
 
@@ -17,8 +17,9 @@ for folder in ("overlays/kv-offload-store-local", "engine"):
         sys.path.insert(0, str(REPO / folder))
 
 import kv_store_format as fmt  # noqa: E402
-import probe  # noqa: E402
+import read_diag  # noqa: E402
 from kv_store_format import native  # noqa: E402
+from store_local_support import store_library  # noqa: E402
 
 NS = bytes(range(32))
 SPECS = [(0, fmt.SegmentKind.KV, fmt.DType.BFLOAT16, (2, 16, 64), (1024, 64, 1))]
@@ -29,10 +30,7 @@ FILES = 70  # more than the replay's "first 64" and than two calls of 32
 
 @pytest.fixture(scope="module")
 def lib() -> native.Library:
-    path = native.library_path()
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
-    return native.load(path)
+    return store_library()
 
 
 def payload(i: int) -> bytes:
@@ -69,10 +67,10 @@ def prepared(lib, tmp_path) -> tuple[native.PreparedRead, bytearray, list]:
 
 def test_every_variant_reads_every_file_and_leaves_the_rows_as_they_were(lib, tmp_path):
     read, dest, _ = prepared(lib, tmp_path)
-    read.run(4, **probe._ENGINE_FLAGS)
+    read.run(4, **read_diag.ENGINE_FLAGS)
     assert all(r.ok for r in read.results())
     restore = SimpleNamespace(_probe_replay=(FILES, read))
-    rows = probe.replay_reads(restore)
+    rows = read_diag.replay_reads(restore)
     names = [r["variant"] for r in rows]
     assert names[0] == "as the engine" and "first 64 into private memory" in names
     for row in rows:
@@ -87,16 +85,16 @@ def test_every_variant_reads_every_file_and_leaves_the_rows_as_they_were(lib, tm
 
 def test_a_refused_file_shows_in_every_variant_that_reads_it(lib, tmp_path):
     read, _, paths = prepared(lib, tmp_path)
-    read.run(4, **probe._ENGINE_FLAGS)
+    read.run(4, **read_diag.ENGINE_FLAGS)
     raw = bytearray(paths[3].read_bytes())
     raw[-1] ^= 1  # a payload byte: the CRC refuses the file
     paths[3].write_bytes(bytes(raw))
-    rows = probe.replay_reads(SimpleNamespace(_probe_replay=(FILES, read)))
+    rows = read_diag.replay_reads(SimpleNamespace(_probe_replay=(FILES, read)))
     assert all(r["failed"] >= 1 for r in rows), rows
 
 
 def test_no_kept_job_replays_nothing():
-    assert probe.replay_reads(SimpleNamespace()) == []
+    assert read_diag.replay_reads(SimpleNamespace()) == []
 
 
 def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
@@ -109,7 +107,7 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
 
     reads = []
     restore = SimpleNamespace(_read=lambda job: reads.append(job))
-    watch = probe._watch_gil(restore)
+    watch = read_diag.watch_gil(restore)
     time.sleep(0.05)  # the watch thread is running
     hold_the_gil()
     garbage = [[i] for i in range(300_000)]
@@ -120,8 +118,8 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
     gc.collect()
     restore._read(SimpleNamespace(keys=[b"k"] * 3))
     time.sleep(0.05)
-    report = probe._gil_report(watch)
-    probe.stop_gil_watch(watch)
+    report = read_diag.gil_report(watch)
+    read_diag.stop_gil_watch(watch)
     assert report["gaps"], report
     assert any("hold_the_gil" in " ".join(where) for _, _, where in report["gaps"])
     assert any(gen == 2 and n > 0 for _, _, gen, n in report["gc"]), report["gc"]
@@ -129,4 +127,4 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
     mine = report["threads"]["promotion"]  # this thread ran the read here
     assert mine["cpus"] and mine["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
     assert report["threads"]["main"]["policy"] == os.sched_getscheduler(0)
-    assert probe._gil_report(None) is None
+    assert read_diag.gil_report(None) is None

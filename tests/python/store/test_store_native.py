@@ -24,6 +24,7 @@ import kv_store_format as fmt  # noqa: E402
 import kv_store_format_oracle as pyfmt  # noqa: E402  (tests/oracle/)
 import restore_read_py as oracle  # noqa: E402  (sim/)
 from kv_store_format import native  # noqa: E402
+from store_local_support import store_library  # noqa: E402
 
 NS = bytes(range(32))
 KEY = bytes(range(100, 132))
@@ -40,10 +41,7 @@ PAYLOAD = bytes((i * 31 + 7) % 251 for i in range(sum(s.length for s in SEGMENTS
 
 @pytest.fixture(scope="module")
 def lib() -> native.Library:
-    path = native.library_path()
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is not built (set KVTIER_BUILD_DIR or build kvtier_store)")
-    return native.load(path)
+    return store_library()
 
 
 def chunk() -> bytes:
