@@ -22,8 +22,8 @@ def watch_gil(restore: Any, every_s: float = 0.001, gap_s: float = 0.03) -> dict
     for long, and by what. A thread that wakes every ``every_s`` records each
     wake-up later than ``gap_s`` (another thread held the GIL in a call that
     does not release it) with the main thread's innermost frames as it let go;
-    a gc callback records each collection over 5 ms; each promotion's read is
-    timed from the promotion thread (its end includes getting the GIL back).
+    a gc callback records each collection over 5 ms; each promotion as
+    [queued at, queued to reported, the library's read seconds, keys].
     Times are seconds since the watch began."""
     import gc
 
@@ -59,22 +59,29 @@ def watch_gil(restore: Any, every_s: float = 0.001, gap_s: float = 0.03) -> dict
                     frame = frame.f_back
                 out["gaps"].append([round(t - t0, 4), round(late, 4), where])
 
-    read = restore._read
+    queue_read, finish = restore._queue_read, restore._finish
+    queued: dict[int, float] = {}
 
-    def timed_read(job: Any) -> None:
-        t = time.perf_counter()
-        read(job)
-        out["reads"].append(
-            [round(t - t0, 4), round(time.perf_counter() - t, 4), len(job.keys)]
-        )
-        # Where the promotion thread may run (the readers it starts inherit
-        # it): CPUs allowed, nice and policy, against the main thread's.
-        out["threads"] = {
-            "promotion": _sched(threading.get_native_id()),
-            "main": _sched(threading.main_thread().native_id),
-        }
+    def timed_queue(job: Any) -> None:
+        queued[id(job)] = time.perf_counter()
+        queue_read(job)
 
-    restore._read = timed_read
+    def timed_finish(job: Any) -> bool:
+        # Queued to reported on the step's thread, against the library's own
+        # time for the call: the difference is the wait for a step to look.
+        t = queued.pop(id(job), None)
+        ok = finish(job)
+        if t is not None:
+            out["reads"].append(
+                [round(t - t0, 4), round(time.perf_counter() - t, 4),
+                 round(job.seconds, 4), len(job.keys)]
+            )  # fmt: skip
+        # Where the step's thread may run (the library's readers inherit the
+        # read queue's thread, started from it): CPUs allowed, nice, policy.
+        out["threads"] = {"main": _sched(threading.main_thread().native_id)}
+        return ok
+
+    restore._queue_read, restore._finish = timed_queue, timed_finish
     gc.callbacks.append(collected)
     out["collected"] = collected  # for stop_gil_watch
     threading.Thread(target=run, name="kvtier-gil-watch", daemon=True).start()

@@ -163,7 +163,7 @@ class Rig(HybridVllm):
         self.region = region or Region(tp)
         self.with_tier = tier
         self.hash_algo = hash_algo
-        # Promotions run on each worker's promotion thread; by default a step
+        # Promotions run on each worker's read queue; by default a step
         # waits for the ones it started, as if the disk were fast (False: they
         # report whenever a later step finds them done).
         self.wait_promotions = True

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "kvtier/store_abi.h"
@@ -28,6 +32,10 @@ using Clock = std::chrono::steady_clock;
 std::atomic<std::uint64_t> g_pace{0};  // bytes/s, 0: none
 std::mutex g_pace_mutex;
 Clock::time_point g_pace_free;  // when the reads so far are paid for
+
+std::mutex g_hold_mutex;
+std::condition_variable g_hold_changed;
+std::optional<std::string> g_hold;  // the prefix held, if any
 
 }  // namespace
 
@@ -67,6 +75,20 @@ void set_read_pace(std::uint64_t bytes_per_second) {
   std::lock_guard lock(g_pace_mutex);
   g_pace_free = Clock::now();
   g_pace.store(bytes_per_second, std::memory_order_relaxed);
+}
+
+void wait_while_held(const char* path) {
+  if (!path) return;
+  std::unique_lock lock(g_hold_mutex);
+  g_hold_changed.wait(lock, [&] { return !g_hold || !std::string_view(path).starts_with(*g_hold); });
+}
+
+void set_read_hold(const char* prefix) {
+  {
+    std::lock_guard lock(g_hold_mutex);
+    g_hold = prefix ? std::optional<std::string>(prefix) : std::nullopt;
+  }
+  g_hold_changed.notify_all();
 }
 
 }  // namespace storeio

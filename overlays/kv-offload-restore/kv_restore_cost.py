@@ -4,7 +4,7 @@
 Both rates are the running engine's own:
 
 - ``ReadRates``: each rank's read rate (bytes/s) and bytes per key, measured
-  by its promotion thread over its recent jobs and reported after each one.
+  by the store library over its recent jobs and reported after each one.
   A job is done when its slowest rank is, so the estimate takes the slowest.
 - ``PrefillRate``: the engine's seconds for a prefill step, ``c + a * tokens
   + b * tokens * context`` (a step's fixed cost, a token's, and attention,

@@ -84,6 +84,19 @@ def run_job(read: native.PreparedRead, threads: int, willneed: bool = False) -> 
     read.run(threads, stop_on_failure=True, willneed=willneed, safe_folders=True)
 
 
+def queue_job(
+    queue: native.ReadQueue,
+    read: native.PreparedRead,
+    threads: int,
+    willneed: bool = False,
+) -> native.QueuedRead:
+    """``run_job``'s call, queued on the library's read thread: it returns at
+    once, and the caller polls the QueuedRead."""
+    return queue.submit(
+        read, threads, stop_on_failure=True, willneed=willneed, safe_folders=True
+    )
+
+
 def job_bytes(keys: Sequence[bytes], results: Sequence[native.Result]) -> int:
     """The payload bytes of a job whose every file was read; PromotionFailed
     for the first failed file in job order (the ones the library skipped

@@ -16,9 +16,9 @@ the scheduler node's mmap, the wrong bytes for a multi-node TP pair):
   rank's READY arrived it answers RETRY (after ``ready_timeout_s``, MISS).
 - ``submit_load`` queues the promotion; the scheduler hook attaches queued
   promotions to the step's connector metadata and every worker fills its own
-  slot of the CPU rows from its own disk, on its promotion thread, while the
-  engine steps on (the request waits: its keys are HIT_PENDING in the CPU
-  tier). The job, and with it its rows, stays in flight until every rank
+  slot of the CPU rows from its own disk, on the store library's thread,
+  while the engine steps on (the request waits: its keys are HIT_PENDING in
+  the CPU tier). The job, and with it its rows, stays in flight until every rank
   reported: success only when all reported PROMOTE_OK; any PROMOTE_FAIL
   fails it for all, the keys are
   held as misses until a rank proves them again or ``failed_hold_s`` passed

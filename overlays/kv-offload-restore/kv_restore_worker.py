@@ -25,13 +25,13 @@ Every TP worker reads only its own store (the rank base the writer opened):
 
 Promotions run across steps, like vLLM's own loads: the step that carries
 one takes the lock, finds the job's files and builds the library's items (no
-I/O but the lock's), then hands the one read call to this rank's promotion
-thread (one thread, jobs in order) and steps on; the first step that finds
-it finished checks the results and reports them. The promotion thread so
-needs the GIL twice a job, whatever its number of files: an engine thread
-that holds the GIL for long stretches (Triton's compiler does) delays a
-restore by two of them, not by one per file (bench/promotion_gil_bench.py;
-docs/ENGINE-RUNS.md, runs 19-22). The job's CPU
+I/O but the lock's), then queues the one read call on this rank's read queue
+(the library's own thread, jobs in order) and steps on; the first step that
+finds it finished checks the results and reports them. No Python thread
+takes part in a read: one that needed the GIL to start or end it waited
+behind the stepping engine thread, which keeps the GIL for as long as a
+promotion runs (a 0.1 s read of the page cache took 1.0 s; docs/ENGINE-RUNS.md,
+runs 37-38). The job's CPU
 rows stay allocated to it in the tiering manager until every rank reported,
 so no other transfer is given them while a read may still land. A cache
 reset releases them at once (vLLM's reset frees every row), so the first
@@ -59,7 +59,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -183,22 +182,31 @@ class RestoreStats:
 
 @dataclass
 class Promotion:
-    """One promotion job on this rank: what the step's thread prepared, what
-    the promotion thread's read call left, and what it holds until the step
-    that reports it lets go (the store lock, the disk budget's hold)."""
+    """One promotion job on this rank: what the step's thread prepared, its
+    queued read call, and what it holds until the step that reports it lets
+    go (the store lock, the disk budget's hold)."""
 
     keys: list[bytes]
     proofs: list[Proof] = field(default_factory=list)
     manifests: set[str] = field(default_factory=set)
     read: "native.PreparedRead | None" = None
+    queued: "native.QueuedRead | None" = None
     failure: "chunk_read.PromotionFailed | None" = None  # found while preparing
-    error: Exception | None = None  # the read call raised (a bug, not a file)
     bytes: int = 0
     seconds: float = 0.0
     hold: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def release(self) -> None:
         self.hold.close()
+
+    @property
+    def ended(self) -> bool:
+        """Nothing of it runs any more (one refused while preparing never ran)."""
+        return self.queued is None or self.queued.poll()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.queued is not None and self.queued.state == native.CANCELLED
 
 
 class WorkerRestore:
@@ -222,15 +230,15 @@ class WorkerRestore:
         self._rank = 0  # the rank whose store this reads: a v3 seal binds it
         self._native = load_native()
         self._rows: RowPlans | None = None  # where each file's payload lands
-        # One thread runs the promotions' read calls in order. Job id -> the
-        # job and its future, oldest first.
-        self._jobs: ThreadPoolExecutor | None = None
-        self._running: dict[int, tuple[Promotion, Future]] = {}
+        # The library's thread runs the promotions' read calls in order
+        # (opened at bind). Job id -> the job, oldest first.
+        self._queue: native.ReadQueue | None = None
+        self._running: dict[int, Promotion] = {}
         # The inventory is read and changed on the step's thread only; the
         # lock keeps tools that scan from another thread safe.
         self._lock = threading.Lock()
-        # Test seam: called on the promotion thread with the job's proofs
-        # (its files found, the store lock held) before they are read.
+        # Test seam: called on the step's thread with the job's proofs (its
+        # files found, the store lock held) before its read is queued.
         self.before_read: Any = None
 
     @classmethod
@@ -289,6 +297,12 @@ class WorkerRestore:
         self._rank = access.rank
         self._lock_path = layout.lock
         self._rows = RowPlans(access)
+        try:
+            self._queue = native.ReadQueue(self._native)
+        except native.NativeLibraryError as e:
+            raise RestoreRefused(
+                f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {e}"
+            ) from None
         self.inventory = Inventory(
             layout.manifest_dir, access.namespace, access.rank, self._key
         )
@@ -359,8 +373,8 @@ class WorkerRestore:
         Runs before the step submits any transfer. A fenced job (its rows were
         freed by a cache reset) is cancelled if it has not started, else
         waited for, so no read of it lands after this point. Each new job is
-        prepared here (``_prepare``) and its read call handed to the promotion
-        thread; its result is reported by a later step.
+        prepared here (``_prepare``) and its read call queued in the library;
+        its result is reported by a later step.
         """
         fenced = getattr(metadata, "kv_restore_fence", None)
         if fenced:
@@ -369,8 +383,6 @@ class WorkerRestore:
         if not requests:
             return
         self.bind(store)
-        if self._jobs is None:
-            self._jobs = ThreadPoolExecutor(1, thread_name_prefix="kv-promote")
         for request in requests:
             keys, chunks = list(request["keys"]), list(request["chunks"])
             # The promotion overwrites these rows: keys the writer still owes
@@ -378,7 +390,8 @@ class WorkerRestore:
             if self._access is not None:
                 self._access.rows_taken(chunks)
             job = self._prepare(keys, chunks)
-            self._running[request["job"]] = (job, self._jobs.submit(self._read, job))
+            self._queue_read(job)
+            self._running[request["job"]] = job
 
     def _measured(self, nbytes: int, seconds: float, keys: int) -> None:
         """A job read ``nbytes`` in ``seconds``: this rank's rates, reported."""
@@ -396,19 +409,22 @@ class WorkerRestore:
         ]
 
     def _fence(self, job_ids: Sequence[int]) -> None:
-        futures = [self._running[j][1] for j in job_ids if j in self._running]
-        for future in futures:
-            future.cancel()  # only one that has not started
-        wait(futures)
-        self.stats.jobs_fenced += len(futures)
+        jobs = [self._running[j] for j in job_ids if j in self._running]
+        for job in jobs:
+            if job.queued is not None:
+                job.queued.cancel()  # only one that has not started
+        for job in jobs:
+            if job.queued is not None:
+                job.queued.wait()
+        self.stats.jobs_fenced += len(jobs)
         self._harvest()
 
     def _harvest(self) -> None:
         """Check and report every finished job (the step's thread)."""
-        done = [j for j, (_, f) in self._running.items() if f.done()]
+        done = [j for j, job in self._running.items() if job.ended]
         for job_id in done:
-            job, future = self._running.pop(job_id)
-            ok = False if future.cancelled() else self._finish(job)
+            job = self._running.pop(job_id)
+            ok = False if job.cancelled else self._finish(job)
             job.release()
             self.stats.jobs_ok += ok
             self.stats.jobs_failed += not ok
@@ -421,19 +437,25 @@ class WorkerRestore:
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for every started promotion and take its result (tools, tests,
         shutdown). False if some were still running after ``timeout``."""
-        _, running = wait([f for _, f in self._running.values()], timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for job in list(self._running.values()):
+            if job.queued is not None:
+                left = (
+                    None if deadline is None else max(0.0, deadline - time.monotonic())
+                )
+                job.queued.wait(left)
         self._harvest()
-        return not running
+        return not self._running
 
     def shutdown(self) -> None:
         """Cancel queued promotions and wait for the running one: no read may
         land in the CPU region after the worker lets go of it."""
-        for _, future in self._running.values():
-            future.cancel()
+        for job in self._running.values():
+            if job.queued is not None:
+                job.queued.cancel()
         self.wait_idle()
-        if self._jobs is not None:
-            self._jobs.shutdown(wait=True)
-        self._jobs = None
+        if self._queue is not None:
+            self._queue.close()
 
     # -- one promotion ---------------------------------------------------------
 
@@ -471,29 +493,29 @@ class WorkerRestore:
             job.failure = chunk_read.PromotionFailed("internal_error", str(e))
         return job
 
-    def _read(self, job: "Promotion") -> None:
-        """The promotion thread: the job's one read call, nothing else, so it
-        needs the GIL only to start and to return."""
+    def _queue_read(self, job: "Promotion") -> None:
+        """The step's thread: the job's one read call into the library's
+        queue (a job refused while preparing has none)."""
         if job.read is None:
             return
         if self.before_read is not None:
             self.before_read(job.proofs)
-        start = time.perf_counter()
+        assert self._queue is not None
         try:
-            chunk_read.run_job(job.read, READERS, READ_WILLNEED)
-        except Exception as e:  # reported by the step's thread
-            job.error = e
-        job.seconds = time.perf_counter() - start
+            job.queued = chunk_read.queue_job(
+                self._queue, job.read, READERS, READ_WILLNEED
+            )
+        except ValueError as e:  # the library refused the call: a bug, not a file
+            logger.error("KV restore: promotion failed: %s", e)
+            job.failure = chunk_read.PromotionFailed("internal_error", str(e))
 
     def _finish(self, job: "Promotion") -> bool:
         """The step's thread: a finished job's verdict, counted and applied."""
         try:
             if job.failure is not None:
                 raise job.failure
-            if job.error is not None:
-                logger.error("KV restore: promotion failed: %s", job.error)
-                raise chunk_read.PromotionFailed("internal_error", str(job.error))
-            assert job.read is not None
+            assert job.read is not None and job.queued is not None
+            job.seconds = job.queued.seconds
             job.bytes = chunk_read.job_bytes(job.keys, job.read.results())
         except chunk_read.PromotionFailed as e:
             self.stats.failures[e.reason] += 1

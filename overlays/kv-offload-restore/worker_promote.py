@@ -1,4 +1,4 @@
 if self._kv_restore is not None:
     # Before any load or store of this step: fenced promotions finished, then
-    # this step's promotions handed to the promotion thread.
+    # this step's promotions' reads queued in the store library.
     self._kv_restore.promote(metadata, self._kv_store)

@@ -200,14 +200,17 @@ def test_a_refused_restore_boot_leaves_no_cpu_region(knobs, tmp_path):
 
 
 # --------------------------------------------------------------------------
-# Promotions across steps: the real WorkerRestore of every rank, its promotion
-# thread and its fence, driven by the real connector metadata. Only the library's
-# read call of one job is played (WorkerRestore._prepare builds a PlayedRead in
-# place of native.PreparedRead; the real _read runs it on the promotion thread
-# and the real _finish reports it): it writes PROMOTED bytes into this rank's
-# slot of the job's CPU rows through the real region, after waiting on an event
-# when the test holds it. The played GPU writes STORED bytes into the rows
-# of every store job when the worker step submits it.
+# Promotions across steps: the real WorkerRestore of every rank, its fence and
+# its harvest, driven by the real connector metadata. Only the library's read
+# call of one job and its read queue are played (WorkerRestore._prepare builds
+# a PlayedRead in place of native.PreparedRead, a PlayedQueue stands in for
+# native.ReadQueue and runs it on a thread of its own; the real _queue_read,
+# _harvest and _finish drive them): the read writes PROMOTED bytes into this
+# rank's slot of the job's CPU rows through the real region, after waiting on
+# an event when the test holds it. The played GPU writes STORED bytes into the
+# rows of every store job when the worker step submits it.
+# test_the_played_queue_is_the_library_s checks the stand-ins' calls against
+# native.ReadQueue's and QueuedRead's.
 
 SAFETY_S = 5.0  # a reader the test forgot to release is released after this
 
@@ -237,6 +240,108 @@ class StubInventory:
     def mark_bad(self, key):
         self.proven.discard(key)
         return []
+
+
+class PlayedTicket:
+    """native.QueuedRead's state, poll, wait and cancel over a Python thread."""
+
+    def __init__(self, read, threads, flags, before):
+        import threading
+
+        self.state, self.failed, self.seconds = QUEUED, 0, 0.0
+        self._lock = threading.Lock()
+        self._ran = threading.Event()
+        threading.Thread(
+            target=self._run, args=(read, threads, flags, before), daemon=True
+        ).start()
+
+    def _run(self, read, threads, flags, before):
+        if before is not None:  # the queue's order: one call after the other
+            before._ran.wait()
+        with self._lock:
+            if self.state == CANCELLED:
+                self._ran.set()
+                return
+            self.state = RUNNING
+        start = time.monotonic()
+        read.run(threads, **flags)
+        self.seconds = time.monotonic() - start
+        self.state = DONE
+        self._ran.set()
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (DONE, CANCELLED)
+
+    @property
+    def done(self) -> bool:
+        return self.state == DONE
+
+    def poll(self) -> bool:
+        return self.wait(0)
+
+    def wait(self, timeout=None) -> bool:
+        self._ran.wait(timeout)
+        return self.ended
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self.state == QUEUED:
+                self.state = CANCELLED
+                self._ran.set()
+
+
+class PlayedQueue:
+    """native.ReadQueue's submit and close: each call on a thread, in order."""
+
+    def __init__(self):
+        self._last: PlayedTicket | None = None
+
+    def submit(
+        self, read, threads, stop_on_failure=False, willneed=False, safe_folders=False
+    ):
+        flags = dict(
+            stop_on_failure=stop_on_failure,
+            willneed=willneed,
+            safe_folders=safe_folders,
+        )
+        self._last = PlayedTicket(read, threads, flags, self._last)
+        return self._last
+
+    def close(self) -> None:
+        if self._last is not None:
+            self._last._ran.wait(SAFETY_S)
+
+
+QUEUED, RUNNING, DONE, CANCELLED = 0, 1, 2, 3  # native.QUEUED ... CANCELLED
+
+
+def test_the_played_queue_is_the_library_s():
+    """The stand-ins offer native.ReadQueue's and QueuedRead's calls with
+    their parameters, and the states are the library's."""
+    import inspect
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_format import (
+        native,
+    )
+
+    assert (QUEUED, RUNNING, DONE, CANCELLED) == (
+        native.QUEUED,
+        native.RUNNING,
+        native.DONE,
+        native.CANCELLED,
+    )
+    for played, real in (
+        (PlayedQueue, native.ReadQueue),
+        (PlayedTicket, native.QueuedRead),
+    ):
+        calls = {n for n in vars(real) if not n.startswith("_")} - {"ticket"}
+        assert calls <= set(vars(played)), (played, calls - set(vars(played)))
+        for name in calls:
+            attr = vars(real)[name]
+            if callable(attr):
+                want = list(inspect.signature(attr).parameters)
+                assert list(inspect.signature(vars(played)[name]).parameters) == want
 
 
 class Ranks:
@@ -269,6 +374,7 @@ class Ranks:
             # get their last chance first (nothing owed here).
             r._access = SimpleNamespace(rank=rank, rows_taken=lambda chunks: None)
             r._prepare = self._preparer(krw, rank)
+            r._queue = PlayedQueue()
             self.restorers.append(r)
         s = engine.s
         schedule, update = s.schedule, s.update_from_output

@@ -10,7 +10,7 @@ is the newest manifest mtime: publishing sets it, a restore sets it again
 evict and what, and when only a rescan will do; and it removes what writers
 that exited left (temps, pending records: they count against the budget
 too). Runs on the writer thread; ``hold`` and ``touch`` come from the
-promotion thread.
+restore, on the engine's step thread.
 """
 
 import errno
@@ -172,7 +172,7 @@ class DiskBudget:
         self._touched: set[str] = set()
         self._lock = threading.Lock()
 
-    # -- the promotion thread ------------------------------------------------
+    # -- the restore's (the step thread) ------------------------------------
 
     @contextmanager
     def hold(self, paths: Iterable[str]) -> Iterator[None]:

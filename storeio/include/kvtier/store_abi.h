@@ -1,11 +1,13 @@
 /* The store's data path behind a small, stable C ABI (libkvtier_store.so).
  *
  * The injected Python calls it through ctypes, which releases the GIL for
- * the duration of a call; every call is synchronous, reentrant and may run
- * on any thread (several calls at once are fine: each has its own threads).
+ * the duration of a call; every call but the read queue's work is
+ * synchronous, reentrant and may run on any thread (several calls at once are
+ * fine: each has its own threads).
  * One chunk file format: docs/FORMAT.md, encoded and checked by format/.
  *
- * Ownership: the library never keeps a pointer past the call's return and
+ * Ownership: the library never keeps a pointer past the call's return (the
+ * read queue keeps a submitted call's items until its ticket ends) and
  * never closes a descriptor it did not open. Every string is NUL-terminated.
  * The record calls (below) hand back output of variable size in memory they
  * allocate; the caller frees it with kvtier_free.
@@ -25,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_STORE_ABI_VERSION 6u /* 2: mac_key in both items (keyed stores);
+#define KVTIER_STORE_ABI_VERSION 7u /* 2: mac_key in both items (keyed stores);
                                        3: KVTIER_READ_SAFE_FOLDERS, unknown flags refused;
                                        4: mac_rank in both items (the v3 seal),
                                           kvtier_store_test_pace_reads;
@@ -33,7 +35,9 @@ extern "C" {
                                           kvtier_free, kvtier_manifest_* ...);
                                        6: the name calls (kvtier_rank_base_name ...,
                                           kvtier_parse_name), kvtier_open,
-                                          kvtier_load_key */
+                                          kvtier_load_key;
+                                       7: the read queue (kvtier_read_queue_*),
+                                          kvtier_store_test_hold_reads */
 
 #if defined(__GNUC__)
 #define KVTIER_STORE_API __attribute__((visibility("default")))
@@ -166,6 +170,61 @@ typedef struct kvtier_read_item {
  * nothing was done). */
 KVTIER_STORE_API int64_t kvtier_read_chunks(kvtier_read_item* items, size_t count,
                                             uint32_t threads, uint32_t flags);
+
+/* ---- read queue ------------------------------------------------------------ */
+
+/* A restore's read must neither run on nor return to a Python thread: a
+ * thread that needs the GIL to start or finish a read waits behind the
+ * engine's stepping thread, which may keep the GIL for as long as a promotion
+ * lasts (docs/ENGINE-RUNS.md, run 38). A queue runs kvtier_read_chunks calls
+ * one after another, in submission order, on one thread of its own; the
+ * caller submits and polls, and each call returns at once. One queue per
+ * caller; its calls are safe from any thread. */
+typedef struct kvtier_read_queue kvtier_read_queue;
+
+/* A ticket's states. */
+enum {
+  KVTIER_TICKET_QUEUED = 0,
+  KVTIER_TICKET_RUNNING = 1,
+  KVTIER_TICKET_DONE = 2,      /* bad and seconds are filled */
+  KVTIER_TICKET_CANCELLED = 3, /* never started: no item was touched */
+  KVTIER_TICKET_UNKNOWN = -1,  /* no such ticket (or forgotten) */
+};
+
+/* A new queue and its thread; NULL when the thread cannot be started. */
+KVTIER_STORE_API kvtier_read_queue* kvtier_read_queue_new(void);
+
+/* Queues kvtier_read_chunks(items, count, threads, flags). Returns the
+ * ticket (> 0), or -1 when the arguments are unusable as kvtier_read_chunks
+ * judges them (nothing queued) or the queue is closing. The items and the
+ * memory their runs name must stay valid, and untouched by the caller, until
+ * the ticket is DONE or CANCELLED. */
+KVTIER_STORE_API int64_t kvtier_read_queue_submit(kvtier_read_queue* queue,
+                                                  kvtier_read_item* items, size_t count,
+                                                  uint32_t threads, uint32_t flags);
+
+/* The ticket's state, never waiting. DONE: *bad is kvtier_read_chunks's
+ * return and *seconds the call's wall time (either pointer may be NULL). */
+KVTIER_STORE_API int32_t kvtier_read_queue_poll(kvtier_read_queue* queue, int64_t ticket,
+                                                int64_t* bad, double* seconds);
+
+/* Waits until the ticket is DONE or CANCELLED, or `timeout_ms` passed (< 0:
+ * no limit); then as kvtier_read_queue_poll. */
+KVTIER_STORE_API int32_t kvtier_read_queue_wait(kvtier_read_queue* queue, int64_t ticket,
+                                                int64_t timeout_ms, int64_t* bad,
+                                                double* seconds);
+
+/* Cancels a QUEUED ticket (it never starts); returns the state after: a
+ * running one is left to finish. */
+KVTIER_STORE_API int32_t kvtier_read_queue_cancel(kvtier_read_queue* queue, int64_t ticket);
+
+/* Drops an ended ticket's record (its state becomes UNKNOWN); one not ended
+ * is kept. */
+KVTIER_STORE_API void kvtier_read_queue_forget(kvtier_read_queue* queue, int64_t ticket);
+
+/* Cancels every queued ticket, waits for the running one, ends the thread
+ * and frees the queue. NULL is nothing. */
+KVTIER_STORE_API void kvtier_read_queue_free(kvtier_read_queue* queue);
 
 /* ---- write ----------------------------------------------------------------- */
 
@@ -510,6 +569,11 @@ KVTIER_STORE_API void kvtier_store_test_fault(int32_t op, int32_t err, uint32_t 
  * payload reads of every thread together are paced to `bytes_per_second`,
  * each read sleeping after its bytes arrived. Never set in production. */
 KVTIER_STORE_API void kvtier_store_test_pace_reads(uint64_t bytes_per_second);
+
+/* Holds reads for tests (process-wide): while set, a queued call whose first
+ * item's path starts with `prefix` waits, RUNNING, before it touches any
+ * item; NULL releases every held call. Never set in production. */
+KVTIER_STORE_API void kvtier_store_test_hold_reads(const char* prefix);
 
 #ifdef __cplusplus
 }

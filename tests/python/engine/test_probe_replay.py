@@ -105,8 +105,10 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
         # One C call (no bytecode, so no switch point) that runs ~0.1-0.5 s.
         return sum(range(20_000_000))
 
-    reads = []
-    restore = SimpleNamespace(_read=lambda job: reads.append(job))
+    reads, finished = [], []
+    restore = SimpleNamespace(
+        _queue_read=reads.append, _finish=lambda job: finished.append(job) or True
+    )
     watch = read_diag.watch_gil(restore)
     time.sleep(0.05)  # the watch thread is running
     hold_the_gil()
@@ -116,15 +118,20 @@ def test_the_gil_watch_sees_a_long_hold_a_collection_and_each_read():
         b.append(a)  # cycles: only the collector frees them
     del garbage, a, b
     gc.collect()
-    restore._read(SimpleNamespace(keys=[b"k"] * 3))
+    job = SimpleNamespace(keys=[b"k"] * 3, seconds=0.01)
+    restore._queue_read(job)
+    time.sleep(0.02)
+    assert restore._finish(job) is True
     time.sleep(0.05)
     report = read_diag.gil_report(watch)
     read_diag.stop_gil_watch(watch)
     assert report["gaps"], report
     assert any("hold_the_gil" in " ".join(where) for _, _, where in report["gaps"])
     assert any(gen == 2 and n > 0 for _, _, gen, n in report["gc"]), report["gc"]
-    assert [r[2] for r in report["reads"]] == [3] and len(reads) == 1
-    mine = report["threads"]["promotion"]  # this thread ran the read here
-    assert mine["cpus"] and mine["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
-    assert report["threads"]["main"]["policy"] == os.sched_getscheduler(0)
+    ((_, reported_after, library_s, keys),) = report["reads"]
+    assert keys == 3 and library_s == 0.01 and reported_after >= 0.02
+    assert reads == [job] and finished == [job]
+    main = report["threads"]["main"]  # this test runs on the main thread
+    assert main["cpus"] and main["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
+    assert main["policy"] == os.sched_getscheduler(0)
     assert read_diag.gil_report(None) is None

@@ -124,6 +124,24 @@ def base_dir(rig: Rig, rank: int = 0) -> str:
     return rig.workers[rank]._kv_store.writer.layout.base
 
 
+class ReadsHeld:
+    """The library's test hold: a queued read of ``rank``'s store waits,
+    running, before it opens a file, until ``release`` (or the end)."""
+
+    def __init__(self, rig: Rig, rank: int = 0):
+        self.lib = rig.restorers[rank]._native
+        self.lib.test_hold_reads(base_dir(rig, rank) + os.sep)
+
+    def release(self) -> None:
+        self.lib.test_hold_reads(None)
+
+    def __enter__(self) -> ReadsHeld:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def chunk_path(rig: Rig, key: bytes, rank: int = 0) -> str:
     layout = rig.workers[rank]._kv_store.writer.layout
     return layout.chunk(key[:-4].hex(), int.from_bytes(key[-4:], "big"))
@@ -460,8 +478,7 @@ def test_one_rank_failing_steps_later_is_a_miss_on_all(ns, store):
     flip_payload_bit_on(rig, key_of(hashes, 0, 3), rank=1)
     restarted = Rig(ns, store, tp=2)
     restarted.wait_promotions = False
-    released = threading.Event()
-    restarted.restorers[1].before_read = lambda proofs: released.wait(60)
+    held = ReadsHeld(restarted, rank=1)
     request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
     restarted.scheduler.on_new_request(request)
     restarted.step()  # inventories
@@ -472,7 +489,7 @@ def test_one_rank_failing_steps_later_is_a_miss_on_all(ns, store):
         restarted.step()
         assert restarted.tier.stats.promotions_ok == 0
         assert restarted.tier.stats.promotions_failed == 0  # waits for rank 1
-    released.set()
+    held.release()
     assert restarted.restorers[1].wait_idle(30)
     restarted.step()
     assert restarted.tier.stats.promotions_failed == 1
@@ -599,15 +616,14 @@ def test_a_reset_fences_a_promotion_in_flight(ns, store):
     request = restarted.request("b", hashes, PROMPT_BLOCKS * BLOCK)
     restarted.scheduler.on_new_request(request)
     restarted.step()  # inventories
-    released = threading.Event()
+    held = ReadsHeld(restarted)
     restorer = restarted.restorers[0]
-    restorer.before_read = lambda proofs: released.wait(60)
     assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
     meta = restarted.step()  # the promotion starts on the worker and blocks
     assert meta.kv_restore and not getattr(meta, "kv_restore_fence", None)
     restarted.scheduler.reset_cache()
     assert restarted.tier.stats.promotions_fenced == 1
-    timer = threading.Timer(0.5, released.set)
+    timer = threading.Timer(0.5, held.release)
     timer.start()
     start = time.monotonic()
     fenced = restarted.step()
@@ -631,15 +647,11 @@ def test_a_queued_promotion_a_reset_fences_is_cancelled(ns, store):
     restarted = Rig(ns, store)
     restarted.wait_promotions = False
     restarted.step()  # inventories
-    released = threading.Event()
+    held = ReadsHeld(restarted)
     restorer = restarted.restorers[0]
-    reads = []
-
-    def blocked(proofs):
-        reads.append(len(proofs))
-        released.wait(60)
-
-    restorer.before_read = blocked
+    jobs = []
+    queue_read = restorer._queue_read
+    restorer._queue_read = lambda job: (jobs.append(job), queue_read(job))
     for name, h in (("b", hashes), ("e", other)):
         request = restarted.request(name, h, PROMPT_BLOCKS * BLOCK)
         restarted.scheduler.on_new_request(request)
@@ -647,12 +659,16 @@ def test_a_queued_promotion_a_reset_fences_is_cancelled(ns, store):
     meta = restarted.step()
     assert len(meta.kv_restore) == 2
     restarted.scheduler.reset_cache()
-    timer = threading.Timer(0.3, released.set)
+    timer = threading.Timer(0.3, held.release)
     timer.start()
     restarted.step()
     timer.join()
     assert restorer.stats.jobs_fenced == len(meta.kv_restore)
-    assert len(reads) == 1  # a queued one was cancelled before its first open
+    # The first was read (held, then released); the queued one never started.
+    assert [(j.queued.done, j.cancelled) for j in jobs] == [
+        (True, False),
+        (False, True),
+    ]
     assert restarted.tier.stats.promotions_ok == 0
     restarted.shutdown()
 

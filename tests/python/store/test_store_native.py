@@ -132,7 +132,7 @@ def test_a_missing_or_mismatched_library_is_refused_naming_the_file(
     with pytest.raises(native.NativeLibraryError, match="library version '0.1.0'"):
         native.Library(lib.path)
     monkeypatch.setattr(native, "ABI_VERSION", 99)
-    with pytest.raises(native.NativeLibraryError, match="ABI version 6, this overlay"):
+    with pytest.raises(native.NativeLibraryError, match="ABI version 7, this overlay"):
         native.Library(lib.path)
 
 
