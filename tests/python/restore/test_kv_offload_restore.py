@@ -135,6 +135,22 @@ class ReadsHeld:
     def release(self) -> None:
         self.lib.test_hold_reads(None)
 
+    @staticmethod
+    def wait_running(restorer, timeout: float = 10.0) -> None:
+        """Until one of ``restorer``'s reads left the queue for the library's
+        thread (held there): a fence must wait for it, not cancel it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for job in list(restorer._running.values()):
+                if job.queued is not None and not job.queued.poll():
+                    if (
+                        job.queued.state
+                        == sys.modules[type(restorer).__module__].native.RUNNING
+                    ):
+                        return
+            time.sleep(0.001)
+        raise AssertionError("no read started within the timeout")
+
     def __enter__(self) -> ReadsHeld:
         return self
 
@@ -621,6 +637,7 @@ def test_a_reset_fences_a_promotion_in_flight(ns, store):
     assert restarted.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
     meta = restarted.step()  # the promotion starts on the worker and blocks
     assert meta.kv_restore and not getattr(meta, "kv_restore_fence", None)
+    held.wait_running(restorer)
     restarted.scheduler.reset_cache()
     assert restarted.tier.stats.promotions_fenced == 1
     timer = threading.Timer(0.5, held.release)
@@ -658,6 +675,7 @@ def test_a_queued_promotion_a_reset_fences_is_cancelled(ns, store):
         restarted.scheduler.get_num_new_matched_tokens(request, 0)
     meta = restarted.step()
     assert len(meta.kv_restore) == 2
+    held.wait_running(restorer)  # the first; the second stays queued behind it
     restarted.scheduler.reset_cache()
     timer = threading.Timer(0.3, held.release)
     timer.start()
