@@ -311,6 +311,32 @@ def test_restore_hit_fails_on_each_defect(stage, path, value):
     assert not verdict["ok"]
 
 
+def test_restore_compares_only_the_groups_the_engine_offloads():
+    """A group the hit engine does not offload (the kpool tail ring, a drafter left out:
+    vLLM zeroes its restored blocks) may differ from cold; one it offloads may not, and
+    an engine that printed no eligible groups has every group compared."""
+
+    def hit_with(groups_line: str | None, group: int) -> dict:
+        results = restore_results()
+        hit = results["restore.llama.hit"]
+        for rnd in hit["rounds"]:
+            for request in rnd["kv_digests"]:
+                request.append(["r0"])  # a second group
+        hit["rounds"][0]["kv_digests"][1][group][0] = "zeroed"
+        for rnd in results["restore.llama.cold"]["rounds"]:
+            for request in rnd["kv_digests"]:
+                request.append(["r0"])
+        if groups_line is not None:
+            hit["eligible_lines"] = [groups_line]
+        return suite.judge(results, CORRUPTED)[HIT]
+
+    line = "INFO [kv_offload_scope.py:137] KV offloading eligible groups: [0] of 2 (...)"
+    outside = hit_with(line, 1)
+    assert outside["ok"] and outside["kv"]["groups"] == [0]
+    assert not hit_with(line, 0)["ok"]
+    assert not hit_with(None, 1)["ok"]
+
+
 def test_restore_with_no_digests_at_all_fails():
     results = restore_results()
     for rnd in results["restore.llama.hit"]["rounds"]:
