@@ -330,7 +330,9 @@ def test_restore_compares_only_the_groups_the_engine_offloads():
             hit["eligible_lines"] = [groups_line]
         return suite.judge(results, CORRUPTED)[HIT]
 
-    line = "INFO [kv_offload_scope.py:137] KV offloading eligible groups: [0] of 2 (...)"
+    line = (
+        "INFO [kv_offload_scope.py:137] KV offloading eligible groups: [0] of 2 (...)"
+    )
     outside = hit_with(line, 1)
     assert outside["ok"] and outside["kv"]["groups"] == [0]
     assert not hit_with(line, 0)["ok"]
