@@ -205,6 +205,8 @@ def _layer_page(worker: Any, name: str, num_blocks: int) -> tuple[Any, int, int]
 
     ctx = worker.model_runner.compilation_config.static_forward_context
     kv = ctx[name].kv_cache
+    if isinstance(kv, torch.Tensor):
+        kv = _manager_blocks(worker, name, kv, num_blocks)
     first = kv if isinstance(kv, torch.Tensor) else kv[0]
     elem = first.element_size()
     ratio = first.shape[0] // num_blocks  # kernel blocks per manager block
@@ -230,12 +232,32 @@ def _logical_block(
 
     kv = worker.model_runner.compilation_config.static_forward_context[name].kv_cache
     if isinstance(kv, torch.Tensor):
+        kv = _manager_blocks(worker, name, kv, num_blocks)
         ratio = kv.shape[0] // num_blocks  # kernel blocks per manager block
         view = kv[block * ratio : (block + 1) * ratio].contiguous()
         return view.view(torch.uint8).cpu().numpy().tobytes()
     raw, base, stride = _layer_page(worker, name, num_blocks)
     start = base + block * stride
     return raw[start : start + _unpadded_page(spec)].cpu().numpy().tobytes()
+
+
+def _manager_blocks(worker: Any, name: str, kv: Any, num_blocks: int) -> Any:
+    """The layer's cache addressed by manager block. vLLM binds a packed cache whose
+    backend needs smaller blocks as a view of kernel blocks with other layers' pages
+    between them (``AttentionGroup.kernel_block_stride``: GLM-5.3's indexer keys in
+    512-token kernel blocks of a 4,608-token block). Slicing that view by
+    ``shape[0] // num_blocks`` read the neighbouring rows (run 42); vLLM's own block
+    zeroer maps it back the same way. A view that still does not split into
+    ``num_blocks`` is refused rather than hashed."""
+    for groups in getattr(worker.model_runner, "attn_groups", None) or []:
+        for group in groups:
+            if name in group.layer_names and getattr(group, "kernel_block_stride", 0):
+                kv = group.map_kv_cache_to_manager_blocks(kv, num_blocks)
+    if kv.shape[0] % num_blocks:
+        raise ValueError(
+            f"{name}: {kv.shape[0]} cache blocks is not a multiple of {num_blocks} blocks"
+        )
+    return kv
 
 
 def _own_spec(worker: Any, name: str) -> Any:

@@ -17,8 +17,8 @@ def layer_cache(values: torch.Tensor, physical: tuple[int, ...]) -> torch.Tensor
     return stored.permute(*inverse)
 
 
-def worker_with(cache: torch.Tensor) -> SimpleNamespace:
-    ctx = {"layer.0": SimpleNamespace(kv_cache=cache)}
+def worker_with(cache: torch.Tensor, name: str = "layer.0") -> SimpleNamespace:
+    ctx = {name: SimpleNamespace(kv_cache=cache)}
     runner = SimpleNamespace(
         compilation_config=SimpleNamespace(static_forward_context=ctx)
     )
@@ -46,6 +46,43 @@ def test_equal_kv_in_two_layouts_digests_equal_and_a_changed_byte_does_not():
     assert probe._logical_block(other, "layer.0", None, 6, 2) == probe._logical_block(
         hnd, "layer.0", None, 6, 2
     )
+
+
+def test_a_cache_bound_in_kernel_blocks_digests_its_manager_blocks():
+    """GLM-5.3's indexer keys at a 4,608-token block: vLLM binds them as 512-token kernel
+    blocks with the other layers' pages between (the real AttentionGroup's mapping). The
+    digest and the writer check read each manager block's own bytes, not a window over its
+    neighbour (run 42); without the group's stride the view is refused, not hashed."""
+    import pytest
+    from vllm.v1.worker.utils import AttentionGroup
+
+    blocks, rows, width, row_bytes = 4, 288, 132, 12 * 32 * 132  # 9 kernel pages + others
+    spec = SimpleNamespace(
+        block_size=4608,
+        tokens_per_state=16,
+        get_num_kernel_states=lambda tokens: tokens // 16,
+    )
+    storage = torch.randint(0, 256, (blocks * row_bytes,), dtype=torch.uint8)
+    manager = storage.as_strided(
+        (blocks, 1, rows, width), (row_bytes, rows * width, width, 1)
+    )
+    group = AttentionGroup(
+        backend=None, layer_names=["k_cache"], kv_cache_spec=spec, kv_cache_group_id=3
+    )
+    group.kernel_block_size = 512
+    kernel = group.map_kv_cache_to_kernel_blocks(manager)
+    assert group.kernel_block_stride == 12 and kernel.shape[0] == 3 * 12 + 9
+    worker = worker_with(kernel, name="k_cache")
+    worker.model_runner.attn_groups = [[group]]
+    raw, base, stride = probe._layer_page(worker, "k_cache", blocks)
+    for block in range(blocks):
+        own = manager[block].contiguous().numpy().tobytes()
+        assert probe._logical_block(worker, "k_cache", spec, blocks, block) == own
+        start = base + block * stride
+        assert raw[start : start + rows * width].numpy().tobytes() == own
+    worker.model_runner.attn_groups = []
+    with pytest.raises(ValueError, match="not a multiple of 4 blocks"):
+        probe._logical_block(worker, "k_cache", spec, blocks, 1)
 
 
 def test_the_restore_recorder_wraps_what_the_real_restore_calls(monkeypatch):
