@@ -206,7 +206,9 @@ class Promotion:
 
     @property
     def cancelled(self) -> bool:
-        return self.queued is not None and self.queued.state == native.CANCELLED
+        """Its read ended without running to the end (cancelled, or a queue
+        closed under it): none of its rows may be used."""
+        return self.queued is not None and self.queued.ended and not self.queued.done
 
 
 class WorkerRestore:

@@ -11,6 +11,7 @@ import errno
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,52 @@ def test_a_layout_that_differs_only_in_its_table_is_a_layout_mismatch(lib, tmp_p
     other[2] = fmt.Segment(**{**other[2].__dict__, "stride": (6, 1)})
     mine, theirs, landed = verdicts(lib, path, segments=tuple(other))
     assert mine == theirs == "layout_mismatch" and not landed
+
+
+def test_the_read_queue_runs_cancels_and_closes(lib, tmp_path):
+    """ReadQueue: a call runs on the library's thread and reads what read_chunks
+    reads; one queued behind a held call is cancelled untouched; after close a
+    call that never reported is ended but not done, and a new one is refused."""
+    folder = tmp_path / "held"
+    folder.mkdir()
+    path = folder / "c.bin"
+    path.write_bytes(chunk())
+
+    def prepared() -> tuple[bytearray, native.PreparedRead]:
+        e = expectation()
+        dest, runs = _runs(e["length"])
+        request = native.ReadRequest(
+            group=e["group"], namespace_hash=e["namespace"], key_hash=e["key_hash"],
+            boundary=e["boundary"], payload_length=e["length"],
+            payload_checksum=e["checksum"], segments=e["segments"], runs=runs,
+            path=str(path),
+        )  # fmt: skip
+        return dest, lib.prepare_read([request])
+
+    queue = native.ReadQueue(lib)
+    dest, read = prepared()
+    first = queue.submit(read, 2, stop_on_failure=True)
+    assert first.wait(10) and first.done and first.failed == 0 and first.seconds > 0
+    assert bytes(dest) == PAYLOAD and read.results()[0].ok
+    lib.test_hold_reads(str(folder) + os.sep)
+    try:
+        # (the held read writes into _held_dest: it must live until the close)
+        (_held_dest, held), (queued_dest, queued) = prepared(), prepared()
+        running, behind = queue.submit(held, 2), queue.submit(queued, 2)
+        deadline = time.monotonic() + 10
+        while not running.poll() and running.state != native.RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert not running.wait(0.05)  # held: running, not ended
+        behind.cancel()
+        assert behind.wait(1) and behind.state == native.CANCELLED and not behind.done
+        assert bytes(queued_dest) == bytes(len(PAYLOAD))
+    finally:
+        lib.test_hold_reads(None)
+    queue.close()  # waits for the released call
+    assert running.poll() and not running.done  # never reported before the close
+    with pytest.raises(ValueError, match="refused"):
+        queue.submit(prepared()[1], 2)
 
 
 def test_symlinks_and_missing_files_are_refused(lib, tmp_path):
