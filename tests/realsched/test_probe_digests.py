@@ -56,7 +56,8 @@ def test_a_cache_bound_in_kernel_blocks_digests_its_manager_blocks():
     import pytest
     from vllm.v1.worker.utils import AttentionGroup
 
-    blocks, rows, width, row_bytes = 4, 288, 132, 12 * 32 * 132  # 9 kernel pages + others
+    # A block's row: 9 kernel pages of the keys (32 entries of 132 bytes), then others.
+    blocks, rows, width, row_bytes = 4, 288, 132, 12 * 32 * 132
     spec = SimpleNamespace(
         block_size=4608,
         tokens_per_state=16,
