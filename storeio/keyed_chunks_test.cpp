@@ -13,6 +13,7 @@
 #include "kvtier/store_abi.h"
 #include "test_chunk_builder.h"
 #include "test_files.h"
+#include "test_read_fixture.h"
 
 namespace {
 
@@ -72,20 +73,7 @@ struct Keyed {
   // Reads it back with `key`; the reason ("" when OK).
   std::string read(const std::vector<std::uint8_t>& key, std::uint32_t threads = 1,
                    std::uint32_t rank = kRank) {
-    kvtier_read_item it{};
-    it.path = path.c_str();
-    it.fd = -1;
-    it.group = header.group;
-    it.namespace_hash = header.namespace_hash.data();
-    it.key_hash = header.key_hash.data();
-    it.key_hash_length = static_cast<std::uint32_t>(header.key_hash.size());
-    it.num_segments = static_cast<std::uint32_t>(segments.size());
-    it.segments = segments.data();
-    it.boundary = header.boundary;
-    it.payload_length = header.payload_length;
-    it.payload_checksum = header.payload_checksum;
-    it.num_runs = 1;
-    it.runs = &dst;
+    kvtier_read_item it = storeio::testing::read_item(header, segments, path.c_str(), &dst, 1);
     it.mac_key = key.empty() ? nullptr : key.data();
     it.mac_key_length = static_cast<std::uint32_t>(key.size());
     it.mac_rank = rank;

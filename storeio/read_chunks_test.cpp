@@ -24,6 +24,7 @@ using kvformat::testing::state_header;
 using storeio::testing::abi_segments;
 using storeio::testing::ScratchDir;
 using storeio::testing::Fixture;
+using storeio::testing::read_item;
 using storeio::testing::write_file;
 
 TEST(ReadChunks, GoodFileLandsInTheRuns) {
@@ -342,20 +343,8 @@ TEST(ReadChunks, OneBigFileIsSplitAcrossTheThreadsAndStillVerified) {
   const std::uint64_t cuts[] = {0, 7, (4 << 20) + 3, (9 << 20) - 1, payload.size()};
   std::vector<kvtier_run> runs;
   for (int i = 0; i < 4; ++i) runs.push_back({base + cuts[i], cuts[i + 1] - cuts[i]});
-  kvtier_read_item item{};
-  item.path = path.c_str();
-  item.fd = -1;
-  item.group = header.group;
-  item.namespace_hash = header.namespace_hash.data();
-  item.key_hash = header.key_hash.data();
-  item.key_hash_length = static_cast<std::uint32_t>(header.key_hash.size());
-  item.num_segments = static_cast<std::uint32_t>(segments.size());
-  item.segments = segments.data();
-  item.boundary = header.boundary;
-  item.payload_length = header.payload_length;
-  item.payload_checksum = header.payload_checksum;
-  item.num_runs = static_cast<std::uint32_t>(runs.size());
-  item.runs = runs.data();
+  kvtier_read_item item = read_item(header, segments, path.c_str(), runs.data(),
+                                    static_cast<std::uint32_t>(runs.size()));
   EXPECT_EQ(kvtier_read_chunks(&item, 1, 4, 0), 0) << item.message;
   EXPECT_EQ(item.bytes_read, payload.size());
   EXPECT_EQ(dest, payload);

@@ -19,6 +19,29 @@ using kvformat::testing::make_chunk;
 using kvformat::testing::pattern_bytes;
 using kvformat::testing::state_header;
 
+// A read item that expects the file at `path` to be the chunk `header`
+// describes (its segments as the ABI's), landing in `runs`.
+inline kvtier_read_item read_item(const kvformat::ChunkHeader& header,
+                                  const std::vector<kvtier_segment>& segments,
+                                  const char* path, const kvtier_run* runs,
+                                  std::uint32_t num_runs) {
+  kvtier_read_item it{};
+  it.path = path;
+  it.fd = -1;
+  it.group = header.group;
+  it.namespace_hash = header.namespace_hash.data();
+  it.key_hash = header.key_hash.data();
+  it.key_hash_length = static_cast<std::uint32_t>(header.key_hash.size());
+  it.num_segments = static_cast<std::uint32_t>(segments.size());
+  it.segments = segments.data();
+  it.boundary = header.boundary;
+  it.payload_length = header.payload_length;
+  it.payload_checksum = header.payload_checksum;
+  it.num_runs = num_runs;
+  it.runs = runs;
+  return it;
+}
+
 // One chunk on disk, the item that expects it, and three destination runs
 // of uneven sizes (the payload scattered as the restore's CPU rows take it).
 struct Fixture {
@@ -47,21 +70,7 @@ struct Fixture {
   }
 
   kvtier_read_item expect(const char* p) {
-    kvtier_read_item it{};
-    it.path = p;
-    it.fd = -1;
-    it.group = header.group;
-    it.namespace_hash = header.namespace_hash.data();
-    it.key_hash = header.key_hash.data();
-    it.key_hash_length = static_cast<std::uint32_t>(header.key_hash.size());
-    it.num_segments = static_cast<std::uint32_t>(segments.size());
-    it.segments = segments.data();
-    it.boundary = header.boundary;
-    it.payload_length = header.payload_length;
-    it.payload_checksum = header.payload_checksum;
-    it.num_runs = static_cast<std::uint32_t>(runs.size());
-    it.runs = runs.data();
-    return it;
+    return read_item(header, segments, p, runs.data(), static_cast<std::uint32_t>(runs.size()));
   }
 
   std::vector<std::uint8_t> landed() const {

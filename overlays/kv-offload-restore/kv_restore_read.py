@@ -18,11 +18,11 @@ from typing import Any
 try:
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Proof
-    from .kv_store_format import native
+    from .kv_store_format import native, read_queue
 except ImportError:  # loaded as a top-level module: tests, tools
     import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Proof  # type: ignore[no-redef]
-    from kv_store_format import native  # type: ignore[no-redef]
+    from kv_store_format import native, read_queue  # type: ignore[no-redef]
 
 
 class PromotionFailed(Exception):
@@ -85,11 +85,11 @@ def run_job(read: native.PreparedRead, threads: int, willneed: bool = False) -> 
 
 
 def queue_job(
-    queue: native.ReadQueue,
+    queue: read_queue.ReadQueue,
     read: native.PreparedRead,
     threads: int,
     willneed: bool = False,
-) -> native.QueuedRead:
+) -> read_queue.QueuedRead:
     """``run_job``'s call, queued on the library's read thread: it returns at
     once, and the caller polls the QueuedRead."""
     return queue.submit(

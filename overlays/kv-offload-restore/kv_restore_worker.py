@@ -68,7 +68,7 @@ try:
     from . import kv_store_format as fmt
     from .kv_restore_inventory import Inventory, Proof
     from .kv_restore_rows import RowPlans
-    from .kv_store_format import native
+    from .kv_store_format import native, read_queue
     from .kv_store_local import store_perms
     from .kv_store_local.restore_access import StoreNotOpen
 except ImportError:  # loaded as a top-level module: tests, tools
@@ -77,7 +77,7 @@ except ImportError:  # loaded as a top-level module: tests, tools
     import kv_store_format as fmt  # type: ignore[no-redef]
     from kv_restore_inventory import Inventory, Proof  # type: ignore[no-redef]
     from kv_restore_rows import RowPlans  # type: ignore[no-redef]
-    from kv_store_format import native  # type: ignore[no-redef]
+    from kv_store_format import native, read_queue  # type: ignore[no-redef]
     from kv_store_local import store_perms  # type: ignore[no-redef]
     from kv_store_local.restore_access import (  # type: ignore[no-redef]
         StoreNotOpen,
@@ -190,7 +190,7 @@ class Promotion:
     proofs: list[Proof] = field(default_factory=list)
     manifests: set[str] = field(default_factory=set)
     read: "native.PreparedRead | None" = None
-    queued: "native.QueuedRead | None" = None
+    queued: "read_queue.QueuedRead | None" = None
     failure: "chunk_read.PromotionFailed | None" = None  # found while preparing
     bytes: int = 0
     seconds: float = 0.0
@@ -234,7 +234,7 @@ class WorkerRestore:
         self._rows: RowPlans | None = None  # where each file's payload lands
         # The library's thread runs the promotions' read calls in order
         # (opened at bind). Job id -> the job, oldest first.
-        self._queue: native.ReadQueue | None = None
+        self._queue: read_queue.ReadQueue | None = None
         self._running: dict[int, Promotion] = {}
         # The inventory is read and changed on the step's thread only; the
         # lock keeps tools that scan from another thread safe.
@@ -300,7 +300,7 @@ class WorkerRestore:
         self._lock_path = layout.lock
         self._rows = RowPlans(access)
         try:
-            self._queue = native.ReadQueue(self._native)
+            self._queue = read_queue.ReadQueue(self._native)
         except native.NativeLibraryError as e:
             raise RestoreRefused(
                 f"GLM53_KV_OFFLOAD_RESTORE=1 is refused: {e}"

@@ -204,13 +204,13 @@ def test_a_refused_restore_boot_leaves_no_cpu_region(knobs, tmp_path):
 # its harvest, driven by the real connector metadata. Only the library's read
 # call of one job and its read queue are played (WorkerRestore._prepare builds
 # a PlayedRead in place of native.PreparedRead, a PlayedQueue stands in for
-# native.ReadQueue and runs it on a thread of its own; the real _queue_read,
+# read_queue.ReadQueue and runs it on a thread of its own; the real _queue_read,
 # _harvest and _finish drive them): the read writes PROMOTED bytes into this
 # rank's slot of the job's CPU rows through the real region, after waiting on
 # an event when the test holds it. The played GPU writes STORED bytes into the
 # rows of every store job when the worker step submits it.
 # test_the_played_queue_is_the_library_s checks the stand-ins' calls against
-# native.ReadQueue's and QueuedRead's.
+# read_queue.ReadQueue's and QueuedRead's.
 
 SAFETY_S = 5.0  # a reader the test forgot to release is released after this
 
@@ -243,7 +243,7 @@ class StubInventory:
 
 
 class PlayedTicket:
-    """native.QueuedRead's state, poll, wait and cancel over a Python thread."""
+    """read_queue.QueuedRead's state, poll, wait and cancel over a Python thread."""
 
     def __init__(self, read, threads, flags, before):
         import threading
@@ -292,7 +292,7 @@ class PlayedTicket:
 
 
 class PlayedQueue:
-    """native.ReadQueue's submit and close: each call on a thread, in order."""
+    """read_queue.ReadQueue's submit and close: each call on a thread, in order."""
 
     def __init__(self):
         self._last: PlayedTicket | None = None
@@ -313,27 +313,27 @@ class PlayedQueue:
             self._last._ran.wait(SAFETY_S)
 
 
-QUEUED, RUNNING, DONE, CANCELLED = 0, 1, 2, 3  # native.QUEUED ... CANCELLED
+QUEUED, RUNNING, DONE, CANCELLED = 0, 1, 2, 3  # read_queue.QUEUED ... CANCELLED
 
 
 def test_the_played_queue_is_the_library_s():
-    """The stand-ins offer native.ReadQueue's and QueuedRead's calls with
+    """The stand-ins offer read_queue.ReadQueue's and QueuedRead's calls with
     their parameters, and the states are the library's."""
     import inspect
 
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_format import (
-        native,
+        read_queue,
     )
 
     assert (QUEUED, RUNNING, DONE, CANCELLED) == (
-        native.QUEUED,
-        native.RUNNING,
-        native.DONE,
-        native.CANCELLED,
+        read_queue.QUEUED,
+        read_queue.RUNNING,
+        read_queue.DONE,
+        read_queue.CANCELLED,
     )
     for played, real in (
-        (PlayedQueue, native.ReadQueue),
-        (PlayedTicket, native.QueuedRead),
+        (PlayedQueue, read_queue.ReadQueue),
+        (PlayedTicket, read_queue.QueuedRead),
     ):
         calls = {n for n in vars(real) if not n.startswith("_")} - {"ticket"}
         assert calls <= set(vars(played)), (played, calls - set(vars(played)))

@@ -145,7 +145,7 @@ class ReadsHeld:
                 if job.queued is not None and not job.queued.poll():
                     if (
                         job.queued.state
-                        == sys.modules[type(restorer).__module__].native.RUNNING
+                        == sys.modules[type(restorer).__module__].read_queue.RUNNING
                     ):
                         return
             time.sleep(0.001)

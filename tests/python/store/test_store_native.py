@@ -24,7 +24,7 @@ for folder in ("kv-offload-store-local", "kv-offload-restore"):
 import kv_store_format as fmt  # noqa: E402
 import kv_store_format_oracle as pyfmt  # noqa: E402  (tests/oracle/)
 import restore_read_py as oracle  # noqa: E402  (sim/)
-from kv_store_format import native  # noqa: E402
+from kv_store_format import native, read_queue  # noqa: E402
 from store_local_support import store_library  # noqa: E402
 
 NS = bytes(range(32))
@@ -208,7 +208,7 @@ def test_a_layout_that_differs_only_in_its_table_is_a_layout_mismatch(lib, tmp_p
 
 
 def test_the_read_queue_runs_cancels_and_closes(lib, tmp_path):
-    """ReadQueue: a call runs on the library's thread and reads what read_chunks
+    """read_queue.ReadQueue: a call runs on the library's thread and reads what read_chunks
     reads; one queued behind a held call is cancelled untouched; after close a
     call that never reported is ended but not done, and a new one is refused."""
     folder = tmp_path / "held"
@@ -227,7 +227,7 @@ def test_the_read_queue_runs_cancels_and_closes(lib, tmp_path):
         )  # fmt: skip
         return dest, lib.prepare_read([request])
 
-    queue = native.ReadQueue(lib)
+    queue = read_queue.ReadQueue(lib)
     dest, read = prepared()
     first = queue.submit(read, 2, stop_on_failure=True)
     assert first.wait(10) and first.done and first.failed == 0 and first.seconds > 0
@@ -238,12 +238,14 @@ def test_the_read_queue_runs_cancels_and_closes(lib, tmp_path):
         (_held_dest, held), (queued_dest, queued) = prepared(), prepared()
         running, behind = queue.submit(held, 2), queue.submit(queued, 2)
         deadline = time.monotonic() + 10
-        while not running.poll() and running.state != native.RUNNING:
+        while not running.poll() and running.state != read_queue.RUNNING:
             assert time.monotonic() < deadline
             time.sleep(0.001)
         assert not running.wait(0.05)  # held: running, not ended
         behind.cancel()
-        assert behind.wait(1) and behind.state == native.CANCELLED and not behind.done
+        assert (
+            behind.wait(1) and behind.state == read_queue.CANCELLED and not behind.done
+        )
         assert bytes(queued_dest) == bytes(len(PAYLOAD))
     finally:
         lib.test_hold_reads(None)
