@@ -88,7 +88,7 @@ def watch_gil(restore: Any, every_s: float = 0.001, gap_s: float = 0.03) -> dict
     return out
 
 
-# The read call's flags as the restore passes them (kv_restore_read.run_job).
+# The read call's flags as the restore passes them (kv_restore_read.queue_job).
 ENGINE_FLAGS = {"stop_on_failure": True, "willneed": True, "safe_folders": True}
 
 

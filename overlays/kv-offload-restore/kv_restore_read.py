@@ -7,7 +7,7 @@ the GIL: per file its two folders are checked, then the header in
 docs/FORMAT.md's order and against the manifest entry and this boot's
 layout, then the file size; the payload is read with preadv straight into
 the memory runs it belongs to and its CRC-32 checked (``prepare_job``,
-``run_job``, ``job_bytes``). The Python codec's reading of the same
+``queue_job``, ``job_bytes``). The Python codec's reading of the same
 file stays as the independent oracle of the tests (sim/restore_read_py.py).
 """
 
@@ -76,22 +76,17 @@ def prepare_job(
     return lib.prepare_read(requests, key, rank=rank)
 
 
-def run_job(read: native.PreparedRead, threads: int, willneed: bool = False) -> None:
-    """Read and verify every file of the job: the library stops starting
-    files after a failure, and checks each chunk file's two folders before
-    it opens it (unsafe_folder: a folder that is a link or that others could
-    change); it opens no path through a link (FORMAT.md 2)."""
-    read.run(threads, stop_on_failure=True, willneed=willneed, safe_folders=True)
-
-
 def queue_job(
     queue: read_queue.ReadQueue,
     read: native.PreparedRead,
     threads: int,
     willneed: bool = False,
 ) -> read_queue.QueuedRead:
-    """``run_job``'s call, queued on the library's read thread: it returns at
-    once, and the caller polls the QueuedRead."""
+    """Queue the job's read on the library's read thread; it returns at once
+    and the caller polls the QueuedRead. The library stops starting files
+    after a failure, and checks each chunk file's two folders before it opens
+    it (unsafe_folder: a folder that is a link or that others could change);
+    it opens no path through a link (FORMAT.md 2)."""
     return queue.submit(
         read, threads, stop_on_failure=True, willneed=willneed, safe_folders=True
     )
@@ -107,18 +102,3 @@ def job_bytes(keys: Sequence[bytes], results: Sequence[native.Result]) -> int:
             raise PromotionFailed(result.reason, result.message, key)
         total += result.bytes
     return total
-
-
-def read_job(
-    lib: native.Library,
-    keys: Sequence[bytes],
-    requests: Sequence[native.ReadRequest],
-    threads: int,
-    willneed: bool = False,
-    key: bytes | None = None,
-    rank: int = 0,
-) -> int:
-    """``prepare_job``, ``run_job`` and ``job_bytes`` in one call (tools, tests)."""
-    read = prepare_job(lib, requests, key, rank=rank)
-    run_job(read, threads, willneed)
-    return job_bytes(keys, read.results())
