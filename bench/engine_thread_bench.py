@@ -174,7 +174,7 @@ class Bench:
             real = adapter.staging_from_worker, adapter.store_stream_device
             real_pinned = adapter.pinned_memory
             adapter.staging_from_worker = lambda worker, caches: staging
-            adapter.store_stream_device = lambda worker: (self.device, blocks)
+            adapter.store_stream_device = lambda worker, caches: (self.device, blocks)
             adapter.pinned_memory = None
         base = vllm.base
         refs = [[base.CanonicalKVCacheRef(i, PAGE) for i in range(LAYERS)]]
