@@ -50,16 +50,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "overlays" / "kv-offload-store-local"))
+for folder in ("overlays/kv-offload-store-local", "sim"):
+    sys.path.insert(0, str(REPO / folder))
 # The format codec is the native store library's: this checkout's build
 # unless KVTIER_STORE_LIB names another.
 os.environ.setdefault(
     "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
 )
 
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402
+from chunk_calls import ChunkCalls  # noqa: E402
 from page_cache import evict  # noqa: E402
+
+fmt = ChunkCalls(kv_store_format)  # the package, and the chunk calls of sim/
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -44,6 +44,7 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 for folder in ("kv-offload-store-local", "kv-offload-scope", "kv-offload-restore"):
     sys.path.insert(0, str(REPO / "overlays" / folder))
+sys.path.insert(0, str(REPO / "sim"))  # chunk_calls
 
 # The promotions read through the native store library: this checkout's
 # build unless KVTIER_STORE_LIB names another.
@@ -51,11 +52,14 @@ os.environ.setdefault(
     "KVTIER_STORE_LIB", str(REPO / "build" / "storeio" / "libkvtier_store.so")
 )
 import kv_restore_worker as krw  # noqa: E402
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format  # noqa: E402
 from bench_fenced import bench_fenced  # noqa: E402
+from chunk_calls import ChunkCalls  # noqa: E402
 from kv_store_local.layout import GroupLayout, LayerLayout, StagingTensor  # noqa: E402
 from kv_store_local.restore_access import RestoreAccess  # noqa: E402
 from page_cache import evict  # noqa: E402
+
+fmt = ChunkCalls(kv_store_format)  # the package, and the chunk calls of sim/
 
 SHAPE = "Llama-3.1-70B, TP 2 (one rank: 80 layers, 4 KV heads x 128, bf16)"
 LAYERS = 80

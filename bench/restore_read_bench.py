@@ -195,7 +195,9 @@ def mac_costs(args) -> dict:
                 start = time.perf_counter()
                 got = []
                 for first in range(0, count, 64):  # 64 rows of memory a call
-                    got += lib.read_chunks(reads[first : first + 64], threads, key=mac)
+                    read = lib.prepare_read(reads[first : first + 64], key=mac)
+                    read.run(threads)
+                    got += read.results()
                 took = time.perf_counter() - start
                 best = took if best is None else min(best, took)
                 if not all(r.ok for r in got):

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
 
-from overlay_modules import fmt, hybrid_groups, ksl, kv_offload_knobs  # noqa: E402
+from overlay_modules import chunk_fmt, fmt, hybrid_groups, ksl, kv_offload_knobs  # noqa: E402
 
 try:
     import torch
@@ -329,7 +329,7 @@ def verify(root: Path, kvstore: str | None) -> dict:
         if not base.is_dir():
             continue
         for p in base.rglob("*.bin"):
-            fmt.verify_chunk_file(str(p))
+            chunk_fmt.verify_chunk_file(str(p))
             chunks += 1
         mdir = base / fmt.MANIFEST_DIR
         for p in mdir.iterdir():

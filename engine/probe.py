@@ -294,7 +294,13 @@ def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
         return {"store": False}
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
 
-    fmt = importlib.import_module(OFFLOADING + ".kv_store_format")
+    # The tree's kv_store_format with the chunk calls the overlays never make
+    # (sim/chunk_calls.py: opening a keyed chunk, parsing a header in memory).
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(repo, "sim"))
+    from chunk_calls import ChunkCalls
+
+    fmt = ChunkCalls(importlib.import_module(OFFLOADING + ".kv_store_format"))
     out: dict[str, Any] = {
         "store": True,
         "active": store.active,

@@ -6,6 +6,8 @@ benchmark and tools import them from here::
 
     from overlay_modules import fmt, ksl, kv_offload_knobs
     ksl.writer.StoreWriter(...)
+
+``chunk_fmt`` is ``fmt`` with the chunk calls only tests make (chunk_calls.py).
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ import kv_store_local.side_channel  # noqa: E402,F401
 import kv_store_local.stats  # noqa: E402,F401
 import kv_store_local.worker_store  # noqa: E402,F401
 import kv_store_local.writer  # noqa: E402,F401
+from chunk_calls import ChunkCalls  # noqa: E402
 
-__all__ = ["fmt", "hybrid_groups", "ksl", "kv_offload_knobs"]
+__all__ = ["chunk_fmt", "fmt", "hybrid_groups", "ksl", "kv_offload_knobs"]
+
+chunk_fmt = ChunkCalls(fmt)
 
 STATE_GROUPS = (2, 3, 4, 5)
 

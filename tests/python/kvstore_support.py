@@ -18,10 +18,14 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OVERLAY_DIR = REPO_ROOT / "overlays" / "kv-offload-store-local"
-if str(OVERLAY_DIR) not in sys.path:
-    sys.path.insert(0, str(OVERLAY_DIR))
+for _folder in (OVERLAY_DIR, REPO_ROOT / "sim"):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format  # noqa: E402
+from chunk_calls import ChunkCalls  # noqa: E402
+
+fmt = ChunkCalls(kv_store_format)  # the package, and the chunk calls tests make
 
 FULL_GROUP = 0
 STATE_GROUP = 2

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from overlay_modules import fmt, hybrid_groups, ksl, kv_offload_knobs  # noqa: F401
+from overlay_modules import chunk_fmt, fmt, hybrid_groups, ksl, kv_offload_knobs  # noqa: F401
 
 RANK = 1
 TP_SIZE = 2
@@ -380,7 +380,7 @@ def verify_store(root: Path, key: bytes | None = None) -> list[str]:
                 for e in g.entries:
                     path = layout.chunk(e.key, g.group)
                     try:
-                        header = fmt.verify_chunk_file(path, key=key, rank=m.rank)
+                        header = chunk_fmt.verify_chunk_file(path, key=key, rank=m.rank)
                     except (OSError, fmt.FormatError) as err:
                         problems.append(f"{name}: {path}: {err}")
                         continue

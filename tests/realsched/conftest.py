@@ -30,6 +30,7 @@ REPO = HERE.parents[1]
 OVERLAYS = "kv-offload-scope,kv-offload-store-local,kv-offload-restore"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(REPO / "sim"))  # chunk_calls
 import real_release  # noqa: E402
 
 RELEASE = real_release.release()

@@ -14,6 +14,7 @@ import os
 from types import SimpleNamespace
 
 import realsched
+from chunk_calls import ChunkCalls
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 PAGE = 4096  # bytes of one layer's page, one block a chunk
@@ -31,7 +32,7 @@ def test_shutdown_releases_the_real_staging_region(knobs, tmp_path):
     layout = importlib.import_module(f"{package}.layout")
     worker_store = importlib.import_module(f"{package}.worker_store")
     kv_knobs = importlib.import_module(f"{OFFLOADING}.kv_offload_knobs")
-    fmt = importlib.import_module(f"{OFFLOADING}.kv_store_format")
+    fmt = ChunkCalls(importlib.import_module(f"{OFFLOADING}.kv_store_format"))
 
     # Two workers' slots a row; this is rank 1 with two layer tensors.
     region = SharedOffloadRegion(

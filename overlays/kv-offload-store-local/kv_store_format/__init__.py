@@ -2,23 +2,20 @@
 """Chunk store format v2 (docs/FORMAT.md of the kvtier project): the binding
 to its one codec in production, the C++ ``format/`` library behind
 libkvtier_store.so (native.py: the data path's reads and writes, codec.py:
-records, headers and MACs, names.py: file names, store_file.py: the no-links
+records and chunk headers, names.py: file names, store_file.py: the no-links
 open), and plain typed data (records, segment, layout, constants). Import the
-package (`import kv_store_format as fmt`): it re-exports what callers use.
-Standard library only: it runs inside vLLM. The pure-Python codec it used to
-carry is the tests' oracle (tests/oracle/kv_store_format_oracle/).
+package (`import kv_store_format as fmt`): it re-exports what the overlays
+use. Standard library only: it runs inside vLLM. The calls only tests make
+(a chunk built, sealed or judged in memory) are the kvtier project's
+sim/chunk_calls.py; its pure-Python codec is the tests' oracle
+(tests/oracle/kv_store_format_oracle/).
 """
 # ruff: noqa: F401 (the re-exports are the package's interface)
 
-from .checksum import crc32
 from .codec import (
     canonical_json,
-    decode_header,
     decode_manifest,
     decode_namespace_record,
-    decode_pending_record,
-    encode_chunk,
-    encode_header,
     encode_manifest,
     encode_namespace_record,
     encode_pending_record,
@@ -26,13 +23,7 @@ from .codec import (
     key_id,
     make_fenced,
     namespace_hash,
-    open_chunk,
     read_chunk_header,
-    seal_chunk,
-    seal_chunk_v2,
-    verify_chunk,
-    verify_chunk_file,
-    verify_sealed_chunk,
 )
 from .constants import (
     CHECKSUM_CRC32C,
@@ -57,14 +48,11 @@ from .names import (
     chunk_rel_path,
     manifest_file_name,
     namespace_record_name,
-    parse_chunk_rel_path,
     parse_manifest_file_name,
     parse_pending_file_name,
-    parse_rank_base_name,
     parse_temp_name,
     pending_file_name,
     rank_base_name,
-    sanitize_model,
     temp_name,
 )
 from .records import (
@@ -76,8 +64,6 @@ from .records import (
     ManifestEntry,
     ManifestGroup,
     NamespaceRecord,
-    header_length_for,
-    make_header,
 )
 from .segment import DTYPE_ITEMSIZE, DType, Segment, SegmentKind, make_segments
 from .store_file import open_nofollow, open_regular, read_regular

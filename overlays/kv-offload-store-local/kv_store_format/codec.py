@@ -15,9 +15,9 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .constants import CHECKSUM_CRC32, FORMAT_VERSION, SALT_SIZE
+from .constants import CHECKSUM_CRC32, FORMAT_VERSION
 from .format_error import FormatError, Reason
-from .native import Header, SegmentEntry, call, fit, segment_table
+from .native import Header, SegmentEntry, call, fit
 from .records import (
     MANIFEST_KIND,
     BoundaryManifest,
@@ -30,7 +30,6 @@ from .segment import DType, Segment, SegmentKind
 
 _FENCED_CHECK = 1  # KVTIER_FENCED_CHECK
 _HEADER_SEALED = 1  # KVTIER_HEADER_SEALED
-_SEAL_V2 = 1  # KVTIER_SEAL_V2
 _TABLE_ROOM = 256  # segment entries a header call gets room for at first
 BytesLike = bytes | bytearray | memoryview  # what the calls take as input
 
@@ -124,13 +123,6 @@ def decode_manifest(data: BytesLike, key: bytes | None = None) -> BoundaryManife
     )
 
 
-def check_fenced(fenced: Mapping[str, Any]) -> None:
-    """The fenced part's fields, as FORMAT.md 4 says (extra keys allowed)."""
-    if not isinstance(fenced, Mapping):
-        raise FormatError(Reason.BAD_FIELD, "fenced must be an object")
-    call("kvtier_namespace_hash", *_json(dict(fenced)), _FENCED_CHECK)
-
-
 def namespace_hash(fenced: Mapping[str, Any]) -> bytes:
     """sha256 of the canonical JSON of the fenced part (32 bytes)."""
     return call("kvtier_namespace_hash", *_json(dict(fenced)), 0)
@@ -187,7 +179,8 @@ def make_fenced(
                 Reason.BAD_FIELD, "fenced.layer_index must be a non-empty string"
             )
         fenced["layer_index"] = layer_index
-    check_fenced(fenced)
+    # The fields checked as FORMAT.md 4 says (extra keys allowed).
+    call("kvtier_namespace_hash", *_json(fenced), _FENCED_CHECK)
     return fenced
 
 
@@ -213,11 +206,6 @@ def encode_pending_record(chunks: Iterable[tuple[int, str]]) -> bytes:
         "kvtier_pending_record_encode",
         *_json([[g, k] for g, k in chunks], check_keys=False),
     )
-
-
-def decode_pending_record(data: BytesLike) -> list[tuple[int, str]]:
-    record = json.loads(call("kvtier_pending_record_decode", *_in(data)))
-    return [(g, k) for g, k in record["chunks"]]
 
 
 def kept_manifests(chains: Mapping[str, Sequence[str]], keep: int) -> set[str]:
@@ -300,91 +288,3 @@ def read_chunk_header(path: str, key: bytes | None = None) -> ChunkHeader:
     needs the payload: the restore's read checks it."""
     flags = 0 if key is None else _HEADER_SEALED
     return _header_call("kvtier_read_chunk_header", os.fsencode(path), flags)
-
-
-def decode_header(data: BytesLike) -> ChunkHeader:
-    """The header at the start of a chunk file's bytes (3.5 steps 1-13)."""
-    return _header_call("kvtier_parse_chunk_header", *_in(data))
-
-
-def encode_header(header: ChunkHeader) -> bytes:
-    """A header's bytes; raises FormatError if they would not parse back."""
-    if len(header.namespace_hash) != 32:
-        raise FormatError(Reason.BAD_FIELD, "namespace hash must be 32 bytes")
-    if not 0 <= header.payload_checksum <= 0xFFFFFFFF:
-        raise FormatError(Reason.FIELD_OUT_OF_RANGE, "payload checksum")
-    key = bytes(header.key_hash)
-    h = Header(
-        format_version=fit(header.format_version, 16),
-        checksum_algorithm=fit(header.checksum_algorithm, 8),
-        key_hash_length=fit(len(key), 8),
-        group=fit(header.group, 32),
-        boundary=fit(header.boundary, 64),
-        payload_length=fit(header.payload_length, 64),
-        payload_checksum=header.payload_checksum,
-        num_segments=fit(len(header.segments), 32),
-    )
-    ctypes.memmove(h.namespace_hash, bytes(header.namespace_hash), 32)
-    ctypes.memmove(h.key_hash, key, min(len(key), 64))
-    table = segment_table(header.segments)
-    return call("kvtier_encode_chunk_header", ctypes.byref(h), table)
-
-
-def encode_chunk(header: ChunkHeader, payload: BytesLike) -> bytes:
-    """Header + payload in one buffer (tests and small writers); ``header`` is
-    make_header's for this payload."""
-    return encode_header(header) + bytes(payload)
-
-
-def verify_chunk(data: BytesLike) -> ChunkHeader:
-    """Every check of FORMAT.md 3.5 on a whole chunk file held in memory."""
-    return _header_call("kvtier_verify_chunk", *_in(data), None, 0, 0)
-
-
-def verify_sealed_chunk(key: bytes, data: BytesLike, *, rank: int) -> ChunkHeader:
-    """A keyed chunk of rank ``rank``'s store held in memory: the MAC first,
-    then every check of ``verify_chunk`` on the plain chunk it seals."""
-    return _header_call("kvtier_verify_chunk", *_in(data), *_key(key), fit(rank, 32))
-
-
-def verify_chunk_file(
-    path: str,
-    block_size: int = 8 << 20,
-    key: bytes | None = None,
-    rank: int | None = None,
-) -> ChunkHeader:
-    """Header, size and payload checksum of a chunk file, read in blocks
-    (a keyed one whole, its MAC checked first: ``rank`` is then the rank of
-    the store it lies in, which the v3 seal binds)."""
-    if key is not None and rank is None:
-        raise ValueError("a keyed chunk's MAC binds its rank: pass rank=")
-    return _header_call(
-        "kvtier_verify_chunk_file",
-        os.fsencode(path),
-        fit(block_size, 64),
-        *_key(key),
-        fit(rank or 0, 32),
-    )
-
-
-def open_chunk(key: bytes, data: BytesLike, *, rank: int) -> bytes:
-    """The plain chunk of a keyed file of rank ``rank``'s store, the MAC
-    checked before any byte is parsed (mac_missing, truncated, mac_mismatch)."""
-    return call("kvtier_open_chunk", *_in(data), *_key(key), fit(rank, 32))
-
-
-def seal_chunk(
-    key: bytes, chunk: BytesLike, *, rank: int, salt: bytes | None = None
-) -> bytes:
-    """The plain chunk as rank ``rank``'s keyed file, v3 seal (``salt``
-    random unless given: vectors fix it)."""
-    if salt is not None and len(salt) != SALT_SIZE:
-        raise ValueError(f"salt of {len(salt)} bytes, needs {SALT_SIZE}")
-    salt = None if salt is None else bytes(salt)
-    return call("kvtier_seal_chunk", *_in(chunk), *_key(key), fit(rank, 32), salt, 0)
-
-
-def seal_chunk_v2(key: bytes, chunk: BytesLike) -> bytes:
-    """The v2 seal (HMAC-SHA256, no rank) stores written before v3 hold:
-    for tests and vectors, never written by the tier."""
-    return call("kvtier_seal_chunk", *_in(chunk), *_key(key), 0, None, _SEAL_V2)

@@ -19,7 +19,6 @@ MAX_HEADER_LENGTH = (
 MAX_GROUP_INDEX = 1023
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_RECORD_BYTES = 1 << 20
-NS_SHORT_HEX = 16
 MAC_SIZE = 32  # a keyed chunk's trailer: v3 salt || tag, or a v2 seal's HMAC
 SALT_SIZE = 16
 SEALED_VERSION = 3  # a v3-sealed chunk's version; the plain header it seals is 2

@@ -4,7 +4,6 @@ store library's name calls (format/'s layout, which kvstore walks with)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .format_error import FormatError, Reason
@@ -14,7 +13,7 @@ MANIFEST_DIR = "manifests"
 LOCK_FILE = ".lock"
 PENDING_DIR = "pending"
 # KVTIER_NAME_*: what kvtier_parse_name reads a name as.
-_KEY, _RANK_BASE, _CHUNK, _MANIFEST, _PENDING, _TEMP = range(1, 7)
+_MANIFEST, _PENDING, _TEMP = 4, 5, 6
 
 
 def _raw(text: str) -> tuple[bytes, int]:
@@ -32,11 +31,6 @@ def _parse(kind: int, name: str, *types: type) -> tuple[Any, ...]:
     return tuple(t(f) for t, f in zip(types, fields, strict=True))
 
 
-def sanitize_model(model: str) -> str:
-    """Model name as it appears in directory names: [A-Za-z0-9.-], <= 64."""
-    return _name("kvtier_sanitize_model", *_raw(model))
-
-
 def rank_base_name(prefix: str, model: str, ns_hash: bytes, rank: int) -> str:
     if len(ns_hash) != 32:
         raise FormatError(Reason.BAD_NAME, f"namespace hash of {len(ns_hash)} bytes")
@@ -49,18 +43,6 @@ def rank_base_name(prefix: str, model: str, ns_hash: bytes, rank: int) -> str:
     )
 
 
-@dataclass(frozen=True)
-class RankBaseName:
-    prefix: str
-    model: str
-    ns_short: str
-    rank: int
-
-
-def parse_rank_base_name(name: str) -> RankBaseName:
-    return RankBaseName(*_parse(_RANK_BASE, name, str, str, str, int))
-
-
 def namespace_record_name(rank_base: str) -> str:
     return f"{rank_base}.json"  # FORMAT.md 2: beside the rank base
 
@@ -68,11 +50,6 @@ def namespace_record_name(rank_base: str) -> str:
 def chunk_rel_path(key_hex: str, group: int) -> str:
     """`<hhh>/<hh>_g<g>/<hash>.bin`: hhh = hex[0:3], hh = hex[3:5]."""
     return _name("kvtier_chunk_rel_path", *_raw(key_hex), fit(group, 32))
-
-
-def parse_chunk_rel_path(rel: str) -> tuple[str, int]:
-    """Inverse of chunk_rel_path; returns (key hex, group)."""
-    return _parse(_CHUNK, rel, str, int)
 
 
 def manifest_file_name(boundary: int, tip: str) -> str:

@@ -4,13 +4,10 @@ through ctypes, declared once here: the structs, one table of signatures and
 one result helper (``call``) for every call that fills a kvtier_result.
 
 A ctypes call releases the GIL for its whole duration, and the library runs
-its own threads, so the engine thread never waits on per-byte work. Which
-file: ``KVTIER_STORE_LIB`` when set, else ``libkvtier_store.so`` beside this
-module (where the image bakes it), else the installed kvtier wheel's. Its ABI
-and library versions must equal ``ABI_VERSION`` and ``LIBRARY_VERSION``;
-anything else raises ``NativeLibraryError`` naming the file, and the caller
-refuses to start: there is no fallback (the pure-Python codec is the tests'
-oracle, tests/oracle/). Standard library only: it runs inside vLLM.
+its own threads, so the engine thread never waits on per-byte work. The file
+``library_path`` finds must be of ``ABI_VERSION`` and ``LIBRARY_VERSION``, or
+``load`` raises ``NativeLibraryError`` and the caller refuses to start: there
+is no fallback. Standard library only: it runs inside vLLM.
 """
 
 from __future__ import annotations
@@ -326,7 +323,8 @@ class PreparedRead:
         willneed: bool = False,
         safe_folders: bool = False,
     ) -> None:
-        """The call itself (the GIL released for all of it)."""
+        """The call itself on ``threads`` threads (the GIL released for all of
+        it); ``willneed``: fadvise each payload first."""
         flags = read_flags(stop_on_failure, willneed, safe_folders)
         _run(self._lib, "kvtier_read_chunks", self._items, self._count, threads, flags)
 
@@ -391,31 +389,15 @@ class Library:
             raise KeyFileError(_text(data))
         raise RuntimeError(f"{name}: {reason}: {message}")
 
-    def read_chunks(
-        self,
-        requests: Sequence[ReadRequest],
-        threads: int,
-        stop_on_failure: bool = False,
-        willneed: bool = False,
-        key: bytes | None = None,
-        safe_folders: bool = False,
-        rank: int = 0,
-    ) -> list[Result]:
-        """Read and verify every request (one call, ``threads`` threads);
-        one Result per request, in order. A failed item's memory is garbage.
-        ``willneed``: fadvise each payload first. ``key``: a keyed store's
-        secret, every MAC checked (the v3 seal binds ``rank``, whose store the
-        files are in). ``safe_folders``: READ_SAFE_FOLDERS."""
-        read = self.prepare_read(requests, key, rank=rank)
-        read.run(threads, stop_on_failure, willneed, safe_folders)
-        return read.results()
-
     def prepare_read(
         self, requests: Sequence[ReadRequest], key: bytes | None = None, rank: int = 0
     ) -> PreparedRead:
-        """The items of one read call, built now; ``PreparedRead.run`` is then
-        the call alone, or ``read_queue.ReadQueue.submit`` queues it (the restore builds
-        on the step's thread and queues it there: no Python thread waits)."""
+        """The items of one read call (read and verify every request; ``key``:
+        a keyed store's secret, every MAC checked, the v3 seal binding
+        ``rank``, whose store the files are in), built now; ``PreparedRead.run``
+        is then the call alone, or ``read_queue.ReadQueue.submit`` queues it
+        (the restore builds on the step's thread and queues it there: no
+        Python thread waits). A failed item's memory is garbage."""
         return PreparedRead(self, requests, key, rank)
 
     def write_chunks(
@@ -441,8 +423,9 @@ class Library:
     def supports_mac(self) -> bool:
         """Whether this build seals and checks MACs (it links libcrypto)."""
         probe = ReadRequest(0, bytes(32), b"", 0, 0, 0, (), (), path="/")
-        (result,) = self.read_chunks([probe], 1, key=b"\0" * 32)
-        return "OpenSSL" not in result.message
+        read = self.prepare_read([probe], key=b"\0" * 32)
+        read.run(1)
+        return "OpenSSL" not in read.results()[0].message
 
     def test_fault(self, op: int, err: int = 0, skip: int = 0, count: int = 0) -> None:
         """Tests only: the next ``count`` ops of kind ``op`` after ``skip``

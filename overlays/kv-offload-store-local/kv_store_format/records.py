@@ -4,17 +4,15 @@ a namespace record. The native codec (codec.py) encodes and judges them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .checksum import crc32
 from .constants import (
     CHECKSUM_CRC32,
     FIXED_HEADER_SIZE,
     FORMAT_VERSION,
     HEADER_CHECKSUM_SIZE,
-    NS_SHORT_HEX,
     SEGMENT_ENTRY_SIZE,
 )
 from .names import manifest_file_name
@@ -40,37 +38,12 @@ class ChunkHeader:
 
     @property
     def header_length(self) -> int:
-        return header_length_for(len(self.segments))
+        table = len(self.segments) * SEGMENT_ENTRY_SIZE
+        return FIXED_HEADER_SIZE + table + HEADER_CHECKSUM_SIZE
 
     @property
     def key_hex(self) -> str:
         return self.key_hash.hex()
-
-
-def header_length_for(num_segments: int) -> int:
-    return FIXED_HEADER_SIZE + num_segments * SEGMENT_ENTRY_SIZE + HEADER_CHECKSUM_SIZE
-
-
-def make_header(
-    namespace_hash: bytes,
-    group: int,
-    key_hash: bytes,
-    boundary: int,
-    segments: Sequence[Segment],
-    payload: bytes | bytearray | memoryview,
-    format_version: int = FORMAT_VERSION,
-) -> ChunkHeader:
-    """The header of ``payload`` (its length and CRC-32)."""
-    return ChunkHeader(
-        namespace_hash=bytes(namespace_hash),
-        group=group,
-        key_hash=bytes(key_hash),
-        boundary=boundary,
-        segments=tuple(segments),
-        payload_length=len(memoryview(payload).cast("B")),
-        payload_checksum=crc32(payload),
-        format_version=format_version,
-    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +91,3 @@ class NamespaceRecord:
         from .codec import namespace_hash  # the codec builds these records
 
         return namespace_hash(self.fenced)
-
-    @property
-    def namespace_short(self) -> str:
-        return self.namespace_hash.hex()[:NS_SHORT_HEX]

@@ -16,10 +16,13 @@ for folder in ("overlays/kv-offload-store-local", "engine"):
     if str(REPO / folder) not in sys.path:
         sys.path.insert(0, str(REPO / folder))
 
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format  # noqa: E402
 import read_diag  # noqa: E402
+from chunk_calls import ChunkCalls  # noqa: E402
 from kv_store_format import native  # noqa: E402
 from store_local_support import store_library  # noqa: E402
+
+fmt = ChunkCalls(kv_store_format)  # the package, and the chunk calls tests make
 
 NS = bytes(range(32))
 SPECS = [(0, fmt.SegmentKind.KV, fmt.DType.BFLOAT16, (2, 16, 64), (1024, 64, 1))]

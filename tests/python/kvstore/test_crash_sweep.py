@@ -32,7 +32,10 @@ OVERLAY_DIR = REPO_ROOT / "overlays" / "kv-offload-store-local"
 if str(OVERLAY_DIR) not in sys.path:
     sys.path.insert(0, str(OVERLAY_DIR))
 
-import kv_store_format as fmt  # noqa: E402 (found through the path above)
+import kv_store_format  # noqa: E402 (found through the path above)
+from chunk_calls import ChunkCalls  # noqa: E402
+
+fmt = ChunkCalls(kv_store_format)  # the package, and the chunk calls tests make
 
 FULL = 0
 STATE = 2

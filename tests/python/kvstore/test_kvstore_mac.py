@@ -15,7 +15,7 @@ import crc_forge
 import pytest
 import store_local_support as sls
 from kvstore_support import run
-from overlay_modules import fmt
+from overlay_modules import chunk_fmt, fmt
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def keyed(tmp_path):
 
 
 def _rank(base: Path) -> int:
-    return fmt.parse_rank_base_name(base.name).rank
+    return chunk_fmt.parse_rank_base_name(base.name).rank
 
 
 def _findings(r) -> list[str]:
@@ -97,13 +97,13 @@ def test_verify_key_binds_the_rank_of_the_folder_and_reads_v2_seals(kv, keyed):
     an older store holds (no rank in it) still verifies."""
     root, key, base, chunk = keyed
     secret, rank = key.read_bytes(), _rank(base)
-    plain = fmt.open_chunk(secret, chunk.read_bytes(), rank=rank)
-    chunk.write_bytes(fmt.seal_chunk(secret, plain, rank=rank + 1))
+    plain = chunk_fmt.open_chunk(secret, chunk.read_bytes(), rank=rank)
+    chunk.write_bytes(chunk_fmt.seal_chunk(secret, plain, rank=rank + 1))
     r = kv("verify", "--key", str(key), str(root))
     assert r.code == 1, r.out + r.err
     rel = str(chunk.relative_to(root))
     assert f"{rel}: corrupt: mac_mismatch: chunk MAC differs" in _findings(r), r.out
-    chunk.write_bytes(fmt.seal_chunk_v2(secret, plain))
+    chunk.write_bytes(chunk_fmt.seal_chunk_v2(secret, plain))
     r = kv("verify", "--key", str(key), str(root))
     assert r.code == 0, r.out + r.err
     assert kv("verify", str(root)).code == 0  # and without the key
@@ -111,8 +111,8 @@ def test_verify_key_binds_the_rank_of_the_folder_and_reads_v2_seals(kv, keyed):
 
 def test_verify_key_finds_a_plain_chunk_planted_in_a_keyed_store(kv, keyed):
     root, key, base, chunk = keyed
-    plain = fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base))
-    fmt.verify_chunk(plain)  # a valid chunk of this namespace: anyone can write it
+    plain = chunk_fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base))
+    chunk_fmt.verify_chunk(plain)  # a valid chunk of this namespace: anyone writes it
     chunk.write_bytes(bytes(plain))
     r = kv("verify", "--key", str(key), "--json", str(root))
     assert r.code == 1, r.out + r.err
@@ -199,9 +199,8 @@ def test_verify_without_the_key_finds_unsealed_files_in_a_keyed_store(kv, keyed)
     """The record fences a mac_key_id, which verify reads without the key:
     a plain chunk or a manifest without "mac" is mac_missing there too."""
     root, key, base, chunk = keyed
-    chunk.write_bytes(
-        bytes(fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base)))
-    )
+    plain = chunk_fmt.open_chunk(key.read_bytes(), chunk.read_bytes(), rank=_rank(base))
+    chunk.write_bytes(bytes(plain))
     (path,) = (base / fmt.MANIFEST_DIR).glob("*.json")
     manifest = fmt.decode_manifest(path.read_bytes(), key.read_bytes())
     path.write_bytes(fmt.encode_manifest(manifest))  # no "mac"

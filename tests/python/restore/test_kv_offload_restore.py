@@ -27,6 +27,7 @@ import zlib
 import harness
 import pytest
 import restore_rig as rs
+from chunk_calls import ChunkCalls
 from restore_rig import BLOCK, HASH, Rig, chain_hashes, env_on, pattern
 
 OFFLOADING = rs.OFFLOADING
@@ -244,7 +245,7 @@ def foreign_namespace(rig, hashes):
     """A chunk whose header (with a valid header CRC) names another namespace."""
     path = chunk_path(rig, key_of(hashes, 0, 1))
     data = bytearray(open(path, "rb").read())
-    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    fmt = ChunkCalls(sys.modules[f"{OFFLOADING}.kv_store_format"])
     header = fmt.decode_header(data)
     other = fmt.ChunkHeader(
         namespace_hash=bytes(32),
@@ -463,7 +464,7 @@ def test_ranks_that_disagree_load_nothing(ns, store):
     rig.shutdown()
     path = chunk_path(rig, key_of(hashes, 0, 0), rank=1)
     data = bytearray(open(path, "rb").read())
-    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    fmt = ChunkCalls(sys.modules[f"{OFFLOADING}.kv_store_format"])
     header = fmt.decode_header(data)
     payload = bytes(reversed(data[header.header_length :]))
     rewritten = fmt.ChunkHeader(
@@ -802,7 +803,7 @@ def test_keyed_round_trip_after_a_restart(ns, store, monkeypatch, tmp_path):
     key = _key_file(monkeypatch, tmp_path)
     rig, hashes = write_a(ns, store)
     rig.shutdown()
-    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    fmt = ChunkCalls(sys.modules[f"{OFFLOADING}.kv_store_format"])
     sealed = open(chunk_path(rig, key_of(hashes, 0, 2)), "rb").read()
     fmt.verify_sealed_chunk(key.read_bytes(), sealed, rank=0)  # the writer sealed it
     restarted = Rig(ns, store)
@@ -837,7 +838,7 @@ def forge_same_crc(rig, hashes, keyed: bool) -> str:
 def plant_plain_chunk(rig, hashes, key: bytes) -> str:
     """A plain chunk of this namespace (valid header CRC, payload CRC and
     namespace hash: nothing secret) where a sealed one lies."""
-    fmt = sys.modules[f"{OFFLOADING}.kv_store_format"]
+    fmt = ChunkCalls(sys.modules[f"{OFFLOADING}.kv_store_format"])
     path = chunk_path(rig, key_of(hashes, 3, 5))
     plain = fmt.open_chunk(key, open(path, "rb").read(), rank=0)
     fmt.verify_chunk(plain)
@@ -1133,7 +1134,7 @@ def test_the_header_read_gives_the_verdicts_of_a_full_length_read(ns, tmp_path):
     kr = sys.modules.get(f"{OFFLOADING}.kv_restore_read") or ns.load(
         f"{OFFLOADING}.kv_restore_read"
     )
-    fmt = kr.fmt
+    fmt = ChunkCalls(kr.fmt)
 
     def chunk(nsegs: int) -> bytes:
         specs = [

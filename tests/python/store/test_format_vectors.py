@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from chunk_calls import ChunkCalls
 from conftest import REPO_ROOT as REPO
 from conftest import load_module
 
@@ -21,7 +22,8 @@ VECTORS = REPO / "tests" / "vectors"
 CODEC = REPO / "overlays" / "kv-offload-store-local" / "kv_store_format"
 ORACLE = REPO / "tests" / "oracle" / "kv_store_format_oracle"
 CODECS = {
-    "native": load_module("kvtier_kv_store_format", CODEC),
+    # The package and the chunk calls only tests make (sim/chunk_calls.py).
+    "native": ChunkCalls(load_module("kvtier_kv_store_format", CODEC)),
     "oracle": load_module("kvtier_kv_store_format_oracle", ORACLE),
 }
 

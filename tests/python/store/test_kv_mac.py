@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from chunk_calls import ChunkCalls
 from conftest import REPO_ROOT as REPO
 from conftest import load_module
 
@@ -23,7 +24,8 @@ KNOBS = REPO / "overlays" / "kv-offload-scope" / "kv_offload_knobs.py"
 
 
 CODECS = {
-    "native": load_module("kvtier_kv_store_format_mac", CODEC),
+    # The package and the chunk calls only tests make (sim/chunk_calls.py).
+    "native": ChunkCalls(load_module("kvtier_kv_store_format_mac", CODEC)),
     "oracle": load_module("kvtier_kv_store_format_oracle_mac", ORACLE),
 }
 oracle = CODECS["oracle"]

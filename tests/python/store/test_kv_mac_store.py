@@ -18,7 +18,7 @@ import store_local_support as sls
 from conftest import REPO_ROOT
 from kv_store_format import native
 from kv_store_local.errors import StoreRefused
-from overlay_modules import fmt
+from overlay_modules import chunk_fmt, fmt
 
 _RESTORE = REPO_ROOT / "overlays" / "kv-offload-restore"
 if str(_RESTORE) not in sys.path:
@@ -79,12 +79,12 @@ def test_keyed_writer_seals_every_chunk_and_manifest(tmp_path, store_lib):
             # Sealed (v3): a keyless reader refuses it, the key opens it
             # for this rank only.
             with pytest.raises(fmt.FormatError) as err:
-                fmt.verify_chunk(data)
+                chunk_fmt.verify_chunk(data)
             assert err.value.reason is fmt.Reason.UNSUPPORTED_VERSION
             assert struct.unpack_from("<H", data, 8) == (fmt.SEALED_VERSION,)
-            header = fmt.verify_sealed_chunk(key, data, rank=store.writer.rank)
+            header = chunk_fmt.verify_sealed_chunk(key, data, rank=store.writer.rank)
             with pytest.raises(fmt.FormatError) as err:
-                fmt.verify_sealed_chunk(key, data, rank=store.writer.rank + 1)
+                chunk_fmt.verify_sealed_chunk(key, data, rank=store.writer.rank + 1)
             assert err.value.reason is fmt.Reason.MAC_MISMATCH
             assert data[header.header_length : -fmt.MAC_SIZE] == payload
     (manifest,) = sls.manifests(base, key).values()
@@ -138,8 +138,8 @@ def test_a_plain_chunk_planted_in_a_keyed_store_is_not_dedup_d(tmp_path, store_l
     (hash_, group), payload = next(iter(jobs[0].expected.items()))
     path = layout.chunk(hash_.hex(), group)
     sealed = Path(path).read_bytes()
-    plain = fmt.open_chunk(key_file.read_bytes(), sealed, rank=store.writer.rank)
-    fmt.verify_chunk(plain)  # CRC and namespace hash are right
+    plain = chunk_fmt.open_chunk(key_file.read_bytes(), sealed, rank=store.writer.rank)
+    chunk_fmt.verify_chunk(plain)  # CRC and namespace hash are right
     Path(path).write_bytes(bytes(plain))
     again, _ = _write(root, key_file, store_lib)
     assert again.stats.keys_written == 1 and again.stats.keys_deduplicated == 5
@@ -147,7 +147,7 @@ def test_a_plain_chunk_planted_in_a_keyed_store_is_not_dedup_d(tmp_path, store_l
     # Sealed again: the same header and payload, a fresh salt (so a new tag).
     assert rewritten[:-32] == sealed[:-32] and rewritten[-32:-16] != sealed[-32:-16]
     assert (
-        fmt.open_chunk(key_file.read_bytes(), rewritten, rank=again.writer.rank)
+        chunk_fmt.open_chunk(key_file.read_bytes(), rewritten, rank=again.writer.rank)
         == plain
     )
 

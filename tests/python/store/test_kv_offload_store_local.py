@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import store_local_support as sls
-from store_local_support import fmt, ksl
+from store_local_support import chunk_fmt, fmt, ksl
 
 # Tests that break their store on purpose; kvstore verify rightly fails there.
 DAMAGED = {"test_namespace_record_fences_exactly_and_ignores_info"}
@@ -169,7 +169,7 @@ def test_the_folder_is_named_by_a_readable_model_name(tmp_path, model, served, f
     write_boundary(store, sls.JobMaker(staging), 1)
     base = only_base(tmp_path)
     assert base.name.startswith(f"glm53kv_{folder}_") and base.name.endswith("_r1")
-    parsed = fmt.parse_rank_base_name(base.name)
+    parsed = chunk_fmt.parse_rank_base_name(base.name)
     assert parsed.model == folder
     record = fmt.decode_namespace_record(
         (tmp_path / fmt.namespace_record_name(base.name)).read_bytes()
@@ -193,7 +193,7 @@ def test_two_spellings_of_one_path_share_the_folder_name_not_the_identity(tmp_pa
     for model in ("/srv/run/../models/llama8b", "/srv/models/llama8b"):
         store, staging = sls.make_store(tmp_path, settings=sls.settings(model=model))
         write_boundary(store, sls.JobMaker(staging), 1)
-    names = [fmt.parse_rank_base_name(b.name) for b in sls.rank_bases(tmp_path)]
+    names = [chunk_fmt.parse_rank_base_name(b.name) for b in sls.rank_bases(tmp_path)]
     assert len(names) == 2 and {n.model for n in names} == {"llama8b"}
     assert len({n.ns_short for n in names}) == 2  # the fence still tells them apart
 
@@ -212,7 +212,7 @@ def test_payloads_are_the_real_bytes_with_verified_headers(tmp_path):
     assert len(expected) == 3 + 4
     for (hash_, group), real in expected.items():
         path = store.writer.layout.chunk(hash_.hex(), group)
-        header = fmt.verify_chunk_file(path)
+        header = chunk_fmt.verify_chunk_file(path)
         data = Path(path).read_bytes()
         assert data[header.header_length :] == real  # no padding on disk
         assert b"\xee" * 16 not in real  # the padding pattern never lands
@@ -286,7 +286,7 @@ def test_kda_conv_parts_are_one_segment_each(tmp_path, monkeypatch):
     job = maker.state(0, 3)
     sls.run_job(store, job)
     path = store.writer.layout.chunk(sls.block_hash(0).hex(), 3)
-    header = fmt.verify_chunk_file(path)
+    header = chunk_fmt.verify_chunk_file(path)
     assert header.format_version == 2
     conv, tmp = fmt.SegmentKind.CONV, fmt.SegmentKind.TEMPORAL
     bf16, f32 = fmt.DType.BFLOAT16, fmt.DType.FLOAT32
@@ -335,7 +335,9 @@ def test_manifest_waits_for_every_state_payload_and_full_chunk(tmp_path, monkeyp
             manifest = fmt.decode_manifest(b"".join(bytes(p) for p in parts))
             for g in manifest.groups:
                 for e in g.entries:
-                    fmt.verify_chunk_file(store.writer.layout.chunk(e.key, g.group))
+                    chunk_fmt.verify_chunk_file(
+                        store.writer.layout.chunk(e.key, g.group)
+                    )
             published.append(os.path.basename(path))
         return real_write(path, parts, sync_dir)
 
@@ -541,7 +543,7 @@ def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path):
     # Chunks 0 and 2 (the same call); chunk 1 failed, nothing of it is left.
     assert len(written) == 2 and store.stats.keys_failed == 1
     for path in written:
-        fmt.verify_chunk_file(str(path))
+        chunk_fmt.verify_chunk_file(str(path))
     # While paused, captures are dropped without copying or writing.
     sls.run_job(store, maker.full_chunks(3, 1))
     assert store.stats.keys_dropped_paused == 1
@@ -555,7 +557,7 @@ def test_enospc_pauses_the_writer_and_leaves_no_partial_file(tmp_path):
     assert len(sls.chunk_files(tmp_path)) == 5
     assert store.stats.keys_recaptured == 2
     for path in sls.chunk_files(tmp_path):
-        fmt.verify_chunk_file(str(path))
+        chunk_fmt.verify_chunk_file(str(path))
     assert store.writer.pool.used == 0
 
 
@@ -697,7 +699,7 @@ def test_dedup_only_on_a_header_that_verifies(tmp_path):
     sls.run_job(store, maker.full_chunks(0, 2))
     assert good.stat().st_ino == good_inode
     assert store.stats.keys_deduplicated == 1
-    fmt.verify_chunk_file(str(bad))
+    chunk_fmt.verify_chunk_file(str(bad))
     assert store.stats.keys_written == 3
 
 
@@ -743,7 +745,7 @@ def test_writer_holds_the_store_lock_shared_while_writing(tmp_path):
 
 def pending_record(store) -> list[tuple[int, str]]:
     (path,) = Path(store.writer.layout.pending_dir).iterdir()
-    return fmt.decode_pending_record(path.read_bytes())
+    return chunk_fmt.decode_pending_record(path.read_bytes())
 
 
 def test_pending_record_names_chunks_no_candidate_names_yet(tmp_path):
@@ -843,7 +845,7 @@ def test_partial_chunk_is_not_written(tmp_path):
     assert store.stats.keys_dropped_incomplete == 1
     (only,) = sls.chunk_files(tmp_path)
     assert only.name == sls.block_hash(1).hex() + ".bin"
-    header = fmt.verify_chunk_file(str(only))
+    header = chunk_fmt.verify_chunk_file(str(only))
     assert header.payload_length == 2 * 32 * 2
 
 
@@ -927,7 +929,7 @@ def test_bind_layers_reads_a_packed_block_at_each_layers_offset():
         payload_length=sum(s.length for s in segments), payload_checksum=0,
         segments=segments,
     )  # fmt: skip
-    assert sls.fmt.decode_header(sls.fmt.encode_header(header)).segments == segments
+    assert chunk_fmt.decode_header(chunk_fmt.encode_header(header)).segments == segments
     # Layers that overlap, or run past the block, are not read.
     with pytest.raises(ksl.errors.WriterDisabled, match="lie apart"):
         ksl.layout.bind_layers([group], [[(2, 532736 + 1000)]])
@@ -1022,8 +1024,8 @@ def test_windowed_checksum_equals_the_whole_payload_crc(tmp_path, size):
     )
     (result,) = lib.write_chunks([request], 1)
     assert result.ok, result.message
-    assert result.payload_checksum == fmt.crc32(payload)
-    header = fmt.verify_chunk_file(str(path))
+    assert result.payload_checksum == chunk_fmt.crc32(payload)
+    header = chunk_fmt.verify_chunk_file(str(path))
     assert path.read_bytes()[header.header_length :] == payload
 
 
@@ -1071,7 +1073,7 @@ def test_manifest_names_only_checksummed_files_in_synced_directories(
                 for e in g.entries:
                     chunk = layout.chunk(e.key, g.group)
                     # The payload CRC in the header is the real one ...
-                    fmt.verify_chunk_file(chunk)
+                    chunk_fmt.verify_chunk_file(chunk)
                     # ... and the file is durable: the library's, or synced here.
                     assert chunk in log.durable or (
                         ("sync", os.path.dirname(chunk)) in events

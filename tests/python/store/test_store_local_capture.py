@@ -241,7 +241,7 @@ def test_device_capture_of_several_sub_blocks_takes_each_layers_blocks_in_order(
 ):
     """blocks_per_chunk 2: a chunk is per layer its two sub-blocks, read from
     the two GPU blocks the spec names for it (the skipped first one too)."""
-    from overlay_modules import fmt
+    from overlay_modules import chunk_fmt
 
     groups = [
         ksl.layout.GroupLayout(
@@ -274,7 +274,7 @@ def test_device_capture_of_several_sub_blocks_takes_each_layers_blocks_in_order(
     assert store.stats.keys_dropped_incomplete == 1
     kv.zero()
     (only,) = sls.chunk_files(tmp_path)
-    header = fmt.verify_chunk_file(str(only))
+    header = chunk_fmt.verify_chunk_file(str(only))
     payload = only.read_bytes()[header.header_length :]
     assert payload == b"".join(bytes([16 * x + b]) * 32 for x in (0, 1) for b in (9, 7))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import store_local_support as sls
 from kv_store_format import native
-from overlay_modules import fmt
+from overlay_modules import chunk_fmt
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_native_files_hold_the_real_bytes_and_publish_the_manifest(lib, tmp_path
     for job in jobs:
         for (hash_, group), payload in job.expected.items():
             path = store.writer.layout.chunk(hash_.hex(), group)
-            header = fmt.verify_chunk_file(path)
+            header = chunk_fmt.verify_chunk_file(path)
             assert Path(path).read_bytes()[header.header_length :] == payload
     (base,) = sls.rank_bases(tmp_path)
     assert [m.boundary for m in sls.manifests(base).values()] == [32]
@@ -78,7 +78,7 @@ def test_native_enospc_pauses_and_the_keys_are_written_after(lib, tmp_path):
     store.writer.drain()
     assert len(sls.chunk_files(tmp_path)) == 5
     for path in sls.chunk_files(tmp_path):
-        fmt.verify_chunk_file(str(path))
+        chunk_fmt.verify_chunk_file(str(path))
     assert store.writer.pool.used == 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import harness
 import pytest
 from hybrid_layout import OFFLOADING, HybridVllm
-from store_local_support import fmt
+from store_local_support import chunk_fmt, fmt
 from store_rig import StoreRig
 from trees import patched_copy
 
@@ -158,7 +158,7 @@ class Run:
             for p in Path(self.writer.layout.base).rglob("*.bin")
             if "_g0" in p.parent.name
         ):
-            header = fmt.verify_chunk_file(str(path))
+            header = chunk_fmt.verify_chunk_file(str(path))
             key = header.key_hash + (0).to_bytes(4, "big")
             with open(path, "rb") as f:
                 assert f.read()[-FULL_PAGE:] == row_bytes(key)[:FULL_PAGE]

@@ -21,11 +21,14 @@ for folder in ("kv-offload-store-local", "kv-offload-restore"):
     if str(REPO / "overlays" / folder) not in sys.path:
         sys.path.insert(0, str(REPO / "overlays" / folder))
 
-import kv_store_format as fmt  # noqa: E402
+import kv_store_format  # noqa: E402
 import kv_store_format_oracle as pyfmt  # noqa: E402  (tests/oracle/)
 import restore_read_py as oracle  # noqa: E402  (sim/)
+from chunk_calls import ChunkCalls, RankBaseName  # noqa: E402  (sim/)
 from kv_store_format import native, read_queue  # noqa: E402
 from store_local_support import store_library  # noqa: E402
+
+fmt = ChunkCalls(kv_store_format)  # the package, and the chunk calls tests make
 
 NS = bytes(range(32))
 KEY = bytes(range(100, 132))
@@ -95,7 +98,9 @@ def native_verdict(
         runs=runs,
         path=str(path),
     )
-    (result,) = lib.read_chunks([request], threads, key=key, rank=rank)
+    read = lib.prepare_read([request], key=key, rank=rank)
+    read.run(threads)
+    (result,) = read.results()
     return result.reason, bytes(dest) == PAYLOAD
 
 
@@ -208,8 +213,8 @@ def test_a_layout_that_differs_only_in_its_table_is_a_layout_mismatch(lib, tmp_p
 
 
 def test_the_read_queue_runs_cancels_and_closes(lib, tmp_path):
-    """read_queue.ReadQueue: a call runs on the library's thread and reads what read_chunks
-    reads; one queued behind a held call is cancelled untouched; after close a
+    """read_queue.ReadQueue: a call runs on the library's thread and reads what
+    PreparedRead.run reads; one queued behind a held call is cancelled untouched; after close a
     call that never reported is ended but not done, and a new one is refused."""
     folder = tmp_path / "held"
     folder.mkdir()
@@ -400,7 +405,7 @@ def test_names_are_the_librarys_built_and_parsed_back(lib) -> None:
     the same verdicts as the oracle's, and parse back to their parts."""
     base = fmt.rank_base_name("glm53kv", "zai-org/GLM-5.3", NS, 3)
     assert base == pyfmt.rank_base_name("glm53kv", "zai-org/GLM-5.3", NS, 3)
-    assert fmt.parse_rank_base_name(base) == fmt.names.RankBaseName(
+    assert fmt.parse_rank_base_name(base) == RankBaseName(
         "glm53kv", "zai-org-GLM-5.3", NS.hex()[:16], 3
     )
     assert fmt.pending_file_name(12, 34) == "12.34.json"
