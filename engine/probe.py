@@ -296,8 +296,11 @@ def inspect_worker(worker: Any, compare: bool = True) -> dict[str, Any]:
 
     # The tree's kv_store_format with the chunk calls the overlays never make
     # (sim/chunk_calls.py: opening a keyed chunk, parsing a header in memory).
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.path.join(repo, "sim"))
+    sim = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sim"
+    )
+    if sim not in sys.path:
+        sys.path.insert(0, sim)
     from chunk_calls import ChunkCalls
 
     fmt = ChunkCalls(importlib.import_module(OFFLOADING + ".kv_store_format"))
