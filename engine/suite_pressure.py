@@ -11,8 +11,9 @@ import os
 
 from suite_stage import CPU_GB, MODELS, Stage
 
-# Timed rounds of each pressure.turns engine: as many off / on pairs.
-TURN_ROUNDS = 8
+# Timed rounds of each pressure.turns engine: as many off / on pairs; a multiple of 6, the
+# cycle over which engine/turns.py's rotation gives each engine each place equally.
+TURN_ROUNDS = 12
 
 
 def pressure_stages() -> list[Stage]:
@@ -23,8 +24,8 @@ def pressure_stages() -> list[Stage]:
              "--warmup", "--thread-cpu"]  # fmt: skip
     out = []
     # Throughput tier off vs on (wave 17): three engines boot side by side and time their
-    # rounds one at a time, in turn (engine/turns.py): off, on, ref, then ref, on, off, and
-    # so on, a new burst every round. Each round gives a pair on / off; ref, a second
+    # rounds one at a time, in an order that rotates (engine/turns.py: off on ref, on ref
+    # off, ref off on, then the same reversed), a new burst every round. Each round gives a pair on / off; ref, a second
     # tier-off engine, gives off / off, what the machine alone varies by. The "on" engine is
     # also the pressure run (small CPU tier, a burst far above the capture budget).
     turns = ["--rounds", str(TURN_ROUNDS), "--turns"]

@@ -1,8 +1,12 @@
 """Timed rounds taken in turn by engines that share one GPU (the interleaved tier-cost judge).
 
-Engines that each boot once, side by side, then time their rounds one at a time in a fixed
-order: round 0 in ``order``, round 1 reversed, and so on (off on ref, ref on off, ...), so a
-drift of the machine over the minute cancels out of each pair instead of landing on one side.
+Engines that each boot once, side by side, then time their rounds one at a time. With
+three engines the order rotates: rounds 0-2 take ``order`` rotated by 0, 1, 2 (off on ref,
+on ref off, ref off on), rounds 3-5 the reversed order rotated the same way (ref on off,
+on off ref, off ref on), and so on. Over every six rounds each engine takes each place
+twice, each one goes first in a pair as often as the other, and no engine times two turns
+in a row, so neither the machine's drift nor whoever ran just before lands on one side of
+a pair (an earlier order, off on ref then ref on off, always put "on" in the middle).
 They agree through a folder: ``ready.<role>`` once an engine is warmed up, and ``step``, the
 number of turns taken so far, which the engine whose turn ended advances.
 """
@@ -28,10 +32,15 @@ class Turns:
         """This engine is warmed up; no turn starts before every engine is."""
         self._write(f"ready.{self.role}", "1")
 
+    def sequence(self, rnd: int) -> list[str]:
+        """The roles in the order they time round ``rnd``."""
+        n = len(self.order)
+        base = self.order if (rnd // n) % 2 == 0 else self.order[::-1]
+        return base[rnd % n :] + base[: rnd % n]
+
     def index(self, rnd: int) -> int:
         """The turn this engine's round ``rnd`` is, counted from 0 over every engine."""
-        order = self.order if rnd % 2 == 0 else self.order[::-1]
-        return rnd * len(self.order) + order.index(self.role)
+        return rnd * len(self.order) + self.sequence(rnd).index(self.role)
 
     def wait(self, rnd: int) -> float:
         """Blocks until round ``rnd`` is this engine's turn; the seconds waited."""

@@ -17,7 +17,7 @@ from turns import Turns, TurnTimeout  # noqa: E402
 ORDER = ["off", "on", "ref"]
 
 
-def test_rounds_run_one_at_a_time_in_the_order_then_reversed(tmp_path):
+def test_rounds_run_one_at_a_time_in_a_rotating_order(tmp_path):
     log: list[tuple[str, int, str]] = []
     busy = threading.Lock()
 
@@ -25,7 +25,7 @@ def test_rounds_run_one_at_a_time_in_the_order_then_reversed(tmp_path):
         turns = Turns(str(tmp_path / "g"), role, ORDER)
         time.sleep(boot_s)  # engines come up at different times
         turns.ready()
-        for rnd in range(4):
+        for rnd in range(6):
             turns.wait(rnd)
             assert busy.acquire(blocking=False), "two engines timed at once"
             log.append((role, rnd, "start"))
@@ -43,10 +43,20 @@ def test_rounds_run_one_at_a_time_in_the_order_then_reversed(tmp_path):
     starts = [(role, rnd) for role, rnd, what in log if what == "start"]
     assert starts == [
         ("off", 0), ("on", 0), ("ref", 0),
-        ("ref", 1), ("on", 1), ("off", 1),
-        ("off", 2), ("on", 2), ("ref", 2),
+        ("on", 1), ("ref", 1), ("off", 1),
+        ("ref", 2), ("off", 2), ("on", 2),
         ("ref", 3), ("on", 3), ("off", 3),
+        ("on", 4), ("off", 4), ("ref", 4),
+        ("off", 5), ("ref", 5), ("on", 5),
     ]  # fmt: skip
+    # Over the six rounds: each engine in each place twice, none twice in a row, and
+    # "off" before "on" in as many rounds as after.
+    order = [role for role, _ in starts]
+    for place in range(3):
+        assert sorted(order[place::3]) == sorted(ORDER * 2)
+    assert all(a != b for a, b in zip(order, order[1:]))
+    rounds = [order[i : i + 3] for i in range(0, 18, 3)]
+    assert sum(r.index("off") < r.index("on") for r in rounds) == 3
 
 
 def test_no_turn_starts_before_every_engine_is_ready(tmp_path):
