@@ -172,6 +172,17 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
     noise = [
         round(ref[i]["tokens_per_s"] / off[i]["tokens_per_s"], 3) for i in range(n)
     ]
+    # Against both tier-off engines' mean of the same round: half the variance of one
+    # tier-off round in the denominator (printed beside the judge, not judged).
+    both = [
+        round(
+            2
+            * on[i]["tokens_per_s"]
+            / (off[i]["tokens_per_s"] + ref[i]["tokens_per_s"]),
+            3,
+        )
+        for i in range(n)
+    ]
 
     def cpu(rnd: dict) -> float | None:
         return rnd.get("thread_cpu", {}).get("(caller)")
@@ -193,6 +204,8 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             **_spread(ratios),
             "ref_ratios": noise,
             "ref": _spread(noise),
+            "ratios_vs_both_off": both,
+            "vs_both_off": _spread(both),
             "engine_thread_cpu_ratios": cpu_ratios,
             # What the worst pair's tier-on round spent, by thread, against its off round.
             "worst_pair": {

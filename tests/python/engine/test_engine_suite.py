@@ -532,6 +532,8 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     assert v["median"] == 0.97 and v["worst"] == 0.8 and v["best"] == 1.0
     assert v["spread"] == 0.2 and v["worst_pair"]["round"] == 3
     assert v["ref"]["median"] == 1.0 and v["ref"]["worst"] == 0.97
+    # Round 3 against both tier-off engines: 80 / mean(100, 98).
+    assert v["ratios_vs_both_off"][3] == 0.808 and v["vs_both_off"]["worst"] == 0.808
     assert v["engine_thread_cpu_ratios"] == [1.5] * 8
     assert not v["goal_met"] and v["ok"]  # a benchmark: the worst pair misses 0.85
     results["pressure.turns.on"]["rounds"][3]["tokens_per_s"] = 90.0
