@@ -81,12 +81,7 @@ class ChunkCalls:
 
     def header_length_for(self, num_segments: int) -> int:
         """A chunk header's length: fixed part, segment table, header CRC."""
-        c = self.fmt.constants
-        return (
-            c.FIXED_HEADER_SIZE
-            + num_segments * c.SEGMENT_ENTRY_SIZE
-            + c.HEADER_CHECKSUM_SIZE
-        )
+        return self.fmt.records.header_length_for(num_segments)
 
     def make_header(
         self,
@@ -208,23 +203,17 @@ class ChunkCalls:
         text = self._call("kvtier_pending_record_decode", *_in(data))
         return [(g, k) for g, k in json.loads(text)["chunks"]]
 
-    def _name(self, fn: str, *args: Any) -> str:
-        return self._call(fn, *args).decode("utf-8", "surrogatepass")
-
-    def _parse(self, kind: int, name: str, *types: type) -> tuple[Any, ...]:
-        """The fields kvtier_parse_name reads in ``name`` (one a line), typed."""
-        raw = _in(name.encode("utf-8", "surrogatepass"))
-        fields = self._name("kvtier_parse_name", kind, *raw).split("\n", len(types) - 1)
-        return tuple(t(f) for t, f in zip(types, fields, strict=True))
+    # The package's own name helpers (names.py) make these calls.
 
     def sanitize_model(self, model: str) -> str:
         """Model name as it appears in directory names: [A-Za-z0-9.-], <= 64."""
-        raw = _in(model.encode("utf-8", "surrogatepass"))
-        return self._name("kvtier_sanitize_model", *raw)
+        names = self.fmt.names
+        return names._name("kvtier_sanitize_model", *names._raw(model))
 
     def parse_rank_base_name(self, name: str) -> RankBaseName:
-        return RankBaseName(*self._parse(_NAME_RANK_BASE, name, str, str, str, int))
+        fields = self.fmt.names._parse(_NAME_RANK_BASE, name, str, str, str, int)
+        return RankBaseName(*fields)
 
     def parse_chunk_rel_path(self, rel: str) -> tuple[str, int]:
         """Inverse of chunk_rel_path; returns (key hex, group)."""
-        return self._parse(_NAME_CHUNK, rel, str, int)
+        return self.fmt.names._parse(_NAME_CHUNK, rel, str, int)

@@ -38,12 +38,16 @@ class ChunkHeader:
 
     @property
     def header_length(self) -> int:
-        table = len(self.segments) * SEGMENT_ENTRY_SIZE
-        return FIXED_HEADER_SIZE + table + HEADER_CHECKSUM_SIZE
+        return header_length_for(len(self.segments))
 
     @property
     def key_hex(self) -> str:
         return self.key_hash.hex()
+
+
+def header_length_for(num_segments: int) -> int:
+    """A chunk header's length: fixed part, segment table, header CRC."""
+    return FIXED_HEADER_SIZE + num_segments * SEGMENT_ENTRY_SIZE + HEADER_CHECKSUM_SIZE
 
 
 @dataclass(frozen=True)
