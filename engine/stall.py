@@ -7,15 +7,23 @@ the long prompt (one the store holds) arrives; the steps until it finishes are t
 restore window, the step that finishes it runs its prefill tail (the tokens after the
 last restored chunk) and is reported apart; then ``after_steps`` more. Each decoder's
 inter-token gaps are timed at the step that produced the token.
+
+Each step from three before the long prompt arrives to three after its tail is traced:
+its wall time and the milliseconds spent in the scheduler, the model, vLLM's connector
+and our hooks (engine/steptimer.py), so a slow step says where its time went.
 """
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 from typing import Any
 
+import steptimer
+
 WARM_STEPS = 20  # the decoders' own prefills and first steps are not timed
+TRACE_AROUND = 3  # steps traced before the long prompt arrives and after its tail
 
 
 def _summary(gaps: list[float]) -> dict:
@@ -56,13 +64,31 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
     gaps: dict[str, list[float]] = {"alone": [], "restore": [], "tail": [], "after": []}
     phase, steps, arrival, window_s, tail_s, cached = "alone", 0, 0.0, None, None, None
     after = 0
+    timed = steptimer.install(llm)
+    trace: list[dict] = []
+    before_arrival: collections.deque = collections.deque(maxlen=TRACE_AROUND)
+    alone_steps_s: list[float] = []
     while True:
+        spent0 = steptimer.snapshot()
         start = time.perf_counter()
         outputs = engine.step()
         now = time.perf_counter()
         steps += 1
+        step = {
+            "phase": phase,
+            "step_ms": round((now - start) * 1e3, 3),
+            "in_ms": steptimer.spent(spent0, steptimer.snapshot()),
+        }
+        if phase == "alone":
+            before_arrival.append(step)
+            if steps > WARM_STEPS:
+                alone_steps_s.append(now - start)
+        elif phase == "restore" or after < TRACE_AROUND:
+            trace.append(step)
         long = [o for o in outputs if o.request_id == "stall-long" and o.finished]
         finished_long = bool(long)  # the step that ran the long prompt's tail
+        if finished_long:
+            step["phase"] = "tail"
         if long:
             cached = long[0].num_cached_tokens
         for out in outputs:
@@ -76,6 +102,7 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
         if phase == "alone" and steps >= alone_steps:
             engine.add_request("stall-long", {"prompt_token_ids": long_prompt}, once)
             phase, arrival = "restore", now
+            trace.extend(before_arrival)
         elif phase == "restore" and finished_long:
             phase, window_s, tail_s = "after", start - arrival, now - start
         elif phase == "after":
@@ -103,4 +130,7 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
         "tail": _summary(gaps["tail"]),
         "after": _summary(gaps["after"]),
         "p99_restore_vs_alone": ratio,
+        "alone_step_s": _summary(alone_steps_s),
+        "timed": timed,
+        "trace": trace,
     }

@@ -116,3 +116,48 @@ def test_the_restore_recorder_wraps_what_the_real_restore_calls(monkeypatch):
         {"reason": "no_manifest", "key": None, "message": "none proves it"}
     ]
     assert restore.stats.failures["no_manifest"] == 1  # the restore's own code ran
+
+
+def test_the_stall_trace_times_methods_the_real_engine_has():
+    """engine/steptimer.py wraps methods by name and skips a name an object lacks, so
+    a rename in a release would drop that line from the GPU trace without a word: each
+    name must be on the real class (step_fn is EngineCore's bound pick of a step)."""
+    import inspect
+
+    import steptimer
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        kv_restore_worker,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.kv_store_local import (  # noqa: E501
+        worker_store,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+        OffloadingConnectorScheduler,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+        OffloadingConnectorWorker,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.executor.abstract import Executor
+
+    assert steptimer.ENGINE_CORE == ("step_fn",)
+    assert "self.step_fn = " in inspect.getsource(EngineCore.__init__)
+    for cls, names in [
+        (Scheduler, steptimer.SCHEDULER),
+        (Executor, steptimer.EXECUTOR),
+        (OffloadingConnectorScheduler, steptimer.CONNECTOR_SCHEDULER),
+        (OffloadingConnectorWorker, steptimer.CONNECTOR_WORKER),
+        (kv_restore_worker.WorkerRestore, steptimer.RESTORE),
+        (worker_store.WorkerStore, steptimer.STORE),
+    ]:
+        for name in names:
+            assert callable(getattr(cls, name, None)), f"{cls.__name__}.{name}"
+    assert "self.connector_scheduler" in inspect.getsource(OffloadingConnector.__init__)
+    # The wrapper returns what the method returns and sums its time under one label.
+    restore = kv_restore_worker.WorkerRestore()
+    assert steptimer.wrap(restore, ("wait_idle",), "t") == ["t.wait_idle"]
+    assert restore.wait_idle(0) is True and steptimer.TOTALS["t.wait_idle"] > 0

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -1092,7 +1093,8 @@ class _SteppedEngine:
 def test_the_stall_check_times_the_decoders_alone_in_the_restore_window_and_after():
     import stall
 
-    engine = _SteppedEngine(step_s=0.001, slow_s=0.004, restore_steps=6)
+    # 20 ms against 1: a loaded machine's late wake-ups stay far below the slow steps.
+    engine = _SteppedEngine(step_s=0.001, slow_s=0.02, restore_steps=6)
     llm = type("L", (), {"llm_engine": engine})()
     got = stall.run(llm, [7] * 9000, decoders=3, alone_steps=40, after_steps=10,
                     sampling=dict)  # fmt: skip
@@ -1101,9 +1103,51 @@ def test_the_stall_check_times_the_decoders_alone_in_the_restore_window_and_afte
     assert engine.added[-1][1] == 9000 and not engine.decoders  # aborted at the end
     assert got["long_cached_tokens"] == 4608 and got["decoders"] == 3
     assert got["restore"]["gaps"] == 3 * 6  # the six steps it waited, each decoder
-    assert got["restore"]["p50_s"] >= 0.004 > got["alone"]["p99_s"]
+    assert got["restore"]["p50_s"] >= 0.02 > got["alone"]["p99_s"]
     assert got["p99_restore_vs_alone"] > 2
-    assert got["restore_window_s"] >= 6 * 0.004 and got["after"]["gaps"] == 3 * 10
+    assert got["restore_window_s"] >= 6 * 0.02 and got["after"]["gaps"] == 3 * 10
+
+
+class _TracedEngine(_SteppedEngine):
+    """An in-process engine, played: step runs EngineCore's step_fn, whose scheduler's
+    schedule takes the step's time (20 ms while the long prompt waits, else 1 ms), so
+    the trace must put each slow step down to it."""
+
+    def __init__(self, restore_steps):
+        super().__init__(step_s=0.0, slow_s=0.0, restore_steps=restore_steps)
+        scheduler = type("S", (), {})()
+        scheduler.schedule = lambda s: time.sleep(s)
+        self.core = type("Core", (), {})()
+        self.core.scheduler = scheduler
+        self.core.step_fn = self.step_inner
+        self.engine_core = type("Client", (), {})()
+        self.engine_core.engine_core = self.core
+
+    def step(self):
+        return self.core.step_fn()
+
+    def step_inner(self):
+        waiting = self.long_wait is not None and self.long_wait > 0
+        self.core.scheduler.schedule(0.02 if waiting else 0.001)
+        return super().step()
+
+
+def test_the_stall_check_traces_where_each_step_around_the_window_went():
+    import stall
+
+    engine = _TracedEngine(restore_steps=4)
+    llm = type("L", (), {"llm_engine": engine, "collective_rpc": lambda s, fn: [[]]})()
+    got = stall.run(llm, [7] * 9000, decoders=2, alone_steps=30, after_steps=5,
+                    sampling=dict)  # fmt: skip
+    assert got["timed"] == ["core.step_fn", "scheduler.schedule"]
+    phases = [s["phase"] for s in got["trace"]]
+    assert phases == ["alone"] * 3 + ["restore"] * 4 + ["tail"] + ["after"] * 3
+    for step in got["trace"]:
+        assert step["in_ms"]["core.step_fn"] <= step["step_ms"]
+        slow = step["in_ms"]["scheduler.schedule"]
+        # Only the waiting steps slept 20 ms in the scheduler.
+        assert (slow >= 20.0) == (step["phase"] == "restore"), step
+    assert got["alone_step_s"]["gaps"] == 30 - stall.WARM_STEPS
 
 
 def test_the_stall_verdict_needs_a_restored_prompt_and_reports_the_goal():
