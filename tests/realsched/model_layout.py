@@ -15,7 +15,12 @@ Three things differ from a GPU boot, all below the layout: the CPU platform keep
 caching and chunked prefill on for MLA (it turns them off: no CPU kernels), a sparse MLA
 layer gets FlashMLA's sparse backend class (the one the H200 stage selects), and the
 block size comes from the backends' kernel block sizes and the hybrid alignment, as the GPU
-executor computes it after loading the model.
+executor computes it after loading the model. The worker side binds the caches as the GPU
+model runner does (worker_side: vLLM's init_attn_backend and init_kv_cache), so a backend
+that needs blocks smaller than the manager's gets kernel-block views (glm5wide's indexer
+keys) and engine/probe.py reads them through the runner's attn_groups. Other attention
+layers keep the CPU platform's backend (qwen3next CPU_ATTN, dsv2lite AMX_MLA, not the
+GPU's), so their kernel block sizes are those backends'.
 """
 
 from __future__ import annotations
@@ -99,6 +104,7 @@ def engine_config(
     cpu_bytes: int,
     restore: bool = False,
     mtp: bool = False,
+    max_model_len: int = 4096,
 ):
     from vllm.engine.arg_utils import EngineArgs
 
@@ -113,7 +119,7 @@ def engine_config(
         load_format="dummy",
         enforce_eager=True,
         dtype="bfloat16",
-        max_model_len=4096,
+        max_model_len=max_model_len,
         enable_prefix_caching=True,
         block_size=block_size,
         max_num_seqs=8,
@@ -189,11 +195,17 @@ def layer_specs(vc) -> tuple[dict, list[str]]:
 
 
 def worker_side(booted, seed: int, loads: bool = False):
-    """vLLM's own allocate_kv_cache (random bytes from ``seed``), the layers bound to their
-    views, the real worker-role OffloadingConnector registering them (the store-local
-    hooks attach the writer, the restore hooks the restore), the DMA played
-    (realsched.FakeTransfers). Returns (connector worker, transfers, runner): the runner
-    is what engine/probe.py reads a worker's caches through."""
+    """The caches as the GPU model runner makes them (random bytes from ``seed``): vLLM's
+    own init_attn_backend groups each cache group's layers by backend and picks every
+    group's kernel block size from the backends' get_supported_kernel_block_sizes, then
+    init_kv_cache allocates the packed caches and binds each layer to its view, in kernel
+    blocks where its backend needs smaller blocks than the manager's (GLM-5.3's indexer
+    keys at 4,608-token blocks: 512-token kernel blocks). The real worker-role
+    OffloadingConnector registers the manager-block views, as the runner hands them over
+    (the store-local hooks attach the writer, the restore hooks the restore), the DMA
+    played (realsched.FakeTransfers). Returns (connector worker, transfers, runner): the
+    runner is what engine/probe.py reads a worker's caches through, with the runner's
+    attn_groups and kernel_block_sizes."""
     from types import SimpleNamespace
 
     import torch
@@ -202,17 +214,24 @@ def worker_side(booted, seed: int, loads: bool = False):
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
         OffloadingConnector,
     )
-    from vllm.v1.kv_cache_layout import KVCacheLayout
-    from vllm.v1.worker.utils import allocate_kv_cache, bind_kv_cache_to_layers
+    from vllm.v1.worker.gpu.attn_utils import init_attn_backend, init_kv_cache
 
     vc, config = booted.vllm_config, booted.worker_kv_cache_config
     ctx = vc.compilation_config.static_forward_context
-    caches = allocate_kv_cache(
-        config,
-        torch.device("cpu"),
-        KVCacheLayout[vc.cache_config.kv_cache_layout],
-        [g.kv_cache_spec.block_size for g in config.kv_cache_groups],
-    )
+    cpu = torch.device("cpu")
+    with set_current_vllm_config(vc):
+        # The GPU runner's initialize_kv_cache: its metadata builders are built too (on
+        # CPU here; none runs), since AttentionGroup.create_metadata_builders is where a
+        # group whose backend needs smaller blocks gets its kernel_block_size.
+        attn_groups, _, kernel_block_sizes = init_attn_backend(config, vc, cpu)
+        caches = init_kv_cache(
+            ctx,
+            config,
+            cpu,
+            kernel_block_sizes,
+            vc,
+            attn_groups=(g for groups in attn_groups for g in groups),
+        )
     generator = torch.Generator().manual_seed(seed)
     for t in {id(t.untyped_storage()): t for t in caches.values()}.values():
         raw = torch.empty(0, dtype=torch.uint8).set_(
@@ -221,7 +240,6 @@ def worker_side(booted, seed: int, loads: bool = False):
         raw.copy_(
             torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator)
         )
-    bind_kv_cache_to_layers(caches, ctx)
     made = []
     with set_current_vllm_config(vc):  # as the GPU worker runs: the state views
         connector = OffloadingConnector(vc, KVConnectorRole.WORKER, config)
@@ -240,10 +258,67 @@ def worker_side(booted, seed: int, loads: bool = False):
     runner = SimpleNamespace(
         vllm_config=vc,
         model_runner=SimpleNamespace(
-            compilation_config=vc.compilation_config, kv_cache_config=config
+            compilation_config=vc.compilation_config,
+            kv_cache_config=config,
+            attn_groups=attn_groups,
+            kernel_block_sizes=kernel_block_sizes,
         ),
     )
     return worker, made[0], runner
+
+
+def kernel_binding(runner) -> dict:
+    """How worker_side bound the caches: each cache group's manager and kernel block size
+    and its layers' backends, and every attention group bound in kernel blocks smaller
+    than the manager's (its kernel block size and stride, and how many kernel pages its
+    first layer's bound view spans against the manager's blocks)."""
+    mr = runner.model_runner
+    config = mr.kv_cache_config
+    ctx = mr.compilation_config.static_forward_context
+    out: dict = {
+        "manager_block_sizes": [
+            g.kv_cache_spec.block_size for g in config.kv_cache_groups
+        ],
+        "kernel_block_sizes": list(mr.kernel_block_sizes),
+        "backends": [
+            sorted({g.backend.get_name() for g in gs}) for gs in mr.attn_groups
+        ],
+        "split": [],
+    }
+    for groups in mr.attn_groups:
+        for group in groups:
+            if group.kernel_block_size is None:
+                continue
+            out["split"].append(
+                {
+                    "group": group.kv_cache_group_id,
+                    "backend": group.backend.get_name(),
+                    "layers": list(group.layer_names),
+                    "kernel_block_size": group.kernel_block_size,
+                    "kernel_block_stride": group.kernel_block_stride,
+                    "bound_pages": ctx[group.layer_names[0]].kv_cache.shape[0],
+                    "num_blocks": config.num_blocks,
+                }
+            )
+    return out
+
+
+def probe_mapping(probe):
+    """(patch, names): while the patch is on, ``names`` collects every layer whose bound
+    view engine/probe.py mapped back to manager blocks (the kernel-block path of
+    _layer_page and _logical_block), so a test can tell that path ran."""
+    from unittest import mock
+
+    names: set[str] = set()
+    real = probe._manager_blocks
+
+    def manager_blocks(worker, name, kv, num_blocks):
+        out = real(worker, name, kv, num_blocks)
+        if out is not kv:
+            names.add(name)
+        return out
+
+    return mock.patch.object(probe, "_manager_blocks", manager_blocks), names
 
 
 def serve(
@@ -292,10 +367,13 @@ def store_and_compare(booted, prompt: int) -> dict:
 
     worker, _, runner = worker_side(booted, seed=31)
     store = worker._kv_store
-    with mock.patch.object(probe, "_store", lambda _: (worker, store)):
+    mapping, mapped = probe_mapping(probe)
+    with mock.patch.object(probe, "_store", lambda _: (worker, store)), mapping:
         out = {"writer": probe.install_recorder(runner)}
         serve(booted, worker, "w", [(i * 11) % 900 + 3 for i in range(prompt)])
         out["compare"] = probe.inspect_worker(runner)
+    out["binding"] = kernel_binding(runner)
+    out["mapped"] = sorted(mapped)
     worker.shutdown()
     return out
 
@@ -313,10 +391,12 @@ def restore_and_compare(boot, prompt: int, corrupt: bool) -> dict:
     )
 
     tokens = [(i * 11) % 900 + 3 for i in range(prompt)]
+    mapping, mapped = probe_mapping(probe)
     first = boot()
     worker, _, runner = worker_side(first, seed=31)
     ids_a, computed_a, _ = serve(first, worker, "a", tokens)
-    cold = probe.block_digests(runner, ids_a, prompt)
+    with mapping:
+        cold = probe.block_digests(runner, ids_a, prompt)
     layout = worker._kv_store.writer.layout
     worker.shutdown()
     realsched.shut_down_booted()
@@ -353,7 +433,8 @@ def restore_and_compare(boot, prompt: int, corrupt: bool) -> dict:
     second = boot()
     worker, transfers, runner = worker_side(second, seed=32, loads=True)
     _, computed_b, ids_b = serve(second, worker, "b", tokens, transfers)
-    restored = probe.block_digests(runner, ids_b, prompt) if ids_b else []
+    with mapping:
+        restored = probe.block_digests(runner, ids_b, prompt) if ids_b else []
     offload = second.offload.config
     slot_group = [g.group_idx for g in offload.kv_group_configs]
     loaded: dict[int, list[int]] = {}  # group -> positions of the request it loaded
@@ -378,6 +459,8 @@ def restore_and_compare(boot, prompt: int, corrupt: bool) -> dict:
             "keys_restored": stats.keys_restored,
             "failures": {k: v for k, v in stats.failures.items() if v},
             "root": layout.root,
+            "binding": kernel_binding(runner),
+            "mapped": sorted(mapped),
         }
     )
     return out
@@ -428,10 +511,21 @@ def main() -> int:
         "--mtp", action="store_true", help="glm5next with its MTP drafter (one token)"
     )
     ap.add_argument("--num-blocks", type=int, default=400)
+    ap.add_argument(
+        "--max-model-len",
+        type=int,
+        default=4096,
+        help="longer for glm5wide's 4,608-token blocks to hold a full block",
+    )
     args = ap.parse_args()
     cpu_platform_for_layouts()
     vc = engine_config(
-        args.model, args.block_size, args.cpu_bytes, bool(args.restore), args.mtp
+        args.model,
+        args.block_size,
+        args.cpu_bytes,
+        bool(args.restore),
+        args.mtp,
+        args.max_model_len,
     )
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 

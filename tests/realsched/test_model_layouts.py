@@ -3,6 +3,9 @@ Qwen3-Next and DeepSeek-V2-Lite configs (engine/models), from the models' own la
 store jobs the real Scheduler plans for them: pristine, and patched at knob 0 and knob 1; then
 the worker side at knob 1 (every chunk equals its block) and with restore on (a restart
 restores blocks equal to the stored ones; a corrupted state chunk is refused and recomputed).
+The worker side binds the caches as the GPU runner does: at glm5wide's 4,608-token blocks the
+indexer keys in 512-token kernel blocks (issue 44), which the GPU suite's checks read back by
+manager block.
 
 Each boot runs model_layout.py in its own process (it sets up torch.distributed and builds the
 model on the meta device): pristine with no path added, patched with this session's patched
@@ -210,6 +213,14 @@ def test_glm5next_every_stored_chunk_equals_its_block():
     counts = compare["compare"]
     assert counts["keys"] > 0 and counts["equal"] == counts["keys"], compare
     assert set(compare["equal_per_group"]) == {"0", "1", "2", "3", "4"}
+    # Bound as the GPU runner binds it (worker_side: vLLM's init_attn_backend and
+    # init_kv_cache): at 512-token blocks the indexer's own kernel sizes (index_kpool
+    # 16 x paged-MQA pages of 32 or 64) take the manager block, so no group is split
+    # (glm5wide's 4,608-token blocks are: test_glm5wide_every_stored_chunk_...).
+    binding = store["binding"]
+    assert binding["backends"][4] == ["DEEPSEEK_V32_INDEXER", "FLASHMLA_SPARSE"]
+    assert binding["kernel_block_sizes"] == binding["manager_block_sizes"]
+    assert binding["split"] == [] and store["mapped"] == []
 
 
 def kvstore_verify(root: str) -> subprocess.CompletedProcess:
@@ -240,12 +251,12 @@ def test_glm5next_restores_after_a_restart_the_blocks_it_stored():
     assert_restored(out)
 
 
-def assert_restored(out: dict) -> None:
+def assert_restored(out: dict, prompt: int = 2100) -> None:
     """Every offloaded group loaded: an attention group its first k blocks, a state group
     its state at block k; each loaded block equal to engine 1's; only the tokens after the
     boundary computed; the store clean."""
     r = out["restore"]
-    assert r["failures"] == {} and r["computed_a"] == 2100
+    assert r["failures"] == {} and r["computed_a"] == prompt
     block = out["block_size"]
     hit = max(len(p) for p in r["loaded"].values())
     assert hit >= 1
@@ -255,7 +266,7 @@ def assert_restored(out: dict) -> None:
         assert r["loaded"].get(str(group)) == want, (group, r["loaded"])
     assert r["differ"] == []
     assert r["equal"] == sum(len(p) for p in r["loaded"].values())
-    assert r["computed_b"] == 2100 - hit * block  # only the tail after the boundary
+    assert r["computed_b"] == prompt - hit * block  # only the tail after the boundary
     done = kvstore_verify(r["root"])
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -337,6 +348,67 @@ def test_glm5next_with_its_mtp_drafter_restores_after_a_restart():
     assert_restored(out)
 
 
+# glm5wide's 4,608-token blocks: a 9,300-token prompt holds two full blocks.
+WIDE_PROMPT = 9300
+WIDE_ARGS = ("--num-blocks", "8", "--max-model-len", "10240")
+
+
+def assert_indexer_in_kernel_blocks(part: dict) -> None:
+    """glm5wide's worker side bound the MLA group's indexer keys as the GPU runner does:
+    vLLM's helpers picked 512-token kernel blocks of the 4,608-token manager block
+    (index_kpool 16 x the 32-entry paged-MQA page; 1,024 does not divide 4,608), the
+    packed layout put other layers' pages between them (a kernel block stride), and
+    engine/probe.py read exactly those layers back by manager block."""
+    binding = part["binding"]
+    assert binding["manager_block_sizes"][3] == 4608
+    (split,) = binding["split"]  # the one attention group bound in kernel blocks
+    assert split["group"] == 3 and split["backend"] == "DEEPSEEK_V32_INDEXER"
+    assert split["layers"] and all(
+        n.endswith("indexer.k_cache") for n in split["layers"]
+    )
+    assert split["kernel_block_size"] == 512
+    # Kernel block j of block b is b * stride + j: the bound view spans the other
+    # layers' pages between blocks, so it has far more pages than 9 a block.
+    ratio = 4608 // 512
+    assert split["kernel_block_stride"] > ratio
+    assert split["bound_pages"] == (
+        (split["num_blocks"] - 1) * split["kernel_block_stride"] + ratio
+    )
+    assert part["mapped"] == sorted(split["layers"])
+
+
+def test_glm5wide_every_stored_chunk_equals_its_manager_block():
+    """Knob 1 at GLM-5.3's real widths, bound as on the GPU (the indexer keys in 512-token
+    kernel blocks): every chunk the writer stored equals its 4,608-token manager block as
+    engine/probe.py reads it back through vLLM's map_kv_cache_to_manager_blocks."""
+    out = layout("glm5wide", True, tier_on(), ("--store", str(WIDE_PROMPT), *WIDE_ARGS))
+    assert "error" not in out, out.get("error")
+    store = out["store"]
+    print(json.dumps({k: store[k] for k in ("binding", "mapped")}, indent=1))
+    writer, compare = store["writer"], store["compare"]
+    assert writer["active"], writer["disabled"]
+    assert writer["writer_groups"] == [0, 1, 2, 3]
+    counts = compare["compare"]
+    assert counts["keys"] > 0 and counts["equal"] == counts["keys"], compare
+    # Group 3 is MLA with the indexer keys: its two full blocks each equal.
+    assert compare["equal_per_group"] == {"0": 1, "1": 1, "2": 1, "3": 2}
+    assert_indexer_in_kernel_blocks(store)
+
+
+def test_glm5wide_restores_after_a_restart_the_blocks_it_stored():
+    """The restart on glm5wide's layout bound in kernel blocks on both engines: engine 2
+    restores both 4,608-token blocks of MLA + indexer keys and the KDA state at the
+    boundary, each loaded block's KV bytes (read by manager block) equal to engine 1's."""
+    args = ("--restore", str(WIDE_PROMPT), *WIDE_ARGS)
+    out = layout("glm5wide", True, tier_on(True), args)
+    assert "error" not in out, out.get("error")
+    r = out["restore"]
+    print(json.dumps(r, indent=1))
+    assert r["loaded"] == {"0": [1], "1": [1], "2": [1], "3": [0, 1]}
+    assert_restored(out, WIDE_PROMPT)
+    assert_indexer_in_kernel_blocks(r)
+
+
 def test_glm5_at_real_width_plans_4608_token_blocks_for_its_ttft_set():
     """engine/models/glm5wide (GLM-5.3's widths: 64 KDA heads of 128, 288 experts; four
     layers, the real 3:1 KDA:MLA pattern): the KDA state page is 4.5 MiB, vLLM aligns the
@@ -366,6 +438,12 @@ def _plan() -> dict[str, list[Key]]:
     return {
         "test_glm5_at_real_width_plans_4608_token_blocks_for_its_ttft_set": [
             _key("glm5wide", False, {})
+        ],
+        "test_glm5wide_every_stored_chunk_equals_its_manager_block": [
+            _key("glm5wide", True, tier_on(), ("--store", str(WIDE_PROMPT), *WIDE_ARGS))
+        ],
+        "test_glm5wide_restores_after_a_restart_the_blocks_it_stored": [
+            restore("glm5wide", ("--restore", str(WIDE_PROMPT), *WIDE_ARGS))
         ],
         "test_glm5next_is_four_kda_groups_an_mla_indexer_group_and_the_tail_ring": [
             pristine["glm5next"]
