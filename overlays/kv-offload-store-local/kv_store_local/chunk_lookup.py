@@ -82,6 +82,11 @@ class ChunkLookup:
 
     def header(self, ident: Ident) -> fmt.ChunkHeader | None:
         path = self.path(ident)
-        if self.folders.problem(os.path.dirname(path)):
-            return None  # an unsafe chunk folder: nothing in it is taken
-        return verified_header(self.layout, self.namespace, *ident, self.key, path)
+        # Most keys asked about under pressure were never written: their open
+        # fails at once, so the folders are checked only for a file that is
+        # there (the read trusts nothing; the open follows no link and takes
+        # only a regular file).
+        header = verified_header(self.layout, self.namespace, *ident, self.key, path)
+        if header is None or self.folders.problem(os.path.dirname(path)):
+            return None  # absent, not this key's, or in an unsafe chunk folder
+        return header

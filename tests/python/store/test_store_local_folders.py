@@ -122,16 +122,25 @@ def test_a_chunk_folder_others_could_change_gets_no_chunk(tmp_path, lib, which, 
     assert sls.verify_store(root) == []
 
 
-def test_a_chunk_taken_through_a_linked_folder_is_never_deduplicated(tmp_path, lib):
-    """A chunk folder of the published tree moved elsewhere and linked back
-    (every chunk in it genuine): the writer deduplicated onto what it found
-    through the link and republished. It takes nothing through a link."""
+@pytest.mark.parametrize("how", ["link", "0777"])
+def test_a_chunk_in_a_folder_others_could_change_is_never_deduplicated(
+    tmp_path, lib, how
+):
+    """A chunk folder of the published tree moved elsewhere and linked back,
+    or made writable by others (every chunk in it genuine): the writer once
+    deduplicated onto what it found through the link and republished. It
+    takes nothing through a link or from such a folder, though the file
+    reads well (the lookup opens the file before it checks the folder)."""
     root = tmp_path / "kv"
     layout = first_tree(root, lib)
     chunk = Path(layout.chunk(sls.block_hash(0, 0).hex(), 0))
     elsewhere = tmp_path / "elsewhere"
-    chunk.parent.rename(elsewhere)
-    chunk.parent.symlink_to(elsewhere)
+    if how == "link":
+        chunk.parent.rename(elsewhere)
+        chunk.parent.symlink_to(elsewhere)
+    else:
+        chunk.parent.chmod(0o777)
+        elsewhere = chunk.parent
     kept = elsewhere / chunk.name
     before = kept.read_bytes()
     store, staging = sls.make_store(root, store_lib=lib)
