@@ -28,9 +28,17 @@ def pressure_stages() -> list[Stage]:
     # off, ref off on, then the same reversed), a new burst every round. Each round gives a pair on / off; ref, a second
     # tier-off engine, gives off / off, what the machine alone varies by. The "on" engine is
     # also the pressure run (small CPU tier, a burst far above the capture budget).
+    # TURNS_REF_ABLATE=capture (or hooks) makes ref a tier-on engine whose writer is
+    # ablated (probe.ablate_writer): then ref / off is what the capture and hooks cost,
+    # on / ref what the writer's own work costs, in the same rotation.
+    ablate = os.environ.get("TURNS_REF_ABLATE", "")
+    if ablate not in ("", "capture", "hooks"):
+        raise ValueError(f"TURNS_REF_ABLATE={ablate!r}: capture, hooks or empty")
     turns = ["--rounds", str(TURN_ROUNDS), "--turns"]
-    for role, knob in (("off", "0"), ("on", "1"), ("ref", "0")):
-        extra = ["--probe"] if knob == "1" else []
+    for role, knob in (("off", "0"), ("on", "1"), ("ref", "1" if ablate else "0")):
+        extra = ["--probe"] if role == "on" else []
+        if role == "ref" and ablate:
+            extra = ["--ablate", ablate]
         order = f"pressure.turns:{role}:off,on,ref"
         out.append(
             Stage(f"pressure.turns.{role}", big, "patched", knob,
@@ -187,6 +195,13 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
     def cpu(rnd: dict) -> float | None:
         return rnd.get("thread_cpu", {}).get("(caller)")
 
+    def others(rnd: dict) -> float | None:
+        # Our threads beside the engine's: every Python thread's CPU less the caller's.
+        tc = rnd.get("thread_cpu", {})
+        if "python" not in tc or "(caller)" not in tc:
+            return None
+        return round(tc["python"] - tc["(caller)"], 3)
+
     cpu_ratios = [
         round(cpu(on[i]) / cpu(off[i]), 3)
         for i in range(n)
@@ -207,6 +222,11 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             "ratios_vs_both_off": both,
             "vs_both_off": _spread(both),
             "engine_thread_cpu_ratios": cpu_ratios,
+            # The engine thread runs (or spins on the GPU) for most of a round in every
+            # engine, so its CPU follows the round's length; the other threads' CPU is
+            # the tier's own work (run 45: 0.94-1.64 s a round tier on, 0.01 off).
+            "on_other_threads_cpu_s": [others(r) for r in on[:n]],
+            "ref_is": runs["ref"].get("ablate") or "tier off",
             # What the worst pair's tier-on round spent, by thread, against its off round.
             "worst_pair": {
                 "round": worst,

@@ -502,13 +502,13 @@ def test_throughput_is_the_median_of_three_pairs():
     assert v["engine_thread_cpu_ratio"] == 1.05
 
 
-def turn_rounds(rates: list[float], cpu: float = 2.0) -> dict:
+def turn_rounds(rates: list[float], cpu: float = 2.0, others: float = 0.0) -> dict:
     res = stage()
     res["rounds"] = [
         {
             "tokens_per_s": r,
             "seconds": 3.0,
-            "thread_cpu": {"(caller)": cpu},
+            "thread_cpu": {"(caller)": cpu, "python": cpu + others},
             "tokens": [[1] * 32],
         }
         for r in rates
@@ -522,7 +522,7 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     ref = [101.0, 99.0, 100.0, 98.0, 102.0, 100.0, 97.0, 100.0]
     results = {
         "pressure.turns.off": turn_rounds(off),
-        "pressure.turns.on": turn_rounds(on, cpu=3.0),
+        "pressure.turns.on": turn_rounds(on, cpu=3.0, others=1.25),
         "pressure.turns.ref": turn_rounds(ref),
     }
     results["pressure.turns.on"]["workers"] = [{"stats": {"keys_dropped_budget": 5}}]
@@ -536,6 +536,12 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     # Round 3 against both tier-off engines: 80 / mean(100, 98).
     assert v["ratios_vs_both_off"][3] == 0.808 and v["vs_both_off"]["worst"] == 0.808
     assert v["engine_thread_cpu_ratios"] == [1.5] * 8
+    assert v["on_other_threads_cpu_s"] == [1.25] * 8 and v["ref_is"] == "tier off"
+    results["pressure.turns.ref"]["ablate"] = [{"ablated": "capture"}]
+    v = suite_pressure.turns_judge(results)[
+        "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
+    ]
+    assert v["ref_is"] == [{"ablated": "capture"}]
     assert not v["goal_met"] and v["ok"]  # a benchmark: the worst pair misses 0.85
     results["pressure.turns.on"]["rounds"][3]["tokens_per_s"] = 90.0
     v = suite_pressure.turns_judge(results)[
@@ -552,6 +558,24 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     assert suite.judge(results)[verdict]["ok"]
     results["pressure.turns.on"]["rounds"][5]["tokens"] = [[1] * 31]
     assert not suite.judge(results)[verdict]["ok"]
+
+
+def test_turns_ref_ablate_makes_ref_a_tier_on_engine_with_its_writer_ablated(
+    monkeypatch,
+):
+    def ref() -> object:
+        (got,) = [s for s in suite_pressure.pressure_stages() if s.name.endswith("ref")]
+        return got
+
+    assert ref().knob == "0" and "--ablate" not in ref().args
+    monkeypatch.setenv("TURNS_REF_ABLATE", "capture")
+    got = ref()
+    assert got.knob == "1"
+    i = got.args.index("--ablate")
+    assert got.args[i + 1] == "capture" and "--probe" not in got.args
+    monkeypatch.setenv("TURNS_REF_ABLATE", "writer")
+    with pytest.raises(ValueError, match="TURNS_REF_ABLATE"):
+        ref()
 
 
 def slow_results() -> dict:
