@@ -41,8 +41,8 @@ def wrap(obj: Any, names: tuple[str, ...], prefix: str) -> list[str]:
     """Time each of ``names`` that ``obj`` has into TOTALS[prefix.name]; the names wrapped."""
     done = []
     for name in names:
-        inner = getattr(obj, name, None)
-        if obj is None or not callable(inner):
+        inner = getattr(obj, name, None)  # obj may be None: nothing to wrap
+        if not callable(inner):
             continue
         label = f"{prefix}.{name}"
         TOTALS.setdefault(label, 0.0)

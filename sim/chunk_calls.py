@@ -203,8 +203,7 @@ class ChunkCalls:
         text = self._call("kvtier_pending_record_decode", *_in(data))
         return [(g, k) for g, k in json.loads(text)["chunks"]]
 
-    # The package's own name helpers (names.py) make these calls.
-
+    # The name calls go through the package's own helpers (names.py).
     def sanitize_model(self, model: str) -> str:
         """Model name as it appears in directory names: [A-Za-z0-9.-], <= 64."""
         names = self.fmt.names
