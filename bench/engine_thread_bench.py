@@ -105,6 +105,23 @@ def spin(ms: float) -> None:
             pass
 
 
+_LIBC = ctypes.CDLL(None)
+
+
+def forward(ms: float, launches: int) -> None:
+    """The forward pass: ``ms`` of Python, cut into ``launches`` kernel
+    launches. torch lets the GIL go around each op it dispatches and takes
+    it back after, so another thread that wants the GIL gets it there and
+    the engine thread waits until that thread lets it go (at most the
+    switch interval); a ctypes call stands in for the op."""
+    if launches <= 0:
+        spin(ms)
+        return
+    for _ in range(launches):
+        spin(ms / launches)
+        _LIBC.sched_yield()  # ctypes releases the GIL around the call
+
+
 class Bench:
     """One boot of the patched connector with the knob at ``knob``."""
 
@@ -197,6 +214,7 @@ class Bench:
         self.wall = 0.0  # and their wall time (GIL waits included)
         self.calls: dict[str, float] = {}
         self.model_wall = 0.0
+        self.model_cpu = 0.0
         self.profile = cProfile.Profile() if args.profile and knob != "0" else None
         # Our hooks alone (knob 1): their CPU on this thread, by hook.
         self.ours: dict[str, float] = {}
@@ -286,9 +304,10 @@ class Bench:
         self._timed("prepare_store_kv", self.worker.prepare_store_kv, meta)
         empty = vllm.common.OffloadingConnectorMetadata(load_jobs={}, store_jobs={})
         self._timed("start_kv_transfers", self.worker.start_kv_transfers, empty)
-        m0 = time.perf_counter()
-        spin(args.model_ms)  # the forward pass
+        m0, c0 = time.perf_counter(), time.thread_time()
+        forward(args.model_ms, args.launches)  # the forward pass
         self.model_wall += time.perf_counter() - m0
+        self.model_cpu += time.thread_time() - c0
         for job in meta.store_jobs.values():
             self._dma(job)
         if self.store is not None:
@@ -321,7 +340,7 @@ def run(ns, args, root: Path, knob: str) -> dict:
             bench.cpu = 0.0
             bench.calls.clear()
             bench.ours.clear()
-            bench.model_wall = bench.wall = 0.0
+            bench.model_wall = bench.wall = bench.model_cpu = 0.0
             if bench.profile is not None:
                 bench.profile = cProfile.Profile()
             before_threads = thread_cpu()
@@ -360,6 +379,9 @@ def run(ns, args, root: Path, knob: str) -> dict:
         "hooks_us_per_key": round(1e6 * sum(bench.ours.values()) / keys, 2),
         "calls_wall_s": round(bench.wall, 3),
         "model_wall_s": round(bench.model_wall, 3),
+        # The forward pass's wall beyond its CPU: waiting for the GIL (and
+        # for a core, on a loaded machine).
+        "model_wait_s": round(bench.model_wall - bench.model_cpu, 3),
         # What the engine's step would take without the DMA: our calls and
         # the forward pass (both slowed by threads taking the GIL).
         "step_wall_s": round(bench.wall + bench.model_wall, 3),
@@ -409,6 +431,12 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=40, help="blocks (keys) a job")
     ap.add_argument("--jobs-per-step", type=int, default=13)
     ap.add_argument("--model-ms", type=float, default=20.0)
+    ap.add_argument(
+        "--launches",
+        type=int,
+        default=0,
+        help="let the GIL go this many times a forward pass, as torch's ops do (0: never)",
+    )
     ap.add_argument("--rows", type=int, default=1024, help="CPU tier rows (1 MiB)")
     ap.add_argument("--pool-mib", type=int, default=512)
     ap.add_argument("--gpu-blocks", type=int, default=600)

@@ -133,7 +133,12 @@ def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
         return {"ablated": None}
     if mode == "capture":
         writer = store.writer
-        writer.process = writer._release  # the queue thread calls self.process(job)
+
+        def release(job: Any) -> None:  # what the queue thread calls for each job
+            for item in job.keys:
+                writer._free(item)
+
+        writer.process = release
     elif mode == "hooks":
         # No capture at all: what the hooks cost on their own (the scheduler's
         # side channel, remember, the job bookkeeping).
