@@ -56,7 +56,10 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
 
+sys.path.insert(0, str(REPO / "engine"))
+
 import harness  # noqa: E402
+import probe  # noqa: E402
 from fake_offloading import FakeTransferWorker, make_spec  # noqa: E402
 from hybrid_layout import OFFLOADING, HybridVllm  # noqa: E402
 from trees import patched_copy  # noqa: E402
@@ -208,6 +211,8 @@ class Bench:
                 adapter.pinned_memory = real_pinned
         if self.store is not None:
             assert self.store.active, self.store.disabled_reason
+            if args.ablate:
+                probe.ablate(self.store, args.ablate)
         self.outputs = ns.load("vllm.v1.outputs")
         self.next_block = 0
         self.cpu = 0.0  # engine thread in the connector calls
@@ -446,6 +451,12 @@ def main() -> int:
         "--repeat", type=int, default=1, help="alternating rounds; medians printed"
     )
     ap.add_argument("--profile", type=int, default=0, help="top N functions")
+    ap.add_argument(
+        "--ablate",
+        choices=("capture", "hooks"),
+        default=None,
+        help="knob 1 with the writer ablated as the GPU suite's TURNS_REF_ABLATE does",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     os.environ.setdefault(

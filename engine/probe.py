@@ -131,6 +131,12 @@ def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
     _, store = _store(worker)
     if store is None or store.writer is None:
         return {"ablated": None}
+    ablate(store, mode)
+    return {"ablated": mode}
+
+
+def ablate(store: Any, mode: str) -> None:
+    """``ablate_writer`` on a WorkerStore (also bench/engine_thread_bench.py --ablate)."""
     if mode == "capture":
         writer = store.writer
 
@@ -147,7 +153,6 @@ def ablate_writer(worker: Any, mode: str) -> dict[str, Any]:
         store.capture = lambda job_id: store._remembered.pop(job_id, None)
     else:
         raise ValueError(f"unknown ablation {mode!r}")
-    return {"ablated": mode}
 
 
 def slow_reads(worker: Any, bytes_per_second: int) -> dict[str, Any]:

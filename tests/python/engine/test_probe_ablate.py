@@ -20,6 +20,7 @@ def ablated(tmp_path, monkeypatch):
     def boot(mode):
         store, staging = sls.make_store(tmp_path)
         assert store.active, store.disabled_reason
+        # ablate_writer's own path: the worker's store, found through vLLM.
         monkeypatch.setattr(probe, "_store", lambda worker: (None, store))
         assert probe.ablate_writer(None, mode) == {"ablated": mode}
         return store, sls.JobMaker(staging)
