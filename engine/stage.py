@@ -43,6 +43,7 @@ import metrics_check  # noqa: E402
 import probe  # noqa: E402  (the functions collective_rpc sends to the workers)
 import pyspy  # noqa: E402
 import stall  # noqa: E402
+import steptimer  # noqa: E402
 from turns import Turns  # noqa: E402
 
 
@@ -342,6 +343,12 @@ def main() -> int:
         help="diagnosis: 'capture' releases captured jobs unwritten (probe.py)",
     )
     p.add_argument(
+        "--step-times",
+        action="store_true",
+        help="each round: the ms spent in the scheduler, the model, vLLM's connector "
+        "and our hooks (engine/steptimer.py; an in-process engine)",
+    )
+    p.add_argument(
         "--turns",
         default="",
         help="GROUP:ROLE:ORDER (e.g. pressure.turns:on:off,on,ref): time each round "
@@ -446,6 +453,9 @@ def main() -> int:
     if args.stall:
         result["stall"] = stall.run(llm, prompts[0], args.stall)
         print("STALL", json.dumps(result["stall"]), flush=True)
+    result["step_timed"] = (
+        steptimer.install(llm) if args.step_times and not args.stall else []
+    )
     rounds = []
     for rnd in range(0 if args.stall else args.rounds):
         waited = turns.wait(rnd) if turns else 0.0
@@ -454,6 +464,7 @@ def main() -> int:
             requests = [{"prompt_token_ids": ids} for ids in prompts]
         cpu0 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
         mem0 = memstat.snapshot()
+        steps0 = steptimer.snapshot()
         if args.sample:
             llm.collective_rpc(probe.start_sampler)
         t = time.time()
@@ -509,6 +520,7 @@ def main() -> int:
                 "kv_digests": digests,
                 "sampled": sampled,
                 "vmstat": vmstat,
+                "step_ms": steptimer.spent(steps0, steptimer.snapshot()),
                 "thread_cpu": {
                     k: round(v - cpu0.get(k, 0.0), 2)
                     for k, v in cpu1.items()

@@ -21,7 +21,7 @@ def pressure_stages() -> list[Stage]:
     big = os.path.join(MODELS, "llama-big")
     press = ["--connector", "--cpu-bytes", str(CPU_GB << 30), "--workload", "pressure",
              "--kv-cache-gb", "8", "--logprobs", "0", "--max-num-seqs", "32",
-             "--warmup", "--thread-cpu"]  # fmt: skip
+             "--warmup", "--thread-cpu", "--step-times"]  # fmt: skip
     out = []
     # Throughput tier off vs on (wave 17): three engines boot side by side and time their
     # rounds one at a time, in an order that rotates (engine/turns.py: off on ref, on ref
@@ -209,6 +209,19 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
     ]
     worst = ratios.index(min(ratios))
     stats = [w.get("stats", {}) for w in runs["on"].get("workers", [])]
+
+    def step_ms(rounds: list[dict]) -> dict[str, float]:
+        # Median ms a round in each timed method (steptimer), over the rounds.
+        names = sorted({k for r in rounds[:n] for k in r.get("step_ms", {})})
+        return {
+            k: round(_median([r.get("step_ms", {}).get(k, 0.0) for r in rounds[:n]]), 1)
+            for k in names
+        }
+
+    steps = {
+        role: step_ms(rounds)
+        for role, rounds in (("off", off), ("on", on), ("ref", ref))
+    }
     return {
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)": {
             "pairs": n,
@@ -233,6 +246,10 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
                 "on_thread_cpu": on[worst].get("thread_cpu", {}),
                 "off_thread_cpu": off[worst].get("thread_cpu", {}),
             },
+            # Where each engine's round went (ms, median of the rounds): a longer
+            # tier-on round is put down to the model, the scheduler, vLLM's connector
+            # or our hooks.
+            "step_ms": steps,
             # The writer's backlog of each tier-on round, drained before the next turn.
             "on_drain_s": [r.get("drain_s") for r in on[:n]],
             "keys_dropped_budget": sum(s.get("keys_dropped_budget", 0) for s in stats),

@@ -510,8 +510,12 @@ def turn_rounds(rates: list[float], cpu: float = 2.0, others: float = 0.0) -> di
             "seconds": 3.0,
             "thread_cpu": {"(caller)": cpu, "python": cpu + others},
             "tokens": [[1] * 32],
+            # Every round's model time grows with its length; the tier-on engine's
+            # rounds also time our hooks.
+            "step_ms": {"executor.execute_model": 3e5 / r}
+            | ({"store.remember": 2.0 + i} if others else {}),
         }
-        for r in rates
+        for i, r in enumerate(rates)
     ]
     return res
 
@@ -537,6 +541,12 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     assert v["ratios_vs_both_off"][3] == 0.808 and v["vs_both_off"]["worst"] == 0.808
     assert v["engine_thread_cpu_ratios"] == [1.5] * 8
     assert v["on_other_threads_cpu_s"] == [1.25] * 8 and v["ref_is"] == "tier off"
+    # Where the rounds went: medians of the rounds, by engine (3e5 / rate ms).
+    assert v["step_ms"]["off"] == {"executor.execute_model": 3000.0}
+    assert v["step_ms"]["on"] == {
+        "executor.execute_model": 3092.8,  # 3e5 / 97, the median round
+        "store.remember": 5.5,
+    }
     results["pressure.turns.ref"]["ablate"] = [{"ablated": "capture"}]
     v = suite_pressure.turns_judge(results)[
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
