@@ -213,6 +213,8 @@ class Bench:
             assert self.store.active, self.store.disabled_reason
             if args.ablate:
                 probe.ablate(self.store, args.ablate)
+            if args.write_threads:
+                self.store.writer.write_threads = args.write_threads
         self.outputs = ns.load("vllm.v1.outputs")
         self.next_block = 0
         self.cpu = 0.0  # engine thread in the connector calls
@@ -452,6 +454,12 @@ def main() -> int:
     )
     ap.add_argument("--profile", type=int, default=0, help="top N functions")
     ap.add_argument(
+        "--write-threads",
+        type=int,
+        default=0,
+        help="the store library's threads a write call (0: the writer's default)",
+    )
+    ap.add_argument(
         "--ablate",
         choices=("capture", "hooks"),
         default=None,
@@ -483,12 +491,18 @@ def main() -> int:
                 root = work / f"store-{knob}"
                 shutil.rmtree(root, ignore_errors=True)
                 root.mkdir()
-                r = run(ns, args, root, knob)
+                try:
+                    r = run(ns, args, root, knob)
+                finally:
+                    # Gigabytes a run: the next would fill a small disk.
+                    shutil.rmtree(root, ignore_errors=True)
                 profile = r.pop("profile", None)
                 print(json.dumps(r), flush=True)
                 if profile:
                     print(profile, flush=True)
                 results.append(r)
+    if not args.dir:
+        shutil.rmtree(work, ignore_errors=True)
     runs = {k: [r for r in results if r["knob"] == k] for k in knobs}
     if runs.get("0") and runs.get("1"):
         off, on = runs["0"], runs["1"]
