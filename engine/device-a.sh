@@ -40,3 +40,5 @@ if command -v nvidia-smi >/dev/null; then
 fi
 python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())' ||
   true
+# The host's cores: whether our threads can share a physical core with the engine's (issue 47).
+lscpu 2>/dev/null | grep -E '^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|L3 cache):' || true
