@@ -17,9 +17,10 @@ calls what the engine thread calls: the scheduler's ``build_connector_meta``
 (our side channel), the worker's ``prepare_store_kv`` (remember) and
 ``start_kv_transfers`` (submit, our queued capture), the DMA (played here,
 not timed), ``get_finished`` (our ack hook) and ``update_connector_output``.
-``--model-ms`` of pure Python per step stands in for the forward pass (it
-holds the GIL, as the engine's torch dispatch does), so the writer's threads
-contend with it. The same steps run with GLM53_KV_OFFLOAD=0 (vLLM's
+``--model-ms`` of pure Python per step stands in for the forward pass, so
+the writer's threads contend with it for the GIL; ``--launches N`` lets the
+GIL go N times a pass, as torch does around each op it dispatches, and the
+pass's wall time beyond its CPU time is printed (``model_wait_s``). The same steps run with GLM53_KV_OFFLOAD=0 (vLLM's
 connector alone) and 1; the difference in the engine thread's CPU in those
 calls is what the tier costs it. Also printed: the CPU of every other
 thread (the writer's), the keys' fate (written, deduplicated, dropped by
@@ -27,7 +28,8 @@ reason), and with ``--profile`` the engine thread's cProfile of the
 connector calls (knob 1).
 
 usage: bench/engine_thread_bench.py [--jobs 580] [--keys 40] [--jobs-per-step 13]
-    [--model-ms 20] [--rows 1024] [--pool-mib 512] [--repeat 1] [--dir D]
+    [--model-ms 20] [--launches 0] [--rows 1024] [--pool-mib 512] [--repeat 1]
+    [--dir D] [--knobs 0,1] [--write-threads N] [--ablate capture|hooks]
     [--profile N] [--json F]
 Needs the built `overlay` and store library (KVTIER_BUILD_DIR, default build/).
 """
@@ -122,7 +124,7 @@ def forward(ms: float, launches: int) -> None:
         return
     for _ in range(launches):
         spin(ms / launches)
-        _LIBC.sched_yield()  # ctypes releases the GIL around the call
+        _LIBC.getpid()  # ctypes lets the GIL go around it (and yields no core)
 
 
 class Bench:
@@ -337,6 +339,15 @@ class Bench:
 
 def run(ns, args, root: Path, knob: str) -> dict:
     bench = Bench(ns, args, root, knob)
+    try:
+        return measure(bench, args, knob)
+    finally:
+        bench.worker.shutdown()  # the writer stops before its store goes
+        if bench.device is not None:
+            bench.device.close()
+
+
+def measure(bench: Bench, args, knob: str) -> dict:
     steps = -(-args.jobs // args.jobs_per_step)
     warm = max(1, steps // 10)
     before_threads: dict[str, float] = {}
@@ -426,9 +437,6 @@ def run(ns, args, root: Path, knob: str) -> dict:
         stats = pstats.Stats(bench.profile, stream=text)
         stats.sort_stats("tottime").print_stats(args.profile)
         out["profile"] = text.getvalue()
-    bench.worker.shutdown()
-    if bench.device is not None:
-        bench.device.close()
     return out
 
 
@@ -471,38 +479,40 @@ def main() -> int:
         "KVTIER_STORE_LIB", str(build_dir() / "storeio" / "libkvtier_store.so")
     )
     work = Path(args.dir or tempfile.mkdtemp(prefix="kvengine-"))
-    tree = work / "tree"
-    # Applied afresh each time: a tree left by an earlier call would hold
-    # that call's overlay files.
-    shutil.rmtree(tree, ignore_errors=True)
-    patched_copy(
-        build_dir() / "patcher" / "overlay",
-        engine_tree(),
-        tree,
-        REPO / "anchors" / "vllm-0.33.0",
-        "kv-offload-scope,kv-offload-store-local",
-    )
-    results = []
-    knobs = args.knobs.split(",")
-    with harness.engine(tree / "site-packages", package="vllm") as ns:
-        for n in range(args.repeat):
-            # Alternate the order (off on, on off, ...): a drift cancels.
-            for knob in knobs if n % 2 == 0 else knobs[::-1]:
-                root = work / f"store-{knob}"
-                shutil.rmtree(root, ignore_errors=True)
-                root.mkdir()
-                try:
-                    r = run(ns, args, root, knob)
-                finally:
-                    # Gigabytes a run: the next would fill a small disk.
+    try:
+        tree = work / "tree"
+        # Applied afresh each time: a tree left by an earlier call would hold
+        # that call's overlay files.
+        shutil.rmtree(tree, ignore_errors=True)
+        patched_copy(
+            build_dir() / "patcher" / "overlay",
+            engine_tree(),
+            tree,
+            REPO / "anchors" / "vllm-0.33.0",
+            "kv-offload-scope,kv-offload-store-local",
+        )
+        results = []
+        knobs = args.knobs.split(",")
+        with harness.engine(tree / "site-packages", package="vllm") as ns:
+            for n in range(args.repeat):
+                # Alternate the order (off on, on off, ...): a drift cancels.
+                for knob in knobs if n % 2 == 0 else knobs[::-1]:
+                    root = work / f"store-{knob}"
                     shutil.rmtree(root, ignore_errors=True)
-                profile = r.pop("profile", None)
-                print(json.dumps(r), flush=True)
-                if profile:
-                    print(profile, flush=True)
-                results.append(r)
-    if not args.dir:
-        shutil.rmtree(work, ignore_errors=True)
+                    root.mkdir()
+                    try:
+                        r = run(ns, args, root, knob)
+                    finally:
+                        # Gigabytes a run: the next would fill a small disk.
+                        shutil.rmtree(root, ignore_errors=True)
+                    profile = r.pop("profile", None)
+                    print(json.dumps(r), flush=True)
+                    if profile:
+                        print(profile, flush=True)
+                    results.append(r)
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
     runs = {k: [r for r in results if r["knob"] == k] for k in knobs}
     if runs.get("0") and runs.get("1"):
         off, on = runs["0"], runs["1"]

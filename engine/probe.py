@@ -140,7 +140,10 @@ def ablate(store: Any, mode: str) -> None:
     if mode == "capture":
         writer = store.writer
 
-        def release(job: Any) -> None:  # what the queue thread calls for each job
+        # What the queue thread calls for each job. It skips the rest of
+        # process() too: the recapture after each job (the idle one still
+        # runs) and the disk budget's settle.
+        def release(job: Any) -> None:
             for item in job.keys:
                 writer._free(item)
 

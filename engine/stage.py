@@ -520,7 +520,7 @@ def main() -> int:
                 "kv_digests": digests,
                 "sampled": sampled,
                 "vmstat": vmstat,
-                "step_ms": steptimer.spent(steps0, steptimer.snapshot()),
+                "in_ms": steptimer.spent(steps0, steptimer.snapshot()),
                 "thread_cpu": {
                     k: round(v - cpu0.get(k, 0.0), 2)
                     for k, v in cpu1.items()

@@ -1,9 +1,11 @@
-"""Where a step's time goes, for the stall check (engine/stall.py): wall seconds spent
-inside named methods of the engine's objects, summed, so a slow step of a restore
-window can be put down to the scheduler, the model, vLLM's connector or our hooks.
+"""Where a step's time goes: wall seconds spent inside named methods of the engine's
+objects, summed, so a slow step of a restore window (the stall check, engine/stall.py)
+or a longer round of the pressure stages (stage.py --step-times) can be put down to the
+scheduler, the model, vLLM's connector or our hooks.
 
-Only an in-process engine (the stall stage's): the timer is this module's, and the
-worker's wrappers reach it because the worker runs in this process. Nested methods
+Only an in-process engine: the timer is this module's, and the worker's wrappers reach
+it because the worker runs in this process. Install it once per engine: a second
+install would wrap the wrappers and count every call twice. Nested methods
 count in both (``start_kv_transfers`` holds our ``promote``): read each line against
 its parent. A name a release lacks is skipped, so the trace says which ones it timed.
 """

@@ -210,17 +210,16 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
     worst = ratios.index(min(ratios))
     stats = [w.get("stats", {}) for w in runs["on"].get("workers", [])]
 
-    def step_ms(rounds: list[dict]) -> dict[str, float]:
+    def in_ms(rounds: list[dict]) -> dict[str, float]:
         # Median ms a round in each timed method (steptimer), over the rounds.
-        names = sorted({k for r in rounds[:n] for k in r.get("step_ms", {})})
+        names = sorted({k for r in rounds[:n] for k in r.get("in_ms", {})})
         return {
-            k: round(_median([r.get("step_ms", {}).get(k, 0.0) for r in rounds[:n]]), 1)
+            k: round(_median([r.get("in_ms", {}).get(k, 0.0) for r in rounds[:n]]), 1)
             for k in names
         }
 
-    steps = {
-        role: step_ms(rounds)
-        for role, rounds in (("off", off), ("on", on), ("ref", ref))
+    spent = {
+        role: in_ms(rounds) for role, rounds in (("off", off), ("on", on), ("ref", ref))
     }
     return {
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)": {
@@ -248,8 +247,9 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             },
             # Where each engine's round went (ms, median of the rounds): a longer
             # tier-on round is put down to the model, the scheduler, vLLM's connector
-            # or our hooks.
-            "step_ms": steps,
+            # or our hooks. The on engine's store.remember also holds the probe's
+            # recorder (--probe), which copies each job's block ids.
+            "in_ms": spent,
             # The writer's backlog of each tier-on round, drained before the next turn.
             "on_drain_s": [r.get("drain_s") for r in on[:n]],
             "keys_dropped_budget": sum(s.get("keys_dropped_budget", 0) for s in stats),

@@ -512,7 +512,7 @@ def turn_rounds(rates: list[float], cpu: float = 2.0, others: float = 0.0) -> di
             "tokens": [[1] * 32],
             # Every round's model time grows with its length; the tier-on engine's
             # rounds also time our hooks.
-            "step_ms": {"executor.execute_model": 3e5 / r}
+            "in_ms": {"executor.execute_model": 3e5 / r}
             | ({"store.remember": 2.0 + i} if others else {}),
         }
         for i, r in enumerate(rates)
@@ -542,8 +542,8 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     assert v["engine_thread_cpu_ratios"] == [1.5] * 8
     assert v["on_other_threads_cpu_s"] == [1.25] * 8 and v["ref_is"] == "tier off"
     # Where the rounds went: medians of the rounds, by engine (3e5 / rate ms).
-    assert v["step_ms"]["off"] == {"executor.execute_model": 3000.0}
-    assert v["step_ms"]["on"] == {
+    assert v["in_ms"]["off"] == {"executor.execute_model": 3000.0}
+    assert v["in_ms"]["on"] == {
         "executor.execute_model": 3092.8,  # 3e5 / 97, the median round
         "store.remember": 5.5,
     }

@@ -17,15 +17,20 @@ import probe  # noqa: E402
 
 @pytest.fixture
 def ablated(tmp_path, monkeypatch):
+    booted = []
+
     def boot(mode):
         store, staging = sls.make_store(tmp_path)
+        booted.append(store)
         assert store.active, store.disabled_reason
         # ablate_writer's own path: the worker's store, found through vLLM.
         monkeypatch.setattr(probe, "_store", lambda worker: (None, store))
         assert probe.ablate_writer(None, mode) == {"ablated": mode}
         return store, sls.JobMaker(staging)
 
-    return boot
+    yield boot
+    for store in booted:
+        store.shutdown()
 
 
 def test_capture_ablation_captures_every_key_and_writes_none(ablated, tmp_path):
@@ -36,7 +41,6 @@ def test_capture_ablation_captures_every_key_and_writes_none(ablated, tmp_path):
     assert store.stats.keys_captured == 8
     assert store.stats.keys_written == 0 and sls.chunk_files(tmp_path) == []
     assert store.writer.pool.used == 0  # every job's memory back
-    store.shutdown()
 
 
 def test_hooks_ablation_captures_nothing_and_forgets_each_job(ablated, tmp_path):
@@ -45,7 +49,6 @@ def test_hooks_ablation_captures_nothing_and_forgets_each_job(ablated, tmp_path)
         sls.run_job(store, maker.full_chunks(2 * i, 2))
     assert store.stats.keys_captured == 0 and store._remembered == {}
     assert sls.chunk_files(tmp_path) == [] and store.writer.pool.used == 0
-    store.shutdown()
 
 
 def test_an_unknown_ablation_is_refused(ablated):
