@@ -20,9 +20,10 @@ not timed), ``get_finished`` (our ack hook) and ``update_connector_output``.
 ``--model-ms`` of pure Python per step stands in for the forward pass, so
 the writer's threads contend with it for the GIL; ``--launches N`` lets the
 GIL go N times a pass, as torch does around each op it dispatches, and the
-pass's wall time beyond its CPU time is printed (``model_wait_s``). The same steps run with GLM53_KV_OFFLOAD=0 (vLLM's
-connector alone) and 1; the difference in the engine thread's CPU in those
-calls is what the tier costs it. Also printed: the CPU of every other
+pass's wall time beyond its CPU time is printed (``model_wait_s``). The
+same steps run with GLM53_KV_OFFLOAD=0 (vLLM's connector alone) and 1; the
+difference in the engine thread's CPU in those calls is what the tier costs
+it. Also printed: the CPU of every other
 thread (the writer's), the keys' fate (written, deduplicated, dropped by
 reason), and with ``--profile`` the engine thread's cProfile of the
 connector calls (knob 1).
@@ -57,7 +58,6 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sim"))
-
 sys.path.insert(0, str(REPO / "engine"))
 
 import harness  # noqa: E402

@@ -453,9 +453,7 @@ def main() -> int:
     if args.stall:
         result["stall"] = stall.run(llm, prompts[0], args.stall)
         print("STALL", json.dumps(result["stall"]), flush=True)
-    result["step_timed"] = (
-        steptimer.install(llm) if args.step_times and not args.stall else []
-    )
+    result["step_timed"] = steptimer.install(llm) if args.step_times else []
     rounds = []
     for rnd in range(0 if args.stall else args.rounds):
         waited = turns.wait(rnd) if turns else 0.0

@@ -4,8 +4,8 @@ or a longer round of the pressure stages (stage.py --step-times) can be put down
 scheduler, the model, vLLM's connector or our hooks.
 
 Only an in-process engine: the timer is this module's, and the worker's wrappers reach
-it because the worker runs in this process. Install it once per engine: a second
-install would wrap the wrappers and count every call twice. Nested methods
+it because the worker runs in this process. Installing it again wraps nothing twice (the
+stall check installs it, and a stage may ask for step times as well). Nested methods
 count in both (``start_kv_transfers`` holds our ``promote``): read each line against
 its parent. A name a release lacks is skipped, so the trace says which ones it timed.
 """
@@ -47,6 +47,9 @@ def wrap(obj: Any, names: tuple[str, ...], prefix: str) -> list[str]:
         if not callable(inner):
             continue
         label = f"{prefix}.{name}"
+        done.append(label)
+        if getattr(inner, "steptimer_label", None) == label:
+            continue  # timed already: a second wrapper would count each call twice
         TOTALS.setdefault(label, 0.0)
 
         def timed(*args, _inner=inner, _label=label, **kwargs):
@@ -56,8 +59,8 @@ def wrap(obj: Any, names: tuple[str, ...], prefix: str) -> list[str]:
             finally:
                 TOTALS[_label] += time.perf_counter() - t
 
+        timed.steptimer_label = label
         setattr(obj, name, timed)
-        done.append(label)
     return done
 
 

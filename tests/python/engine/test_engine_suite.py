@@ -1184,6 +1184,24 @@ def test_the_stall_check_traces_where_each_step_around_the_window_went():
     assert got["alone_step_s"]["gaps"] == 30 - stall.WARM_STEPS
 
 
+def test_the_step_timer_installed_twice_times_each_call_once():
+    import steptimer
+
+    class Scheduler:
+        def schedule(self):
+            time.sleep(0.01)
+
+    obj = Scheduler()
+    assert steptimer.wrap(obj, ("schedule", "absent"), "twice") == ["twice.schedule"]
+    timed = obj.schedule
+    # A stage asking for step times beside the stall check's own install.
+    assert steptimer.wrap(obj, ("schedule",), "twice") == ["twice.schedule"]
+    assert obj.schedule is timed  # not a wrapper of the wrapper
+    before = steptimer.snapshot()
+    obj.schedule()
+    assert steptimer.spent(before, steptimer.snapshot())["twice.schedule"] >= 10.0
+
+
 def test_the_stall_verdict_needs_a_restored_prompt_and_reports_the_goal():
     st = {
         "long_cached_tokens": 4608,
