@@ -400,6 +400,12 @@ def main() -> int:
     if args.ablate:
         result["ablate"] = llm.collective_rpc(probe.ablate_writer, args=(args.ablate,))
         print("ABLATED", result["ablate"], flush=True)
+        if not any(a.get("ablated") == args.ablate for a in result["ablate"]):
+            # An ablation that found no writer would pass for one that ran.
+            print(
+                f"STAGE_FAIL --ablate {args.ablate}: no worker has a writer", flush=True
+            )
+            return 1
     if args.slow_read:
         result["slow_read"] = llm.collective_rpc(
             probe.slow_reads, args=(args.slow_read,)
@@ -493,7 +499,7 @@ def main() -> int:
         # The writer's backlog of this round drains before the next engine's turn,
         # so it does not slow the other engine's round (its time is recorded).
         t_drain = time.time()
-        if turns and args.probe:
+        if turns and (args.probe or args.ablate):
             llm.collective_rpc(probe.wait_writer_idle)
         drain = time.time() - t_drain
         cpu1 = llm.collective_rpc(probe.thread_cpu)[0] if args.thread_cpu else {}
@@ -542,6 +548,10 @@ def main() -> int:
         )
         for w in result["workers"]:
             print("WORKER", json.dumps({k: v for k, v in w.items() if k != "jobs"}))
+    elif args.ablate:
+        # What the ablated writer captured and dropped, beside the probed engine's.
+        workers = llm.collective_rpc(probe.inspect_worker, kwargs={"compare": False})
+        result["ablate_stats"] = [w.get("stats", {}) for w in workers]
     if args.restore_probe:
         result["restore_workers"] = llm.collective_rpc(probe.restore_report)
         result["restore_scheduler"] = scheduler_restore(llm)

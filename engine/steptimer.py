@@ -16,8 +16,10 @@ import time
 from typing import Any
 
 # Per object: the methods a step calls, by the name the trace prints.
-# step_fn: the bound step (plain or batch-queue) EngineCore picked at init.
-ENGINE_CORE = ("step_fn",)
+# step_fn: the bound step (plain or batch-queue) EngineCore picked at init;
+# _wait_for_output: 0.34.0's wait for the model's future (with async scheduling,
+# the GPU's time shows there, not in execute_model; 0.33.0 waits inline, untimed).
+ENGINE_CORE = ("step_fn", "_wait_for_output")
 SCHEDULER = ("schedule", "update_from_output")
 EXECUTOR = ("execute_model", "sample_tokens")
 CONNECTOR_SCHEDULER = (

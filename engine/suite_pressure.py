@@ -209,6 +209,21 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
     ]
     worst = ratios.index(min(ratios))
     stats = [w.get("stats", {}) for w in runs["on"].get("workers", [])]
+    ablated = runs["ref"].get("ablate")  # then ref is a tier-on engine, not the noise
+
+    def total_rate(rounds: list[dict]) -> float:
+        # All the run's tokens over all its seconds (a round's tokens: rate x time).
+        seconds = sum(r["seconds"] for r in rounds[:n])
+        return sum(r["tokens_per_s"] * r["seconds"] for r in rounds[:n]) / seconds
+
+    def counts(workers: list[dict]) -> dict[str, int]:
+        keys = (
+            "keys_captured",
+            "keys_recaptured",
+            "keys_written",
+            "keys_dropped_budget",
+        )
+        return {k: sum(w.get(k, 0) for w in workers) for k in keys}
 
     def in_ms(rounds: list[dict]) -> dict[str, float]:
         # Median ms a round in each timed method (steptimer), over the rounds.
@@ -231,14 +246,28 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             **_spread(ratios),
             "ref_ratios": noise,
             "ref": _spread(noise),
-            "ratios_vs_both_off": both,
-            "vs_both_off": _spread(both),
+            # Both tier-off engines' mean: only when ref is tier off.
+            "ratios_vs_both_off": None if ablated else both,
+            "vs_both_off": None if ablated else _spread(both),
+            # The whole run's rate (all tokens over all seconds) on / off and ref / off:
+            # a round's noise averages out here, where a pair's ratio carries it twice.
+            "total_on_vs_off": round(total_rate(on) / total_rate(off), 3),
+            "total_ref_vs_off": round(total_rate(ref) / total_rate(off), 3),
             "engine_thread_cpu_ratios": cpu_ratios,
             # The engine thread runs (or spins on the GPU) for most of a round in every
             # engine, so its CPU follows the round's length; the other threads' CPU is
             # the tier's own work (run 45: 0.94-1.64 s a round tier on, 0.01 off).
             "on_other_threads_cpu_s": [others(r) for r in on[:n]],
-            "ref_is": runs["ref"].get("ablate") or "tier off",
+            "ref_is": ablated or "tier off",
+            # An ablated ref's pool never fills, so it captures more keys than on.
+            "keys": {
+                "on": counts(stats),
+                **(
+                    {"ref": counts(runs["ref"].get("ablate_stats", []))}
+                    if ablated
+                    else {}
+                ),
+            },
             # What the worst pair's tier-on round spent, by thread, against its off round.
             "worst_pair": {
                 "round": worst,

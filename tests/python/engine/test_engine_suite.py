@@ -507,7 +507,7 @@ def turn_rounds(rates: list[float], cpu: float = 2.0, others: float = 0.0) -> di
     res["rounds"] = [
         {
             "tokens_per_s": r,
-            "seconds": 3.0,
+            "seconds": 300.0 / r,  # every round serves the same 300 tokens
             "thread_cpu": {"(caller)": cpu, "python": cpu + others},
             "tokens": [[1] * 32],
             # Every round's model time grows with its length; the tier-on engine's
@@ -541,6 +541,17 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
     assert v["ratios_vs_both_off"][3] == 0.808 and v["vs_both_off"]["worst"] == 0.808
     assert v["engine_thread_cpu_ratios"] == [1.5] * 8
     assert v["on_other_threads_cpu_s"] == [1.25] * 8 and v["ref_is"] == "tier off"
+    # The whole run: 2,400 tokens in 8 x 3 s off, in 300 x sum(1 / rate) s on.
+    assert v["total_on_vs_off"] == round(8 / sum(100.0 / r for r in on), 3) == 0.948
+    assert v["total_ref_vs_off"] == 0.996
+    assert v["keys"] == {
+        "on": {
+            "keys_captured": 0,
+            "keys_recaptured": 0,
+            "keys_written": 0,
+            "keys_dropped_budget": 5,
+        }
+    }
     # Where the rounds went: medians of the rounds, by engine (3e5 / rate ms).
     assert v["in_ms"]["off"] == {"executor.execute_model": 3000.0}
     assert v["in_ms"]["on"] == {
@@ -548,10 +559,14 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
         "store.remember": 5.5,
     }
     results["pressure.turns.ref"]["ablate"] = [{"ablated": "capture"}]
+    results["pressure.turns.ref"]["ablate_stats"] = [{"keys_captured": 7}]
     v = suite_pressure.turns_judge(results)[
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
     ]
     assert v["ref_is"] == [{"ablated": "capture"}]
+    # A tier-on ref is no second tier-off engine; its keys are printed beside on's.
+    assert v["ratios_vs_both_off"] is None and v["vs_both_off"] is None
+    assert v["keys"]["ref"]["keys_captured"] == 7
     assert not v["goal_met"] and v["ok"]  # a benchmark: the worst pair misses 0.85
     results["pressure.turns.on"]["rounds"][3]["tokens_per_s"] = 90.0
     v = suite_pressure.turns_judge(results)[
