@@ -263,6 +263,12 @@ def warm_prefill(llm, tokens: int) -> None:
         )
 
 
+def took_ablation(replies: list[dict], mode: str) -> bool:
+    """Whether a worker's writer took ``--ablate mode`` (probe.ablate_writer's replies):
+    an ablation that found no writer would otherwise pass for one that ran."""
+    return any(r.get("ablated") == mode for r in replies)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -400,8 +406,7 @@ def main() -> int:
     if args.ablate:
         result["ablate"] = llm.collective_rpc(probe.ablate_writer, args=(args.ablate,))
         print("ABLATED", result["ablate"], flush=True)
-        if not any(a.get("ablated") == args.ablate for a in result["ablate"]):
-            # An ablation that found no writer would pass for one that ran.
+        if not took_ablation(result["ablate"], args.ablate):
             print(
                 f"STAGE_FAIL --ablate {args.ablate}: no worker has a writer", flush=True
             )

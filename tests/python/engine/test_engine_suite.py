@@ -919,6 +919,15 @@ def test_stage_refuses_to_build_a_knob1_connector(monkeypatch, tmp_path):
     assert stage.engine_kwargs(args)["kv_transfer_config"] == json.loads(text)
 
 
+def test_an_ablation_that_found_no_writer_fails_the_stage():
+    import stage
+
+    assert stage.took_ablation([{"ablated": "capture"}], "capture")
+    assert not stage.took_ablation([{"ablated": None}], "capture")  # no writer
+    assert not stage.took_ablation([{"ablated": "hooks"}], "capture")
+    assert not stage.took_ablation([], "capture")
+
+
 def test_model_stages_run_by_prefix_and_stop_on_a_failed_import_probe():
     every = suite.stages()
     assert not {s.name for s in suite.selected(every, [], gpus=2)} & {
