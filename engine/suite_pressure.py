@@ -216,14 +216,18 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
         seconds = sum(r["seconds"] for r in rounds[:n])
         return sum(r["tokens_per_s"] * r["seconds"] for r in rounds[:n]) / seconds
 
-    def counts(workers: list[dict]) -> dict[str, int]:
-        keys = (
-            "keys_captured",
-            "keys_recaptured",
-            "keys_written",
-            "keys_dropped_budget",
-        )
-        return {k: sum(w.get(k, 0) for w in workers) for k in keys}
+    def counts(per_rank: list[dict]) -> dict[str, int]:
+        # The writers' key counts, summed over ranks.
+        names = ("captured", "recaptured", "written", "dropped_budget")
+        return {
+            f"keys_{k}": sum(s.get(f"keys_{k}", 0) for s in per_rank) for k in names
+        }
+
+    keys = {"on": counts(stats)}
+    if ablated:
+        # None where the stage saved no counts (run 48 did not): not zero keys.
+        saved = runs["ref"].get("ablate_stats")
+        keys["ref"] = counts(saved) if saved else None
 
     def in_ms(rounds: list[dict]) -> dict[str, float]:
         # Median ms a round in each timed method (steptimer), over the rounds.
@@ -260,14 +264,7 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             "on_other_threads_cpu_s": [others(r) for r in on[:n]],
             "ref_is": ablated or "tier off",
             # An ablated ref's pool never fills, so it captures more keys than on.
-            "keys": {
-                "on": counts(stats),
-                **(
-                    {"ref": counts(runs["ref"].get("ablate_stats", []))}
-                    if ablated
-                    else {}
-                ),
-            },
+            "keys": keys,
             # What the worst pair's tier-on round spent, by thread, against its off round.
             "worst_pair": {
                 "round": worst,
@@ -281,7 +278,6 @@ def turns_judge(results: dict[str, dict]) -> dict[str, dict]:
             "in_ms": spent,
             # The writer's backlog of each tier-on round, drained before the next turn.
             "on_drain_s": [r.get("drain_s") for r in on[:n]],
-            "keys_dropped_budget": sum(s.get("keys_dropped_budget", 0) for s in stats),
             "goal": {"median": TURNS_GOAL_MEDIAN, "worst": TURNS_GOAL_WORST},
             "goal_met": _median(ratios) >= TURNS_GOAL_MEDIAN
             and min(ratios) >= TURNS_GOAL_WORST,

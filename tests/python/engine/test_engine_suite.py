@@ -559,6 +559,10 @@ def test_interleaved_turns_judge_prints_median_spread_worst_and_the_machines_own
         "store.remember": 5.5,
     }
     results["pressure.turns.ref"]["ablate"] = [{"ablated": "capture"}]
+    v = suite_pressure.turns_judge(results)[
+        "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
+    ]
+    assert v["keys"]["ref"] is None  # no counts saved: unknown, not zero
     results["pressure.turns.ref"]["ablate_stats"] = [{"keys_captured": 7}]
     v = suite_pressure.turns_judge(results)[
         "throughput tier on / off, interleaved turns (tokens/s; benchmark)"
