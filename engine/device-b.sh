@@ -40,7 +40,7 @@ rc=$?
 cp "$OUT/run/summary.txt" "$OUT/run/results.json" "$OUT/" 2>/dev/null
 cp "$B/overlay-apply.log" "$OUT/run/logs/" 2>/dev/null
 tar czf "$OUT/logs.tgz" -C "$OUT/run" logs
-tar czf "$OUT/stores.tgz" -C /tmp --exclude='pressure*' --exclude='ttft*' --exclude='burst8b*' kvstores 2>/dev/null
+tar czf "$OUT/stores.tgz" -C /tmp --exclude='pressure*' --exclude='ttft*' --exclude='burst8b*' --exclude=suite-results.json kvstores 2>/dev/null
 rm -rf "$OUT/run"
 ls -la "$OUT"
 echo "suite rc=$rc total $(($(date +%s) - T0)) s"

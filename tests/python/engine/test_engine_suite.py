@@ -676,6 +676,43 @@ def test_ttft_rows_and_read_phase_against_the_plain_read():
     assert disk["estimate"] is None  # the guard weighed nothing
 
 
+def test_a_set_split_over_two_calls_that_keep_the_stores_is_judged_whole(
+    tmp_path, monkeypatch
+):
+    """Call 1 runs cold and write, call 2 (KVTIER_KEEP_STORES=1) disk and cache: call 2's
+    verdicts read call 1's stages; without the kept stores they are not there."""
+    results = ttft_results()
+    results["ttft.llama8b.write"]["kvstore_verify"] = {"rc": 0}
+    monkeypatch.setattr(suite, "prepare", lambda st, opts: results[st.name]["before"])
+    monkeypatch.setattr(
+        suite, "run_wave", lambda batch, *a: {s.name: results[s.name] for s in batch}
+    )
+
+    def call(only: str, keep: bool) -> dict:
+        out = tmp_path / f"out-{only.count(',')}-{keep}"
+        monkeypatch.setenv(suite.ENV_KEEP, "1" if keep else "0")
+        argv = ["suite.py", "--pristine", "p", "--patched", "q", "--site", "s",
+                "--kvstore", "k", "--out", str(out), "--stores", str(tmp_path / "kv"),
+                "--only", only]  # fmt: skip
+        monkeypatch.setattr(sys, "argv", argv)
+        rc = suite.main()
+        with open(out / "results.json") as f:
+            return {"rc": rc, **json.load(f)}
+
+    first = call("ttft.llama8b.cold,ttft.llama8b.write", keep=False)
+    assert set(first["results"]) == {"ttft.llama8b.cold", "ttft.llama8b.write"}
+    second = call("ttft.llama8b.disk,ttft.llama8b.cache", keep=True)
+    assert second["results"]["ttft.llama8b.cold"]["earlier_call"] is True
+    assert "earlier_call" not in second["results"]["ttft.llama8b.disk"]
+    name = "ttft.llama8b: time to first token (s), cold vs restore (benchmark)"
+    rows = second["verdicts"][name]["rows"]
+    assert rows[0]["disk_speedup"] == 2.0 and rows[1]["cache_speedup"] == 30.0
+    assert second["rc"] == 0
+    # The stores not kept: the earlier call's stages are not judged (cold is missing).
+    third = call("ttft.llama8b.disk,ttft.llama8b.cache", keep=False)
+    assert "ttft.llama8b.cold" not in third["results"] and third["rc"] == 1
+
+
 def test_ttft_times_the_timed_requests_reads_apart_from_the_warm_up():
     results = ttft_results()
     # Two jobs before the timed rounds (the warm-up's, one of them slow), two in them.
