@@ -3,10 +3,14 @@ that are already generating?
 
 Run in the stage's engine (in-process, LLM.llm_engine stepped by hand): ``decoders``
 requests with short prompts of their own generate alone for ``alone_steps`` steps; then
-the long prompt (one the store holds) arrives; the steps until it finishes are the
-restore window, the step that finishes it runs its prefill tail (the tokens after the
-last restored chunk) and is reported apart; then ``after_steps`` more. Each decoder's
-inter-token gaps are timed at the step that produced the token.
+the long prompt (one the store holds) arrives; the steps until the scheduler gives it
+tokens to compute are the restore window; the steps from that one to the one that
+reports it finished run its prefill tail (the tokens after the last restored chunk, which
+vLLM computes as it would in any prefill) and are reported apart; then ``after_steps``
+more. With async scheduling (0.34.0) the finish is reported a step after the tail ran,
+so the step that scheduled it is found from the scheduler's output (run 50: classed by
+the finish alone, the tail's 252 ms step was counted in the window). Each decoder's
+inter-token gaps are timed at the step that returned the token.
 
 Each step from three before the long prompt arrives to three after its tail is traced:
 its wall time and the milliseconds spent in the scheduler, the model, vLLM's connector
@@ -24,6 +28,26 @@ import steptimer
 
 WARM_STEPS = 20  # the decoders' own prefills and first steps are not timed
 TRACE_AROUND = 3  # steps traced before the long prompt arrives and after its tail
+LONG = "stall-long"
+
+
+def _count_long_tokens(engine: Any) -> list[int]:
+    """A counter of the long request's tokens each ``schedule()`` gives it (vLLM's
+    SchedulerOutput.num_scheduled_tokens), read and reset by the caller each step; none
+    when the scheduler is not in this process."""
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    scheduler = getattr(core, "scheduler", None)
+    if scheduler is None:
+        return []
+    counter, inner = [0], scheduler.schedule
+
+    def schedule(*args, **kwargs):
+        out = inner(*args, **kwargs)
+        counter[0] += (getattr(out, "num_scheduled_tokens", None) or {}).get(LONG, 0)
+        return out
+
+    scheduler.schedule = schedule
+    return counter
 
 
 def _summary(gaps: list[float]) -> dict:
@@ -65,6 +89,8 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
     phase, steps, arrival, window_s, tail_s, cached = "alone", 0, 0.0, None, None, None
     after = 0
     timed = steptimer.install(llm)
+    long_tokens = _count_long_tokens(engine)
+    tail_start = None
     trace: list[dict] = []
     before_arrival: collections.deque = collections.deque(maxlen=TRACE_AROUND)
     alone_steps_s: list[float] = []
@@ -83,12 +109,21 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
             before_arrival.append(step)
             if steps > WARM_STEPS:
                 alone_steps_s.append(now - start)
-        elif phase == "restore" or after < TRACE_AROUND:
+        elif phase in ("restore", "tail") or after < TRACE_AROUND:
             trace.append(step)
-        long = [o for o in outputs if o.request_id == "stall-long" and o.finished]
-        finished_long = bool(long)  # the step that ran the long prompt's tail
-        if finished_long:
+        scheduled = long_tokens[0] if long_tokens else 0
+        if long_tokens:
+            long_tokens[0] = 0
+        if phase == "restore" and scheduled:  # its tail runs from this step on
+            phase, window_s, tail_start = "tail", start - arrival, start
+        long = [o for o in outputs if o.request_id == LONG and o.finished]
+        finished_long = bool(long) and phase in ("restore", "tail")
+        if finished_long and tail_start is None:  # no scheduler seen: the finish
+            window_s, tail_start = start - arrival, start
+        if finished_long or phase == "tail":
             step["phase"] = "tail"
+            if scheduled:
+                step["long_tokens"] = scheduled
         if long:
             cached = long[0].num_cached_tokens
         for out in outputs:
@@ -96,15 +131,14 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
             if out.request_id in produced and count > produced[out.request_id]:
                 produced[out.request_id] = count
                 if out.request_id in last and steps > WARM_STEPS:
-                    kind = "tail" if finished_long else phase
-                    gaps[kind].append(now - last[out.request_id])
+                    gaps[step["phase"]].append(now - last[out.request_id])
                 last[out.request_id] = now
         if phase == "alone" and steps >= alone_steps:
-            engine.add_request("stall-long", {"prompt_token_ids": long_prompt}, once)
+            engine.add_request(LONG, {"prompt_token_ids": long_prompt}, once)
             phase, arrival = "restore", now
             trace.extend(before_arrival)
-        elif phase == "restore" and finished_long:
-            phase, window_s, tail_s = "after", start - arrival, now - start
+        elif finished_long:
+            phase, tail_s = "after", now - tail_start
         elif phase == "after":
             after += 1
             if after >= after_steps:

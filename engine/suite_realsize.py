@@ -34,6 +34,9 @@ SLOW_READ = 128 << 20
 LEARN_PREFIX = 2048
 # A declined prompt's time to first token may exceed cold's by this much.
 SLOW_VS_COLD = 1.1
+# The pristine and the writing engine's times to first token (both compute the prompt)
+# agree within this, or the TTFT table is not judged sound.
+COMPUTING_AGREE = 1.5
 # The stall check: decoders beside a restore, and the goal for their p99 gap against
 # their p99 alone (issue 44).
 STALL_DECODERS = 8
@@ -79,10 +82,12 @@ def real_size_stages() -> list[Stage]:
     long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
     # The warm-up's full prefill steps are what the restore cost guard predicts a
     # recompute from (issue 47: from the 48-144-token tails alone it could not).
-    timed = ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
-             "--sequential", "--rounds", "1",
-             "--warmup-prefill", str(WARMUP_PREFILL), "--thread-cpu"]  # fmt: skip
-    ttft = long + timed
+    def timed(warmup: int) -> list[str]:
+        return ["--workload", "ttft:" + ",".join(map(str, TTFT_TOKENS)),
+                "--sequential", "--rounds", "1",
+                "--warmup-prefill", str(warmup), "--thread-cpu"]  # fmt: skip
+
+    ttft = long + timed(WARMUP_PREFILL)
     tier = ["--connector", "--cpu-bytes", str(24 << 30)]
     # A CPU tier and a capture budget that hold the longest prompt whole (15.5 GiB).
     budget = {"GLM53_KV_OFFLOAD_CPU_GB": "20", "GLM53_KV_OFFLOAD_CAPTURE_MIB": "16384"}
@@ -101,7 +106,10 @@ def real_size_stages() -> list[Stage]:
     # GLM-5.3 at real width (engine/models/glm5wide: four layers, the 3:1 KDA:MLA
     # pattern, 288 experts; about 62 GB of dummy weights, so an H100 holds it), its
     # KV small beside the 8B's: 8 GiB of GPU KV cache is room for 127k tokens.
-    wide = ["--max-model-len", "131072", "--kv-cache-gb", "8", "--warmup"] + timed
+    # GLM-5.3's mHC kernels (TileLang) compile for each prefill length: the warm-up
+    # prefills the timed length, or the first engine compiles in its timed request (run 50).
+    wide = ["--max-model-len", "131072", "--kv-cache-gb", "8", "--warmup"]
+    wide += timed(max(WARMUP_PREFILL, *TTFT_TOKENS))
     out += ttft_set("ttft.glm5wide", GLM5_WIDE, wide + GLM5 + tier, budget, wave=40,
                     models_site=True)  # fmt: skip
     # The stall check (issue 44): eight decoders generate while the first prompt
@@ -338,9 +346,20 @@ def ttft_set_judge(results: dict[str, dict], store: str, chunk: int) -> dict[str
             "covered": covered,
             "ok": all(all(v) for v in covered.values()),
         }
+    # Cold is the pristine engine's time; the writing engine computes the same prompt. Two
+    # computing engines that disagree mean one of them did other work in its timed request
+    # (run 50: the cold engine compiled TileLang kernels in it, 21.2 s against 1.59 s), and
+    # a speedup over such a cold is not the tier's.
+    for row in rows:
+        if row.get("write_engine_s"):
+            row["cold_vs_write_engine"] = round(row["cold_s"] / row["write_engine_s"], 2)
     verdicts[f"{store}: time to first token (s), cold vs restore (benchmark)"] = {
         "rows": rows,
-        "ok": True,
+        "computing_engines_agree_within": COMPUTING_AGREE,
+        "ok": all(
+            1 / COMPUTING_AGREE <= row.get("cold_vs_write_engine", 1) <= COMPUTING_AGREE
+            for row in rows
+        ),
     }
     return verdicts
 

@@ -1,5 +1,6 @@
 """The GPU suite's KV digests compare engines whose caches use different layouts."""
 
+import dataclasses
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -164,6 +165,12 @@ def test_the_stall_trace_times_methods_the_real_engine_has():
         for name in names:
             assert callable(getattr(cls, name, None)), f"{cls.__name__}.{name}"
     assert "self.connector_scheduler" in inspect.getsource(OffloadingConnector.__init__)
+    # The stall check finds the long prompt's tail by what schedule() gives it.
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    fields = {f.name: f.type for f in dataclasses.fields(SchedulerOutput)}
+    assert "num_scheduled_tokens" in fields
+    assert "SchedulerOutput" in str(inspect.signature(Scheduler.schedule).return_annotation)
     # The wrapper returns what the method returns and sums its time under one label.
     restore = kv_restore_worker.WorkerRestore()
     assert steptimer.wrap(restore, ("wait_idle",), "t") == ["t.wait_idle"]

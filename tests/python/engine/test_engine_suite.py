@@ -713,6 +713,27 @@ def test_a_set_split_over_two_calls_that_keep_the_stores_is_judged_whole(
     assert "ttft.llama8b.cold" not in third["results"] and third["rc"] == 1
 
 
+def test_ttft_table_is_unsound_when_the_two_computing_engines_disagree():
+    name = "ttft.llama8b: time to first token (s), cold vs restore (benchmark)"
+    results = ttft_results()
+    v = suite_realsize.ttft_judge(results)[name]
+    assert v["ok"] and [r["cold_vs_write_engine"] for r in v["rows"]] == [0.98, 0.98]
+    # Run 50: the pristine engine compiled kernels in its timed request.
+    results["ttft.llama8b.cold"]["rounds"][0]["request_seconds"][1] = 21.2 * 61.0 / 1.59
+    v = suite_realsize.ttft_judge(results)[name]
+    assert not v["ok"] and v["rows"][1]["cold_vs_write_engine"] == 13.33
+
+
+def test_glm5wide_warms_up_at_the_timed_length():
+    by_name = {s.name: s for s in suite_realsize.real_size_stages()}
+    for name, warm in (("ttft.glm5wide.cold", max(suite_realsize.TTFT_TOKENS)),
+                       ("ttft.glm5wide.stall", max(suite_realsize.TTFT_TOKENS)),
+                       ("ttft.llama8b.cold", suite_realsize.WARMUP_PREFILL)):  # fmt: skip
+        args = by_name[name].args
+        assert args.count("--warmup-prefill") == 1
+        assert int(args[args.index("--warmup-prefill") + 1]) == warm, name
+
+
 def test_ttft_times_the_timed_requests_reads_apart_from_the_warm_up():
     results = ttft_results()
     # Two jobs before the timed rounds (the warm-up's, one of them slow), two in them.
@@ -1247,6 +1268,55 @@ def test_the_stall_check_traces_where_each_step_around_the_window_went():
         # Only the waiting steps slept 20 ms in the scheduler.
         assert (slow >= 20.0) == (step["phase"] == "restore"), step
     assert got["alone_step_s"]["gaps"] == 30 - stall.WARM_STEPS
+
+
+class _AsyncTailEngine(_TracedEngine):
+    """0.34.0's async scheduling, played: the step after the restore schedules the long
+    prompt's tail (SchedulerOutput.num_scheduled_tokens names it) and is slow, 30 ms of
+    compute; its finish is reported a step later. The restore's own steps are fast."""
+
+    def __init__(self, restore_steps):
+        super().__init__(restore_steps)
+        self.core.scheduler.schedule = self.schedule
+        self.tail_ran = False
+
+    @staticmethod
+    def schedule(tail):
+        time.sleep(0.03 if tail else 0.001)
+        return type("Out", (), {"num_scheduled_tokens": {"stall-long": 512} if tail else {}})
+
+    def step_inner(self):
+        tail = self.long_wait == 0 and not self.tail_ran
+        self.core.scheduler.schedule(tail)
+        outs = []
+        for rid in self.decoders:
+            self.decoders[rid] += 1
+            outs.append(_Out(rid, self.decoders[rid]))
+        if tail:
+            self.tail_ran = True
+        elif self.long_wait == 0:
+            outs.append(_Out("stall-long", 1, finished=True, cached=4608))
+            self.long_wait = None
+        elif self.long_wait is not None:
+            self.long_wait -= 1
+        return outs
+
+
+def test_the_stall_check_puts_the_tails_compute_outside_the_window_when_reported_late():
+    import stall
+
+    engine = _AsyncTailEngine(restore_steps=4)
+    llm = type("L", (), {"llm_engine": engine, "collective_rpc": lambda s, fn: [[]]})()
+    got = stall.run(llm, [7] * 9000, decoders=2, alone_steps=30, after_steps=5,
+                    sampling=dict)  # fmt: skip
+    phases = [s["phase"] for s in got["trace"]]
+    assert phases == ["alone"] * 3 + ["restore"] * 4 + ["tail"] * 2 + ["after"] * 3
+    tails = [s for s in got["trace"] if s["phase"] == "tail"]
+    assert tails[0]["long_tokens"] == 512 and "long_tokens" not in tails[1]
+    # The 30 ms step is the tail's, not the window's.
+    assert got["restore"]["gaps"] == 2 * 4 and got["restore"]["max_s"] < 0.02
+    assert got["tail"]["max_s"] >= 0.03 and got["tail_step_s"] >= 0.03
+    assert got["long_cached_tokens"] == 4608 and got["restore_window_s"] < 0.03
 
 
 def test_the_step_timer_installed_twice_times_each_call_once():
