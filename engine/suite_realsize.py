@@ -80,6 +80,7 @@ def real_size_stages() -> list[Stage]:
     (burst8b.*). Each engine alone on the GPU; minutes of device time, so they run only
     when --only names their prefix (ttft, burst8b)."""
     long = ["--max-model-len", "131072", "--kv-cache-gb", "40", "--warmup"]
+
     # The warm-up's full prefill steps are what the restore cost guard predicts a
     # recompute from (issue 47: from the 48-144-token tails alone it could not).
     def timed(warmup: int) -> list[str]:
@@ -352,7 +353,9 @@ def ttft_set_judge(results: dict[str, dict], store: str, chunk: int) -> dict[str
     # a speedup over such a cold is not the tier's.
     for row in rows:
         if row.get("write_engine_s"):
-            row["cold_vs_write_engine"] = round(row["cold_s"] / row["write_engine_s"], 2)
+            row["cold_vs_write_engine"] = round(
+                row["cold_s"] / row["write_engine_s"], 2
+            )
     verdicts[f"{store}: time to first token (s), cold vs restore (benchmark)"] = {
         "rows": rows,
         "computing_engines_agree_within": COMPUTING_AGREE,

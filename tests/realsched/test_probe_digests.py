@@ -170,7 +170,9 @@ def test_the_stall_trace_times_methods_the_real_engine_has():
 
     fields = {f.name: f.type for f in dataclasses.fields(SchedulerOutput)}
     assert "num_scheduled_tokens" in fields
-    assert "SchedulerOutput" in str(inspect.signature(Scheduler.schedule).return_annotation)
+    assert "SchedulerOutput" in str(
+        inspect.signature(Scheduler.schedule).return_annotation
+    )
     # The wrapper returns what the method returns and sums its time under one label.
     restore = kv_restore_worker.WorkerRestore()
     assert steptimer.wrap(restore, ("wait_idle",), "t") == ["t.wait_idle"]

@@ -1283,7 +1283,9 @@ class _AsyncTailEngine(_TracedEngine):
     @staticmethod
     def schedule(tail):
         time.sleep(0.03 if tail else 0.001)
-        return type("Out", (), {"num_scheduled_tokens": {"stall-long": 512} if tail else {}})
+        return type(
+            "Out", (), {"num_scheduled_tokens": {"stall-long": 512} if tail else {}}
+        )
 
     def step_inner(self):
         tail = self.long_wait == 0 and not self.tail_ran
