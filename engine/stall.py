@@ -8,7 +8,7 @@ tokens to compute are the restore window; the steps from that one to the one tha
 reports it finished run its prefill tail (the tokens after the last restored chunk, which
 vLLM computes as it would in any prefill) and are reported apart; then ``after_steps``
 more. With async scheduling (0.34.0) the finish is reported a step after the tail ran,
-so the step that scheduled it is found from the scheduler's output (run 50: classed by
+so the step that scheduled it is found from the scheduler's output (run 53: classed by
 the finish alone, the tail's 252 ms step was counted in the window). Each decoder's
 inter-token gaps are timed at the step that returned the token.
 
