@@ -5,7 +5,7 @@
 # engine/device-b.sh, the chain's last call, checks them against its B/sets.sha256 and
 # uses them. Exit 3 when a named set was not carried or is another release's.
 #   bash engine/device-a.sh A        carry [".device-0.34.0/A"]   (the newest release)
-#   bash engine/device-a.sh A2 W     carry [".device-0.34.0/A2", ".device-0.34.0/W"]
+#   bash engine/device-a.sh A2       carry [".device-0.34.0/A2"]
 #   DEVICE_DIR=.device-0.33.0 bash engine/device-a.sh A   (another release's sets)
 set -euo pipefail
 # shellcheck source=engine/device-lib.sh

@@ -93,12 +93,29 @@ def test_a_set_over_its_cap_is_named():
 
 
 def test_a_call_over_the_budget_names_its_biggest_set():
-    sizes = {"A": 100, "A2": 20 * MIB, "W": 21 * MIB, "B": 100}
-    checkout = transfer.BUDGET - 41 * MIB + 1  # A2 + W one byte over with this checkout
+    sizes = dict.fromkeys(("A", "A2", "W", "C", "F", "K"), 100)
+    sizes.update(B=19 * MIB, C2=22 * MIB)
+    checkout = transfer.BUDGET - 41 * MIB + 1  # B + C2 one byte over with this checkout
     bad = transfer.problems(sizes, checkout)
     assert len(bad) == 1, bad
-    assert "the call carrying A2+W" in bad[0] and "split set W" in bad[0]
+    assert "the call carrying B+C2" in bad[0] and "split set C2" in bad[0]
     assert transfer.problems(sizes, checkout - 1) == []
+
+
+def test_a_call_is_counted_in_whole_disk_blocks(tmp_path):
+    """A 1-byte file takes a block: the checkout's many small files weigh 11.4 MB on disk
+    against 8.2 MB of bytes, and a call is counted as the disk holds it."""
+    (tmp_path / "W").mkdir()
+    for i in range(10):
+        (tmp_path / "W" / f"f{i}").write_bytes(b"x")
+    block = os.lstat(tmp_path / "W" / "f0").st_blocks * 512
+    assert block >= 512 and transfer.set_bytes(str(tmp_path / "W")) == 10 * block
+    assert transfer.checkout_bytes() > sum(
+        os.lstat(REPO / n).st_size
+        for n in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True,
+                                text=True, check=True).stdout.split()
+        if (REPO / n).is_file()
+    )  # fmt: skip
 
 
 def sparse_sets(folder: Path, sizes: dict[str, int]) -> None:
@@ -118,7 +135,8 @@ def test_check_exits_1_naming_the_set_to_split(tmp_path):
         f.truncate(1000)
     run = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
-    assert re.search(r"suite call 2 A2\+W +with the checkout", run.stdout)
+    assert re.search(r"suite call 2 A2 +with the checkout", run.stdout)
+    assert re.search(r"suite call 3 W +with the checkout", run.stdout)
 
 
 def test_check_refuses_a_folder_without_the_suite_sets(tmp_path):
