@@ -35,8 +35,7 @@ def _count_long_tokens(engine: Any) -> list[int]:
     """A counter of the long request's tokens each ``schedule()`` gives it (vLLM's
     SchedulerOutput.num_scheduled_tokens), read and reset by the caller each step; none
     when the scheduler is not in this process."""
-    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
-    scheduler = getattr(core, "scheduler", None)
+    scheduler = getattr(steptimer.engine_core(engine), "scheduler", None)
     if scheduler is None:
         return []
     counter, inner = [0], scheduler.schedule

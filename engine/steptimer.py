@@ -85,9 +85,14 @@ def install_worker(worker: Any) -> list[str]:
     )
 
 
+def engine_core(engine: Any) -> Any:
+    """The EngineCore of an in-process LLMEngine (its client's), else None."""
+    return getattr(getattr(engine, "engine_core", None), "engine_core", None)
+
+
 def install(llm: Any) -> list[str]:
     """Wrap what an in-process LLM exposes; the names timed (none for another engine)."""
-    core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
+    core = engine_core(llm.llm_engine)
     if core is None:
         return []
     scheduler = getattr(core, "scheduler", None)

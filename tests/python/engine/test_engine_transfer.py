@@ -110,12 +110,10 @@ def test_a_call_is_counted_in_whole_disk_blocks(tmp_path):
         (tmp_path / "W" / f"f{i}").write_bytes(b"x")
     block = os.lstat(tmp_path / "W" / "f0").st_blocks * 512
     assert block >= 512 and transfer.set_bytes(str(tmp_path / "W")) == 10 * block
-    assert transfer.checkout_bytes() > sum(
-        os.lstat(REPO / n).st_size
-        for n in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True,
-                                text=True, check=True).stdout.split()
-        if (REPO / n).is_file()
-    )  # fmt: skip
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.split("\0")  # fmt: skip
+    in_bytes = sum(os.lstat(REPO / n).st_size for n in tracked if (REPO / n).is_file())
+    assert transfer.checkout_bytes() > in_bytes
 
 
 def sparse_sets(folder: Path, sizes: dict[str, int]) -> None:
