@@ -31,10 +31,12 @@ TRACE_AROUND = 3  # steps traced before the long prompt arrives and after its ta
 LONG = "stall-long"
 
 
-def _count_long_tokens(engine: Any) -> list[int]:
+def _count_long_tokens(engine: Any, long_ids: set[str]) -> list[int]:
     """A counter of the long request's tokens each ``schedule()`` gives it (vLLM's
     SchedulerOutput.num_scheduled_tokens), read and reset by the caller each step; none
-    when the scheduler is not in this process."""
+    when the scheduler is not in this process. The scheduler knows the request by the
+    engine's id for it (``long_ids``, which the caller fills in when it adds it): vLLM
+    adds eight random characters to the id it was given (run 57 counted none by ours)."""
     scheduler = getattr(steptimer.engine_core(engine), "scheduler", None)
     if scheduler is None:
         return []
@@ -42,7 +44,8 @@ def _count_long_tokens(engine: Any) -> list[int]:
 
     def schedule(*args, **kwargs):
         out = inner(*args, **kwargs)
-        counter[0] += (getattr(out, "num_scheduled_tokens", None) or {}).get(LONG, 0)
+        tokens = getattr(out, "num_scheduled_tokens", None) or {}
+        counter[0] += sum(n for rid, n in tokens.items() if rid in long_ids)
         return out
 
     scheduler.schedule = schedule
@@ -88,7 +91,8 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
     phase, steps, arrival, window_s, tail_s, cached = "alone", 0, 0.0, None, None, None
     after = 0
     timed = steptimer.install(llm)
-    long_tokens = _count_long_tokens(engine)
+    long_ids: set[str] = set()
+    long_tokens = _count_long_tokens(engine, long_ids)
     tail_start = None
     trace: list[dict] = []
     before_arrival: collections.deque = collections.deque(maxlen=TRACE_AROUND)
@@ -133,7 +137,8 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
                     gaps[step["phase"]].append(now - last[out.request_id])
                 last[out.request_id] = now
         if phase == "alone" and steps >= alone_steps:
-            engine.add_request(LONG, {"prompt_token_ids": long_prompt}, once)
+            inside = engine.add_request(LONG, {"prompt_token_ids": long_prompt}, once)
+            long_ids.add(inside if isinstance(inside, str) else LONG)
             phase, arrival = "restore", now
             trace.extend(before_arrival)
         elif finished_long:

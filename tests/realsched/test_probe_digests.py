@@ -9,6 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
 import probe  # noqa: E402
+import stall  # noqa: E402
 
 
 def layer_cache(values: torch.Tensor, physical: tuple[int, ...]) -> torch.Tensor:
@@ -173,6 +174,18 @@ def test_the_stall_trace_times_methods_the_real_engine_has():
     assert "SchedulerOutput" in str(
         inspect.signature(Scheduler.schedule).return_annotation
     )
+    # ... under the id the engine gives the request, which add_request returns: vLLM adds
+    # eight characters to the caller's (engine/stall.py matched the caller's: run 57).
+    from vllm.v1.engine.input_processor import InputProcessor
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    request = SimpleNamespace(request_id=stall.LONG, external_req_id=None)
+    InputProcessor.assign_request_id(request)
+    assert request.external_req_id == stall.LONG
+    assert request.request_id.startswith(stall.LONG + "-")
+    assert len(request.request_id) == len(stall.LONG) + 9
+    assert inspect.signature(LLMEngine.add_request).return_annotation in (str, "str")
+    assert "return req_id" in inspect.getsource(LLMEngine.add_request)
     # The wrapper returns what the method returns and sums its time under one label.
     restore = kv_restore_worker.WorkerRestore()
     assert steptimer.wrap(restore, ("wait_idle",), "t") == ["t.wait_idle"]

@@ -1167,6 +1167,10 @@ class _Out:
         self.outputs = [type("C", (), {"token_ids": [0] * tokens})()]
 
 
+# What vLLM adds to a request's id (tests/realsched/test_probe_digests.py checks it does).
+INSIDE_SUFFIX = "0a1b2c3d"
+
+
 class _SteppedEngine:
     """LLMEngine's add_request / step / abort_request, played: every decoder gains a
     token a step; a step takes ``step_s`` (``slow_s`` while the long prompt waits for its
@@ -1184,6 +1188,7 @@ class _SteppedEngine:
             self.long_wait = self.restore_steps
         else:
             self.decoders[rid] = 0
+        return f"{rid}-{INSIDE_SUFFIX}"  # as vLLM: the id its scheduler knows it by
 
     def step(self):
         import time as t
@@ -1283,9 +1288,8 @@ class _AsyncTailEngine(_TracedEngine):
     @staticmethod
     def schedule(tail):
         time.sleep(0.03 if tail else 0.001)
-        return type(
-            "Out", (), {"num_scheduled_tokens": {"stall-long": 512} if tail else {}}
-        )
+        inside = f"stall-long-{INSIDE_SUFFIX}"
+        return type("Out", (), {"num_scheduled_tokens": {inside: 512} if tail else {}})
 
     def step_inner(self):
         tail = self.long_wait == 0 and not self.tail_ran
