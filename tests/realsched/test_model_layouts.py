@@ -8,16 +8,20 @@ indexer keys in 512-token kernel blocks (issue 44), which the GPU suite's checks
 manager block.
 
 Each boot runs model_layout.py in its own process (it sets up torch.distributed and builds the
-model on the meta device): pristine with no path added, patched with this session's patched
-tree first on PYTHONPATH.
+model on the meta device), forked by a layout_server.py that imported vLLM once: one server
+with no path added for pristine boots, one with this session's patched tree first on
+PYTHONPATH for patched boots.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,10 +32,11 @@ import realsched
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-# Every boot is a process that imports vLLM and builds a model (about 16 s here); the
-# module starts the boots its selected tests need two at a time (the CI machine has two
+# Every boot is a process that builds a model (a few seconds once its server imported vLLM);
+# the module starts the boots its selected tests need two at a time (the CI machine has two
 # cores) and each test waits for its own. "{tier}" in a knob is the boot's own folder.
 TIER_DIR = "{tier}"
+BOOT_TIMEOUT_S = 600
 Key = tuple[str, bool, tuple[tuple[str, str], ...], tuple[str, ...]]
 _pool = ThreadPoolExecutor(2, thread_name_prefix="model-layout")
 _boots: dict[Key, Future] = {}
@@ -42,28 +47,83 @@ def _key(model: str, patched: bool, knobs: dict[str, str], args=()) -> Key:
     return (model, patched, tuple(sorted(knobs.items())), tuple(args))
 
 
+class _Server:
+    """A layout_server.py process for one tree (pristine or patched): it imported vLLM
+    once and forks each boot from there."""
+
+    def __init__(self, patched: bool, base: Path):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
+        env.pop("PYTHONPATH", None)
+        path = real_release.subprocess_path(*([str(_state["tree"])] if patched else []))
+        if path:
+            env["PYTHONPATH"] = path
+        self.log = base / f"server-{'patched' if patched else 'pristine'}.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(HERE / "layout_server.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+                cwd=str(REPO),
+            )
+        self.lock = threading.Lock()
+        self.ready = False
+
+    def submit(self, args: tuple[str, ...], env: dict[str, str], out: Path) -> None:
+        with self.lock:
+            if not self.ready:
+                if self.proc.stdout.readline().strip() != "ready":
+                    self.proc.wait(timeout=60)
+                    raise AssertionError(
+                        f"layout_server.py exited {self.proc.returncode}:\n"
+                        + self.log.read_text()[-4000:]
+                    )
+                self.ready = True
+            request = {"args": list(args), "env": env, "dir": str(out)}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+_servers: dict[bool, _Server] = {}
+_servers_lock = threading.Lock()
+
+
+def _server(patched: bool) -> _Server:
+    with _servers_lock:
+        if patched not in _servers:
+            _servers[patched] = _Server(patched, _state["base"])
+        return _servers[patched]
+
+
 def _boot(key: Key, number: int) -> dict:
     model, patched, knobs, args = key
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GLM53_")}
-    env.pop("PYTHONPATH", None)
-    path = real_release.subprocess_path(*([str(_state["tree"])] if patched else []))
-    if path:
-        env["PYTHONPATH"] = path
-    tier = _state["base"] / f"boot{number}" / "tier"
-    env.update({k: v.replace(TIER_DIR, str(tier)) for k, v in knobs})
-    done = subprocess.run(
-        [sys.executable, str(HERE / "model_layout.py"), model, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(REPO),
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"{model}: model_layout.py failed:\n{done.stderr[-4000:]}")
-    out = json.loads(done.stdout.splitlines()[-1])
-    out["log"] = done.stdout + done.stderr
-    return out
+    out = _state["base"] / f"boot{number}"
+    out.mkdir()
+    tier = out / "tier"
+    env = {k: v.replace(TIER_DIR, str(tier)) for k, v in knobs}
+    _server(patched).submit((model, *args), env, out)
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while not (out / "rc").exists():
+        if time.monotonic() > deadline:
+            if (out / "pid").exists():
+                os.kill(int((out / "pid").read_text()), signal.SIGKILL)
+            raise AssertionError(
+                f"{model}: model_layout.py ran over {BOOT_TIMEOUT_S} s"
+            )
+        time.sleep(0.1)
+    rc = int((out / "rc").read_text())
+    stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+    if rc != 0:
+        raise AssertionError(f"{model}: model_layout.py exited {rc}:\n{stderr[-4000:]}")
+    result = json.loads(stdout.splitlines()[-1])
+    result["log"] = stdout + stderr
+    return result
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -501,3 +561,5 @@ def _boots_two_at_a_time(request, patched_root, tmp_path_factory):
     for future in _boots.values():
         future.cancel()
     _pool.shutdown(wait=True)
+    for server in _servers.values():
+        server.close()
