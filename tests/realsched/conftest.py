@@ -219,5 +219,5 @@ def no_region_left_behind():
     left = realsched.offload_regions() - before
     # test_model_layouts boots ahead, in other processes: their regions are theirs
     # while they run (its module fixture checks none outlives its boot).
-    left -= realsched.held_by_others(left)
+    left = realsched.left_behind(left)
     assert not left, f"left in /dev/shm: {sorted(left)}"

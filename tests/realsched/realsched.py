@@ -232,6 +232,19 @@ def held_by_others(names: set[str]) -> set[str]:
     return {n for p, n in paths.items() if p in held}
 
 
+def left_behind(names: set[str], settle_s: float = 5.0) -> set[str]:
+    """Those of ``names`` still in /dev/shm that no other live process holds, once
+    ``settle_s`` passed with them so: a boot of another process may be between closing
+    its region and removing it, which a single look takes for a file left behind."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = {n for n in names if os.path.exists(f"/dev/shm/{n}")}
+        left -= held_by_others(left)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
 def boot(
     cpu_bytes: int = 64 << 20,
     num_blocks: int = 400,

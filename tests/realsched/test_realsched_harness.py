@@ -68,3 +68,26 @@ def test_a_region_another_process_holds_is_excused_one_only_we_hold_is_not(tmp_p
             holder.communicate("")
         assert realsched.held_by_others({name}) == set()
     os.unlink(path)
+
+
+def test_a_region_removed_while_the_check_settles_is_not_left_behind():
+    """A boot between closing its region and removing it holds the file no more, yet
+    leaves nothing behind (CI saw one so, 2026-12-08); a region that stays without a
+    holder is reported once the check has settled."""
+    gone, stays = (f"vllm_offload_harness-{uuid.uuid4()}.mmap" for _ in range(2))
+    for name in (gone, stays):
+        with open(f"/dev/shm/{name}", "wb") as f:
+            f.write(b"x")
+    remover = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os, time; time.sleep(0.5); os.unlink('/dev/shm/{gone}')",
+        ]
+    )
+    try:
+        assert realsched.left_behind({gone, stays}, settle_s=3.0) == {stays}
+        assert not os.path.exists(f"/dev/shm/{gone}")
+    finally:
+        remover.wait()
+        os.unlink(f"/dev/shm/{stays}")
