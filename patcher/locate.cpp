@@ -30,17 +30,17 @@ std::string slurp(const std::string& p) {
 
 Result<std::string> find_anchors_root(const std::string& exe_path) {
   std::string dir = exe_path.substr(0, exe_path.rfind('/'));
-  // Installed (GNUInstallDirs: <prefix>/bin + <prefix>/share/kvtier), a flat
-  // prefix (<prefix>/bin + <prefix>/anchors), then the build tree.
-  std::vector<std::string> candidates = {dir + "/../share/kvtier/anchors", dir + "/../anchors",
-                                         dir + "/../../anchors"};
+  // Installed (GNUInstallDirs: <prefix>/bin + <prefix>/share/kvtier), or a flat
+  // prefix (<prefix>/bin + <prefix>/anchors), which a build folder also is: CMake
+  // links anchors/ into it (patcher/CMakeLists.txt).
+  std::vector<std::string> candidates = {dir + "/../share/kvtier/anchors", dir + "/../anchors"};
   for (const auto& c : candidates)
     if (is_dir(c)) return c;
   // Started as `ld.so overlay ...`: /proc/self/exe is the loader, not us.
   std::string why = base_name(exe_path).rfind("ld-", 0) == 0 ? " (the executable is the dynamic loader)" : "";
   return make_error(ErrorKind::Usage, exe_path,
                     "cannot find the anchors folder" + why +
-                        " (looked in ../share/kvtier/anchors, ../anchors and ../../anchors); pass --manifests DIR");
+                        " (looked in ../share/kvtier/anchors and ../anchors); pass --manifests DIR");
 }
 
 Result<std::string> detect_engine_version(const std::string& root, const std::string& engine) {
