@@ -137,8 +137,9 @@ def run(llm, long_prompt: list[int], decoders: int, alone_steps: int = 200,
                     gaps[step["phase"]].append(now - last[out.request_id])
                 last[out.request_id] = now
         if phase == "alone" and steps >= alone_steps:
-            inside = engine.add_request(LONG, {"prompt_token_ids": long_prompt}, once)
-            long_ids.add(inside if isinstance(inside, str) else LONG)
+            long_ids.add(
+                engine.add_request(LONG, {"prompt_token_ids": long_prompt}, once)
+            )
             phase, arrival = "restore", now
             trace.extend(before_arrival)
         elif finished_long:
